@@ -1,0 +1,303 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+)
+
+// Locker hands out leases on the locks of one [Store]. It owns one renewal
+// scheduler goroutine for all its leases. A Locker is safe for concurrent
+// use; Close stops it.
+type Locker struct {
+	store Store
+	cfg   config
+
+	mu     sync.Mutex
+	sched  scheduler
+	closed bool
+	held   map[*Lease]struct{} // every lease not yet ended
+
+	stop chan struct{}
+	wg   sync.WaitGroup // the scheduler, renewal batches, background releases
+}
+
+// New returns a Locker over store. Options set the defaults of every lock it
+// hands out; see each option for its default. It returns an
+// [*InvalidError] for a nil store or a bad option.
+func New(store Store, opts ...Option) (*Locker, error) {
+	if store == nil {
+		return nil, invalid("store", "must not be nil")
+	}
+	cfg := defaultConfig()
+	if err := cfg.apply(opts); err != nil {
+		return nil, err
+	}
+	l := &Locker{store: store, cfg: cfg, stop: make(chan struct{}), held: make(map[*Lease]struct{})}
+	l.sched = scheduler{l: l, kick: make(chan struct{}, 1)}
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		l.sched.run(l.stop)
+	}()
+	return l, nil
+}
+
+// Store returns the store the Locker was created with.
+func (l *Locker) Store() Store { return l.store }
+
+// Close releases every lease the Locker still holds (their Done closes and
+// Err reports [ErrLeaseLost] wrapping [ErrClosed]), stops the renewal
+// scheduler and waits for it. It does not close the store. Later calls
+// return [ErrClosed].
+func (l *Locker) Close() error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return ErrClosed
+	}
+	l.closed = true
+	var leases []*Lease
+	for ls := range l.held {
+		leases = append(leases, ls)
+	}
+	for _, ls := range leases {
+		l.loseLocked(ls, errors.Join(ErrLeaseLost, ErrClosed))
+	}
+	l.mu.Unlock()
+	var errs []error
+	for _, ls := range leases {
+		l.runLossHooks(ls)
+		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.opTimeout)
+		if err := l.store.Release(ctx, ls.req); err != nil && !errors.Is(err, ErrNotHeld) {
+			errs = append(errs, err)
+		}
+		cancel()
+	}
+	close(l.stop)
+	l.wg.Wait()
+	return errors.Join(errs...)
+}
+
+// loseLocked ends ls as lost. Caller holds l.mu and must call afterLoss
+// after unlocking.
+func (l *Locker) loseLocked(ls *Lease, err error) {
+	if ls.state != leaseHeld {
+		return
+	}
+	ls.state = leaseLost
+	ls.err = err
+	l.sched.remove(ls)
+	delete(l.held, ls)
+	close(ls.done)
+}
+
+// afterLoss runs the loss hooks and frees the store's copy of the lock in the
+// background (the store may still hold it if a renewal's reply was lost).
+func (l *Locker) afterLoss(ls *Lease) {
+	l.runLossHooks(ls)
+	l.emit(Event{Kind: EventLeaseLost, Mode: ls.req.Mode, Name: ls.req.Name, Fence: ls.fence, Duration: time.Since(ls.acquiredAt)})
+	l.cfg.logger.Warn("dlock: lease lost", "name", ls.req.Name, "fence", ls.fence, "err", ls.err)
+	l.mu.Lock()
+	closed := l.closed
+	if !closed {
+		l.wg.Add(1)
+	}
+	l.mu.Unlock()
+	if closed {
+		return
+	}
+	go func() {
+		defer l.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.opTimeout)
+		defer cancel()
+		l.store.Release(ctx, ls.req)
+	}()
+}
+
+func (l *Locker) runLossHooks(ls *Lease) {
+	l.mu.Lock()
+	hooks := ls.onLoss
+	ls.onLoss = nil
+	err := ls.err
+	l.mu.Unlock()
+	for _, fn := range hooks {
+		fn(err)
+	}
+}
+
+func (l *Locker) emit(ev Event) {
+	if l.cfg.observer != nil {
+		l.cfg.observer(ev)
+	}
+}
+
+// lockConfig returns the Locker's defaults overridden by opts.
+func (l *Locker) lockConfig(opts []Option) config {
+	c := l.cfg
+	c.err = nil
+	c.apply(opts)
+	return c
+}
+
+// acquire takes the lock of req, waiting until ctx ends when wait is set.
+func (l *Locker) acquire(ctx context.Context, c *config, req Request, wait bool) (*Lease, error) {
+	if c.err != nil {
+		return nil, c.err
+	}
+	if err := ValidName(req.Name); err != nil {
+		return nil, err
+	}
+	req.TTL = c.ttl
+	if req.Token == "" {
+		req.Token = newToken()
+	}
+	if req.Queue {
+		req.QueueTTL = c.queueTTLOrDefault()
+	}
+	start := time.Now()
+	result := func(ls *Lease, err error) (*Lease, error) {
+		ev := Event{Kind: EventAcquire, Mode: req.Mode, Name: req.Name, Duration: time.Since(start), Waited: wait}
+		switch {
+		case ls != nil:
+			ev.Result, ev.Fence = "acquired", ls.fence
+		case errors.Is(err, ctx.Err()) && ctx.Err() != nil:
+			ev.Result = "canceled"
+		case errors.Is(err, ErrLocked):
+			ev.Result = "locked"
+		default:
+			ev.Result = "error"
+		}
+		l.emit(ev)
+		return ls, err
+	}
+	if !wait {
+		ls, g, err := l.tryOnce(ctx, c, req)
+		if ls == nil && err == nil {
+			err = &LockedError{Name: req.Name, RetryAfter: g.RetryAfter}
+		}
+		return result(ls, err)
+	}
+
+	wake, stopWatch, err := l.store.Watch(ctx, req.Name, req.Mode)
+	if err != nil {
+		c.logger.Debug("dlock: watch failed; falling back to polling", "name", req.Name, "err", err)
+		wake, stopWatch = nil, func() {}
+	}
+	defer stopWatch()
+	bo := backoff{min: c.minBackoff, max: c.maxBackoff}
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		ls, g, err := l.tryOnce(ctx, c, req)
+		if ls != nil {
+			return result(ls, nil)
+		}
+		if err != nil && !errors.Is(err, ErrUnavailable) {
+			return result(nil, err)
+		}
+		if err != nil {
+			c.logger.Debug("dlock: acquire failed; retrying", "name", req.Name, "err", err)
+		}
+		delay := bo.next()
+		if g.RetryAfter > 0 && g.RetryAfter+time.Millisecond < delay {
+			delay = g.RetryAfter + time.Millisecond
+		}
+		if req.Queue {
+			delay = min(delay, req.QueueTTL/3)
+		}
+		timer.Reset(delay)
+		select {
+		case <-wake:
+			bo.reset()
+		case <-timer.C:
+		case <-ctx.Done():
+			if req.Queue {
+				l.dropQueued(ctx, req)
+			}
+			if err == nil {
+				err = &LockedError{Name: req.Name, RetryAfter: g.RetryAfter}
+			}
+			return result(nil, errors.Join(err, ctx.Err()))
+		}
+	}
+}
+
+// dropQueued removes a waiter's queue entry after it gave up. If the store
+// granted the lock meanwhile, the release frees it too.
+func (l *Locker) dropQueued(ctx context.Context, req Request) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.opTimeout)
+	defer cancel()
+	l.store.Release(rctx, req)
+}
+
+// tryOnce makes one acquire attempt. A reply lost to a network error or to
+// ctx is resolved by asking again with the same token (Acquire is
+// idempotent per token); if that fails too, the token's hold is released so
+// that no lock is left behind that nobody knows of.
+func (l *Locker) tryOnce(ctx context.Context, c *config, req Request) (*Lease, Grant, error) {
+	l.mu.Lock()
+	closed := l.closed
+	l.mu.Unlock()
+	if closed {
+		return nil, Grant{}, ErrClosed
+	}
+	sent := time.Now()
+	g, err := l.store.Acquire(ctx, req)
+	if err != nil {
+		if errors.Is(err, ErrInvalid) || errors.Is(err, ErrNotSupported) || errors.Is(err, ErrUpgrade) {
+			return nil, Grant{}, err
+		}
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opTimeout)
+		sent = time.Now()
+		g, err = l.store.Acquire(rctx, req)
+		if err != nil {
+			l.store.Release(rctx, req)
+			cancel()
+			return nil, Grant{}, errors.Join(&StoreError{Op: "acquire", Node: -1, Err: err}, ctx.Err())
+		}
+		cancel()
+	}
+	if !g.Acquired {
+		return nil, g, nil
+	}
+	drift := c.driftFor(req.TTL)
+	validUntil := sent.Add(req.TTL - drift)
+	if ctx.Err() != nil || !time.Now().Before(validUntil) {
+		// The caller gave up, or the grant came too late to be of use.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opTimeout)
+		l.store.Release(rctx, req)
+		cancel()
+		if ctx.Err() != nil {
+			return nil, Grant{}, ctx.Err()
+		}
+		return nil, Grant{}, &StoreError{Op: "acquire", Node: -1, Err: errors.New("grant arrived after the lease ran out")}
+	}
+	ls := &Lease{
+		l:          l,
+		req:        req,
+		fence:      g.Fence,
+		count:      g.Count,
+		autoRenew:  c.autoRenew,
+		renewEvery: c.renewInterval(),
+		drift:      drift,
+		acquiredAt: sent,
+		done:       make(chan struct{}),
+		validUntil: validUntil,
+		renewAt:    sent.Add(c.renewInterval()),
+		index:      -1,
+	}
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opTimeout)
+		l.store.Release(rctx, req)
+		cancel()
+		return nil, Grant{}, ErrClosed
+	}
+	l.held[ls] = struct{}{}
+	l.sched.reschedule(ls)
+	l.mu.Unlock()
+	return ls, g, nil
+}

@@ -1,0 +1,188 @@
+package dlock
+
+import (
+	"log/slog"
+	"time"
+)
+
+// Option configures a [Locker] (in [New]) or one lock (in [Locker.Mutex] and
+// the other pattern constructors, where it overrides the Locker's setting).
+type Option func(*config)
+
+type config struct {
+	ttl         time.Duration
+	autoRenew   bool
+	renewEvery  time.Duration // 0: ttl/3
+	minBackoff  time.Duration
+	maxBackoff  time.Duration
+	driftFactor float64
+	queueTTL    time.Duration
+	opTimeout   time.Duration
+	logger      *slog.Logger
+	observer    func(Event)
+	owner       string
+	err         error
+}
+
+func defaultConfig() config {
+	return config{
+		ttl:         30 * time.Second,
+		minBackoff:  10 * time.Millisecond,
+		maxBackoff:  time.Second,
+		driftFactor: 0.01,
+		opTimeout:   5 * time.Second,
+		logger:      slog.New(slog.DiscardHandler),
+	}
+}
+
+func (c *config) apply(opts []Option) error {
+	for _, o := range opts {
+		if o != nil {
+			o(c)
+		}
+	}
+	if c.err != nil {
+		return c.err
+	}
+	return nil
+}
+
+func (c *config) fail(field, reason string) {
+	if c.err == nil {
+		c.err = invalid(field, reason)
+	}
+}
+
+// MinTTL and MaxTTL bound every lease length.
+const (
+	MinTTL = 100 * time.Millisecond
+	MaxTTL = 24 * time.Hour
+)
+
+// WithTTL sets the lease length. Default 30s; from 100ms to 24h.
+func WithTTL(d time.Duration) Option {
+	return func(c *config) {
+		if d < MinTTL || d > MaxTTL {
+			c.fail("ttl", "must be between 100ms and 24h")
+			return
+		}
+		c.ttl = d
+	}
+}
+
+// WithAutoRenew keeps leases alive until they are released: the Locker's one
+// renewal scheduler extends them at about TTL/3, pipelining the renewals of
+// all leases due together. Default off; [Locker.Do] always renews.
+func WithAutoRenew() Option {
+	return func(c *config) { c.autoRenew = true }
+}
+
+// WithRenewInterval sets how often auto-renewal extends a lease. Default
+// TTL/3; it must be positive and at most TTL/2 so that one lost renewal still
+// leaves time for another.
+func WithRenewInterval(d time.Duration) Option {
+	return func(c *config) {
+		if d <= 0 {
+			c.fail("renewInterval", "must be positive")
+			return
+		}
+		c.renewEvery = d
+	}
+}
+
+// WithBackoff sets the bounds of the capped exponential backoff with full
+// jitter that waiting falls back on when the store's wake-ups are missed.
+// Default 10ms to 1s; min must be positive and at most max.
+func WithBackoff(min, max time.Duration) Option {
+	return func(c *config) {
+		if min <= 0 || max < min {
+			c.fail("backoff", "min must be positive and at most max")
+			return
+		}
+		c.minBackoff, c.maxBackoff = min, max
+	}
+}
+
+// WithDriftFactor sets the share of the TTL assumed lost to clock drift
+// between client and store; a lease's local validity is TTL - elapsed -
+// (factor*TTL + 2ms). Default 0.01; from 0 to 0.5.
+func WithDriftFactor(f float64) Option {
+	return func(c *config) {
+		if !(f >= 0 && f <= 0.5) {
+			c.fail("driftFactor", "must be between 0 and 0.5")
+			return
+		}
+		c.driftFactor = f
+	}
+}
+
+// WithQueueTTL sets how long a waiting entry (fair-lock ticket, writer
+// intent) lives on the store without being refreshed by its waiter, so a
+// dead waiter is pruned. Default: the lease TTL, capped at 10s; at least 100ms.
+func WithQueueTTL(d time.Duration) Option {
+	return func(c *config) {
+		if d < MinTTL || d > MaxTTL {
+			c.fail("queueTTL", "must be between 100ms and 24h")
+			return
+		}
+		c.queueTTL = d
+	}
+}
+
+// WithOpTimeout bounds each store call made without a caller's deadline
+// (renewals, the ownership re-check after a lost reply, releases). Default 5s.
+func WithOpTimeout(d time.Duration) Option {
+	return func(c *config) {
+		if d <= 0 {
+			c.fail("opTimeout", "must be positive")
+			return
+		}
+		c.opTimeout = d
+	}
+}
+
+// WithOwner sets the owner ID of a reentrant lock; holders with the same
+// owner ID re-enter. Default: the lease carried in the ctx, else a new ID.
+func WithOwner(id string) Option {
+	return func(c *config) {
+		if id == "" || len(id) > 256 {
+			c.fail("owner", "must be 1-256 bytes")
+			return
+		}
+		c.owner = id
+	}
+}
+
+// WithLogger sets the logger. Default: discard. Tokens are never logged.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) {
+		if l != nil {
+			c.logger = l
+		}
+	}
+}
+
+// WithObserver registers a function called for every [Event]; it must be
+// fast and must not block. Default none. See package dlockprom.
+func WithObserver(fn func(Event)) Option {
+	return func(c *config) { c.observer = fn }
+}
+
+func (c *config) queueTTLOrDefault() time.Duration {
+	if c.queueTTL > 0 {
+		return c.queueTTL
+	}
+	return min(c.ttl, 10*time.Second)
+}
+
+func (c *config) renewInterval() time.Duration {
+	if c.renewEvery > 0 && c.renewEvery <= c.ttl/2 {
+		return c.renewEvery
+	}
+	return c.ttl / 3
+}
+
+// driftFor returns the validity margin for a lease of length ttl.
+func (c *config) driftFor(ttl time.Duration) time.Duration {
+	return time.Duration(float64(ttl)*c.driftFactor) + 2*time.Millisecond
+}

@@ -1,0 +1,191 @@
+package dlock
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// scheduler is the one goroutine per Locker that renews auto-renewed leases
+// and ends leases whose local validity ran out. Its heap orders leases by
+// their next deadline; all fields are guarded by Locker.mu.
+type scheduler struct {
+	l    *Locker
+	h    leaseHeap
+	kick chan struct{}
+}
+
+type leaseHeap []*Lease
+
+func (h leaseHeap) Len() int           { return len(h) }
+func (h leaseHeap) Less(i, j int) bool { return h[i].next.Before(h[j].next) }
+func (h leaseHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index = i
+	h[j].index = j
+}
+func (h *leaseHeap) Push(x any) {
+	ls := x.(*Lease)
+	ls.index = len(*h)
+	*h = append(*h, ls)
+}
+func (h *leaseHeap) Pop() any {
+	old := *h
+	ls := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	ls.index = -1
+	return ls
+}
+
+// deadline returns when the scheduler must next look at ls.
+func (ls *Lease) deadline() time.Time {
+	if ls.autoRenew && !ls.renewing && ls.renewAt.Before(ls.validUntil) {
+		return ls.renewAt
+	}
+	return ls.validUntil
+}
+
+// reschedule puts ls in the heap at its current deadline. Caller holds l.mu.
+func (s *scheduler) reschedule(ls *Lease) {
+	ls.next = ls.deadline()
+	wakeLoop := len(s.h) == 0 || ls.next.Before(s.h[0].next)
+	if ls.index >= 0 {
+		heap.Fix(&s.h, ls.index)
+	} else {
+		heap.Push(&s.h, ls)
+	}
+	if wakeLoop {
+		select {
+		case s.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// remove takes ls out of the heap. Caller holds l.mu.
+func (s *scheduler) remove(ls *Lease) {
+	if ls.index >= 0 {
+		heap.Remove(&s.h, ls.index)
+	}
+}
+
+// batchWindow is how far ahead of its renewal time a lease may be renewed so
+// that renewals falling close together share one pipelined batch.
+func batchWindow(ls *Lease) time.Duration {
+	return min(ls.renewEvery/8, 50*time.Millisecond)
+}
+
+func (s *scheduler) run(stop <-chan struct{}) {
+	l := s.l
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		var batch []*Lease
+		var lost []*Lease
+		l.mu.Lock()
+		now := time.Now()
+		for len(s.h) > 0 {
+			ls := s.h[0]
+			if !now.Before(ls.validUntil) {
+				lost = append(lost, ls)
+				l.loseLocked(ls, fmt.Errorf("%w: not renewed in time", ErrLeaseLost))
+				continue
+			}
+			if !ls.autoRenew || ls.renewing || ls.renewAt.Sub(now) > batchWindow(ls) {
+				break
+			}
+			ls.renewing = true
+			ls.next = ls.validUntil
+			heap.Fix(&s.h, 0)
+			batch = append(batch, ls)
+		}
+		wait := time.Hour
+		if len(s.h) > 0 {
+			wait = max(time.Until(s.h[0].next), 0)
+		}
+		l.mu.Unlock()
+		for _, ls := range lost {
+			l.afterLoss(ls)
+		}
+		if len(batch) > 0 {
+			l.wg.Add(1)
+			go func() {
+				defer l.wg.Done()
+				l.renew(batch)
+			}()
+		}
+		timer.Reset(wait)
+		select {
+		case <-timer.C:
+		case <-s.kick:
+		case <-stop:
+			return
+		}
+	}
+}
+
+// renew extends a batch of leases in one pipelined store call.
+func (l *Locker) renew(batch []*Lease) {
+	reqs := make([]Request, len(batch))
+	l.mu.Lock()
+	deadline := time.Now().Add(l.cfg.opTimeout)
+	for i, ls := range batch {
+		reqs[i] = ls.req
+		if ls.validUntil.Before(deadline) {
+			deadline = ls.validUntil
+		}
+	}
+	l.mu.Unlock()
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	sent := time.Now()
+	errs := l.store.Extend(ctx, reqs)
+	cancel()
+
+	var lost []*Lease
+	var evs []Event
+	l.mu.Lock()
+	now := time.Now()
+	for i, ls := range batch {
+		ls.renewing = false
+		if ls.state != leaseHeld {
+			continue
+		}
+		err := errs[i]
+		switch {
+		case err == nil && now.Before(ls.validUntil):
+			ls.validUntil = sent.Add(ls.req.TTL - ls.drift)
+			ls.renewAt = sent.Add(ls.renewEvery)
+			evs = append(evs, renewEvent(ls, "ok"))
+		case errors.Is(err, ErrNotHeld):
+			evs = append(evs, renewEvent(ls, "lost"))
+			l.loseLocked(ls, fmt.Errorf("%w: renewal refused", ErrLeaseLost))
+			lost = append(lost, ls)
+			continue
+		case !now.Before(ls.validUntil):
+			evs = append(evs, renewEvent(ls, "error"))
+			l.loseLocked(ls, fmt.Errorf("%w: renewal not confirmed in time", ErrLeaseLost))
+			lost = append(lost, ls)
+			continue
+		default:
+			// Not confirmed; try again soon while the lease is still valid.
+			evs = append(evs, renewEvent(ls, "error"))
+			retry := min(l.cfg.minBackoff*4, time.Until(ls.validUntil)/3)
+			ls.renewAt = now.Add(retry)
+		}
+		l.sched.reschedule(ls)
+	}
+	l.mu.Unlock()
+	for _, ev := range evs {
+		l.emit(ev)
+	}
+	for _, ls := range lost {
+		l.afterLoss(ls)
+	}
+}
+
+func renewEvent(ls *Lease, result string) Event {
+	return Event{Kind: EventRenew, Mode: ls.req.Mode, Name: ls.req.Name, Result: result, Fence: ls.fence}
+}

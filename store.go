@@ -1,0 +1,121 @@
+package dlock
+
+import (
+	"context"
+	"time"
+)
+
+// Mode names the pattern a [Request] belongs to. A store keeps the keys of
+// each mode apart and implements every mode it supports atomically; a mode it
+// cannot support makes it return an error wrapping [ErrNotSupported].
+type Mode uint8
+
+const (
+	// ModeMutex is the exclusive lock: the plain key holds the holder's token.
+	ModeMutex Mode = iota
+	// ModeReentrant is an exclusive lock that the same Owner may take again.
+	ModeReentrant
+	// ModeRead is the shared side of a read-write lock.
+	ModeRead
+	// ModeWrite is the exclusive side of a read-write lock.
+	ModeWrite
+	// ModeFair is an exclusive lock granted in arrival order.
+	ModeFair
+	// ModeSemaphore is a lock with Limit shared holders.
+	ModeSemaphore
+)
+
+var modeNames = [...]string{"mutex", "reentrant", "read", "write", "fair", "semaphore"}
+
+// String returns the lower-case name of m, as used in metrics and the HTTP API.
+func (m Mode) String() string {
+	if int(m) < len(modeNames) {
+		return modeNames[m]
+	}
+	return "unknown"
+}
+
+// ParseMode returns the Mode whose String is s.
+func ParseMode(s string) (Mode, bool) {
+	for i, n := range modeNames {
+		if n == s {
+			return Mode(i), true
+		}
+	}
+	return 0, false
+}
+
+// Request is one operation on one lock, as a [Store] sees it.
+type Request struct {
+	Name  string        // lock name, 1-256 bytes
+	Token string        // the holder's secret: only it can extend or release
+	TTL   time.Duration // lease length for Acquire and Extend
+	Mode  Mode
+	Owner string // ModeReentrant: who may re-enter (defaults to Token)
+	Limit int    // ModeSemaphore: number of permits
+	// Queue asks a store to keep the caller's place when Acquire is refused:
+	// a fair-lock ticket, or a writer's intent that blocks new readers. The
+	// place is itself a lease of QueueTTL; Release with the same Token drops it.
+	Queue    bool
+	QueueTTL time.Duration
+}
+
+// Grant is a store's answer to Acquire.
+type Grant struct {
+	Acquired bool
+	// Fence is the fencing token of the grant: strictly greater than the
+	// fence of every earlier grant of an exclusive hold on the same name.
+	Fence int64
+	// RetryAfter is, when Acquired is false, how long the current hold has
+	// left by the store's clock (0 when unknown).
+	RetryAfter time.Duration
+	// Count is the hold count of a reentrant grant.
+	Count int
+	// Position is the caller's place in a fair queue (0 is the head).
+	Position int
+}
+
+// Store is the seam between the lockers and a backend. Every method is one
+// atomic operation (one round trip on a networked store) and idempotent per
+// Token: a retried Acquire with the same Token that already holds returns the
+// same Fence. Implementations must pass the storetest conformance suite.
+type Store interface {
+	// Acquire tries once to grant req. A refusal is a Grant with Acquired
+	// false, not an error; errors are for failures of the store itself.
+	Acquire(ctx context.Context, req Request) (Grant, error)
+	// Extend renews every request's lease to its TTL, pipelined where the
+	// store can. It returns one error per request: nil when extended,
+	// ErrNotHeld when the token no longer holds the lock.
+	Extend(ctx context.Context, reqs []Request) []error
+	// Release gives up req.Token's hold (or queue place). It returns
+	// ErrNotHeld when the token holds nothing.
+	Release(ctx context.Context, req Request) error
+	// Watch returns a channel that receives a value when the lock name may
+	// have become free (released, handed over and, where the store can tell,
+	// expired), and a function that stops watching. Sends never block:
+	// a slow receiver sees one pending wake-up.
+	Watch(ctx context.Context, name string, mode Mode) (<-chan struct{}, func(), error)
+}
+
+// Inspector is implemented by stores that can describe their locks, for the
+// service and dashboard. It never reveals tokens.
+type Inspector interface {
+	State(ctx context.Context, name string) (State, error)
+	List(ctx context.Context) ([]State, error)
+}
+
+// Pinger is implemented by stores that can check they are reachable.
+type Pinger interface {
+	Ping(ctx context.Context) error
+}
+
+// State describes one lock as a store sees it.
+type State struct {
+	Name    string        `json:"name"`
+	Mode    Mode          `json:"-"`
+	Holders int           `json:"holders"`
+	TTL     time.Duration `json:"-"`  // longest remaining hold
+	Fence   int64         `json:"fence"` // last issued fence
+	Queue   int           `json:"queue"` // waiters (fair queue, writer intents)
+	Limit   int           `json:"limit,omitempty"`
+}
