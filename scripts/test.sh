@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# scripts/test.sh: install what the tests need, then vet and test every Go module.
+#
+# Usage: scripts/test.sh [go test flags...]
+#   scripts/test.sh                 vet + test every module
+#   scripts/test.sh -run TestX -v   extra flags go to every `go test`
+#   DLOCK_LONG=1 scripts/test.sh    also run the long fault/soak profiles
+#   CI=true scripts/test.sh         tests fail (never skip) without redis-server
+#
+# Every directory holding a go.mod is a module (the root first). In each one it
+# runs `go vet ./...` and `go test -race -count=1 -timeout 15m [flags] ./...`,
+# carries on after a failure, prints one summary line per module, and exits
+# non-zero if any module failed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { printf '==> %s\n' "$*"; }
+
+# --- system packages ----------------------------------------------------------
+
+SUDO=()
+if [ "$(id -u)" -ne 0 ]; then SUDO=(sudo); fi
+APT_UPDATED=0
+# Wait for another apt/dpkg run (say an install still going) instead of failing.
+APT_OPTS=(-o DPkg::Lock::Timeout=600 -o Acquire::Retries=3)
+
+apt_install() {
+	if [ "$APT_UPDATED" -eq 0 ]; then
+		log "apt-get update"
+		"${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get "${APT_OPTS[@]}" update -qq
+		APT_UPDATED=1
+	fi
+	log "apt-get install -y $*"
+	"${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get "${APT_OPTS[@]}" install -y -qq --no-install-recommends "$@"
+}
+
+have() { command -v "$1" >/dev/null 2>&1 || [ -x "/usr/bin/$1" ] || [ -x "/usr/sbin/$1" ]; }
+
+if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
+	export PATH="/usr/local/go/bin:$PATH"
+fi
+if ! command -v go >/dev/null 2>&1; then
+	echo "scripts/test.sh: go not found (expected in PATH or /usr/local/go/bin)" >&2
+	exit 1
+fi
+
+# go test -race needs cgo, hence a C compiler.
+have gcc || apt_install gcc libc6-dev
+# internal/testredis starts real redis-server processes (redis-tools, with
+# redis-cli, comes along as a dependency).
+have redis-server || apt_install redis-server
+
+# --- chromium (browser tests of the dashboard, e2e/) ---------------------------
+# NOT YET: enable once e2e/ has browser tests.
+# have chromium || apt_install chromium chromium-driver
+# -------------------------------------------------------------------------------
+
+log "$(go version)"
+if have redis-server; then
+	log "$(redis-server --version)"
+else
+	log "redis-server: not installed"
+fi
+
+# DLOCK_LONG=1 turns on the long fault/soak profiles; the tests read it.
+if [ -n "${DLOCK_LONG:-}" ]; then
+	export DLOCK_LONG
+	log "DLOCK_LONG=$DLOCK_LONG: long fault/soak profiles on"
+fi
+
+# --- modules --------------------------------------------------------------------
+
+mapfile -t modules < <(
+	find . -name go.mod -not -path './.git/*' -not -path '*/testdata/*' -not -path '*/node_modules/*' |
+		sed 's|/go.mod$||' |
+		LC_ALL=C sort |
+		awk '$0 == "." { print; next } { rest[++n] = $0 } END { for (i = 1; i <= n; i++) print rest[i] }'
+)
+if [ "${#modules[@]}" -eq 0 ]; then
+	echo "scripts/test.sh: no go.mod found" >&2
+	exit 1
+fi
+
+summary=()
+failed=0
+for mod in "${modules[@]}"; do
+	echo
+	log "module $mod"
+	start=$SECONDS
+	vet=ok
+	test=ok
+	if ! (cd "$mod" && go vet ./...); then
+		vet=FAILED
+	fi
+	if ! (cd "$mod" && go test -race -count=1 -timeout 15m "$@" ./...); then
+		test=FAILED
+	fi
+	status=PASS
+	if [ "$vet" != ok ] || [ "$test" != ok ]; then
+		status=FAIL
+		failed=$((failed + 1))
+	fi
+	summary+=("$(printf '%-4s  %-24s  vet %-6s  test %-6s  %4ds' "$status" "$mod" "$vet" "$test" $((SECONDS - start)))")
+done
+
+echo
+log "summary: ${#modules[@]} module(s), $failed failed"
+printf '    %s\n' "${summary[@]}"
+if [ "$failed" -ne 0 ]; then
+	exit 1
+fi
