@@ -1,0 +1,417 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store/memory"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// faultyStore wraps a real store and injects faults: stalled extends, lost
+// acquire replies, and counts of calls.
+type faultyStore struct {
+	dlock.Store
+	mu             sync.Mutex
+	stallExtend    chan struct{} // when non-nil, Extend blocks until it is closed or ctx ends
+	loseReplies    int           // the next n Acquire calls run but report an error
+	failAcquires   int           // the next n Acquire calls fail without running
+	extendCalls    int
+	extendRequests int
+}
+
+var errReplyLost = errors.New("connection reset by peer")
+
+func (f *faultyStore) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, error) {
+	f.mu.Lock()
+	fail := f.failAcquires > 0
+	if fail {
+		f.failAcquires--
+	}
+	lose := !fail && f.loseReplies > 0
+	if lose {
+		f.loseReplies--
+	}
+	f.mu.Unlock()
+	if fail {
+		return dlock.Grant{}, errReplyLost
+	}
+	g, err := f.Store.Acquire(ctx, req)
+	if lose {
+		return dlock.Grant{}, errReplyLost
+	}
+	return g, err
+}
+
+func (f *faultyStore) Extend(ctx context.Context, reqs []dlock.Request) []error {
+	f.mu.Lock()
+	f.extendCalls++
+	f.extendRequests += len(reqs)
+	stall := f.stallExtend
+	f.mu.Unlock()
+	if stall != nil {
+		select {
+		case <-stall:
+		case <-ctx.Done():
+			errs := make([]error, len(reqs))
+			for i := range errs {
+				errs[i] = ctx.Err()
+			}
+			return errs
+		}
+	}
+	return f.Store.Extend(ctx, reqs)
+}
+
+func newLocker(t *testing.T, s dlock.Store, opts ...dlock.Option) *dlock.Locker {
+	t.Helper()
+	l, err := dlock.New(s, opts...)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+func TestNewRejectsBadOptions(t *testing.T) {
+	tests := []struct {
+		name  string
+		opt   dlock.Option
+		field string
+	}{
+		{"ttl too short", dlock.WithTTL(time.Millisecond), "ttl"},
+		{"ttl too long", dlock.WithTTL(48 * time.Hour), "ttl"},
+		{"backoff inverted", dlock.WithBackoff(time.Second, time.Millisecond), "backoff"},
+		{"drift negative", dlock.WithDriftFactor(-1), "driftFactor"},
+		{"renew zero", dlock.WithRenewInterval(0), "renewInterval"},
+		{"owner empty", dlock.WithOwner(""), "owner"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := dlock.New(memory.New(), tt.opt)
+			var ie *dlock.InvalidError
+			if !errors.As(err, &ie) || ie.Field != tt.field {
+				t.Errorf("New(%s) = %v, want InvalidError for %q", tt.name, err, tt.field)
+			}
+		})
+	}
+	if _, err := dlock.New(nil); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("New(nil) = %v, want ErrInvalid", err)
+	}
+}
+
+func TestTryLockRejectsBadNames(t *testing.T) {
+	l := newLocker(t, memory.New())
+	for _, name := range []string{"", string(make([]byte, 257)), "a\x00b", "a\nb", "\xff\xfe"} {
+		_, err := l.Mutex(name).TryLock(context.Background())
+		var ie *dlock.InvalidError
+		if !errors.As(err, &ie) || ie.Field != "name" {
+			t.Errorf("TryLock(%q) = %v, want InvalidError for name", name, err)
+		}
+	}
+}
+
+func TestAutoRenewOutlivesManyTTLs(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		l := newLocker(t, memory.New(), dlock.WithTTL(time.Second), dlock.WithAutoRenew())
+		lease, err := l.Mutex("renewed").TryLock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+		select {
+		case <-lease.Done():
+			t.Fatalf("auto-renewed lease ended after 10 TTLs: %v", lease.Err())
+		default:
+		}
+		if _, err := l.Mutex("renewed").TryLock(ctx); !errors.Is(err, dlock.ErrLocked) {
+			t.Errorf("TryLock on a renewed lock = %v, want ErrLocked", err)
+		}
+		if err := lease.Release(ctx); err != nil {
+			t.Errorf("Release = %v", err)
+		}
+	})
+}
+
+func TestLeaseWithoutRenewalEndsAtLocalValidity(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		l := newLocker(t, memory.New(), dlock.WithTTL(time.Second))
+		start := time.Now()
+		lease, err := l.Mutex("lapse").TryLock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-lease.Done()
+		got := time.Since(start)
+		want := time.Second - 12*time.Millisecond // TTL - (0.01*TTL + 2ms)
+		if got != want {
+			t.Errorf("lease ended after %v, want %v", got, want)
+		}
+		if !errors.Is(lease.Err(), dlock.ErrLeaseLost) {
+			t.Errorf("Err() = %v, want ErrLeaseLost", lease.Err())
+		}
+	})
+}
+
+// A renewal that cannot be confirmed must end the lease locally before the
+// store's copy expires, so that no one else can hold it while we still think
+// we do.
+func TestLeaseLostBeforeStoreExpiryWhenRenewalStalls(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		fs := &faultyStore{Store: memory.New(), stallExtend: make(chan struct{})}
+		l := newLocker(t, fs, dlock.WithTTL(time.Second), dlock.WithAutoRenew())
+		start := time.Now()
+		lease, err := l.Mutex("stalled").TryLock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-lease.Done()
+		// The store's copy would only expire at start+TTL: nobody else
+		// could have held the lock yet.
+		if got := time.Since(start); got >= time.Second {
+			t.Errorf("lease declared lost after %v, want before the store's TTL of 1s", got)
+		}
+		if !errors.Is(lease.Err(), dlock.ErrLeaseLost) {
+			t.Errorf("Err() = %v, want ErrLeaseLost", lease.Err())
+		}
+		close(fs.stallExtend)
+	})
+}
+
+func TestRenewalsArePipelined(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		fs := &faultyStore{Store: memory.New()}
+		l := newLocker(t, fs, dlock.WithTTL(3*time.Second), dlock.WithAutoRenew())
+		const n = 200
+		for i := range n {
+			if _, err := l.Mutex("p" + string(rune('A'+i%26)) + string(rune('a'+i/26))).TryLock(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(1100 * time.Millisecond) // one renew interval (TTL/3) and a bit
+		synctest.Wait()
+		fs.mu.Lock()
+		calls, reqs := fs.extendCalls, fs.extendRequests
+		fs.mu.Unlock()
+		if reqs != n || calls != 1 {
+			t.Errorf("after one interval: %d Extend calls carrying %d renewals, want 1 call carrying %d", calls, reqs, n)
+		}
+	})
+}
+
+func TestRefusedRenewalLosesLease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		mem := memory.New()
+		l := newLocker(t, mem, dlock.WithTTL(time.Second), dlock.WithAutoRenew())
+		lease, err := l.Mutex("stolen").TryLock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mem.Release(ctx, dlock.Request{Name: "stolen", Token: lease.Token()})
+		start := time.Now()
+		<-lease.Done()
+		if got := time.Since(start); got > time.Second/3 {
+			t.Errorf("loss noticed after %v, want within one renew interval", got)
+		}
+		if !errors.Is(lease.Err(), dlock.ErrLeaseLost) {
+			t.Errorf("Err() = %v, want ErrLeaseLost", lease.Err())
+		}
+		if err := lease.Release(ctx); !errors.Is(err, dlock.ErrLeaseLost) {
+			t.Errorf("Release after loss = %v, want ErrLeaseLost", err)
+		}
+	})
+}
+
+func TestLostAcquireReplyIsRecheckedByToken(t *testing.T) {
+	ctx := context.Background()
+	mem := memory.New()
+	fs := &faultyStore{Store: mem, loseReplies: 1}
+	l := newLocker(t, fs)
+	lease, err := l.Mutex("ambiguous").TryLock(ctx)
+	if err != nil {
+		t.Fatalf("TryLock after a lost reply = %v, want the lease", err)
+	}
+	st, _ := mem.State(ctx, "ambiguous")
+	if st.Fence != lease.Fence() || st.Holders != 1 {
+		t.Errorf("store state %+v, lease fence %d: want one holder with the lease's fence", st, lease.Fence())
+	}
+	if err := lease.Release(ctx); err != nil {
+		t.Errorf("Release = %v", err)
+	}
+}
+
+func TestUnresolvedAcquireLeavesNothingBehind(t *testing.T) {
+	ctx := context.Background()
+	mem := memory.New()
+	// The first call takes the lock but its reply is lost; the re-check fails.
+	fs := &faultyStore{Store: mem, loseReplies: 1}
+	fs.failAcquires = 0
+	l := newLocker(t, &secondFails{faultyStore: fs})
+	_, err := l.Mutex("ghost").TryLock(ctx)
+	if !errors.Is(err, dlock.ErrUnavailable) {
+		t.Fatalf("TryLock = %v, want ErrUnavailable", err)
+	}
+	if st, _ := mem.State(ctx, "ghost"); st.Holders != 0 {
+		t.Errorf("store state %+v after an unresolved acquire, want no holder", st)
+	}
+}
+
+// secondFails lets the first Acquire through (with its reply lost by the
+// inner faultyStore) and fails every later one.
+type secondFails struct {
+	*faultyStore
+	n atomic.Int32
+}
+
+func (s *secondFails) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, error) {
+	if s.n.Add(1) > 1 {
+		return dlock.Grant{}, errReplyLost
+	}
+	return s.faultyStore.Acquire(ctx, req)
+}
+
+func TestLockCancelledReportsBothCauses(t *testing.T) {
+	ctx := context.Background()
+	mem := memory.New()
+	l := newLocker(t, mem)
+	holder, err := l.Mutex("busy").TryLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	_, err = l.Mutex("busy").Lock(wctx)
+	if !errors.Is(err, dlock.ErrLocked) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Lock with expiring ctx = %v, want ErrLocked and DeadlineExceeded", err)
+	}
+	var le *dlock.LockedError
+	if !errors.As(err, &le) || le.RetryAfter <= 0 {
+		t.Errorf("Lock error %v, want a LockedError with RetryAfter", err)
+	}
+	if st, _ := mem.State(ctx, "busy"); st.Holders != 1 || st.Fence != holder.Fence() {
+		t.Errorf("state after a cancelled wait = %+v, want only the holder", st)
+	}
+}
+
+func TestDoCancelsFnWhenLeaseLost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		mem := memory.New()
+		l := newLocker(t, mem, dlock.WithTTL(time.Second))
+		err := l.Do(ctx, "job", func(ctx context.Context) error {
+			lease := dlock.LeaseFromContext(ctx, "job")
+			mem.Release(ctx, dlock.Request{Name: "job", Token: lease.Token()})
+			<-ctx.Done()
+			if !errors.Is(context.Cause(ctx), dlock.ErrLeaseLost) {
+				t.Errorf("fn ctx cause = %v, want ErrLeaseLost", context.Cause(ctx))
+			}
+			return ctx.Err()
+		})
+		if !errors.Is(err, dlock.ErrLeaseLost) || !errors.Is(err, context.Canceled) {
+			t.Errorf("Do = %v, want ErrLeaseLost joined with fn's error", err)
+		}
+	})
+}
+
+func TestDoReleasesAfterFn(t *testing.T) {
+	ctx := context.Background()
+	mem := memory.New()
+	l := newLocker(t, mem)
+	want := errors.New("fn failed")
+	if err := l.Do(ctx, "once", func(context.Context) error { return want }); err != want {
+		t.Errorf("Do = %v, want fn's error", err)
+	}
+	if st, _ := mem.State(ctx, "once"); st.Holders != 0 {
+		t.Errorf("state after Do = %+v, want released", st)
+	}
+}
+
+func TestCloseReleasesLeases(t *testing.T) {
+	ctx := context.Background()
+	mem := memory.New()
+	l, err := dlock.New(mem, dlock.WithAutoRenew())
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease, err := l.Mutex("closing").TryLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Errorf("Close = %v", err)
+	}
+	<-lease.Done()
+	if !errors.Is(lease.Err(), dlock.ErrClosed) || !errors.Is(lease.Err(), dlock.ErrLeaseLost) {
+		t.Errorf("Err after Close = %v, want ErrLeaseLost and ErrClosed", lease.Err())
+	}
+	if st, _ := mem.State(ctx, "closing"); st.Holders != 0 {
+		t.Errorf("state after Close = %+v, want released", st)
+	}
+	if _, err := l.Mutex("closing").TryLock(ctx); !errors.Is(err, dlock.ErrClosed) {
+		t.Errorf("TryLock after Close = %v, want ErrClosed", err)
+	}
+}
+
+func TestExtendUpdatesValidity(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		l := newLocker(t, memory.New(), dlock.WithTTL(time.Second))
+		lease, _ := l.Mutex("ext").TryLock(ctx)
+		time.Sleep(500 * time.Millisecond)
+		if err := lease.Extend(ctx, 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := lease.TTL(), 5*time.Second-52*time.Millisecond; got != want {
+			t.Errorf("TTL after Extend = %v, want %v", got, want)
+		}
+		if err := lease.Extend(ctx, time.Millisecond); !errors.Is(err, dlock.ErrInvalid) {
+			t.Errorf("Extend(1ms) = %v, want ErrInvalid", err)
+		}
+		lease.Release(ctx)
+		if err := lease.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+			t.Errorf("second Release = %v, want ErrNotHeld", err)
+		}
+	})
+}
+
+func TestObserverSeesLifecycle(t *testing.T) {
+	ctx := context.Background()
+	var mu sync.Mutex
+	var kinds []dlock.EventKind
+	l := newLocker(t, memory.New(), dlock.WithObserver(func(ev dlock.Event) {
+		mu.Lock()
+		kinds = append(kinds, ev.Kind)
+		mu.Unlock()
+		if ev.Name != "" && ev.Result == "acquired" && ev.Fence == 0 {
+			t.Errorf("acquire event without fence: %+v", ev)
+		}
+	}))
+	lease, _ := l.Mutex("obs").TryLock(ctx)
+	l.Mutex("obs").TryLock(ctx)
+	lease.Release(ctx)
+	mu.Lock()
+	defer mu.Unlock()
+	want := []dlock.EventKind{dlock.EventAcquire, dlock.EventAcquire, dlock.EventRelease}
+	if len(kinds) != len(want) {
+		t.Fatalf("events %v, want %v", kinds, want)
+	}
+	for i := range want {
+		if kinds[i] != want[i] {
+			t.Errorf("event %d = %v, want %v", i, kinds[i], want[i])
+		}
+	}
+}
