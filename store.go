@@ -114,7 +114,7 @@ type State struct {
 	Name    string        `json:"name"`
 	Mode    Mode          `json:"-"`
 	Holders int           `json:"holders"`
-	TTL     time.Duration `json:"-"`  // longest remaining hold
+	TTL     time.Duration `json:"-"`     // longest remaining hold
 	Fence   int64         `json:"fence"` // last issued fence
 	Queue   int           `json:"queue"` // waiters (fair queue, writer intents)
 	Limit   int           `json:"limit,omitempty"`
