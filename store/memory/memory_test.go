@@ -1,0 +1,55 @@
+package memory_test
+
+import (
+	"context"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store/memory"
+	"github.com/dlock-dev/dlock/storetest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestConformance(t *testing.T) {
+	storetest.Run(t, storetest.Harness{
+		New: func(t *testing.T) dlock.Store { return memory.New() },
+		// Restart does not apply: a memory store loses everything with its
+		// process. TestFenceAboveEarlierStore checks the clock floor that
+		// keeps a new store's fences above an old one's.
+	})
+}
+
+// TestFenceAboveEarlierStore checks that a new store (a restarted process)
+// issues fences above every fence an earlier store issued, through the
+// wall-clock floor of DESIGN §3, even after many grants.
+func TestFenceAboveEarlierStore(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		old := memory.New()
+		var last int64
+		for range 500 { // all within one millisecond: the counter runs ahead of the floor
+			req := dlock.Request{Name: "x", Token: "t", TTL: time.Second}
+			g, err := old.Acquire(ctx, req)
+			if err != nil || !g.Acquired || g.Fence <= last {
+				t.Fatalf("Acquire = %+v, %v; want a grant with fence > %d", g, err, last)
+			}
+			last = g.Fence
+			if err := old.Release(ctx, req); err != nil {
+				t.Fatalf("Release = %v", err)
+			}
+		}
+		time.Sleep(time.Millisecond) // the restart takes at least a millisecond
+		g, err := memory.New().Acquire(ctx, dlock.Request{Name: "x", Token: "u", TTL: time.Second})
+		if err != nil || !g.Acquired {
+			t.Fatalf("Acquire on the new store = %+v, %v; want a grant", g, err)
+		}
+		if g.Fence <= last {
+			t.Errorf("first fence of a new store = %d, want > %d (the old store's last)", g.Fence, last)
+		}
+	})
+}

@@ -1,0 +1,369 @@
+// Package storetest is the conformance suite every [dlock.Store] must pass,
+// in the manner of testing/fstest: a store's own tests call [Run] with a
+// [Harness] that makes stores on the backend under test.
+//
+//	func TestConformance(t *testing.T) {
+//		storetest.Run(t, storetest.Harness{
+//			New: func(t *testing.T) dlock.Store { return memory.New() },
+//		})
+//	}
+//
+// The suite checks safety properties exactly: mutual exclusion, fences
+// strictly increasing, only the token holder releases or extends, a lock
+// never free before its TTL. Timing properties (expiry, wake-ups,
+// RetryAfter) are checked with tolerances generous enough for a loaded
+// machine, and no speed is asserted; latencies are logged with t.Logf.
+//
+// Suites run one after another; the tests of one suite run in parallel on
+// lock names no other test uses (unique across runs too), so a Harness may
+// share one backend between all the stores it makes, and between runs. The
+// restart test, when [Harness.Restart] is set, runs last and alone. Run
+// takes a few seconds.
+package storetest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlock-dev/dlock"
+)
+
+// Harness describes the backend under test.
+type Harness struct {
+	// New returns a store on the backend under test. It is called once per
+	// test (and again after Restart); stores may share one backend. Closing
+	// the store, if needed, is New's business (t.Cleanup).
+	New func(t *testing.T) dlock.Store
+	// Restart, when set, restarts the backend losing all its data (a
+	// non-persistent node). The suite then checks that fences stay
+	// monotonic across the restart. After Restart the suite calls New
+	// again for the stores it uses.
+	Restart func(t *testing.T)
+	// Unsupported lists the modes the store documents as unsupported. The
+	// suite checks that Acquire in such a mode returns an error wrapping
+	// [dlock.ErrNotSupported], and skips the suites of those modes.
+	Unsupported []dlock.Mode
+}
+
+func (h Harness) supports(m dlock.Mode) bool { return !slices.Contains(h.Unsupported, m) }
+
+type suite struct {
+	name string
+	mode dlock.Mode
+	fn   func(t *testing.T, h Harness)
+}
+
+// suites is initialised before any init function runs, so the mutex suites
+// come first and suites registered from init functions follow in order.
+var suites = []suite{
+	{"Mutex", dlock.ModeMutex, testMutexStore},
+	{"MutexLocker", dlock.ModeMutex, testMutexLocker},
+}
+
+// register adds a suite that Run runs as the subtest name unless mode is in
+// Harness.Unsupported. Call it from an init function. The suite's own
+// subtests should call parallel(t) and use lockName(t) for every lock.
+func register(name string, mode dlock.Mode, fn func(t *testing.T, h Harness)) {
+	suites = append(suites, suite{name, mode, fn})
+}
+
+// restartCheck issues one exclusive grant in its mode on name and returns
+// the fence, failing t when the store refuses or fails.
+type restartCheck struct {
+	mode  dlock.Mode
+	grant func(t *testing.T, s dlock.Store, name string) int64
+}
+
+var restartChecks = []restartCheck{{dlock.ModeMutex, grantMutex}}
+
+// registerRestart adds an exclusive mode to the restart test: grant must
+// take and give back one exclusive hold on name (with a fresh token) and
+// return its fence. The restart test calls it before and after
+// Harness.Restart and expects the first fence after the restart to exceed
+// every fence before it.
+func registerRestart(mode dlock.Mode, grant func(t *testing.T, s dlock.Store, name string) int64) {
+	restartChecks = append(restartChecks, restartCheck{mode, grant})
+}
+
+// Run runs the conformance suite against the stores h.New makes.
+func Run(t *testing.T, h Harness) {
+	t.Helper()
+	if h.New == nil {
+		t.Fatal("storetest: Harness.New is nil")
+	}
+	for _, m := range h.Unsupported {
+		t.Run("Unsupported/"+m.String(), func(t *testing.T) { testUnsupported(t, h, m) })
+	}
+	for _, s := range suites {
+		t.Run(s.name, func(t *testing.T) {
+			if !h.supports(s.mode) {
+				t.Skipf("mode %v is unsupported by this store", s.mode)
+			}
+			s.fn(t, h)
+		})
+	}
+	t.Run("Restart", func(t *testing.T) {
+		if h.Restart == nil {
+			t.Skip("Harness.Restart is not set")
+		}
+		testRestart(t, h)
+	})
+}
+
+// testUnsupported checks that the store refuses mode m with an error
+// wrapping dlock.ErrNotSupported.
+func testUnsupported(t *testing.T, h Harness, m dlock.Mode) {
+	s := h.New(t)
+	ctx := testContext(t)
+	req := dlock.Request{Name: lockName(t), Token: newToken(), TTL: 10 * time.Second, Mode: m, Limit: 2}
+	g, err := s.Acquire(ctx, req)
+	if g.Acquired {
+		s.Release(ctx, req)
+	}
+	if !errors.Is(err, dlock.ErrNotSupported) {
+		t.Errorf("Acquire(mode %v) = %+v, %v; want an error wrapping ErrNotSupported", m, g, err)
+	}
+}
+
+// testRestart takes grants in every supported exclusive mode, restarts the
+// backend and checks that the first fence after the restart is above every
+// fence before it (the hybrid clock floor of DESIGN §3).
+func testRestart(t *testing.T, h Harness) {
+	var checks []restartCheck
+	for _, c := range restartChecks {
+		if h.supports(c.mode) {
+			checks = append(checks, c)
+		}
+	}
+	names := make([]string, len(checks))
+	before := make([]int64, len(checks))
+	s := h.New(t)
+	for i, c := range checks {
+		names[i] = lockName(t)
+		for range 20 {
+			f := c.grant(t, s, names[i])
+			if f <= before[i] {
+				t.Fatalf("mode %v: fence %d after fence %d; want strictly increasing", c.mode, f, before[i])
+			}
+			before[i] = f
+		}
+	}
+	h.Restart(t)
+	s = h.New(t)
+	for i, c := range checks {
+		if f := c.grant(t, s, names[i]); f <= before[i] {
+			t.Errorf("mode %v: first fence after restart = %d, want > %d (the last fence before it)", c.mode, f, before[i])
+		} else {
+			t.Logf("mode %v: fence %d before restart, %d after", c.mode, before[i], f)
+		}
+	}
+}
+
+// grantMutex is the restart check of ModeMutex.
+func grantMutex(t *testing.T, s dlock.Store, name string) int64 {
+	t.Helper()
+	ctx := testContext(t)
+	req := mutexReq(name, newToken(), 10*time.Second)
+	g := mustAcquire(t, s, req)
+	if err := s.Release(ctx, req); err != nil {
+		t.Fatalf("Release(%q) = %v, want nil", name, err)
+	}
+	return g.Fence
+}
+
+// Tolerances. Waits for something that must happen use waitTimeout, far
+// longer than it should take. Clock comparisons between the store and the
+// test allow clockSlack for millisecond rounding.
+const (
+	waitTimeout = 10 * time.Second
+	clockSlack  = 10 * time.Millisecond
+	// longTTL is a lease that never runs out during a test.
+	longTTL = 30 * time.Second
+)
+
+var (
+	runID   = randHex(4)
+	nameSeq atomic.Int64
+)
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// newToken returns a fresh 128-bit token.
+func newToken() string { return randHex(16) }
+
+// lockName returns a lock name that no other test, and no other run of the
+// suite on a shared backend, uses. It ends with the test's own name.
+func lockName(t *testing.T) string {
+	base := t.Name()
+	if i := strings.LastIndexByte(base, '/'); i >= 0 {
+		base = base[i+1:]
+	}
+	if len(base) > 64 {
+		base = base[:64]
+	}
+	return fmt.Sprintf("storetest-%s-%d-%s", runID, nameSeq.Add(1), base)
+}
+
+// parallel marks a suite's subtest as parallel with its siblings.
+func parallel(t *testing.T) { t.Parallel() }
+
+// testContext returns a context that ends with the test, or after a minute
+// so that a hung store fails the test instead of the whole binary.
+func testContext(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func mutexReq(name, token string, ttl time.Duration) dlock.Request {
+	return dlock.Request{Name: name, Token: token, TTL: ttl, Mode: dlock.ModeMutex}
+}
+
+// mustAcquire acquires req and fails t unless it was granted.
+func mustAcquire(t *testing.T, s dlock.Store, req dlock.Request) dlock.Grant {
+	t.Helper()
+	g, err := s.Acquire(testContext(t), req)
+	if err != nil || !g.Acquired {
+		t.Fatalf("Acquire(%q) = %+v, %v; want a grant", req.Name, g, err)
+	}
+	if g.Fence <= 0 {
+		t.Errorf("Acquire(%q) fence = %d, want > 0", req.Name, g.Fence)
+	}
+	return g
+}
+
+// mustRefuse acquires req and fails t unless it was refused.
+func mustRefuse(t *testing.T, s dlock.Store, req dlock.Request) dlock.Grant {
+	t.Helper()
+	ctx := testContext(t)
+	g, err := s.Acquire(ctx, req)
+	if err != nil {
+		t.Fatalf("Acquire(%q) = %v, want a refusal", req.Name, err)
+	}
+	if g.Acquired {
+		s.Release(ctx, req)
+		t.Fatalf("Acquire(%q) = %+v, want a refusal (the lock is held)", req.Name, g)
+	}
+	return g
+}
+
+// newLocker returns a Locker on s that is closed when the test ends.
+func newLocker(t *testing.T, s dlock.Store, opts ...dlock.Option) *dlock.Locker {
+	t.Helper()
+	l, err := dlock.New(s, opts...)
+	if err != nil {
+		t.Fatalf("dlock.New = %v", err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+// waitClosed waits up to waitTimeout for ch to close and reports whether it
+// did.
+func waitClosed(ch <-chan struct{}) bool {
+	timer := time.NewTimer(waitTimeout)
+	defer timer.Stop()
+	select {
+	case <-ch:
+		return true
+	case <-timer.C:
+		return false
+	}
+}
+
+// isClosed reports whether ch is closed now.
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// acquireWhenFree polls Acquire for req until it is granted, failing t
+// after waitTimeout. Between refusals it waits for the refusal's RetryAfter
+// (at most 20ms) so that it asks again soon after the hold ends. It
+// returns the grant and the time the granting call returned.
+func acquireWhenFree(t *testing.T, s dlock.Store, req dlock.Request) (dlock.Grant, time.Time) {
+	t.Helper()
+	ctx := testContext(t)
+	deadline := time.Now().Add(waitTimeout)
+	for {
+		g, err := s.Acquire(ctx, req)
+		now := time.Now()
+		if err != nil {
+			t.Fatalf("Acquire(%q) = %v", req.Name, err)
+		}
+		if g.Acquired {
+			return g, now
+		}
+		if now.After(deadline) {
+			t.Fatalf("Acquire(%q) still refused after %v (RetryAfter %v)", req.Name, waitTimeout, g.RetryAfter)
+		}
+		time.Sleep(min(max(g.RetryAfter, time.Millisecond), 20*time.Millisecond))
+	}
+}
+
+// spyStore wraps a store to count calls and report refusals, so a test
+// can tell when a waiter has asked and been refused.
+type spyStore struct {
+	dlock.Store
+	calls   atomic.Int64
+	refused chan struct{} // receives after each refused Acquire (never blocks)
+}
+
+func newSpy(s dlock.Store) *spyStore {
+	return &spyStore{Store: s, refused: make(chan struct{}, 1)}
+}
+
+func (s *spyStore) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, error) {
+	s.calls.Add(1)
+	g, err := s.Store.Acquire(ctx, req)
+	if err == nil && !g.Acquired {
+		select {
+		case s.refused <- struct{}{}:
+		default:
+		}
+	}
+	return g, err
+}
+
+func (s *spyStore) Extend(ctx context.Context, reqs []dlock.Request) []error {
+	s.calls.Add(1)
+	return s.Store.Extend(ctx, reqs)
+}
+
+func (s *spyStore) Release(ctx context.Context, req dlock.Request) error {
+	s.calls.Add(1)
+	return s.Store.Release(ctx, req)
+}
+
+func (s *spyStore) Watch(ctx context.Context, name string, mode dlock.Mode) (<-chan struct{}, func(), error) {
+	s.calls.Add(1)
+	return s.Store.Watch(ctx, name, mode)
+}
+
+// waitRefused waits up to waitTimeout for the spy to see a refusal.
+func (s *spyStore) waitRefused(t *testing.T) {
+	t.Helper()
+	timer := time.NewTimer(waitTimeout)
+	defer timer.Stop()
+	select {
+	case <-s.refused:
+	case <-timer.C:
+		t.Fatalf("no refused Acquire within %v", waitTimeout)
+	}
+}
