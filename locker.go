@@ -180,6 +180,9 @@ func (l *Locker) acquire(ctx context.Context, c *config, req Request, wait bool)
 		return result(ls, err)
 	}
 
+	if req.Mode == ModeFair {
+		return result(l.waitFair(ctx, c, req))
+	}
 	wake, stopWatch, err := l.store.Watch(ctx, req.Name, req.Mode)
 	if err != nil {
 		c.logger.Debug("dlock: watch failed; falling back to polling", "name", req.Name, "err", err)
@@ -262,6 +265,17 @@ func (l *Locker) tryOnce(ctx context.Context, c *config, req Request) (*Lease, G
 	if !g.Acquired {
 		return nil, g, nil
 	}
+	ls, err := l.newLease(ctx, c, req, g, sent)
+	if err != nil {
+		return nil, Grant{}, err
+	}
+	return ls, g, nil
+}
+
+// newLease turns grant g of req, asked for at sent, into a held Lease and
+// hands it to the scheduler. A grant that came too late or after ctx ended
+// is released instead.
+func (l *Locker) newLease(ctx context.Context, c *config, req Request, g Grant, sent time.Time) (*Lease, error) {
 	drift := c.driftFor(req.TTL)
 	validUntil := sent.Add(req.TTL - drift)
 	if ctx.Err() != nil || !time.Now().Before(validUntil) {
@@ -270,9 +284,9 @@ func (l *Locker) tryOnce(ctx context.Context, c *config, req Request) (*Lease, G
 		l.store.Release(rctx, req)
 		cancel()
 		if ctx.Err() != nil {
-			return nil, Grant{}, ctx.Err()
+			return nil, ctx.Err()
 		}
-		return nil, Grant{}, &StoreError{Op: "acquire", Node: -1, Err: errors.New("grant arrived after the lease ran out")}
+		return nil, &StoreError{Op: "acquire", Node: -1, Err: errors.New("grant arrived after the lease ran out")}
 	}
 	ls := &Lease{
 		l:          l,
@@ -294,10 +308,10 @@ func (l *Locker) tryOnce(ctx context.Context, c *config, req Request) (*Lease, G
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opTimeout)
 		l.store.Release(rctx, req)
 		cancel()
-		return nil, Grant{}, ErrClosed
+		return nil, ErrClosed
 	}
 	l.held[ls] = struct{}{}
 	l.sched.reschedule(ls)
 	l.mu.Unlock()
-	return ls, g, nil
+	return ls, nil
 }

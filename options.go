@@ -21,6 +21,7 @@ type config struct {
 	logger      *slog.Logger
 	observer    func(Event)
 	owner       string
+	onPosition  func(int) // fair lock: see WithQueuePosition
 	err         error
 }
 

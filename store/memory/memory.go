@@ -6,9 +6,10 @@
 package memory
 
 import (
+	"cmp"
 	"context"
 	"fmt"
-	"sort"
+	"slices"
 	"sync"
 	"time"
 
@@ -16,38 +17,77 @@ import (
 )
 
 var (
-	_ dlock.Store     = (*Store)(nil)
-	_ dlock.Inspector = (*Store)(nil)
-	_ dlock.Pinger    = (*Store)(nil)
+	_ dlock.Store        = (*Store)(nil)
+	_ dlock.Inspector    = (*Store)(nil)
+	_ dlock.Pinger       = (*Store)(nil)
+	_ dlock.GrantWatcher = (*Store)(nil)
 )
 
 // Store is an in-memory lock store. The zero value is not usable; call New.
-// Expired holds are dropped lazily, on the next operation on their lock.
+// It supports every [dlock.Mode]. Expired holds and queue entries are
+// dropped lazily, on the next operation on their lock; a fair lock whose
+// holder expired is handed to its head waiter then.
+//
+// As on the Valkey store, the patterns keep separate state: a mutex and a
+// read-write lock of the same name do not exclude each other (use one
+// pattern per name). They share the name's fence counter.
 type Store struct {
 	mu       sync.Mutex
-	locks    map[string]*lock
+	locks    map[key]*lock
 	fences   map[string]int64
-	watchers map[string]map[chan struct{}]struct{}
-	closed   bool
+	watchers map[key]map[chan struct{}]struct{}
+	grants   map[grantKey]chan dlock.Grant
+}
+
+// key names the state of one pattern of one lock name. ModeWrite shares
+// the state of ModeRead.
+type key struct {
+	mode dlock.Mode
+	name string
+}
+
+type grantKey struct {
+	name, token string
+}
+
+func keyOf(name string, m dlock.Mode) key {
+	if m == dlock.ModeWrite {
+		m = dlock.ModeRead
+	}
+	return key{mode: m, name: name}
 }
 
 type holder struct {
 	token   string
 	expires time.Time
 	fence   int64
+	write   bool // read-write lock: the writer
+}
+
+// waiter is a queue entry: a fair-lock ticket or a writer's intent.
+type waiter struct {
+	token   string
+	ticket  int64
+	expires time.Time
+	ttl     time.Duration // lease length to grant on handoff
 }
 
 type lock struct {
-	mode    dlock.Mode
-	holders []*holder
+	mode    dlock.Mode // the key's mode
+	holders []*holder  // reentrant: one per acquisition of the owner
+	owner   string     // reentrant
+	queue   []*waiter  // by ticket
+	ticket  int64      // last ticket issued
+	limit   int        // semaphore
 }
 
 // New returns an empty store.
 func New() *Store {
 	return &Store{
-		locks:    make(map[string]*lock),
+		locks:    make(map[key]*lock),
 		fences:   make(map[string]int64),
-		watchers: make(map[string]map[chan struct{}]struct{}),
+		watchers: make(map[key]map[chan struct{}]struct{}),
+		grants:   make(map[grantKey]chan dlock.Grant),
 	}
 }
 
@@ -57,22 +97,46 @@ func nextFence(last int64, now time.Time) int64 {
 	return max(last+1, now.UnixMilli()*1000)
 }
 
-// live returns the lock on name with expired holders removed, or nil.
-// Caller holds s.mu.
-func (s *Store) live(name string, now time.Time) *lock {
-	lk := s.locks[name]
+// issue records and returns the next fence of name. Caller holds s.mu.
+func (s *Store) issue(name string, now time.Time) int64 {
+	f := nextFence(s.fences[name], now)
+	s.fences[name] = f
+	return f
+}
+
+// live returns the lock at k with expired holders and queue entries removed,
+// a fair lock handed to its head waiter if it was free, or nil when nothing
+// is left. Caller holds s.mu.
+func (s *Store) live(k key, now time.Time) *lock {
+	lk := s.locks[k]
 	if lk == nil {
 		return nil
 	}
-	kept := lk.holders[:0]
-	for _, h := range lk.holders {
-		if now.Before(h.expires) {
-			kept = append(kept, h)
+	lk.holders = slices.DeleteFunc(lk.holders, func(h *holder) bool { return !now.Before(h.expires) })
+	lk.queue = slices.DeleteFunc(lk.queue, func(w *waiter) bool { return !now.Before(w.expires) })
+	return s.settle(k, lk, now)
+}
+
+// settle hands a free fair lock to its head waiter and drops a lock with
+// nothing left. Caller holds s.mu.
+func (s *Store) settle(k key, lk *lock, now time.Time) *lock {
+	if k.mode == dlock.ModeFair && len(lk.holders) == 0 && len(lk.queue) > 0 {
+		w := lk.queue[0]
+		lk.queue = lk.queue[1:]
+		f := s.issue(k.name, now)
+		lk.holders = append(lk.holders, &holder{token: w.token, expires: now.Add(w.ttl), fence: f})
+		g := dlock.Grant{Acquired: true, Fence: f, Count: 1}
+		if ch := s.grants[grantKey{k.name, w.token}]; ch != nil {
+			select {
+			case ch <- g:
+			default:
+			}
+		} else {
+			s.wakeLocked(k)
 		}
 	}
-	lk.holders = kept
-	if len(kept) == 0 {
-		delete(s.locks, name)
+	if len(lk.holders) == 0 && len(lk.queue) == 0 {
+		delete(s.locks, k)
 		return nil
 	}
 	return lk
@@ -87,6 +151,41 @@ func (lk *lock) find(token string) *holder {
 	return nil
 }
 
+func (lk *lock) writer() *holder {
+	for _, h := range lk.holders {
+		if h.write {
+			return h
+		}
+	}
+	return nil
+}
+
+func (lk *lock) queued(token string) int {
+	return slices.IndexFunc(lk.queue, func(w *waiter) bool { return w.token == token })
+}
+
+// enqueue adds token to the queue or refreshes its entry, and returns its
+// position.
+func (lk *lock) enqueue(req dlock.Request, now time.Time) int {
+	if i := lk.queued(req.Token); i >= 0 {
+		lk.queue[i].expires = now.Add(req.QueueTTL)
+		lk.queue[i].ttl = req.TTL
+		return i
+	}
+	lk.ticket++
+	lk.queue = append(lk.queue, &waiter{token: req.Token, ticket: lk.ticket, expires: now.Add(req.QueueTTL), ttl: req.TTL})
+	return len(lk.queue) - 1
+}
+
+func (lk *lock) dequeue(token string) bool {
+	if i := lk.queued(token); i >= 0 {
+		lk.queue = slices.Delete(lk.queue, i, i+1)
+		return true
+	}
+	return false
+}
+
+// remaining is the longest remaining hold.
 func (lk *lock) remaining(now time.Time) time.Duration {
 	var d time.Duration
 	for _, h := range lk.holders {
@@ -95,9 +194,49 @@ func (lk *lock) remaining(now time.Time) time.Duration {
 	return d
 }
 
-func checkMode(m dlock.Mode) error {
-	if m != dlock.ModeMutex {
-		return fmt.Errorf("%w: memory store mode %v", dlock.ErrNotSupported, m)
+// soonest is the shortest remaining hold.
+func (lk *lock) soonest(now time.Time) time.Duration {
+	d := time.Duration(-1)
+	for _, h := range lk.holders {
+		if r := h.expires.Sub(now); d < 0 || r < d {
+			d = r
+		}
+	}
+	return max(d, 0)
+}
+
+// extendAll pushes the expiry of every holder out to at least t (a
+// reentrant hold has one expiry).
+func (lk *lock) extendAll(t time.Time) {
+	for _, h := range lk.holders {
+		if h.expires.Before(t) {
+			h.expires = t
+		}
+	}
+}
+
+func invalid(field, reason string) error {
+	return &dlock.InvalidError{Field: field, Reason: reason}
+}
+
+func check(req dlock.Request) error {
+	if req.Mode > dlock.ModeSemaphore {
+		return fmt.Errorf("%w: memory store mode %v", dlock.ErrNotSupported, req.Mode)
+	}
+	if req.Name == "" {
+		return invalid("name", "must not be empty")
+	}
+	if req.Token == "" {
+		return invalid("token", "must not be empty")
+	}
+	if req.TTL <= 0 {
+		return invalid("ttl", "must be positive")
+	}
+	if req.Mode == dlock.ModeSemaphore && req.Limit < 1 {
+		return invalid("limit", "must be at least 1")
+	}
+	if req.Queue && req.QueueTTL <= 0 {
+		return invalid("queueTTL", "must be positive")
 	}
 	return nil
 }
@@ -107,13 +246,26 @@ func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, er
 	if err := ctx.Err(); err != nil {
 		return dlock.Grant{}, err
 	}
-	if err := checkMode(req.Mode); err != nil {
+	if err := check(req); err != nil {
 		return dlock.Grant{}, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := time.Now()
-	lk := s.live(req.Name, now)
+	k := keyOf(req.Name, req.Mode)
+	lk := s.live(k, now)
+	switch req.Mode {
+	case dlock.ModeReentrant:
+		return s.acquireReentrant(k, lk, req, now), nil
+	case dlock.ModeRead:
+		return s.acquireRead(k, lk, req, now), nil
+	case dlock.ModeWrite:
+		return s.acquireWrite(k, lk, req, now)
+	case dlock.ModeFair:
+		return s.acquireFair(k, lk, req, now), nil
+	case dlock.ModeSemaphore:
+		return s.acquireSemaphore(k, lk, req, now), nil
+	}
 	if lk != nil {
 		if h := lk.find(req.Token); h != nil {
 			h.expires = now.Add(req.TTL)
@@ -121,13 +273,139 @@ func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, er
 		}
 		return dlock.Grant{RetryAfter: lk.remaining(now)}, nil
 	}
-	f := nextFence(s.fences[req.Name], time.Now())
-	s.fences[req.Name] = f
-	s.locks[req.Name] = &lock{mode: req.Mode, holders: []*holder{{token: req.Token, expires: now.Add(req.TTL), fence: f}}}
+	f := s.issue(req.Name, now)
+	s.locks[k] = &lock{mode: k.mode, holders: []*holder{{token: req.Token, expires: now.Add(req.TTL), fence: f}}}
 	return dlock.Grant{Acquired: true, Fence: f, Count: 1}, nil
 }
 
-// Extend implements [dlock.Store].
+// acquireReentrant grants the owner another acquisition under its own
+// token; the hold keeps its first fence and one expiry.
+func (s *Store) acquireReentrant(k key, lk *lock, req dlock.Request, now time.Time) dlock.Grant {
+	owner := cmp.Or(req.Owner, req.Token)
+	if lk == nil {
+		f := s.issue(req.Name, now)
+		s.locks[k] = &lock{mode: k.mode, owner: owner, holders: []*holder{{token: req.Token, expires: now.Add(req.TTL), fence: f}}}
+		return dlock.Grant{Acquired: true, Fence: f, Count: 1}
+	}
+	if lk.find(req.Token) == nil {
+		if lk.owner != owner {
+			return dlock.Grant{RetryAfter: lk.remaining(now)}
+		}
+		lk.holders = append(lk.holders, &holder{token: req.Token, expires: lk.holders[0].expires, fence: lk.holders[0].fence})
+	}
+	lk.extendAll(now.Add(req.TTL))
+	return dlock.Grant{Acquired: true, Fence: lk.holders[0].fence, Count: len(lk.holders)}
+}
+
+// acquireRead grants a reader its own hold at the current fence unless a
+// writer holds the lock or waits for it. A reader whose Owner is the token
+// of the holding writer is let in beside it (a downgrade).
+func (s *Store) acquireRead(k key, lk *lock, req dlock.Request, now time.Time) dlock.Grant {
+	if lk != nil {
+		if h := lk.find(req.Token); h != nil {
+			h.expires = now.Add(req.TTL)
+			return dlock.Grant{Acquired: true, Fence: h.fence, Count: 1}
+		}
+		w := lk.writer()
+		beside := w != nil && req.Owner != "" && w.token == req.Owner
+		if !beside && (w != nil || len(lk.queue) > 0) {
+			ra := lk.remaining(now)
+			if ra == 0 && len(lk.queue) > 0 {
+				ra = lk.queue[0].expires.Sub(now)
+			}
+			return dlock.Grant{RetryAfter: ra}
+		}
+	} else {
+		lk = &lock{mode: k.mode}
+		s.locks[k] = lk
+	}
+	f := s.fences[req.Name]
+	if f == 0 {
+		f = s.issue(req.Name, now)
+	}
+	lk.holders = append(lk.holders, &holder{token: req.Token, expires: now.Add(req.TTL), fence: f})
+	return dlock.Grant{Acquired: true, Fence: f, Count: 1}
+}
+
+// acquireWrite grants the writer a new fence when nobody holds the lock and
+// no earlier writer waits; otherwise a queued writer keeps (or takes) its
+// place. A writer whose Owner is the token of a reader holding the lock is
+// refused with ErrUpgrade.
+func (s *Store) acquireWrite(k key, lk *lock, req dlock.Request, now time.Time) (dlock.Grant, error) {
+	if lk != nil {
+		if h := lk.find(req.Token); h != nil {
+			h.expires = now.Add(req.TTL)
+			return dlock.Grant{Acquired: true, Fence: h.fence, Count: 1}, nil
+		}
+		if req.Owner != "" {
+			if h := lk.find(req.Owner); h != nil && !h.write {
+				return dlock.Grant{}, dlock.ErrUpgrade
+			}
+		}
+		ahead := len(lk.queue) > 0 && lk.queue[0].token != req.Token
+		if len(lk.holders) > 0 || ahead {
+			g := dlock.Grant{RetryAfter: lk.remaining(now), Position: len(lk.queue)}
+			if req.Queue {
+				g.Position = lk.enqueue(req, now)
+			} else if i := lk.queued(req.Token); i >= 0 {
+				g.Position = i
+			}
+			return g, nil
+		}
+		lk.dequeue(req.Token)
+	} else {
+		lk = &lock{mode: k.mode}
+		s.locks[k] = lk
+	}
+	f := s.issue(req.Name, now)
+	lk.holders = append(lk.holders, &holder{token: req.Token, expires: now.Add(req.TTL), fence: f, write: true})
+	return dlock.Grant{Acquired: true, Fence: f, Count: 1}, nil
+}
+
+// acquireFair grants the lock to the caller when it is free and nobody is
+// queued (live has already handed a free lock to the head); otherwise a
+// queued caller keeps (or takes) its place in ticket order.
+func (s *Store) acquireFair(k key, lk *lock, req dlock.Request, now time.Time) dlock.Grant {
+	if lk != nil {
+		if h := lk.find(req.Token); h != nil {
+			h.expires = now.Add(req.TTL)
+			return dlock.Grant{Acquired: true, Fence: h.fence, Count: 1}
+		}
+		g := dlock.Grant{RetryAfter: lk.remaining(now), Position: len(lk.queue)}
+		if req.Queue {
+			g.Position = lk.enqueue(req, now)
+		} else if i := lk.queued(req.Token); i >= 0 {
+			g.Position = i
+		}
+		return g
+	}
+	f := s.issue(req.Name, now)
+	s.locks[k] = &lock{mode: k.mode, holders: []*holder{{token: req.Token, expires: now.Add(req.TTL), fence: f}}}
+	return dlock.Grant{Acquired: true, Fence: f, Count: 1}
+}
+
+// acquireSemaphore grants one of req.Limit permits, each with a new fence.
+func (s *Store) acquireSemaphore(k key, lk *lock, req dlock.Request, now time.Time) dlock.Grant {
+	if lk != nil {
+		if h := lk.find(req.Token); h != nil {
+			h.expires = now.Add(req.TTL)
+			return dlock.Grant{Acquired: true, Fence: h.fence, Count: 1}
+		}
+		if len(lk.holders) >= req.Limit {
+			return dlock.Grant{RetryAfter: lk.soonest(now)}
+		}
+	} else {
+		lk = &lock{mode: k.mode}
+		s.locks[k] = lk
+	}
+	lk.limit = req.Limit
+	f := s.issue(req.Name, now)
+	lk.holders = append(lk.holders, &holder{token: req.Token, expires: now.Add(req.TTL), fence: f})
+	return dlock.Grant{Acquired: true, Fence: f, Count: 1}
+}
+
+// Extend implements [dlock.Store]. A reentrant hold's expiry is pushed out,
+// never in. Queue entries are refreshed by Acquire, not Extend.
 func (s *Store) Extend(ctx context.Context, reqs []dlock.Request) []error {
 	errs := make([]error, len(reqs))
 	if err := ctx.Err(); err != nil {
@@ -140,54 +418,72 @@ func (s *Store) Extend(ctx context.Context, reqs []dlock.Request) []error {
 	defer s.mu.Unlock()
 	now := time.Now()
 	for i, req := range reqs {
-		lk := s.live(req.Name, now)
+		lk := s.live(keyOf(req.Name, req.Mode), now)
 		var h *holder
 		if lk != nil {
 			h = lk.find(req.Token)
 		}
-		if h == nil {
+		switch {
+		case h == nil:
 			errs[i] = dlock.ErrNotHeld
-			continue
+		case req.Mode == dlock.ModeReentrant:
+			lk.extendAll(now.Add(req.TTL))
+		default:
+			h.expires = now.Add(req.TTL)
 		}
-		h.expires = now.Add(req.TTL)
 	}
 	return errs
 }
 
-// Release implements [dlock.Store].
+// Release implements [dlock.Store]. Releasing a fair lock hands it to the
+// live head waiter, which alone is woken. Releasing a queued token drops
+// its place.
 func (s *Store) Release(ctx context.Context, req dlock.Request) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	lk := s.live(req.Name, time.Now())
-	if lk == nil || lk.find(req.Token) == nil {
+	now := time.Now()
+	k := keyOf(req.Name, req.Mode)
+	lk := s.live(k, now)
+	if lk == nil {
 		return dlock.ErrNotHeld
 	}
-	kept := lk.holders[:0]
-	for _, h := range lk.holders {
-		if h.token != req.Token {
-			kept = append(kept, h)
+	if i := slices.IndexFunc(lk.holders, func(h *holder) bool { return h.token == req.Token }); i >= 0 {
+		// Wake waiters when someone may now get in: the lock is free, a
+		// writer left readers behind after a downgrade, or a permit freed.
+		wake := lk.holders[i].write || k.mode == dlock.ModeSemaphore
+		lk.holders = slices.Delete(lk.holders, i, i+1)
+		wake = wake || len(lk.holders) == 0
+		if s.settle(k, lk, now) != nil && k.mode == dlock.ModeFair {
+			return nil // handed over: settle woke the new holder alone
 		}
+		if wake {
+			s.wakeLocked(k)
+		}
+		return nil
 	}
-	lk.holders = kept
-	if len(kept) == 0 {
-		delete(s.locks, req.Name)
+	if lk.dequeue(req.Token) {
+		if k.mode == dlock.ModeRead {
+			s.wakeLocked(k) // a withdrawn writer intent may let readers in
+		}
+		s.settle(k, lk, now)
+		return nil
 	}
-	s.wakeLocked(req.Name)
-	return nil
+	return dlock.ErrNotHeld
 }
 
 // Watch implements [dlock.Store]. Releases wake watchers; expiry does not
 // (holds expire lazily), so waiters rely on their timer at RetryAfter.
 func (s *Store) Watch(ctx context.Context, name string, mode dlock.Mode) (<-chan struct{}, func(), error) {
+	k := keyOf(name, mode)
 	ch := make(chan struct{}, 1)
 	s.mu.Lock()
-	set := s.watchers[name]
+	set := s.watchers[k]
 	if set == nil {
 		set = make(map[chan struct{}]struct{})
-		s.watchers[name] = set
+		s.watchers[k] = set
 	}
 	set[ch] = struct{}{}
 	s.mu.Unlock()
@@ -195,18 +491,43 @@ func (s *Store) Watch(ctx context.Context, name string, mode dlock.Mode) (<-chan
 	stop := func() {
 		once.Do(func() {
 			s.mu.Lock()
+			defer s.mu.Unlock()
+			set := s.watchers[k]
 			delete(set, ch)
-			if len(set) == 0 && s.watchers[name] != nil && len(s.watchers[name]) == 0 {
-				delete(s.watchers, name)
+			if len(set) == 0 {
+				delete(s.watchers, k)
 			}
-			s.mu.Unlock()
 		})
 	}
 	return ch, stop, nil
 }
 
-func (s *Store) wakeLocked(name string) {
-	for ch := range s.watchers[name] {
+// WatchGrant implements [dlock.GrantWatcher] for the fair lock: the channel
+// receives the Grant when a release or expiry hands the lock to req.Token.
+func (s *Store) WatchGrant(ctx context.Context, req dlock.Request) (<-chan dlock.Grant, func(), error) {
+	if req.Mode != dlock.ModeFair {
+		return nil, nil, fmt.Errorf("%w: memory store grant watch for mode %v", dlock.ErrNotSupported, req.Mode)
+	}
+	gk := grantKey{req.Name, req.Token}
+	ch := make(chan dlock.Grant, 1)
+	s.mu.Lock()
+	s.grants[gk] = ch
+	s.mu.Unlock()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			if s.grants[gk] == ch {
+				delete(s.grants, gk)
+			}
+		})
+	}
+	return ch, stop, nil
+}
+
+func (s *Store) wakeLocked(k key) {
+	for ch := range s.watchers[k] {
 		select {
 		case ch <- struct{}{}:
 		default:
@@ -214,37 +535,65 @@ func (s *Store) wakeLocked(name string) {
 	}
 }
 
-// State implements [dlock.Inspector].
+// modes lists the keys' modes in the order State looks at them.
+var modes = []dlock.Mode{dlock.ModeMutex, dlock.ModeReentrant, dlock.ModeRead, dlock.ModeFair, dlock.ModeSemaphore}
+
+// State implements [dlock.Inspector]. When several patterns of name have
+// state, it describes the first in mode order.
 func (s *Store) State(ctx context.Context, name string) (dlock.State, error) {
+	if err := ctx.Err(); err != nil {
+		return dlock.State{}, err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.stateLocked(name, time.Now()), nil
+	now := time.Now()
+	for _, m := range modes {
+		if lk := s.live(key{m, name}, now); lk != nil {
+			return s.stateLocked(name, lk, now), nil
+		}
+	}
+	return dlock.State{Name: name, Fence: s.fences[name]}, nil
 }
 
-func (s *Store) stateLocked(name string, now time.Time) dlock.State {
-	st := dlock.State{Name: name, Fence: s.fences[name]}
-	if lk := s.live(name, now); lk != nil {
-		st.Mode = lk.mode
-		st.Holders = len(lk.holders)
-		st.TTL = lk.remaining(now)
+func (s *Store) stateLocked(name string, lk *lock, now time.Time) dlock.State {
+	st := dlock.State{
+		Name:    name,
+		Mode:    lk.mode,
+		Holders: len(lk.holders),
+		TTL:     lk.remaining(now),
+		Fence:   s.fences[name],
+		Queue:   len(lk.queue),
+		Limit:   lk.limit,
+	}
+	switch {
+	case lk.mode == dlock.ModeReentrant && len(lk.holders) > 0:
+		st.Holders = 1 // one owner, however many acquisitions
+	case lk.mode == dlock.ModeRead && lk.writer() != nil:
+		st.Mode = dlock.ModeWrite
 	}
 	return st
 }
 
-// List implements [dlock.Inspector]: every lock with a holder, by name.
+// List implements [dlock.Inspector]: every lock with a holder or a waiter,
+// by name and mode.
 func (s *Store) List(ctx context.Context) ([]dlock.State, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := time.Now()
-	names := make([]string, 0, len(s.locks))
-	for name := range s.locks {
-		names = append(names, name)
+	keys := make([]key, 0, len(s.locks))
+	for k := range s.locks {
+		keys = append(keys, k)
 	}
-	sort.Strings(names)
+	slices.SortFunc(keys, func(a, b key) int {
+		return cmp.Or(cmp.Compare(a.name, b.name), cmp.Compare(a.mode, b.mode))
+	})
 	var out []dlock.State
-	for _, name := range names {
-		if st := s.stateLocked(name, now); st.Holders > 0 {
-			out = append(out, st)
+	for _, k := range keys {
+		if lk := s.live(k, now); lk != nil {
+			out = append(out, s.stateLocked(k.name, lk, now))
 		}
 	}
 	return out, nil
