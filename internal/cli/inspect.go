@@ -1,0 +1,192 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"text/tabwriter"
+	"time"
+
+	"github.com/dlock-dev/dlock"
+)
+
+var statusCmd = &command{
+	name:     "status",
+	synopsis: "[flags] NAME",
+	summary:  "show who holds a lock: holders, mode, time left, fence, queue",
+	argNames: []string{"NAME"},
+	minpos:   1,
+	help: `
+Show the state of lock NAME on a shared store: whether it is held, by how
+many holders, in which mode, for how much longer, its last fencing token and
+how many waiters are queued. Tokens are never shown. Exits 0 whether the lock
+is held or free.
+
+Examples:
+  dlock status --redis-url redis://127.0.0.1:6379 nightly
+  dlock status --server http://locks:3009 --json deploy`,
+}
+
+var listCmd = &command{
+	name:     "list",
+	synopsis: "[flags]",
+	summary:  "list the locks currently held or queued on a store",
+	help: `
+List the locks currently held or waited for on a shared store, one line each,
+sorted by name. Tokens are never shown.
+
+Examples:
+  dlock list --server http://locks:3009
+  dlock list --redis-url redis://127.0.0.1:6379 --json`,
+}
+
+func init() {
+	inspectFlags := func(x *cmd) any {
+		x.fs.Bool(&x.json, "json", "DLOCK_JSON", "print JSON instead of text")
+		x.store.register(x.fs, true)
+		return nil
+	}
+	statusCmd.flags, statusCmd.run = inspectFlags, runStatus
+	listCmd.flags, listCmd.run = inspectFlags, runList
+}
+
+// stateJSON is how status and list print a lock: the HTTP API's shape.
+type stateJSON struct {
+	Name    string `json:"name"`
+	Held    bool   `json:"held"`
+	Mode    string `json:"mode,omitempty"`
+	Holders int    `json:"holders"`
+	TTLMs   int64  `json:"ttlMs"`
+	Fence   int64  `json:"fence"`
+	Queue   int    `json:"queue"`
+	Limit   int    `json:"limit,omitempty"`
+}
+
+func toJSON(st dlock.State) stateJSON {
+	j := stateJSON{Name: st.Name, Held: st.Holders > 0, Holders: st.Holders, TTLMs: st.TTL.Milliseconds(),
+		Fence: st.Fence, Queue: st.Queue, Limit: st.Limit}
+	if st.Holders > 0 || st.Queue > 0 {
+		j.Mode = st.Mode.String()
+	}
+	return j
+}
+
+func (x *cmd) inspector(ctx context.Context) (dlock.Inspector, *backend, int) {
+	b, code := x.openClient(ctx)
+	if b == nil {
+		return nil, nil, code
+	}
+	in, ok := b.store.(dlock.Inspector)
+	if !ok {
+		b.close()
+		return nil, nil, x.fail(fmt.Errorf("dlock: the %s store cannot describe its locks: %w", b.name, dlock.ErrNotSupported))
+	}
+	return in, b, 0
+}
+
+func runStatus(ctx context.Context, x *cmd, pos, _ []string) int {
+	name := pos[0]
+	if err := dlock.ValidName(name); err != nil {
+		return x.usageFail("%v", err)
+	}
+	in, b, code := x.inspector(ctx)
+	if in == nil {
+		return code
+	}
+	defer b.close()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	st, err := in.State(ctx, name)
+	if err != nil {
+		return x.fail(err)
+	}
+	if st.Name == "" {
+		st.Name = name
+	}
+	if x.json {
+		return x.printJSON(toJSON(st))
+	}
+	fmt.Fprintln(x.env.Stdout, describe(st))
+	return 0
+}
+
+// describe is one human line about a lock.
+func describe(st dlock.State) string {
+	s := st.Name + ": "
+	switch {
+	case st.Holders == 0:
+		s += "free"
+	case st.Holders == 1:
+		s += fmt.Sprintf("held (%s), %v left", st.Mode, roundTTL(st.TTL))
+	default:
+		s += fmt.Sprintf("held by %d (%s), %v left", st.Holders, st.Mode, roundTTL(st.TTL))
+	}
+	if st.Limit > 0 {
+		s += fmt.Sprintf(", limit %d", st.Limit)
+	}
+	if st.Queue > 0 {
+		s += fmt.Sprintf(", %d waiting", st.Queue)
+	}
+	if st.Fence > 0 {
+		s += fmt.Sprintf(", fence %d", st.Fence)
+	}
+	return s
+}
+
+func roundTTL(d time.Duration) time.Duration {
+	if d >= 10*time.Second {
+		return d.Round(time.Second)
+	}
+	return d.Round(time.Millisecond)
+}
+
+func runList(ctx context.Context, x *cmd, _, _ []string) int {
+	in, b, code := x.inspector(ctx)
+	if in == nil {
+		return code
+	}
+	defer b.close()
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	states, err := in.List(ctx)
+	if err != nil {
+		return x.fail(err)
+	}
+	sort.Slice(states, func(i, j int) bool { return states[i].Name < states[j].Name })
+	if x.json {
+		out := make([]stateJSON, len(states))
+		for i, st := range states {
+			out[i] = toJSON(st)
+		}
+		return x.printJSON(out)
+	}
+	if len(states) == 0 {
+		fmt.Fprintln(x.env.Stdout, "no locks held")
+		return 0
+	}
+	writeTable(x.env.Stdout, states)
+	return 0
+}
+
+func writeTable(w io.Writer, states []dlock.State) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tMODE\tHOLDERS\tTTL\tQUEUE\tFENCE")
+	for _, st := range states {
+		mode := st.Mode.String()
+		if st.Limit > 0 {
+			mode += fmt.Sprintf("/%d", st.Limit)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%v\t%d\t%d\n", st.Name, mode, st.Holders, roundTTL(st.TTL), st.Queue, st.Fence)
+	}
+	tw.Flush()
+}
+
+func (x *cmd) printJSON(v any) int {
+	enc := json.NewEncoder(x.env.Stdout)
+	if err := enc.Encode(v); err != nil {
+		return x.fail(err)
+	}
+	return 0
+}

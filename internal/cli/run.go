@@ -1,0 +1,121 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"time"
+
+	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/runner"
+)
+
+var runCmd = &command{
+	name:     "run",
+	synopsis: "[flags] NAME [--] COMMAND [ARGS...]",
+	summary:  "run a command while holding a lock (a distributed flock)",
+	argNames: []string{"NAME"},
+	minpos:   1,
+	tail:     true,
+	help: `
+Run COMMAND while holding the exclusive lock NAME on a shared store.
+
+dlock takes the lock (at once, or waiting up to --wait), then starts COMMAND
+with its own environment plus DLOCK_NAME, DLOCK_FENCE (the fencing token: pass
+it to the resource you protect and have it reject lower ones) and DLOCK_TOKEN.
+Standard input, output and error are passed through. The lease is renewed at
+about a third of --ttl while COMMAND runs and released when it exits.
+
+If the lease is lost (renewal refused, or the store unreachable until the
+lease ran out) COMMAND gets SIGTERM and, after --grace, SIGKILL; dlock then
+exits 70. SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to dlock
+are forwarded to COMMAND. When standard input is not a terminal, COMMAND runs
+in a process group of its own and signals go to the whole group; on a
+terminal it stays in the foreground group, where Ctrl-C reaches it directly.
+If dlock itself is killed, COMMAND is killed too (Linux).
+
+Exit status: COMMAND's own, or 128+N if it was killed by signal N; else
+  64  usage error or no shared store configured
+  69  store unavailable
+  70  lease lost while COMMAND ran (COMMAND was stopped)
+  75  lock held by someone else (after --wait, if given)
+  126 COMMAND could not be executed; 127 COMMAND not found
+
+Examples:
+  dlock run --redis-url redis://127.0.0.1:6379 nightly -- ./report.sh --full
+  DLOCK_SERVER=http://locks:3009 dlock run --wait 5m deploy -- make deploy
+  dlock run --ttl 10s --grace 30s migrate -- sh -c 'exec ./migrate --fence "$DLOCK_FENCE"'`,
+}
+
+type runFlags struct {
+	ttl, wait, grace time.Duration
+	verbose          bool
+}
+
+func init() {
+	runCmd.flags = func(x *cmd) any {
+		f := &runFlags{}
+		x.fs.Duration(&f.ttl, "ttl", "DLOCK_TTL", 30*time.Second, "lease length; renewed at about TTL/3 (100ms to 24h)")
+		x.fs.Duration(&f.wait, "wait", "DLOCK_WAIT", 0, "how long to wait for a held lock; 0 fails at once with exit code 75")
+		x.fs.Duration(&f.grace, "grace", "DLOCK_GRACE", 10*time.Second, "after losing the lease, time between SIGTERM and SIGKILL")
+		x.fs.Bool(&f.verbose, "verbose", "DLOCK_VERBOSE", "log acquire and release on stderr")
+		x.store.register(x.fs, true)
+		return f
+	}
+	runCmd.run = runRun
+}
+
+func runRun(ctx context.Context, x *cmd, pos, tail []string) int {
+	f := x.opts.(*runFlags)
+	name := pos[0]
+	if err := dlock.ValidName(name); err != nil {
+		return x.usageFail("%v", err)
+	}
+	if f.ttl < dlock.MinTTL || f.ttl > dlock.MaxTTL {
+		return x.usageFail("--ttl must be between 100ms and 24h")
+	}
+	if f.wait < 0 || f.grace < 0 {
+		return x.usageFail("--wait and --grace must not be negative")
+	}
+	// Catch signals from the start: one that arrives while the lock is
+	// being acquired cancels the acquisition.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, runner.ForwardedSignals...)
+	defer signal.Stop(sigs)
+
+	b, code := x.openClient(ctx)
+	if b == nil {
+		return code
+	}
+	defer b.close()
+	level := slog.LevelWarn
+	if f.verbose {
+		level = slog.LevelInfo
+	}
+	log := x.logger(level)
+	locker, err := dlock.New(b.store, dlock.WithLogger(log))
+	if err != nil {
+		return x.fail(err)
+	}
+	defer locker.Close()
+	code, err = runner.Run(ctx, runner.Config{
+		Locker:  locker,
+		Name:    name,
+		TTL:     f.ttl,
+		Wait:    f.wait,
+		Grace:   f.grace,
+		Command: tail,
+		Stdin:   x.env.Stdin,
+		Stdout:  x.env.Stdout,
+		Stderr:  x.env.Stderr,
+		Env:     x.env.Environ(),
+		Signals: sigs,
+		Logger:  log,
+	})
+	if err != nil {
+		fmt.Fprintln(x.env.Stderr, errorLine(err))
+	}
+	return code
+}

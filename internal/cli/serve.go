@@ -1,0 +1,102 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store/memory"
+)
+
+var serveCmd = &command{
+	name:     "serve",
+	synopsis: "[flags]",
+	summary:  "run the HTTP lock service, metrics and dashboard (default :3009)",
+	help: `
+Run the HTTP lock service: the /v1 lease API for clients in any language, the
+seed-compatible demo endpoints under /api/locks, /health, /metrics
+(Prometheus), /v1/events and the live dashboard at /. See docs/http.md.
+
+The store is chosen by flags: --redis-url for one Valkey/Redis node or
+cluster, --redlock-urls for a Redlock quorum over independent nodes; with
+neither, locks live in this process's memory (fine for a try-out or a single
+instance, shared by nobody else). SIGTERM or SIGINT stops accepting
+connections, lets requests in flight finish, and releases the leases the
+service holds.
+
+Examples:
+  dlock serve
+  dlock serve --addr 127.0.0.1:8080 --redis-url redis://127.0.0.1:6379
+  DLOCK_AUTH_TOKEN=s3cret dlock serve --redlock-urls redis://a:6379,redis://b:6379,redis://c:6379`,
+}
+
+type serveFlags struct {
+	addr, logLevel, logFormat string
+}
+
+func init() {
+	serveCmd.flags = func(x *cmd) any {
+		f := &serveFlags{}
+		x.fs.String(&f.addr, "addr", "ADDR", "DLOCK_ADDR", ":3009", "address to listen on")
+		x.store.register(x.fs, false)
+		x.fs.String(&x.store.authToken, "auth-token", "TOKEN", "DLOCK_AUTH_TOKEN", "",
+			"require 'Authorization: Bearer TOKEN' on /api and /v1 (never logged)")
+		x.fs.String(&f.logLevel, "log-level", "LEVEL", "DLOCK_LOG_LEVEL", "info", "debug, info, warn or error")
+		x.fs.String(&f.logFormat, "log-format", "FORMAT", "DLOCK_LOG_FORMAT", "text", "text or json")
+		return f
+	}
+	serveCmd.run = runServe
+}
+
+func (f *serveFlags) logger(x *cmd) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
+		return nil, errors.New("--log-level must be debug, info, warn or error")
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	switch strings.ToLower(f.logFormat) {
+	case "text":
+		return slog.New(slog.NewTextHandler(x.env.Stderr, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(x.env.Stderr, opts)), nil
+	}
+	return nil, errors.New("--log-format must be text or json")
+}
+
+func runServe(ctx context.Context, x *cmd, _, _ []string) int {
+	f := x.opts.(*serveFlags)
+	log, err := f.logger(x)
+	if err != nil {
+		return x.usageFail("%v", err)
+	}
+	if _, err := x.store.configured(); err != nil {
+		return x.usageFail("%v", err)
+	}
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	b, err := x.store.open(ctx)
+	if err != nil {
+		return x.fail(fmt.Errorf("dlock: opening the %s store: %w", storeKind(&x.store), err))
+	}
+	if b == nil {
+		b = &backend{store: memory.New(), name: "memory", desc: "in-process memory", close: func() {}}
+		log.Warn("dlock: no --redis-url or --redlock-urls: using the in-memory store; locks are local to this process and vanish when it exits")
+	}
+	defer b.close()
+	log.Info("dlock: store", "kind", b.name, "at", b.desc)
+	if err := serve(ctx, x, f, b, log); err != nil {
+		return x.fail(err)
+	}
+	return 0
+}
+
+// newLocker returns the service's Locker over b.
+func newLocker(b *backend, log *slog.Logger, opts ...dlock.Option) (*dlock.Locker, error) {
+	return dlock.New(b.store, append([]dlock.Option{dlock.WithLogger(log)}, opts...)...)
+}

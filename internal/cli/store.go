@@ -1,0 +1,154 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/httpstore"
+)
+
+// storeFlags select the store a command works on.
+type storeFlags struct {
+	redisURL    string
+	redlockURLs string
+	server      string // remote dlock serve; not for serve itself
+	authToken   string
+}
+
+// register defines the store flags; client adds --server and makes
+// --auth-token the token sent to it.
+func (s *storeFlags) register(fs *flagSet, client bool) {
+	fs.String(&s.redisURL, "redis-url", "URL", "DLOCK_REDIS_URL", "",
+		"Valkey/Redis URL: redis://[user:pass@]host:port[/db], rediss:// for TLS; a cluster node works too")
+	fs.String(&s.redlockURLs, "redlock-urls", "URL,...", "DLOCK_REDLOCK_URLS", "",
+		"comma-separated URLs of independent Valkey/Redis nodes for Redlock (a majority must agree)")
+	if client {
+		fs.String(&s.server, "server", "URL", "DLOCK_SERVER", "",
+			"URL of a remote dlock serve, e.g. http://locks.internal:3009")
+		fs.String(&s.authToken, "auth-token", "TOKEN", "DLOCK_AUTH_TOKEN", "",
+			"bearer token for --server")
+	}
+}
+
+// errNoStore is the usage error of a client command without a shared store.
+var errNoStore = errors.New("needs a shared store: set --redis-url, --redlock-urls or --server " +
+	"(env DLOCK_REDIS_URL, DLOCK_REDLOCK_URLS, DLOCK_SERVER); a lock that lives only in this process would protect nothing")
+
+// backend is an open store.
+type backend struct {
+	store dlock.Store
+	name  string // memory, valkey, redlock or server: for logs and metrics
+	desc  string // where it is, without credentials
+	close func()
+}
+
+// configured reports whether a store flag is set, and an error when more
+// than one is.
+func (s *storeFlags) configured() (bool, error) {
+	n := 0
+	for _, v := range []string{s.redisURL, s.redlockURLs, s.server} {
+		if v != "" {
+			n++
+		}
+	}
+	if n > 1 {
+		return false, errors.New("set only one of --redis-url, --redlock-urls and --server")
+	}
+	return n == 1, nil
+}
+
+// open opens the selected store. With no store flag it returns nil.
+func (s *storeFlags) open(ctx context.Context) (*backend, error) {
+	switch {
+	case s.redisURL != "":
+		st, closeFn, err := dialValkey(ctx, s.redisURL)
+		if err != nil {
+			return nil, err
+		}
+		return &backend{store: st, name: "valkey", desc: redactURL(s.redisURL), close: closeFn}, nil
+	case s.redlockURLs != "":
+		var urls []string
+		for _, u := range strings.Split(s.redlockURLs, ",") {
+			if u = strings.TrimSpace(u); u != "" {
+				urls = append(urls, u)
+			}
+		}
+		if len(urls) == 0 {
+			return nil, &dlock.InvalidError{Field: "redlock-urls", Reason: "no URL given"}
+		}
+		st, closeFn, err := openRedlock(ctx, urls)
+		if err != nil {
+			return nil, err
+		}
+		descs := make([]string, len(urls))
+		for i, u := range urls {
+			descs[i] = redactURL(u)
+		}
+		return &backend{store: st, name: "redlock", desc: strings.Join(descs, ","), close: closeFn}, nil
+	case s.server != "":
+		st, err := httpstore.New(s.server, httpstore.WithAuthToken(s.authToken), httpstore.WithUserAgent("dlock-cli"))
+		if err != nil {
+			return nil, err
+		}
+		return &backend{store: st, name: "server", desc: st.String(), close: func() { st.Close() }}, nil
+	}
+	return nil, nil
+}
+
+// redactURL hides the password of a store URL.
+func redactURL(raw string) string {
+	if i := strings.Index(raw, "://"); i >= 0 {
+		rest := raw[i+3:]
+		if at := strings.LastIndex(rest, "@"); at >= 0 {
+			if j := strings.Index(rest[:at], "/"); j < 0 {
+				user, _, hasPass := strings.Cut(rest[:at], ":")
+				if hasPass {
+					return raw[:i+3] + user + ":xxxxx" + rest[at:]
+				}
+			}
+		}
+	}
+	return raw
+}
+
+// closeAll closes every closer, for multi-node stores.
+func closeAll(cs []io.Closer) func() {
+	return func() {
+		for _, c := range cs {
+			c.Close()
+		}
+	}
+}
+
+// openClient opens the shared store of a client command, or reports that
+// none is configured.
+func (x *cmd) openClient(ctx context.Context) (*backend, int) {
+	ok, err := x.store.configured()
+	if err != nil {
+		return nil, x.usageFail("%v", err)
+	}
+	if !ok {
+		return nil, x.usageFail("%v", errNoStore)
+	}
+	b, err := x.store.open(ctx)
+	if err != nil {
+		return nil, x.fail(fmt.Errorf("dlock: opening the %s store: %w", storeKind(&x.store), err))
+	}
+	return b, 0
+}
+
+func storeKind(s *storeFlags) string {
+	switch {
+	case s.redisURL != "":
+		return "valkey"
+	case s.redlockURLs != "":
+		return "redlock"
+	case s.server != "":
+		return "remote"
+	}
+	return "memory"
+}

@@ -1,0 +1,419 @@
+// Package httpstore is a [dlock.Store] that talks to a remote `dlock serve`
+// over its /v1 lease API, so that `dlock run --server URL` uses the same
+// [dlock.Locker] code (renewal scheduler, lease loss, waiting) as a direct
+// Redis connection.
+//
+// Every Store method is one HTTP request (Extend sends one per lease, in
+// parallel). Tokens travel in request bodies, never in URLs. The server
+// does the locking on its own store; this package only translates:
+//
+//   - Acquire: POST /v1/locks/{name}/acquire with the caller's token, so a
+//     retried acquire is idempotent; 200 is a grant, 409 a refusal with the
+//     holder's remaining time.
+//   - Extend and Release: POST .../extend and .../release; 410 means the
+//     token no longer holds the lock ([dlock.ErrNotHeld]).
+//   - State and List: GET /v1/locks/{name} and GET /v1/locks.
+//   - Ping: GET /health.
+//
+// Only exclusive locks ([dlock.ModeMutex]) are supported; other modes return
+// an error wrapping [dlock.ErrNotSupported]. Watch is not supported either,
+// so a waiting Locker falls back to retrying at the holder's remaining time
+// and on capped backoff.
+package httpstore
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/dlock-dev/dlock"
+)
+
+var (
+	_ dlock.Store     = (*Store)(nil)
+	_ dlock.Inspector = (*Store)(nil)
+	_ dlock.Pinger    = (*Store)(nil)
+)
+
+// maxReply bounds the size of a reply body the client reads.
+const maxReply = 4 << 20
+
+// Store is a client of one `dlock serve` instance. It is safe for concurrent
+// use. The zero value is not usable; call New.
+type Store struct {
+	base  *url.URL
+	auth  string
+	hc    *http.Client
+	ua    string
+	owned bool // hc was created by New and is closed by Close
+}
+
+// Option configures a Store.
+type Option func(*Store)
+
+// WithAuthToken sets the bearer token sent with every request (the server's
+// DLOCK_AUTH_TOKEN). Default none.
+func WithAuthToken(token string) Option {
+	return func(s *Store) { s.auth = token }
+}
+
+// WithHTTPClient sets the HTTP client. Default: a client of its own with a
+// 10s timeout per request.
+func WithHTTPClient(hc *http.Client) Option {
+	return func(s *Store) {
+		if hc != nil {
+			s.hc, s.owned = hc, false
+		}
+	}
+}
+
+// WithUserAgent sets the User-Agent header. Default "dlock".
+func WithUserAgent(ua string) Option {
+	return func(s *Store) { s.ua = ua }
+}
+
+// New returns a Store for the server at baseURL (for example
+// "http://127.0.0.1:3009"). It returns an [*dlock.InvalidError] when baseURL
+// is not an absolute http or https URL. It does not contact the server; see
+// [Store.Ping].
+func New(baseURL string, opts ...Option) (*Store, error) {
+	u, err := url.Parse(baseURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, &dlock.InvalidError{Field: "server", Reason: "must be an http:// or https:// URL"}
+	}
+	if u.User != nil {
+		return nil, &dlock.InvalidError{Field: "server", Reason: "must not carry credentials; use the auth token"}
+	}
+	u.Path = strings.TrimRight(u.Path, "/")
+	u.RawQuery, u.Fragment = "", ""
+	s := &Store{
+		base:  u,
+		hc:    &http.Client{Timeout: 10 * time.Second, Transport: http.DefaultTransport.(*http.Transport).Clone()},
+		ua:    "dlock",
+		owned: true,
+	}
+	for _, o := range opts {
+		if o != nil {
+			o(s)
+		}
+	}
+	return s, nil
+}
+
+// Close closes the idle connections of the Store's own HTTP client.
+func (s *Store) Close() error {
+	if s.owned {
+		s.hc.CloseIdleConnections()
+	}
+	return nil
+}
+
+// String returns the server URL.
+func (s *Store) String() string { return s.base.String() }
+
+type acquireBody struct {
+	TTLMs int64  `json:"ttlMs"`
+	Mode  string `json:"mode"`
+	Owner string `json:"owner,omitempty"`
+	Token string `json:"token"`
+}
+
+type grantReply struct {
+	Name  string `json:"name"`
+	Token string `json:"token"`
+	Fence int64  `json:"fence"`
+	TTLMs int64  `json:"ttlMs"`
+}
+
+type errorReply struct {
+	Error        string `json:"error"`
+	Message      string `json:"message"`
+	Field        string `json:"field"`
+	RetryAfterMs *int64 `json:"retryAfterMs"`
+}
+
+type tokenBody struct {
+	Token string `json:"token"`
+	TTLMs int64  `json:"ttlMs,omitempty"`
+}
+
+func checkMode(m dlock.Mode) error {
+	if m != dlock.ModeMutex {
+		return fmt.Errorf("%w: remote store mode %v", dlock.ErrNotSupported, m)
+	}
+	return nil
+}
+
+// Acquire implements [dlock.Store]: one attempt, never waiting on the server.
+func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, error) {
+	if err := checkMode(req.Mode); err != nil {
+		return dlock.Grant{}, err
+	}
+	body := acquireBody{TTLMs: req.TTL.Milliseconds(), Mode: "exclusive", Token: req.Token}
+	var g grantReply
+	status, er, hdr, err := s.do(ctx, http.MethodPost, lockPath(req.Name, "acquire"), body, &g)
+	if err != nil {
+		return dlock.Grant{}, &dlock.StoreError{Op: "acquire", Node: -1, Err: err}
+	}
+	switch status {
+	case http.StatusOK, http.StatusCreated:
+		if g.Token != "" && g.Token != req.Token {
+			// The server chose its own token: give that hold back and fail
+			// rather than hold a lock the Locker cannot renew.
+			s.Release(context.WithoutCancel(ctx), dlock.Request{Name: req.Name, Token: g.Token})
+			return dlock.Grant{}, &dlock.StoreError{Op: "acquire", Node: -1, Err: errors.New("server ignored the client's token")}
+		}
+		return dlock.Grant{Acquired: true, Fence: g.Fence, Count: 1}, nil
+	case http.StatusConflict, http.StatusLocked:
+		return dlock.Grant{RetryAfter: retryAfter(er, hdr)}, nil
+	}
+	return dlock.Grant{}, s.statusError("acquire", status, er)
+}
+
+// retryAfter reads the holder's remaining time from a refusal: the body's
+// retryAfterMs when present, else the Retry-After header (whole seconds).
+func retryAfter(er errorReply, hdr http.Header) time.Duration {
+	if er.RetryAfterMs != nil && *er.RetryAfterMs > 0 {
+		return time.Duration(*er.RetryAfterMs) * time.Millisecond
+	}
+	if n, err := strconv.Atoi(hdr.Get("Retry-After")); err == nil && n > 0 {
+		return time.Duration(n) * time.Second
+	}
+	return 0
+}
+
+// Extend implements [dlock.Store], with one request per lease in parallel.
+func (s *Store) Extend(ctx context.Context, reqs []dlock.Request) []error {
+	errs := make([]error, len(reqs))
+	var wg sync.WaitGroup
+	for i, r := range reqs {
+		wg.Go(func() { errs[i] = s.tokenOp(ctx, "extend", r, true) })
+	}
+	wg.Wait()
+	return errs
+}
+
+// Release implements [dlock.Store].
+func (s *Store) Release(ctx context.Context, req dlock.Request) error {
+	return s.tokenOp(ctx, "release", req, false)
+}
+
+func (s *Store) tokenOp(ctx context.Context, op string, req dlock.Request, ttl bool) error {
+	if err := checkMode(req.Mode); err != nil {
+		return err
+	}
+	body := tokenBody{Token: req.Token}
+	if ttl {
+		body.TTLMs = req.TTL.Milliseconds()
+	}
+	status, er, _, err := s.do(ctx, http.MethodPost, lockPath(req.Name, op), body, nil)
+	if err != nil {
+		return &dlock.StoreError{Op: op, Node: -1, Err: err}
+	}
+	switch status {
+	case http.StatusOK, http.StatusNoContent:
+		return nil
+	case http.StatusGone, http.StatusNotFound, http.StatusConflict:
+		return dlock.ErrNotHeld
+	}
+	return s.statusError(op, status, er)
+}
+
+// Watch implements [dlock.Store]. The /v1 API has no per-lock wake-ups, so
+// it returns an error wrapping [dlock.ErrNotSupported] and waiting Lockers
+// retry on timers.
+func (s *Store) Watch(ctx context.Context, name string, mode dlock.Mode) (<-chan struct{}, func(), error) {
+	return nil, nil, fmt.Errorf("%w: remote store watch", dlock.ErrNotSupported)
+}
+
+type stateReply struct {
+	Name    string `json:"name"`
+	Mode    string `json:"mode"`
+	Holders int    `json:"holders"`
+	TTLMs   int64  `json:"ttlMs"`
+	Fence   int64  `json:"fence"`
+	Queue   int    `json:"queue"`
+	Limit   int    `json:"limit"`
+}
+
+func (r stateReply) state() dlock.State {
+	m, ok := dlock.ParseMode(r.Mode)
+	if !ok {
+		switch r.Mode {
+		case "exclusive":
+			m = dlock.ModeMutex
+		case "shared":
+			m = dlock.ModeSemaphore
+		}
+	}
+	return dlock.State{Name: r.Name, Mode: m, Holders: r.Holders, TTL: time.Duration(r.TTLMs) * time.Millisecond,
+		Fence: r.Fence, Queue: r.Queue, Limit: r.Limit}
+}
+
+// State implements [dlock.Inspector].
+func (s *Store) State(ctx context.Context, name string) (dlock.State, error) {
+	var r stateReply
+	status, er, _, err := s.do(ctx, http.MethodGet, lockPath(name, ""), nil, &r)
+	if err != nil {
+		return dlock.State{}, &dlock.StoreError{Op: "state", Node: -1, Err: err}
+	}
+	switch status {
+	case http.StatusOK:
+		st := r.state()
+		if st.Name == "" {
+			st.Name = name
+		}
+		return st, nil
+	case http.StatusNotFound:
+		if er.Error == "" || strings.Contains(strings.ToLower(er.Error+er.Message), "lock") {
+			return dlock.State{Name: name}, nil
+		}
+	}
+	return dlock.State{}, s.statusError("state", status, er)
+}
+
+// List implements [dlock.Inspector]. It accepts either a JSON array of
+// states or an object with a "locks" array.
+func (s *Store) List(ctx context.Context) ([]dlock.State, error) {
+	var raw json.RawMessage
+	status, er, _, err := s.do(ctx, http.MethodGet, "/v1/locks", nil, &raw)
+	if err != nil {
+		return nil, &dlock.StoreError{Op: "list", Node: -1, Err: err}
+	}
+	if status != http.StatusOK {
+		return nil, s.statusError("list", status, er)
+	}
+	var rs []stateReply
+	if err := json.Unmarshal(raw, &rs); err != nil {
+		var wrapped struct {
+			Locks []stateReply `json:"locks"`
+		}
+		if err := json.Unmarshal(raw, &wrapped); err != nil {
+			return nil, &dlock.StoreError{Op: "list", Node: -1, Err: fmt.Errorf("bad reply: %v", err)}
+		}
+		rs = wrapped.Locks
+	}
+	out := make([]dlock.State, 0, len(rs))
+	for _, r := range rs {
+		out = append(out, r.state())
+	}
+	return out, nil
+}
+
+// Ping implements [dlock.Pinger]: GET /health must answer 200.
+func (s *Store) Ping(ctx context.Context) error {
+	status, er, _, err := s.do(ctx, http.MethodGet, "/health", nil, nil)
+	if err != nil {
+		return &dlock.StoreError{Op: "ping", Node: -1, Err: err}
+	}
+	if status != http.StatusOK {
+		return s.statusError("ping", status, er)
+	}
+	return nil
+}
+
+// statusError turns an unexpected status into an error: 400 is an
+// [*dlock.InvalidError], 401 and 403 an [*dlock.InvalidError] about the
+// auth token, anything else a [*dlock.StoreError] (wrapping
+// [dlock.ErrNoQuorum] when the server says so).
+func (s *Store) statusError(op string, status int, er errorReply) error {
+	msg := er.Error
+	if er.Message != "" {
+		msg = strings.TrimSpace(msg + ": " + er.Message)
+	}
+	if msg == "" {
+		msg = http.StatusText(status)
+	}
+	switch {
+	case status == http.StatusBadRequest || status == http.StatusRequestEntityTooLarge:
+		field := er.Field
+		if field == "" {
+			field = "request"
+		}
+		return &dlock.InvalidError{Field: field, Reason: fmt.Sprintf("server said %d %s", status, msg)}
+	case status == http.StatusUnauthorized || status == http.StatusForbidden:
+		return &dlock.InvalidError{Field: "auth token", Reason: fmt.Sprintf("server said %d %s", status, msg)}
+	case status == http.StatusServiceUnavailable && strings.Contains(strings.ToLower(msg), "quorum"):
+		return &dlock.StoreError{Op: op, Node: -1, Err: fmt.Errorf("%w: server said %d %s", dlock.ErrNoQuorum, status, msg)}
+	}
+	return &dlock.StoreError{Op: op, Node: -1, Err: fmt.Errorf("server said %d %s", status, msg)}
+}
+
+func lockPath(name, op string) string {
+	p := "/v1/locks/" + url.PathEscape(name)
+	if op != "" {
+		p += "/" + op
+	}
+	return p
+}
+
+// do sends one request. It returns the status, the decoded error body for
+// statuses other than 2xx, the headers, and a transport error. A 2xx body
+// is decoded into out when out is not nil.
+func (s *Store) do(ctx context.Context, method, path string, in, out any) (int, errorReply, http.Header, error) {
+	var er errorReply
+	var rd io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return 0, er, nil, err
+		}
+		rd = bytes.NewReader(b)
+	}
+	u := *s.base
+	u.RawPath = ""
+	u.Path = s.base.Path + path
+	if esc := s.base.EscapedPath() + path; esc != u.EscapedPath() {
+		u.RawPath = esc
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), rd)
+	if err != nil {
+		return 0, er, nil, err
+	}
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("User-Agent", s.ua)
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if s.auth != "" {
+		req.Header.Set("Authorization", "Bearer "+s.auth)
+	}
+	resp, err := s.hc.Do(req)
+	if err != nil {
+		return 0, er, nil, s.redact(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxReply))
+	if err != nil {
+		return 0, er, nil, err
+	}
+	if resp.StatusCode/100 == 2 {
+		if out != nil && len(body) > 0 {
+			if err := json.Unmarshal(body, out); err != nil {
+				return 0, er, nil, fmt.Errorf("bad reply to %s %s: %v", method, path, err)
+			}
+		}
+	} else {
+		json.Unmarshal(body, &er) // best effort: the status alone decides
+	}
+	return resp.StatusCode, er, resp.Header, nil
+}
+
+// redact replaces the request URL in a transport error with the server's
+// base URL: the path names a lock, and the error ends up in logs.
+func (s *Store) redact(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return fmt.Errorf("%s %s: %w", strings.ToLower(ue.Op), s.base.Redacted(), ue.Err)
+	}
+	return err
+}
