@@ -32,9 +32,9 @@ func OSEnv() Env {
 
 type command struct {
 	name     string
-	synopsis string // after "dlock NAME"
-	summary  string // one line for the command list
-	help     string // paragraphs for `dlock help NAME`
+	synopsis string           // after "dlock NAME"
+	summary  string           // one line for the command list
+	help     string           // paragraphs for `dlock help NAME`
 	flags    func(x *cmd) any // defines the command's flags; the result is cmd.opts
 	run      func(ctx context.Context, c *cmd, pos, tail []string) int
 	argNames []string // positional arguments, the first minpos required
