@@ -1,0 +1,19 @@
+package dlock
+
+import "context"
+
+// FenceRaiser is implemented by stores that can raise the fence counter of a
+// lock while a token holds it. A quorum store (store/redlock) needs it to
+// issue fences that are monotonic across independent nodes: after winning a
+// quorum it writes the fence it will use back to the nodes it holds, so that
+// every later grant on those nodes is issued a higher one. See
+// docs/safety.md for the argument.
+type FenceRaiser interface {
+	// RaiseFence sets the fence counter of req.Name to max(counter, fence),
+	// atomically with a check that req.Token holds the lock in req.Mode,
+	// and returns nil. It returns [ErrNotHeld] when the token holds nothing;
+	// the counter is then unchanged. It never lowers the counter, and it
+	// leaves the fence of the holder's current grant as it was (a repeated
+	// Acquire with the same token still returns the fence first issued).
+	RaiseFence(ctx context.Context, req Request, fence int64) error
+}
