@@ -278,7 +278,7 @@ func runExtend(ctx context.Context, x *cmd, pos, _ []string) int {
 	req := dlock.Request{Name: pos[0], Token: f.token, TTL: f.ttl, Mode: dlock.ModeMutex}
 	if err := b.store.Extend(ctx, []dlock.Request{req})[0]; err != nil {
 		if errors.Is(err, dlock.ErrNotHeld) {
-			err = fmt.Errorf("dlock: the token does not hold %q: %w", req.Name, dlock.ErrLeaseLost)
+			err = &codedError{msg: fmt.Sprintf("dlock: the token does not hold %q: lease lost", req.Name), err: dlock.ErrLeaseLost}
 		}
 		return x.fail(err)
 	}
@@ -304,7 +304,7 @@ func runRelease(ctx context.Context, x *cmd, pos, _ []string) int {
 	req := dlock.Request{Name: pos[0], Token: f.token, Mode: dlock.ModeMutex}
 	if err := b.store.Release(ctx, req); err != nil {
 		if errors.Is(err, dlock.ErrNotHeld) {
-			err = fmt.Errorf("dlock: the token does not hold %q (expired or already released): %w", req.Name, dlock.ErrNotHeld)
+			err = &codedError{msg: fmt.Sprintf("dlock: the token does not hold %q (expired or already released)", req.Name), err: dlock.ErrNotHeld}
 		}
 		return x.fail(err)
 	}
@@ -314,3 +314,13 @@ func runRelease(ctx context.Context, x *cmd, pos, _ []string) int {
 	fmt.Fprintf(x.env.Stdout, "%s: released\n", req.Name)
 	return 0
 }
+
+// codedError is an error with its own message that matches err, which
+// decides the exit code.
+type codedError struct {
+	msg string
+	err error
+}
+
+func (e *codedError) Error() string { return e.msg }
+func (e *codedError) Unwrap() error { return e.err }

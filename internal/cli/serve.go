@@ -80,7 +80,7 @@ func runServe(ctx context.Context, x *cmd, _, _ []string) int {
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
-	b, err := x.store.open(ctx)
+	b, err := x.store.open(ctx, log)
 	if err != nil {
 		return x.fail(fmt.Errorf("dlock: opening the %s store: %w", storeKind(&x.store), err))
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"strings"
 
 	"github.com/dlock-dev/dlock"
@@ -17,6 +18,7 @@ type storeFlags struct {
 	redlockURLs string
 	server      string // remote dlock serve; not for serve itself
 	authToken   string
+	prefix      string
 }
 
 // register defines the store flags; client adds --server and makes
@@ -26,6 +28,8 @@ func (s *storeFlags) register(fs *flagSet, client bool) {
 		"Valkey/Redis URL: redis://[user:pass@]host:port[/db], rediss:// for TLS; a cluster node works too")
 	fs.String(&s.redlockURLs, "redlock-urls", "URL,...", "DLOCK_REDLOCK_URLS", "",
 		"comma-separated URLs of independent Valkey/Redis nodes for Redlock (a majority must agree)")
+	fs.String(&s.prefix, "key-prefix", "PREFIX", "DLOCK_KEY_PREFIX", "lock:",
+		"prefix of the Valkey/Redis keys: the mutex on NAME is the key PREFIX+NAME")
 	if client {
 		fs.String(&s.server, "server", "URL", "DLOCK_SERVER", "",
 			"URL of a remote dlock serve, e.g. http://locks.internal:3009")
@@ -62,10 +66,13 @@ func (s *storeFlags) configured() (bool, error) {
 }
 
 // open opens the selected store. With no store flag it returns nil.
-func (s *storeFlags) open(ctx context.Context) (*backend, error) {
+func (s *storeFlags) open(ctx context.Context, log *slog.Logger) (*backend, error) {
+	if s.server != "" && s.prefix != "lock:" {
+		return nil, &dlock.InvalidError{Field: "key-prefix", Reason: "is set by the server, not its clients"}
+	}
 	switch {
 	case s.redisURL != "":
-		st, closeFn, err := dialValkey(ctx, s.redisURL)
+		st, closeFn, err := s.dialValkey(ctx, s.redisURL, log)
 		if err != nil {
 			return nil, err
 		}
@@ -80,7 +87,7 @@ func (s *storeFlags) open(ctx context.Context) (*backend, error) {
 		if len(urls) == 0 {
 			return nil, &dlock.InvalidError{Field: "redlock-urls", Reason: "no URL given"}
 		}
-		st, closeFn, err := openRedlock(ctx, urls)
+		st, closeFn, err := s.openRedlock(ctx, urls, log)
 		if err != nil {
 			return nil, err
 		}
@@ -134,7 +141,7 @@ func (x *cmd) openClient(ctx context.Context) (*backend, int) {
 	if !ok {
 		return nil, x.usageFail("%v", errNoStore)
 	}
-	b, err := x.store.open(ctx)
+	b, err := x.store.open(ctx, x.logger(slog.LevelWarn))
 	if err != nil {
 		return nil, x.fail(fmt.Errorf("dlock: opening the %s store: %w", storeKind(&x.store), err))
 	}
