@@ -1,0 +1,444 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/dlock-dev/dlock"
+)
+
+// errValidity reports a majority granted too late to leave any validity.
+var errValidity = errors.New("redlock: majority granted after the lease ran out")
+
+// Per-node outcome of an Acquire.
+const (
+	pending uint8 = iota
+	granted
+	refused
+	failed
+)
+
+func checkMode(m dlock.Mode) error {
+	switch m {
+	case dlock.ModeMutex, dlock.ModeRead, dlock.ModeWrite:
+		return nil
+	}
+	return fmt.Errorf("%w: redlock cannot keep mode %v consistent over a quorum", dlock.ErrNotSupported, m)
+}
+
+// requestError reports a node's refusal of the request itself, which no
+// other node will answer differently.
+func requestError(err error) bool {
+	return errors.Is(err, dlock.ErrNotSupported) || errors.Is(err, dlock.ErrInvalid) || errors.Is(err, dlock.ErrUpgrade)
+}
+
+type acquireReply struct {
+	g   dlock.Grant
+	err error
+}
+
+// Acquire implements [dlock.Store]. It sends req to every node at once and
+// returns as soon as the outcome is decided:
+//
+//   - a grant, once a majority granted, the fence was written back to a
+//     majority (see the package doc) and validity remains;
+//   - a refusal (Grant.Acquired false) when the lock is held by another
+//     token on enough nodes to deny a majority. RetryAfter is the time after
+//     which a majority of nodes may be free, by their clocks;
+//   - a [*QuorumError] (wrapping [dlock.ErrNoQuorum]) when too many nodes
+//     failed or did not answer within the node timeout, with each node's
+//     failure as a [*dlock.StoreError] naming its index;
+//   - a [*dlock.StoreError] when a majority granted but no validity was
+//     left;
+//   - an error wrapping [dlock.ErrNotSupported] for the fair, semaphore and
+//     reentrant modes, or whatever request error (invalid name, ...) the
+//     nodes return.
+//
+// In every case but a grant, Acquire first releases req.Token on each node
+// that granted it or might have (a failed or late node), and waits for
+// those releases, so it leaves no key of its own behind.
+func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, error) {
+	if err := checkMode(req.Mode); err != nil {
+		return dlock.Grant{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return dlock.Grant{}, err
+	}
+	if err := s.enter(); err != nil {
+		return dlock.Grant{}, err
+	}
+	defer s.wg.Done()
+
+	start := time.Now()
+	n, q := len(s.nodes), s.quorum
+	timeout := s.nodeTimeout(req.TTL)
+	ch := fan(s, ctx, timeout, s.all, func(ctx context.Context, i int) acquireReply {
+		g, err := s.nodes[i].Acquire(ctx, req)
+		return acquireReply{g, err}
+	})
+	state := make([]uint8, n)
+	grants := make([]dlock.Grant, n)
+	var nGranted, nRefused, nFailed int
+	var errs []error
+	var fatal error
+	answered := 0
+	for answered < n && nGranted < q && nRefused+nFailed <= n-q {
+		r := <-ch
+		answered++
+		switch {
+		case r.val.err != nil:
+			state[r.node] = failed
+			nFailed++
+			errs = append(errs, nodeErr("acquire", r.node, r.val.err))
+			if fatal == nil && requestError(r.val.err) {
+				fatal = r.val.err
+			}
+		case r.val.g.Acquired:
+			state[r.node] = granted
+			grants[r.node] = r.val.g
+			nGranted++
+		default:
+			state[r.node] = refused
+			grants[r.node] = r.val.g
+			nRefused++
+		}
+	}
+	if fatal == nil && nGranted >= q {
+		fence, err := s.settle(ctx, req, timeout, state, grants)
+		if err == nil {
+			if validity := req.TTL - time.Since(start) - s.drift(req.TTL); validity > 0 {
+				flags := make([]bool, n)
+				for i, st := range state {
+					flags[i] = st == pending
+				}
+				track(s, req, flags, ch, n-answered)
+				return dlock.Grant{Acquired: true, Fence: fence, Count: 1}, nil
+			}
+			err = &dlock.StoreError{Op: "acquire", Node: -1, Err: errValidity}
+		}
+		s.undo(ctx, req, timeout, state, ch, n-answered)
+		return dlock.Grant{}, err
+	}
+	s.undo(ctx, req, timeout, state, ch, n-answered)
+	switch {
+	case fatal != nil:
+		return dlock.Grant{}, fatal
+	case nFailed > n-q:
+		s.cfg.logger.Debug("dlock: redlock acquire without quorum", "name", req.Name, "failed", nFailed)
+		return dlock.Grant{}, &QuorumError{Op: "acquire", OK: answered - nFailed, Quorum: q, Nodes: errs}
+	}
+	return dlock.Grant{RetryAfter: retryAfter(state, grants, q)}, nil
+}
+
+// track records which nodes are still working on an operation of req's
+// token that has returned (flags[i] set), until they answer on ch, so that
+// a later Release of the token waits for them node by node (see flight).
+func track[T any](s *Store, req dlock.Request, flags []bool, ch <-chan result[T], left int) {
+	if left == 0 {
+		return
+	}
+	k := flightKey{req.Name, req.Token}
+	fl := &flight{done: make([]chan struct{}, len(flags))}
+	for i, f := range flags {
+		if f {
+			fl.done[i] = make(chan struct{})
+		}
+	}
+	s.fmu.Lock()
+	s.flights[k] = fl
+	s.fmu.Unlock()
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		for range left {
+			r := <-ch
+			close(fl.done[r.node])
+		}
+		s.fmu.Lock()
+		if s.flights[k] == fl {
+			delete(s.flights, k)
+		}
+		s.fmu.Unlock()
+	}()
+}
+
+// flightOf returns the flight of req's grant, or nil.
+func (s *Store) flightOf(req dlock.Request) *flight {
+	s.fmu.Lock()
+	defer s.fmu.Unlock()
+	return s.flights[flightKey{req.Name, req.Token}]
+}
+
+// retryAfter is the time after which a majority of the nodes that answered
+// may be free: the q-th smallest of their remaining holds, counting 0 for a
+// node that granted (it has been released since).
+func retryAfter(state []uint8, grants []dlock.Grant, q int) time.Duration {
+	var ds []time.Duration
+	for i, st := range state {
+		switch st {
+		case granted:
+			ds = append(ds, 0)
+		case refused:
+			ds = append(ds, grants[i].RetryAfter)
+		}
+	}
+	if len(ds) == 0 {
+		return 0
+	}
+	slices.Sort(ds)
+	return ds[min(q, len(ds))-1]
+}
+
+// settle picks the fence of a grant held on a majority and makes sure a
+// majority of the nodes it holds have a counter at least that high,
+// writing it back where needed. Readers take the highest fence their nodes
+// report and write nothing back (readers share the current fence).
+func (s *Store) settle(ctx context.Context, req dlock.Request, timeout time.Duration, state []uint8, grants []dlock.Grant) (int64, error) {
+	var fs []int64
+	for i, st := range state {
+		if st == granted {
+			fs = append(fs, grants[i].Fence)
+		}
+	}
+	if req.Mode == dlock.ModeRead {
+		return slices.Max(fs), nil
+	}
+	q := s.quorum
+	v, eq := pickFence(fs, q)
+	if eq >= q {
+		return v, nil
+	}
+	var raise []int
+	for i, st := range state {
+		if st == granted && grants[i].Fence < v {
+			raise = append(raise, i)
+		}
+	}
+	ch := fan(s, ctx, timeout, raise, func(ctx context.Context, i int) error {
+		return s.raisers[i].RaiseFence(ctx, req, v)
+	})
+	ok := eq
+	var errs []error
+	for range raise {
+		r := <-ch
+		if r.val == nil {
+			if ok++; ok >= q {
+				return v, nil
+			}
+			continue
+		}
+		errs = append(errs, nodeErr("fence", r.node, r.val))
+		if eq+len(raise)-len(errs) < q {
+			break
+		}
+	}
+	return 0, &QuorumError{Op: "fence", OK: ok, Quorum: q, Nodes: errs}
+}
+
+// pickFence chooses the fence F of a grant from the fences fs that a
+// majority issued: one such that at least q of them are at most F, and as
+// many as possible equal F (those need no write-back). It returns F and how
+// many equal it.
+func pickFence(fs []int64, q int) (v int64, eq int) {
+	slices.Sort(fs)
+	for k := q - 1; k < len(fs); k++ {
+		if k+1 < len(fs) && fs[k+1] == fs[k] {
+			continue // take each run of equal fences at its end
+		}
+		j := k
+		for j > 0 && fs[j-1] == fs[k] {
+			j--
+		}
+		if e := k - j + 1; e > eq {
+			v, eq = fs[k], e
+		}
+	}
+	return v, eq
+}
+
+// undo releases req on every node that granted it or might have (failed),
+// and on each node still working on the acquire once it answers, and waits
+// for those releases. It runs even when ctx has ended.
+func (s *Store) undo(ctx context.Context, req dlock.Request, timeout time.Duration, state []uint8, ch <-chan result[acquireReply], pending int) {
+	rctx := context.WithoutCancel(ctx)
+	var wg sync.WaitGroup
+	release := func(i int) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, cancel := context.WithTimeout(rctx, timeout)
+			defer cancel()
+			if err := s.nodes[i].Release(c, req); err != nil && !errors.Is(err, dlock.ErrNotHeld) {
+				s.cfg.logger.Debug("dlock: redlock release after failed acquire", "name", req.Name, "node", i, "err", err)
+			}
+		}()
+	}
+	for i, st := range state {
+		if st == granted || st == failed {
+			release(i)
+		}
+	}
+	for ; pending > 0; pending-- {
+		r := <-ch
+		if r.val.err != nil || r.val.g.Acquired {
+			release(r.node)
+		}
+	}
+	wg.Wait()
+}
+
+// Extend implements [dlock.Store]: each request is extended on every node
+// at once, in one pipelined call per node. A request's error is nil once a
+// majority extended it, [dlock.ErrNotHeld] once more than N−quorum nodes
+// report that the token no longer holds it (the lease is lost), and
+// otherwise a [*QuorumError] (the extension is unconfirmed; the lease stays
+// valid until its current validity ends).
+func (s *Store) Extend(ctx context.Context, reqs []dlock.Request) []error {
+	out := make([]error, len(reqs))
+	if len(reqs) == 0 {
+		return out
+	}
+	if err := s.enter(); err != nil {
+		for j := range out {
+			out[j] = err
+		}
+		return out
+	}
+	defer s.wg.Done()
+	ttl := reqs[0].TTL
+	for _, r := range reqs {
+		ttl = min(ttl, r.TTL)
+	}
+	n, q := len(s.nodes), s.quorum
+	ch := fan(s, ctx, s.nodeTimeout(ttl), s.all, func(ctx context.Context, i int) []error {
+		return s.nodes[i].Extend(ctx, reqs)
+	})
+	ok := make([]int, len(reqs))
+	notHeld := make([]int, len(reqs))
+	errs := make([][]error, len(reqs))
+	decided := make([]bool, len(reqs))
+	undecided := len(reqs)
+	for answered := 0; answered < n && undecided > 0; answered++ {
+		r := <-ch
+		for j := range reqs {
+			if decided[j] {
+				continue
+			}
+			var err error
+			if j < len(r.val) {
+				err = r.val[j]
+			} else {
+				err = errors.New("redlock: node returned too few results")
+			}
+			switch {
+			case err == nil:
+				ok[j]++
+			case errors.Is(err, dlock.ErrNotHeld):
+				notHeld[j]++
+			default:
+				errs[j] = append(errs[j], nodeErr("extend", r.node, err))
+			}
+			switch {
+			case ok[j] >= q:
+				out[j] = nil
+			case notHeld[j] > n-q:
+				out[j] = dlock.ErrNotHeld
+			case notHeld[j]+len(errs[j]) > n-q:
+				out[j] = &QuorumError{Op: "extend", OK: ok[j], Quorum: q, Nodes: errs[j]}
+			default:
+				continue
+			}
+			decided[j] = true
+			undecided--
+		}
+	}
+	return out
+}
+
+// Release implements [dlock.Store]: it releases req on every node at once.
+// It returns nil as soon as some node released the token and a majority is
+// known to be free of it (the remaining nodes finish in the background,
+// bounded by the node timeout); [dlock.ErrNotHeld] when no node released it
+// and a majority reported it not held; otherwise a [*QuorumError] (the
+// nodes that did not answer free the lock when its TTL runs out).
+func (s *Store) Release(ctx context.Context, req dlock.Request) error {
+	if err := s.enter(); err != nil {
+		return err
+	}
+	defer s.wg.Done()
+	n, q := len(s.nodes), s.quorum
+	fl := s.flightOf(req)
+	ch := fan(s, ctx, s.nodeTimeout(req.TTL), s.all, func(ctx context.Context, i int) error {
+		if fl != nil && fl.done[i] != nil {
+			select {
+			case <-fl.done[i]:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return s.nodes[i].Release(ctx, req)
+	})
+	var released, notHeld int
+	var errs []error
+	answered := make([]bool, n)
+	for k := range n {
+		r := <-ch
+		answered[r.node] = true
+		switch {
+		case r.val == nil:
+			released++
+		case errors.Is(r.val, dlock.ErrNotHeld):
+			notHeld++
+		default:
+			errs = append(errs, nodeErr("release", r.node, r.val))
+		}
+		if released > 0 && released+notHeld >= q {
+			for i := range answered {
+				answered[i] = !answered[i]
+			}
+			track(s, req, answered, ch, n-k-1)
+			return nil
+		}
+	}
+	if released == 0 && notHeld >= q {
+		return dlock.ErrNotHeld
+	}
+	return &QuorumError{Op: "release", OK: released + notHeld, Quorum: q, Nodes: errs}
+}
+
+// Ping implements [dlock.Pinger]: nil when a majority of the nodes answer
+// (nodes that are not [dlock.Pinger]s count as answering), else a
+// [*QuorumError].
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.enter(); err != nil {
+		return err
+	}
+	defer s.wg.Done()
+	n, q := len(s.nodes), s.quorum
+	ch := fan(s, ctx, s.nodeTimeout(time.Second), s.all, func(ctx context.Context, i int) error {
+		if p, ok := s.nodes[i].(dlock.Pinger); ok {
+			return p.Ping(ctx)
+		}
+		return ctx.Err()
+	})
+	var ok int
+	var errs []error
+	for range n {
+		r := <-ch
+		if r.val == nil {
+			if ok++; ok >= q {
+				return nil
+			}
+			continue
+		}
+		errs = append(errs, nodeErr("ping", r.node, r.val))
+		if len(errs) > n-q {
+			break
+		}
+	}
+	return &QuorumError{Op: "ping", OK: ok, Quorum: q, Nodes: errs}
+}

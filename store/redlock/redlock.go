@@ -1,0 +1,256 @@
+// Package redlock is a [dlock.Store] over N independent stores: the Redlock
+// algorithm, with fencing tokens that stay monotonic across the nodes.
+//
+// A grant needs a majority (N/2+1) of the nodes to grant the same token, and
+// a positive validity: TTL − elapsed − drift, measured on the client's
+// monotonic clock from before the first request was sent, where drift is
+// DriftFactor × TTL + 2ms. Requests go to every node at once; Acquire
+// returns as soon as its outcome is decided, and when it fails it releases
+// whatever it was granted on every node before returning, rather than
+// leaving those keys to expire. Extend needs a majority too; Release goes to
+// every node.
+//
+// Every grant carries a fence. After winning its majority, Acquire writes
+// the fence it will return back to the nodes it holds that issued a lower
+// one ([dlock.FenceRaiser]), and returns the grant only once a majority
+// holds a counter at least that high. Every later winner's majority shares
+// a node with that one, where it was granted after this holder's write, so
+// its fence is higher. docs/safety.md gives the argument and what it
+// assumes: nodes that never forget their fence counter (the hybrid clock
+// floor of the Valkey and memory stores, or persistence, or a restart
+// delayed past the longest TTL) and clocks that never step back.
+//
+// What Redlock does not give: a lease is exclusive only while clocks run at
+// about the same rate, and only until it ends by the holder's clock. A
+// process paused past its lease (GC, SIGSTOP, a VM migration), or a node
+// whose clock jumps forward and expires the key early, lets two holders
+// believe they hold the lock at once. Only the fence, checked by the
+// protected resource, makes the older holder harmless.
+//
+// Patterns: mutex, and read-write when the nodes support it, with
+// everything built on them (retry, watchdog, Do). The fair queue, the
+// semaphore and the reentrant lock cannot be kept consistent over a quorum
+// (a lost reply leaves a count or a queue place that a retry cannot
+// reconcile), so they return an error wrapping [dlock.ErrNotSupported].
+package redlock
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/dlock-dev/dlock"
+)
+
+var (
+	_ dlock.Store  = (*Store)(nil)
+	_ dlock.Pinger = (*Store)(nil)
+)
+
+// Store is a quorum of independent stores. It is safe for concurrent use.
+// Create it with New; Close waits for requests still running on slow nodes
+// after their caller got its answer.
+type Store struct {
+	nodes   []dlock.Store
+	raisers []dlock.FenceRaiser
+	all     []int // 0..N-1
+	quorum  int
+	cfg     config
+
+	mu     sync.RWMutex // guards closed against wg.Add
+	closed bool
+	wg     sync.WaitGroup // operations in flight and their node goroutines
+
+	fmu     sync.Mutex
+	flights map[flightKey]*flight // grants whose slow nodes are still acquiring
+}
+
+type flightKey struct{ name, token string }
+
+// flight tracks the nodes still working on an Acquire or Release of one
+// token after it returned: done[i] closes when node i answered (nil for
+// nodes that had). A later Release of the token waits for it on each such
+// node, so that it cannot overtake a late acquire and leave the token
+// holding that node, and so that a repeated Release sees the first one's
+// effect on every node.
+type flight struct {
+	done []chan struct{}
+}
+
+type config struct {
+	nodeTimeout time.Duration // 0: derived from the TTL
+	driftFactor float64
+	logger      *slog.Logger
+	err         error
+}
+
+// Option configures a Store.
+type Option func(*config)
+
+// WithNodeTimeout bounds each request to one node. A node that has not
+// answered by then counts as failed for that operation. Default: a tenth
+// of the request's TTL, at least 10ms and at most 500ms. Because Acquire
+// returns as soon as a majority has answered, the timeout only matters when
+// the outcome depends on slow nodes. At least 1ms.
+func WithNodeTimeout(d time.Duration) Option {
+	return func(c *config) {
+		if d < time.Millisecond {
+			c.err = &dlock.InvalidError{Field: "node timeout", Reason: "must be at least 1ms"}
+			return
+		}
+		c.nodeTimeout = d
+	}
+}
+
+// WithDriftFactor sets the share of the TTL allowed for clock drift between
+// the client and the nodes; 2ms is added to it. Default 0.01; from 0 to 0.5.
+func WithDriftFactor(f float64) Option {
+	return func(c *config) {
+		if !(f >= 0 && f <= 0.5) {
+			c.err = &dlock.InvalidError{Field: "drift factor", Reason: "must be between 0 and 0.5"}
+			return
+		}
+		c.driftFactor = f
+	}
+}
+
+// WithLogger sets the logger for node failures (at debug level). Default:
+// discard.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) {
+		if l == nil {
+			c.err = &dlock.InvalidError{Field: "logger", Reason: "must not be nil"}
+			return
+		}
+		c.logger = l
+	}
+}
+
+// New returns a Store over stores, which must be independent (no
+// replication between them), odd in number and at least 3, and must each
+// implement [dlock.FenceRaiser]. The Store does not own the stores: Close
+// does not close them. It returns an [*dlock.InvalidError] for a bad
+// argument or option.
+func New(stores []dlock.Store, opts ...Option) (*Store, error) {
+	n := len(stores)
+	if n < 3 || n%2 == 0 {
+		return nil, &dlock.InvalidError{Field: "stores", Reason: fmt.Sprintf("need an odd number of at least 3, got %d", n)}
+	}
+	cfg := config{driftFactor: 0.01, logger: slog.New(slog.DiscardHandler)}
+	for _, o := range opts {
+		if o != nil {
+			o(&cfg)
+		}
+	}
+	if cfg.err != nil {
+		return nil, cfg.err
+	}
+	s := &Store{
+		nodes:   append([]dlock.Store(nil), stores...),
+		raisers: make([]dlock.FenceRaiser, n),
+		all:     make([]int, n),
+		quorum:  n/2 + 1,
+		cfg:     cfg,
+		flights: make(map[flightKey]*flight),
+	}
+	for i, st := range stores {
+		if st == nil {
+			return nil, &dlock.InvalidError{Field: "stores", Reason: fmt.Sprintf("store %d is nil", i)}
+		}
+		fr, ok := st.(dlock.FenceRaiser)
+		if !ok {
+			return nil, &dlock.InvalidError{Field: "stores", Reason: fmt.Sprintf("store %d (%T) cannot raise fences (dlock.FenceRaiser)", i, st)}
+		}
+		s.raisers[i] = fr
+		s.all[i] = i
+	}
+	return s, nil
+}
+
+// Nodes returns the number of nodes.
+func (s *Store) Nodes() int { return len(s.nodes) }
+
+// Quorum returns the number of nodes a grant needs: N/2+1.
+func (s *Store) Quorum() int { return s.quorum }
+
+// Close waits for the requests still running on slow nodes (each bounded by
+// the node timeout) and makes later calls fail with [dlock.ErrClosed]. It
+// does not close the nodes.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return dlock.ErrClosed
+	}
+	s.closed = true
+	s.mu.Unlock()
+	s.wg.Wait()
+	return nil
+}
+
+// enter registers an operation; the caller must call s.wg.Done when it
+// returns.
+func (s *Store) enter() error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return fmt.Errorf("%w: redlock store", dlock.ErrClosed)
+	}
+	s.wg.Add(1)
+	return nil
+}
+
+// nodeTimeout is the per-node bound for a request of the given TTL.
+func (s *Store) nodeTimeout(ttl time.Duration) time.Duration {
+	if s.cfg.nodeTimeout > 0 {
+		return s.cfg.nodeTimeout
+	}
+	return min(max(ttl/10, 10*time.Millisecond), 500*time.Millisecond)
+}
+
+// drift is the clock-drift allowance for ttl.
+func (s *Store) drift(ttl time.Duration) time.Duration {
+	return time.Duration(float64(ttl)*s.cfg.driftFactor) + 2*time.Millisecond
+}
+
+type result[T any] struct {
+	node int
+	val  T
+}
+
+// fan runs fn for each of nodes in its own goroutine, under one context
+// that ends after timeout, and returns a channel that receives every
+// result. The channel is buffered, so the goroutines never wait for a
+// reader: a caller may stop reading once its outcome is decided. The
+// goroutines are counted in s.wg; the caller must be inside enter.
+func fan[T any](s *Store, ctx context.Context, timeout time.Duration, nodes []int, fn func(ctx context.Context, i int) T) <-chan result[T] {
+	ch := make(chan result[T], len(nodes))
+	if len(nodes) == 0 {
+		return ch
+	}
+	nctx, cancel := context.WithTimeout(ctx, timeout)
+	var left atomic.Int32
+	left.Store(int32(len(nodes)))
+	finish := func() {
+		if left.Add(-1) == 0 {
+			cancel()
+		}
+	}
+	s.wg.Add(len(nodes))
+	for _, i := range nodes {
+		go func() {
+			defer s.wg.Done()
+			v := fn(nctx, i)
+			ch <- result[T]{i, v}
+			finish()
+		}()
+	}
+	return ch
+}
+
+func nodeErr(op string, node int, err error) error {
+	return &dlock.StoreError{Op: op, Node: node, Err: err}
+}
