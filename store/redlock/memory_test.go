@@ -47,7 +47,7 @@ func asStores[S dlock.Store](ss []S) []dlock.Store {
 func TestConformanceMemory(t *testing.T) {
 	nodes := asStores(memoryNodes(5))
 	storetest.Run(t, storetest.Harness{
-		New: func(t *testing.T) dlock.Store { return newRedlock(t, nodes) },
+		New:         func(t *testing.T) dlock.Store { return newRedlock(t, nodes) },
 		Unsupported: []dlock.Mode{dlock.ModeReentrant, dlock.ModeFair, dlock.ModeSemaphore},
 	})
 }

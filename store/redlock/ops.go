@@ -193,30 +193,35 @@ func retryAfter(state []uint8, grants []dlock.Grant, q int) time.Duration {
 	return ds[min(q, len(ds))-1]
 }
 
-// settle picks the fence of a grant held on a majority and makes sure a
-// majority of the nodes it holds have a counter at least that high,
-// writing it back where needed. Readers take the highest fence their nodes
-// report and write nothing back (readers share the current fence).
+// settle picks the fence of a grant held on a majority: the highest fence
+// its nodes issued, F. Unless a majority issued F itself, it writes F back
+// to the nodes that issued less, and succeeds once a majority of the nodes
+// it holds have a counter of F. Readers take F and write nothing back
+// (readers share the current fence).
 func (s *Store) settle(ctx context.Context, req dlock.Request, timeout time.Duration, state []uint8, grants []dlock.Grant) (int64, error) {
-	var fs []int64
+	var v int64
 	for i, st := range state {
 		if st == granted {
-			fs = append(fs, grants[i].Fence)
+			v = max(v, grants[i].Fence)
 		}
 	}
 	if req.Mode == dlock.ModeRead {
-		return slices.Max(fs), nil
-	}
-	q := s.quorum
-	v, eq := pickFence(fs, q)
-	if eq >= q {
 		return v, nil
 	}
+	q := s.quorum
+	var eq int
 	var raise []int
 	for i, st := range state {
-		if st == granted && grants[i].Fence < v {
+		switch {
+		case st != granted:
+		case grants[i].Fence == v:
+			eq++
+		default:
 			raise = append(raise, i)
 		}
+	}
+	if eq >= q {
+		return v, nil
 	}
 	ch := fan(s, ctx, timeout, raise, func(ctx context.Context, i int) error {
 		return s.raisers[i].RaiseFence(ctx, req, v)
@@ -237,27 +242,6 @@ func (s *Store) settle(ctx context.Context, req dlock.Request, timeout time.Dura
 		}
 	}
 	return 0, &QuorumError{Op: "fence", OK: ok, Quorum: q, Nodes: errs}
-}
-
-// pickFence chooses the fence F of a grant from the fences fs that a
-// majority issued: one such that at least q of them are at most F, and as
-// many as possible equal F (those need no write-back). It returns F and how
-// many equal it.
-func pickFence(fs []int64, q int) (v int64, eq int) {
-	slices.Sort(fs)
-	for k := q - 1; k < len(fs); k++ {
-		if k+1 < len(fs) && fs[k+1] == fs[k] {
-			continue // take each run of equal fences at its end
-		}
-		j := k
-		for j > 0 && fs[j-1] == fs[k] {
-			j--
-		}
-		if e := k - j + 1; e > eq {
-			v, eq = fs[k], e
-		}
-	}
-	return v, eq
 }
 
 // undo releases req on every node that granted it or might have (failed),
