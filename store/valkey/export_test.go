@@ -1,0 +1,12 @@
+package valkey
+
+import "github.com/dlock-dev/dlock"
+
+// Supports reports whether the store runs mode m (for the tests' Harness).
+func Supports(m dlock.Mode) bool { return modes[m] != nil }
+
+// AuxKey exposes Store.aux to the tests.
+func (s *Store) AuxKey(name, suffix string) string { return s.aux(name, suffix) }
+
+// ParseURL exposes parseURL to the tests.
+var ParseURL = parseURL

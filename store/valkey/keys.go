@@ -1,0 +1,41 @@
+package valkey
+
+import "strings"
+
+// key returns the main key of the lock name: the prefix followed by the name,
+// exactly, so that a mutex held through dlock is the key that redsync,
+// redislock, node-redlock and redis-py's Lock would set for the same name.
+func (s *Store) key(name string) string { return s.prefix + name }
+
+// aux returns the auxiliary key suffix of the lock name (its fence counter,
+// queue, holder set and so on). It lives in the same Redis Cluster hash slot
+// as the main key, so that every script of one lock touches one slot:
+//
+//   - main key without a hash tag, "lock:x": "{lock:x}:fence";
+//   - main key with a hash tag, "lock:{user:1}:job": "{user:1}:lock:{user:1}:job:fence".
+//
+// The second form repeats the main key because a hash tag may be shared by
+// many locks (all names "{user:1}:..." or a prefix such as "{locks}:"), and
+// two locks must never share an auxiliary key. Auxiliary keys start with
+// "{", so they never match the default prefix.
+func (s *Store) aux(name, suffix string) string {
+	main := s.key(name)
+	if tag, ok := hashTag(main); ok {
+		return "{" + tag + "}:" + main + ":" + suffix
+	}
+	return "{" + main + "}:" + suffix
+}
+
+// hashTag returns the hash tag of key by the Redis Cluster rule: the bytes
+// between the first "{" and the first "}" after it, when there are any.
+func hashTag(key string) (string, bool) {
+	open := strings.IndexByte(key, '{')
+	if open < 0 {
+		return "", false
+	}
+	end := strings.IndexByte(key[open+1:], '}')
+	if end <= 0 {
+		return "", false
+	}
+	return key[open+1 : open+1+end], true
+}

@@ -1,0 +1,86 @@
+package valkey_test
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/testredis"
+	"github.com/dlock-dev/dlock/store/valkey"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// valkey-go's cluster client closes connections to nodes dropped by
+		// a topology refresh after 5 seconds, on a goroutine of its own
+		// that outlives Close.
+		goleak.IgnoreAnyFunction("github.com/valkey-io/valkey-go.(*clusterClient)._refresh.func2"),
+	)
+}
+
+// testContext returns a context that ends with the test, or after a minute.
+func testContext(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// dial returns a Store on url, closed when the test ends.
+func dial(t *testing.T, url string, opts ...valkey.Option) *valkey.Store {
+	t.Helper()
+	s, err := valkey.Dial(testContext(t), url, opts...)
+	if err != nil {
+		t.Fatalf("Dial(%q) = %v", url, err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// newLocker returns a Locker on s, closed when the test ends.
+func newLocker(t *testing.T, s dlock.Store, opts ...dlock.Option) *dlock.Locker {
+	t.Helper()
+	l, err := dlock.New(s, opts...)
+	if err != nil {
+		t.Fatalf("dlock.New = %v", err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+// mustDo runs a raw command on srv and fails t on error.
+func mustDo(t *testing.T, srv *testredis.Server, args ...string) string {
+	t.Helper()
+	r, err := srv.Do(args...)
+	if err != nil {
+		t.Fatalf("%v = %v", args, err)
+	}
+	return r
+}
+
+// logBuffer is a concurrency-safe buffer for a captured slog output.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func (l *logBuffer) logger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(l, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}

@@ -1,0 +1,212 @@
+package valkey
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	vk "github.com/valkey-io/valkey-go"
+
+	"github.com/dlock-dev/dlock"
+)
+
+// ops returns the scripts of mode m, or an error wrapping
+// [dlock.ErrNotSupported].
+func (s *Store) ops(m dlock.Mode) (*modeOps, error) {
+	if o := modes[m]; o != nil {
+		return o, nil
+	}
+	return nil, fmt.Errorf("%w: valkey store mode %v", dlock.ErrNotSupported, m)
+}
+
+func checkRequest(req dlock.Request) error {
+	if err := dlock.ValidName(req.Name); err != nil {
+		return err
+	}
+	if req.Token == "" {
+		return &dlock.InvalidError{Field: "token", Reason: "must not be empty"}
+	}
+	if req.TTL <= 0 {
+		return &dlock.InvalidError{Field: "ttl", Reason: "must be positive"}
+	}
+	return nil
+}
+
+// fail classifies an error of operation op: failures to reach the server or
+// transient server states become a [*dlock.StoreError] (wrapping
+// [dlock.ErrUnavailable], so callers retry); other error replies (a key of
+// the wrong type, a script error) are returned as they are, wrapped.
+func fail(op string, err error) error {
+	if ve, ok := vk.IsValkeyErr(err); ok {
+		msg := ve.Error()
+		for _, p := range []string{"LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "READONLY", "NOREPLICAS", "MOVED", "ASK"} {
+			if strings.HasPrefix(msg, p) {
+				return &dlock.StoreError{Op: op, Node: -1, Err: err}
+			}
+		}
+		return fmt.Errorf("dlock: valkey %s: %w", op, err)
+	}
+	return &dlock.StoreError{Op: op, Node: -1, Err: err}
+}
+
+// do runs cmds (built by build, with EVAL instead of EVALSHA when eval is
+// set) in one round trip, and again with EVAL for those that the server
+// did not know by SHA.
+func (s *Store) do(ctx context.Context, n int, build func(i int, eval bool) vk.Completed) []vk.ValkeyResult {
+	cmds := make(vk.Commands, n)
+	for i := range cmds {
+		cmds[i] = build(i, false)
+	}
+	res := s.client.DoMulti(ctx, cmds...)
+	var again []int
+	for i, r := range res {
+		if isNoScript(r.Error()) {
+			again = append(again, i)
+		}
+	}
+	if len(again) == 0 {
+		return res
+	}
+	cmds = cmds[:0]
+	for _, i := range again {
+		cmds = append(cmds, build(i, true))
+	}
+	for j, r := range s.client.DoMulti(ctx, cmds...) {
+		res[again[j]] = r
+	}
+	return res
+}
+
+// Acquire implements [dlock.Store]: one script, one round trip (plus WAIT
+// in the same round trip under [WithWaitReplicas]). It returns an error
+// wrapping [dlock.ErrNotSupported] for a mode this store does not run,
+// [dlock.ErrInvalid] for a bad request, a [*dlock.StoreError] when the
+// server could not be reached or did not answer (the grant may or may not
+// have happened; asking again with the same token tells), and a
+// [*ReplicationError] when replicas did not confirm the grant.
+func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, error) {
+	o, err := s.ops(req.Mode)
+	if err != nil {
+		return dlock.Grant{}, err
+	}
+	if err := checkRequest(req); err != nil {
+		return dlock.Grant{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return dlock.Grant{}, err
+	}
+	keys, args := o.keys(s, req.Name), o.argv(req)
+	n := 1
+	if s.cfg.waitReplicas > 0 {
+		n = 2
+	}
+	res := s.do(ctx, n, func(i int, eval bool) vk.Completed {
+		if i == 1 {
+			return s.client.B().Wait().Numreplicas(int64(s.cfg.waitReplicas)).Timeout(s.cfg.waitTimeout.Milliseconds()).Build()
+		}
+		return o.acquire.cmd(s.client, keys, args, eval)
+	})
+	if err := res[0].Error(); err != nil {
+		return dlock.Grant{}, fail("acquire", err)
+	}
+	g, err := parseGrant(res[0])
+	if err != nil {
+		return dlock.Grant{}, fmt.Errorf("dlock: valkey acquire: %w", err)
+	}
+	if !g.Acquired || n == 1 {
+		return g, nil
+	}
+	acked, werr := res[1].AsInt64()
+	if werr == nil && acked >= int64(s.cfg.waitReplicas) {
+		return g, nil
+	}
+	rerr := &ReplicationError{Name: req.Name, Want: s.cfg.waitReplicas, Acked: int(acked), Err: werr}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), setupTimeout)
+	defer cancel()
+	if err := s.Release(rctx, req); err != nil && !errors.Is(err, dlock.ErrNotHeld) {
+		return dlock.Grant{}, errors.Join(rerr, err)
+	}
+	return dlock.Grant{}, rerr
+}
+
+// Extend implements [dlock.Store]: all requests go out in one pipelined
+// round trip (per node of a cluster). Each error is nil, [dlock.ErrNotHeld],
+// ErrNotSupported/ErrInvalid for that request, or a [*dlock.StoreError].
+func (s *Store) Extend(ctx context.Context, reqs []dlock.Request) []error {
+	errs := make([]error, len(reqs))
+	if err := ctx.Err(); err != nil {
+		for i := range errs {
+			errs[i] = err
+		}
+		return errs
+	}
+	type call struct {
+		i          int
+		o          *modeOps
+		keys, args []string
+	}
+	calls := make([]call, 0, len(reqs))
+	for i, req := range reqs {
+		o, err := s.ops(req.Mode)
+		if err == nil {
+			err = checkRequest(req)
+		}
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		calls = append(calls, call{i, o, o.keys(s, req.Name), o.argv(req)})
+	}
+	if len(calls) == 0 {
+		return errs
+	}
+	res := s.do(ctx, len(calls), func(j int, eval bool) vk.Completed {
+		c := calls[j]
+		return c.o.extend.cmd(s.client, c.keys, c.args, eval)
+	})
+	for j, r := range res {
+		errs[calls[j].i] = held("extend", r)
+	}
+	return errs
+}
+
+// held decodes the 1/0 reply of an extend or release script.
+func held(op string, r vk.ValkeyResult) error {
+	v, err := r.AsInt64()
+	switch {
+	case err != nil:
+		return fail(op, err)
+	case v == 0:
+		return dlock.ErrNotHeld
+	}
+	return nil
+}
+
+// Release implements [dlock.Store]: one script, one round trip. It returns
+// [dlock.ErrNotHeld] when req.Token holds nothing, so a foreign holder's key
+// is never touched. Waiters of this Store on the lock are woken at once.
+func (s *Store) Release(ctx context.Context, req dlock.Request) error {
+	o, err := s.ops(req.Mode)
+	if err != nil {
+		return err
+	}
+	if err := dlock.ValidName(req.Name); err != nil {
+		return err
+	}
+	if req.Token == "" {
+		return &dlock.InvalidError{Field: "token", Reason: "must not be empty"}
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	keys, args := o.keys(s, req.Name), o.argv(req)
+	res := s.do(ctx, 1, func(_ int, eval bool) vk.Completed {
+		return o.release.cmd(s.client, keys, args, eval)
+	})
+	if err := held("release", res[0]); err != nil {
+		return err
+	}
+	s.hub.wake(o.watchKey(s, req.Name))
+	return nil
+}

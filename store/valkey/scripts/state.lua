@@ -1,0 +1,22 @@
+-- state: describe one lock for the Inspector, without revealing tokens.
+--
+-- KEYS[1]  lock key
+-- KEYS[2]  fence counter
+--
+-- Reply: {type, holders, pttl, fence}: type is the Redis type of the lock
+-- key ("none" when free); holders counts its holders by type (a string is
+-- one holder, a hash/set/sorted set has one per field/member); pttl is the
+-- lock key's remaining TTL in ms (-2 none, -1 no TTL); fence is the last
+-- fence issued (0 when the counter is gone).
+local t = redis.call('TYPE', KEYS[1])['ok']
+local holders = 0
+if t == 'string' then
+  holders = 1
+elseif t == 'hash' then
+  holders = redis.call('HLEN', KEYS[1])
+elseif t == 'set' then
+  holders = redis.call('SCARD', KEYS[1])
+elseif t == 'zset' then
+  holders = redis.call('ZCARD', KEYS[1])
+end
+return {t, holders, redis.call('PTTL', KEYS[1]), tonumber(redis.call('GET', KEYS[2])) or 0}

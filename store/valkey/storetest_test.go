@@ -1,0 +1,44 @@
+package valkey_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/testredis"
+	"github.com/dlock-dev/dlock/store/valkey"
+	"github.com/dlock-dev/dlock/storetest"
+)
+
+// unsupported lists the modes this store does not run yet.
+var unsupported = func() []dlock.Mode {
+	var out []dlock.Mode
+	for _, m := range []dlock.Mode{dlock.ModeReentrant, dlock.ModeRead, dlock.ModeWrite, dlock.ModeFair, dlock.ModeSemaphore} {
+		if !valkey.Supports(m) {
+			out = append(out, m)
+		}
+	}
+	return out
+}()
+
+// TestConformance runs storetest on one non-persistent redis-server, which
+// the restart check restarts with all data lost.
+func TestConformance(t *testing.T) {
+	srv := testredis.Start(t)
+	storetest.Run(t, storetest.Harness{
+		New:         func(t *testing.T) dlock.Store { return dial(t, srv.URL()) },
+		Restart:     func(t *testing.T) { srv.Restart(t) },
+		Unsupported: unsupported,
+	})
+}
+
+// TestConformanceCluster runs storetest on a Redis Cluster of three masters;
+// the locks' keys spread over all of them, and MOVED/ASK are the client's.
+func TestConformanceCluster(t *testing.T) {
+	c := testredis.StartCluster(t, 3)
+	url := "redis://" + strings.Join(c.Addrs(), ",")
+	storetest.Run(t, storetest.Harness{
+		New:         func(t *testing.T) dlock.Store { return dial(t, url) },
+		Unsupported: unsupported,
+	})
+}

@@ -1,0 +1,292 @@
+// Package valkey is the [dlock.Store] on Valkey or Redis (6.2 or later): one
+// node, a primary with replicas, or a Redis Cluster, through valkey-go.
+//
+// # Keys
+//
+// The mutex on name is the string key prefix+name ("lock:<name>" by default)
+// holding the holder's token, so dlock interoperates with every library
+// speaking the de facto "SET key token NX PX ttl" + compare-and-delete
+// protocol (redsync, bsm/redislock, node-redlock, redis-py's Lock): a lock
+// held by one is held for the others. Auxiliary keys of a lock (its fence
+// counter, "{lock:<name>}:fence") share the main key's cluster hash slot, so
+// every operation is one Lua script, one round trip.
+//
+// # Fences
+//
+// Every grant issues max(last+1, server time in ms*1000) atomically with the
+// grant, so fences stay monotonic even across a restart of a node that kept
+// nothing on disk (unless its clock stepped back). The counter expires a
+// day after the last grant.
+//
+// # Wake-ups
+//
+// Waiters are woken by the server: a Store made by [Dial] or [Open] tracks
+// the keys that its waiters wait for with RESP3 client-side caching
+// (CLIENT TRACKING), and the server pushes an invalidation when such a key is
+// written, deleted or expires, whoever did it. One tracked read per key
+// serves every waiter of the process. A Store made by [New] over a client
+// the caller built cannot receive those pushes (the hook must be set when
+// the client is made); its waiters are woken by releases made through the
+// same Store, and otherwise by the Locker's timer at the remaining TTL and
+// its backoff. Use [Open] to bring your own valkey.ClientOption and keep
+// the wake-ups.
+//
+// # What it does not guarantee
+//
+// A single node is a single point of truth: if it fails over to a replica
+// that had not received a grant, or restarts without persistence, a lock may
+// be granted twice (fences still increase, and they are what protects the
+// resource). [WithWaitReplicas] narrows the failover window; it is not
+// consensus. A node whose maxmemory-policy evicts keys may drop a held lock;
+// the constructors warn about it (or fail, [WithStrictEviction]).
+package valkey
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	vk "github.com/valkey-io/valkey-go"
+
+	"github.com/dlock-dev/dlock"
+)
+
+var (
+	_ dlock.Store     = (*Store)(nil)
+	_ dlock.Inspector = (*Store)(nil)
+	_ dlock.Pinger    = (*Store)(nil)
+)
+
+var (
+	// ErrNotReplicated reports a grant that fewer replicas than
+	// [WithWaitReplicas] asked for confirmed in time. The grant was
+	// released. It wraps [dlock.ErrUnavailable], so a Locker's Lock retries.
+	ErrNotReplicated = fmt.Errorf("%w: grant not confirmed by replicas", dlock.ErrUnavailable)
+	// ErrEvictionPolicy reports, under [WithStrictEviction], a node whose
+	// maxmemory-policy may evict lock keys.
+	ErrEvictionPolicy = errors.New("dlock: maxmemory-policy may evict lock keys")
+)
+
+// ReplicationError is returned by Acquire when a grant was not confirmed by
+// enough replicas in time (see [WithWaitReplicas]); the grant was released
+// before returning. It wraps [ErrNotReplicated] and, when WAIT itself
+// failed, that error.
+type ReplicationError struct {
+	Name  string // lock name
+	Want  int    // replicas asked for
+	Acked int    // replicas that confirmed within the timeout
+	Err   error  // the error of WAIT, or nil
+}
+
+func (e *ReplicationError) Error() string {
+	if e.Err != nil {
+		return fmt.Sprintf("dlock: grant of %q not confirmed by replicas: %v", e.Name, e.Err)
+	}
+	return fmt.Sprintf("dlock: grant of %q confirmed by %d of %d replicas", e.Name, e.Acked, e.Want)
+}
+
+func (e *ReplicationError) Unwrap() []error {
+	if e.Err != nil {
+		return []error{ErrNotReplicated, e.Err}
+	}
+	return []error{ErrNotReplicated}
+}
+
+// Store is a [dlock.Store] on Valkey or Redis. It is safe for concurrent use.
+// Make one with [New], [Dial] or [Open]; Close it when done.
+type Store struct {
+	client vk.Client
+	own    bool // Close closes client
+	prefix string
+	cfg    config
+	hub    *hub
+
+	closeOnce sync.Once
+}
+
+// setupTimeout bounds the checks New makes at start (CONFIG GET).
+const setupTimeout = 5 * time.Second
+
+// New returns a Store over client, which the caller keeps owning: Close does
+// not close it. At start it reads each node's maxmemory-policy (see
+// [WithStrictEviction]). Waiters on a Store made by New are not woken by the
+// server (see the package doc, "Wake-ups"); prefer [Dial] or [Open].
+//
+// It returns an error wrapping [dlock.ErrInvalid] for a nil client or a bad
+// option, and [ErrEvictionPolicy] under WithStrictEviction.
+func New(client vk.Client, opts ...Option) (*Store, error) {
+	if client == nil {
+		return nil, &dlock.InvalidError{Field: "client", Reason: "must not be nil"}
+	}
+	s, err := newStore(opts)
+	if err != nil {
+		return nil, err
+	}
+	s.client = client
+	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
+	defer cancel()
+	if err := s.start(ctx, false); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Dial connects to the server(s) at url and returns a Store that owns the
+// connection: Close closes it. The URL is redis://, rediss:// (TLS),
+// valkey://, valkeys:// or unix://, as valkey.ParseURL reads it
+// ("redis://user:password@host:port/db"). Several seed nodes of a Redis
+// Cluster are separated by commas, either in the host part
+// ("redis://:pw@h1:7000,h2:7001,h3:7002") or as whole URLs
+// ("redis://h1:7000,redis://h2:7001"); options come from the first.
+// A single address that serves a cluster is detected too.
+//
+// ctx bounds the checks made at start. Dial returns an error wrapping
+// [dlock.ErrInvalid] for a bad URL or option, a [*dlock.StoreError] when the
+// server cannot be reached, and [ErrEvictionPolicy] under
+// [WithStrictEviction].
+func Dial(ctx context.Context, url string, opts ...Option) (*Store, error) {
+	opt, err := parseURL(url)
+	if err != nil {
+		return nil, &dlock.InvalidError{Field: "url", Reason: err.Error()}
+	}
+	return Open(ctx, opt, opts...)
+}
+
+// Open makes a valkey-go client from opt and returns a Store that owns it:
+// Close closes it. Use it to set what a URL cannot say (timeouts, TLS
+// details, Sentinel). Open adds its own invalidation hook for server-pushed
+// wake-ups and still calls opt.OnInvalidations, if set; with
+// opt.DisableCache, or against a server without RESP3, waiters get no
+// server wake-ups (see the package doc). Errors are those of [Dial].
+func Open(ctx context.Context, opt vk.ClientOption, opts ...Option) (*Store, error) {
+	s, err := newStore(opts)
+	if err != nil {
+		return nil, err
+	}
+	tracking := !opt.DisableCache
+	user := opt.OnInvalidations
+	if tracking {
+		opt.OnInvalidations = func(keys []vk.ValkeyMessage) {
+			s.hub.invalidate(keys)
+			if user != nil {
+				user(keys)
+			}
+		}
+	}
+	client, err := vk.NewClient(opt)
+	if tracking && errors.Is(err, vk.ErrNoCache) {
+		s.cfg.logger.Info("dlock: server lacks RESP3 client-side caching; waiters are not woken by the server")
+		tracking = false
+		opt.DisableCache, opt.OnInvalidations = true, user
+		client, err = vk.NewClient(opt)
+	}
+	if err != nil {
+		return nil, &dlock.StoreError{Op: "dial", Node: -1, Err: err}
+	}
+	s.client, s.own = client, true
+	if err := s.start(ctx, tracking); err != nil {
+		client.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func newStore(opts []Option) (*Store, error) {
+	cfg := defaultConfig()
+	for _, o := range opts {
+		if o != nil {
+			o(&cfg)
+		}
+	}
+	if cfg.err != nil {
+		return nil, cfg.err
+	}
+	s := &Store{prefix: cfg.prefix, cfg: cfg}
+	s.hub = newHub(s)
+	return s, nil
+}
+
+// start checks the eviction policy and, with tracking, starts the goroutine
+// that arms server-side tracking for watched keys.
+func (s *Store) start(ctx context.Context, tracking bool) error {
+	if err := s.checkEviction(ctx); err != nil {
+		return err
+	}
+	if tracking {
+		s.hub.start()
+	}
+	return nil
+}
+
+// Client returns the valkey-go client the Store runs on.
+func (s *Store) Client() vk.Client { return s.client }
+
+// Close stops the Store's wake-up tracking and waits for it, and closes the
+// client if the Store made it ([Dial], [Open]). Watch channels stop
+// receiving; operations after Close fail. Close is idempotent and returns
+// nil.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		s.hub.stop()
+		if s.own {
+			s.client.Close()
+		}
+	})
+	return nil
+}
+
+// parseURL turns a URL, possibly with several comma-separated seeds, into a
+// client option.
+func parseURL(raw string) (vk.ClientOption, error) {
+	if !strings.Contains(raw, ",") {
+		return vk.ParseURL(raw)
+	}
+	var seeds []string
+	if strings.Count(raw, "://") > 1 { // "redis://h1:1,redis://h2:2"
+		var first vk.ClientOption
+		for i, part := range strings.Split(raw, ",") {
+			o, err := vk.ParseURL(strings.TrimSpace(part))
+			if err != nil {
+				return vk.ClientOption{}, err
+			}
+			if i == 0 {
+				first = o
+			}
+			seeds = append(seeds, o.InitAddress...)
+		}
+		first.InitAddress = seeds
+		return first, nil
+	}
+	// "redis://user:pw@h1:1,h2:2,h3:3/0?x=y": seeds in the host part.
+	i := strings.Index(raw, "://")
+	if i < 0 {
+		return vk.ParseURL(raw) // reports the error
+	}
+	rest := raw[i+3:]
+	end := strings.IndexAny(rest, "/?")
+	if end < 0 {
+		end = len(rest)
+	}
+	authority := rest[:end]
+	at := strings.LastIndex(authority, "@")
+	hosts := strings.Split(authority[at+1:], ",")
+	for _, h := range hosts {
+		h = strings.TrimSpace(h)
+		if h == "" {
+			return vk.ClientOption{}, fmt.Errorf("empty seed in %q", raw)
+		}
+		if !strings.Contains(h, ":") || strings.HasSuffix(h, "]") {
+			h += ":6379"
+		}
+		seeds = append(seeds, h)
+	}
+	o, err := vk.ParseURL(raw[:i+3] + authority[:at+1] + hosts[0] + rest[end:])
+	if err != nil {
+		return vk.ClientOption{}, err
+	}
+	o.InitAddress = seeds
+	return o, nil
+}
