@@ -1,0 +1,56 @@
+// Package postgres is a [dlock.Store] on PostgreSQL, for users who want
+// their locks where their data already is (seed 001, "Design Paths" 5, and
+// seed 003, "When NOT to use": a single database needs no Redis).
+//
+// # Lease table ([Store])
+//
+// [New] keeps leases in a table: one row per holder or queue place (name,
+// holder token, mode, fence, expires_at), and one row per lock that every
+// operation locks first (SELECT ... FOR UPDATE), so each operation is one
+// call of a PL/pgSQL function ([Schema]): one statement, one round trip,
+// one transaction. Expiry is judged by the database's clock
+// (clock_timestamp()) only; clients never compare their clock with it. Every
+// pattern is supported: mutex, reentrant, read-write (writer intents block new
+// readers), fair (FIFO tickets from a sequence; a release hands the lock to
+// the head of the queue in the same transaction) and semaphore.
+//
+// Fences come from the lock's row: max(last+1, now_ms*1000) by the
+// database's clock, the hybrid floor every dlock store uses (DESIGN §3). They
+// are strictly increasing per lock and durable (the row is in a WAL-logged
+// table). A plain sequence would also be monotonic, but its values (1, 2,
+// 3, ...) sit far below the fences other dlock stores issue, so a resource
+// that recorded a fence from Valkey would reject every PostgreSQL fence after
+// a switch of backend; with the floor, switching never goes back.
+//
+// Waiters are woken by LISTEN/NOTIFY: a release notifies channel "dlock"
+// (delivered at commit) and the store's one listening connection wakes the
+// local waiters of that lock. Expiry is not notified; waiters fall back to
+// a timer at the remaining TTL the refusal reported.
+//
+// The lease table holds no session state, so it is safe behind a connection
+// pooler such as PgBouncer in transaction mode (use pgx's
+// default_query_exec_mode=exec or simple_protocol there); only Watch needs a
+// session (LISTEN) and so a direct connection or a pooler in session mode.
+//
+// # Advisory locks ([Advisory])
+//
+// [NewAdvisory] takes PostgreSQL's own session-level advisory locks
+// (pg_try_advisory_lock(hashtext(name))), so dlock interoperates with code
+// that already uses pg_advisory_lock on the same key. See [Advisory] for the
+// connection-pooling pitfall and how the store avoids it.
+//
+// # Fencing the protected resource
+//
+// [FencedUpdate] is the conditional UPDATE of seed 004 (`UPDATE ... WHERE
+// fence_token < $1`), for rows protected by a lock. (It lives here until the
+// module root gains its `fence` package.)
+//
+// # What is not guaranteed
+//
+// A lock is only as available as the database: when PostgreSQL is down no
+// lock can be taken, extended or released, and leases are lost once their
+// TTL runs out on the client. With asynchronous replication a failover can
+// lose the latest grants (a promoted replica may not have them): the fence
+// floor keeps later fences above earlier ones only if the new primary's
+// clock is not behind. Use synchronous replication when that matters.
+package postgres

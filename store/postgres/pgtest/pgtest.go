@@ -1,0 +1,421 @@
+// Package pgtest starts real PostgreSQL servers (Debian's postgresql package)
+// on free loopback ports for tests, and stops them by PID when the test ends.
+//
+// The first server of a test binary runs initdb once into a template cluster;
+// every server then gets a copy of it in its own temporary directory, listens
+// on 127.0.0.1 only, keeps its unix socket in that directory, and runs with
+// fsync off. PostgreSQL refuses to run as root: when the test runs as root,
+// initdb and postgres run as the postgres user (the process credentials are
+// switched directly, so the PID recorded is the server's own). On Linux the
+// server is also killed when the test binary dies.
+//
+// When the PostgreSQL binaries are missing, [Start] skips the test, or fails
+// it when the environment variable CI is true. scripts/test.sh installs
+// Debian's postgresql package.
+package pgtest
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+const (
+	readyTimeout  = 30 * time.Second
+	stopTimeout   = 10 * time.Second
+	startAttempts = 5
+)
+
+// BinDir returns the directory holding initdb and postgres: the newest
+// /usr/lib/postgresql/N/bin, else the directory of initdb in PATH.
+func BinDir() (string, error) {
+	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	sort.Slice(dirs, func(i, j int) bool { return version(dirs[i]) > version(dirs[j]) })
+	for _, d := range dirs {
+		if isExec(filepath.Join(d, "initdb")) && isExec(filepath.Join(d, "postgres")) {
+			return d, nil
+		}
+	}
+	if p, err := exec.LookPath("initdb"); err == nil {
+		d := filepath.Dir(p)
+		if isExec(filepath.Join(d, "postgres")) {
+			return d, nil
+		}
+	}
+	return "", errors.New("pgtest: initdb and postgres not found in /usr/lib/postgresql/*/bin or PATH")
+}
+
+func version(dir string) int {
+	n, _ := strconv.Atoi(filepath.Base(filepath.Dir(dir)))
+	return n
+}
+
+func isExec(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0
+}
+
+func inCI() bool {
+	ci, _ := strconv.ParseBool(os.Getenv("CI"))
+	return ci
+}
+
+// Require returns the binary directory, or skips tb (fails it under CI=true).
+func Require(tb testing.TB) string {
+	tb.Helper()
+	d, err := BinDir()
+	if err == nil {
+		return d
+	}
+	msg := fmt.Sprintf("%v; install it with `apt-get install -y postgresql` or run scripts/test.sh", err)
+	if inCI() {
+		tb.Fatalf("%s (CI=true: a missing server is a failure, not a skip)", msg)
+	}
+	tb.Skipf("%s (skipping; with CI=true this would fail)", msg)
+	return ""
+}
+
+// A Server is a postgres process started by [Start]. Its port and data
+// directory stay the same across [Server.Restart].
+type Server struct {
+	bin  string
+	dir  string // owned by the server's user; holds data/, the socket and the log
+	port int
+	cred *syscall.Credential
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	exited chan struct{}
+}
+
+var (
+	templateOnce sync.Once
+	templateDir  string
+	templateErr  error
+)
+
+// serverCred returns the credentials to run the server with: the postgres
+// user's when running as root, else nil (the current user).
+func serverCred() (*syscall.Credential, error) {
+	if os.Geteuid() != 0 {
+		return nil, nil
+	}
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		return nil, fmt.Errorf("running as root and no postgres user: %w", err)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
+}
+
+// mkdir makes a fresh directory under the system temp dir that cred's user
+// owns (t.TempDir's parents are private to root, so it cannot be used).
+func mkdir(prefix string, cred *syscall.Credential) (string, error) {
+	d, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		return "", err
+	}
+	if cred != nil {
+		if err := os.Chown(d, int(cred.Uid), int(cred.Gid)); err != nil {
+			os.RemoveAll(d)
+			return "", err
+		}
+	}
+	return d, nil
+}
+
+func command(cred *syscall.Credential, name string, args ...string) *exec.Cmd {
+	cmd := exec.Command(name, args...)
+	cmd.SysProcAttr = sysProcAttr()
+	cmd.SysProcAttr.Credential = cred
+	cmd.Env = append(os.Environ(), "LC_ALL=C.UTF-8")
+	return cmd
+}
+
+// template runs initdb once per test binary. The directory is left behind
+// in the temp dir until the binary's last server is gone; it is small.
+func template(bin string, cred *syscall.Credential) (string, error) {
+	templateOnce.Do(func() {
+		d, err := mkdir("pgtest-template-", cred)
+		if err != nil {
+			templateErr = err
+			return
+		}
+		data := filepath.Join(d, "data")
+		cmd := command(cred, filepath.Join(bin, "initdb"), "-D", data, "-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-sync", "--no-instructions")
+		cmd.Dir = d
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			os.RemoveAll(d)
+			templateErr = fmt.Errorf("initdb: %v\n%s", err, out)
+			return
+		}
+		templateDir = d
+	})
+	return templateDir, templateErr
+}
+
+// Cleanup removes the template cluster; call it from TestMain after m.Run.
+func Cleanup() {
+	if templateDir != "" {
+		os.RemoveAll(templateDir)
+	}
+}
+
+// Start starts a postgres server on a free port of 127.0.0.1 and returns once
+// it accepts connections. A t.Cleanup kills it by PID and removes its
+// directory. It skips the test when PostgreSQL is missing (fails it if
+// CI=true) and fails the test, quoting the server's log, when it does not
+// start.
+func Start(tb testing.TB) *Server {
+	tb.Helper()
+	bin := Require(tb)
+	cred, err := serverCred()
+	if err != nil {
+		tb.Fatalf("pgtest: %v", err)
+	}
+	tmpl, err := template(bin, cred)
+	if err != nil {
+		tb.Fatalf("pgtest: %v", err)
+	}
+	dir, err := mkdir("pgtest-", cred)
+	if err != nil {
+		tb.Fatalf("pgtest: %v", err)
+	}
+	s := &Server{bin: bin, dir: dir, cred: cred}
+	tb.Cleanup(func() {
+		s.Kill()
+		os.RemoveAll(dir)
+	})
+	cp := command(cred, "cp", "-a", filepath.Join(tmpl, "data"), filepath.Join(dir, "data"))
+	if out, err := cp.CombinedOutput(); err != nil {
+		tb.Fatalf("pgtest: copy template cluster: %v\n%s", err, out)
+	}
+	var last error
+	for range startAttempts {
+		if s.port, err = freePort(); err != nil {
+			tb.Fatalf("pgtest: %v", err)
+		}
+		s.mu.Lock()
+		err = s.launch()
+		s.mu.Unlock()
+		if err == nil {
+			return s
+		}
+		last = err
+	}
+	tb.Fatalf("pgtest: start postgres: %v", last)
+	return nil
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("find a free port: %w", err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	return port, l.Close()
+}
+
+// launch starts the process and waits until it accepts TCP connections.
+// Caller holds s.mu.
+func (s *Server) launch() error {
+	logPath := filepath.Join(s.dir, "postgres.log")
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	if s.cred != nil {
+		os.Chown(logPath, int(s.cred.Uid), int(s.cred.Gid))
+	}
+	cmd := command(s.cred, filepath.Join(s.bin, "postgres"),
+		"-D", filepath.Join(s.dir, "data"),
+		"-k", s.dir,
+		"-h", "127.0.0.1",
+		"-p", strconv.Itoa(s.port),
+		"-F", // fsync off
+		"-c", "synchronous_commit=off",
+		"-c", "full_page_writes=off",
+		"-c", "max_connections=200",
+		"-c", "log_min_messages=warning",
+	)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	exited := make(chan struct{})
+	go func() {
+		cmd.Wait()
+		close(exited)
+	}()
+	s.cmd, s.exited = cmd, exited
+	deadline := time.Now().Add(readyTimeout)
+	for time.Now().Before(deadline) {
+		select {
+		case <-exited:
+			return fmt.Errorf("postgres exited on port %d:\n%s", s.port, s.logTail())
+		default:
+		}
+		if s.ready() {
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	s.killLocked()
+	return fmt.Errorf("postgres not ready after %v:\n%s", readyTimeout, s.logTail())
+}
+
+// ready reports whether the server answers the startup handshake: a
+// connection with trust auth gets AuthenticationOk ('R') and then, once the
+// server accepts connections, ReadyForQuery ('Z'); while it starts up it
+// answers with an error ('E').
+func (s *Server) ready() bool {
+	c, err := net.DialTimeout("tcp", s.Addr(), time.Second)
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(2 * time.Second))
+	var msg bytes.Buffer
+	params := "user\x00postgres\x00database\x00postgres\x00\x00"
+	msg.Write(be32(uint32(8 + len(params))))
+	msg.Write(be32(196608)) // protocol 3.0
+	msg.WriteString(params)
+	if _, err := c.Write(msg.Bytes()); err != nil {
+		return false
+	}
+	buf := make([]byte, 4096)
+	var got []byte
+	for len(got) < 64*1024 {
+		n, err := c.Read(buf)
+		got = append(got, buf[:n]...)
+		// Walk the complete messages received so far.
+		for p := 0; p+5 <= len(got); {
+			typ := got[p]
+			l := int(uint32(got[p+1])<<24 | uint32(got[p+2])<<16 | uint32(got[p+3])<<8 | uint32(got[p+4]))
+			if typ == 'E' {
+				return false
+			}
+			if typ == 'Z' {
+				c.Write([]byte{'X', 0, 0, 0, 4})
+				return true
+			}
+			p += 1 + l
+		}
+		if err != nil {
+			return false
+		}
+	}
+	return false
+}
+
+func be32(v uint32) []byte { return []byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)} }
+
+func (s *Server) logTail() string {
+	b, _ := os.ReadFile(filepath.Join(s.dir, "postgres.log"))
+	if len(b) > 4000 {
+		b = b[len(b)-4000:]
+	}
+	return string(b)
+}
+
+// Addr returns host:port of the server.
+func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
+
+// Port returns the server's TCP port.
+func (s *Server) Port() int { return s.port }
+
+// URL returns a connection URL for the postgres database as the postgres
+// superuser (trust authentication, no TLS).
+func (s *Server) URL() string {
+	return fmt.Sprintf("postgres://postgres@%s/postgres?sslmode=disable", s.Addr())
+}
+
+// PID returns the server's process ID, or 0 when it is not running.
+func (s *Server) PID() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil || s.cmd.Process == nil {
+		return 0
+	}
+	return s.cmd.Process.Pid
+}
+
+// Kill sends SIGKILL to the server (by PID) and waits for it to exit. Its
+// backends die with it (they notice the postmaster is gone).
+func (s *Server) Kill() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.killLocked()
+}
+
+func (s *Server) killLocked() {
+	if s.cmd == nil {
+		return
+	}
+	kids := children(s.cmd.Process.Pid)
+	s.cmd.Process.Signal(syscall.SIGKILL)
+	<-s.exited
+	s.cmd = nil
+	// Backends of a killed postmaster exit on their own once they notice;
+	// kill them too (by PID) and wait, so that a restart finds the shared
+	// memory free.
+	for _, pid := range kids {
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
+	deadline := time.Now().Add(stopTimeout)
+	for time.Now().Before(deadline) && anyAlive(kids) {
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Stop shuts the server down (SIGINT: fast shutdown, clients disconnected)
+// and waits for it, killing it after a timeout.
+func (s *Server) Stop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return
+	}
+	s.cmd.Process.Signal(syscall.SIGINT)
+	select {
+	case <-s.exited:
+		s.cmd = nil
+	case <-time.After(stopTimeout):
+		s.killLocked()
+	}
+}
+
+// Restart stops the server if it runs and starts it again on the same port
+// with the same data. It fails tb when the server does not come back.
+func (s *Server) Restart(tb testing.TB) {
+	tb.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.killLocked()
+	var err error
+	deadline := time.Now().Add(readyTimeout)
+	for {
+		if err = s.launch(); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	tb.Fatalf("pgtest: restart postgres: %v", err)
+}

@@ -1,0 +1,575 @@
+package postgres
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/dlock-dev/dlock"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+var (
+	_ dlock.Store     = (*Store)(nil)
+	_ dlock.Inspector = (*Store)(nil)
+	_ dlock.Pinger    = (*Store)(nil)
+)
+
+// Schema is the SQL that creates the tables, the sequence and the functions
+// the lease-table [Store] uses. It is idempotent. [New] runs it unless
+// [WithoutMigrate] is given; a DBA can run it once instead.
+//
+//go:embed schema.sql
+var Schema string
+
+// migrateLockKey serialises concurrent migrations (CREATE OR REPLACE
+// FUNCTION run by two sessions at once can fail with "tuple concurrently
+// updated"). It is the advisory-lock key ('dlock' in ASCII).
+const migrateLockKey = 0x646c6f636b
+
+// notifyChannel is the LISTEN/NOTIFY channel of every lease-table store.
+const notifyChannel = "dlock"
+
+// sweepInterval is how often a store with a running listener deletes
+// expired leases and lock rows idle for sweepIdle.
+const (
+	sweepInterval = 5 * time.Minute
+	sweepIdle     = 24 * time.Hour
+)
+
+// An Option configures a [Store] or an [Advisory] store.
+type Option func(*config)
+
+type config struct {
+	migrate bool
+	logger  *slog.Logger
+	keyFunc func(name string) int64
+}
+
+// WithoutMigrate skips running [Schema] in [New]: the tables and functions
+// must already exist (for a database user without CREATE rights).
+// By default New runs it, which is idempotent and takes a moment.
+func WithoutMigrate() Option { return func(c *config) { c.migrate = false } }
+
+// WithLogger sets the logger for background events (listener reconnects).
+// The default discards logs.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) {
+		if l != nil {
+			c.logger = l
+		}
+	}
+}
+
+func newConfig(opts []Option) config {
+	c := config{migrate: true, logger: slog.New(slog.DiscardHandler)}
+	for _, o := range opts {
+		o(&c)
+	}
+	return c
+}
+
+// Store is the lease-table store. The zero value is not usable; call [New]
+// or [NewWithPool]. A Store is safe for concurrent use.
+type Store struct {
+	pool    *pgxpool.Pool
+	ownPool bool
+	cfg     config
+
+	mu       sync.Mutex
+	watchers map[string]map[chan struct{}]struct{} // by "<kind>:<name>"
+	closed   bool
+	listen   *listener // started by the first Watch
+}
+
+// New connects to the PostgreSQL database at url (a libpq URL or keyword
+// string, as [pgxpool.ParseConfig] takes, pool options included), runs
+// [Schema] unless [WithoutMigrate] is given, and returns the store. Close
+// closes the pool.
+func New(ctx context.Context, url string, opts ...Option) (*Store, error) {
+	pc, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, &dlock.InvalidError{Field: "postgres url", Reason: err.Error()}
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, &dlock.StoreError{Op: "connect", Node: -1, Err: err}
+	}
+	s, err := newStore(ctx, pool, true, opts)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// NewWithPool returns a store on the caller's pool, running [Schema] unless
+// [WithoutMigrate] is given. Close leaves the pool open. Watch opens one
+// dedicated connection of its own with the pool's connection settings (a
+// LISTEN needs a session that no one else uses).
+func NewWithPool(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Store, error) {
+	if pool == nil {
+		return nil, &dlock.InvalidError{Field: "pool", Reason: "must not be nil"}
+	}
+	return newStore(ctx, pool, false, opts)
+}
+
+func newStore(ctx context.Context, pool *pgxpool.Pool, own bool, opts []Option) (*Store, error) {
+	s := &Store{pool: pool, ownPool: own, cfg: newConfig(opts), watchers: make(map[string]map[chan struct{}]struct{})}
+	if s.cfg.migrate {
+		if err := Migrate(ctx, pool); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// schemaVersion is the comment Schema puts on dlock_acquire.
+const schemaVersion = "dlock schema 1"
+
+// Migrate runs [Schema] on pool's database in one transaction, serialised
+// against other migrations by an advisory lock. It does nothing when the
+// database already has this version of the schema.
+func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
+	var have *string
+	err := pool.QueryRow(ctx, "SELECT obj_description(to_regproc('dlock_acquire'), 'pg_proc')").Scan(&have)
+	if err == nil && have != nil && *have == schemaVersion {
+		return nil
+	}
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(migrateLockKey)); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, Schema)
+		return err
+	})
+	if err != nil {
+		return &dlock.StoreError{Op: "migrate", Node: -1, Err: err}
+	}
+	return nil
+}
+
+// Close stops the listener and waits for it, and closes the pool if New
+// opened it. Waiters' channels stay open and receive nothing more.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	ln := s.listen
+	s.mu.Unlock()
+	if ln != nil {
+		ln.cancel()
+		<-ln.done
+	}
+	if s.ownPool {
+		s.pool.Close()
+	}
+	return nil
+}
+
+// Pool returns the store's connection pool, for the protected resource's own
+// queries (such as [FencedUpdate]).
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// kind is the namespace of a mode: each kind keeps its own names, as the
+// Valkey store keeps its own keys per pattern.
+func kind(m dlock.Mode) (int16, error) {
+	switch m {
+	case dlock.ModeMutex:
+		return 0, nil
+	case dlock.ModeReentrant:
+		return 1, nil
+	case dlock.ModeRead, dlock.ModeWrite:
+		return 2, nil
+	case dlock.ModeFair:
+		return 3, nil
+	case dlock.ModeSemaphore:
+		return 4, nil
+	}
+	return 0, fmt.Errorf("%w: postgres store mode %v", dlock.ErrNotSupported, m)
+}
+
+var kindMode = [...]dlock.Mode{dlock.ModeMutex, dlock.ModeReentrant, dlock.ModeRead, dlock.ModeFair, dlock.ModeSemaphore}
+
+func validate(req dlock.Request) error {
+	if err := dlock.ValidName(req.Name); err != nil {
+		return err
+	}
+	if req.Token == "" {
+		return &dlock.InvalidError{Field: "token", Reason: "must not be empty"}
+	}
+	if req.TTL < time.Millisecond {
+		return &dlock.InvalidError{Field: "ttl", Reason: "must be at least 1ms"}
+	}
+	if req.Mode == dlock.ModeSemaphore && req.Limit < 1 {
+		return &dlock.InvalidError{Field: "limit", Reason: "must be at least 1"}
+	}
+	return nil
+}
+
+func storeErr(op string, err error) error {
+	return &dlock.StoreError{Op: op, Node: -1, Err: err}
+}
+
+// ms rounds d up to whole milliseconds.
+func ms(d time.Duration) int64 { return int64((d + time.Millisecond - 1) / time.Millisecond) }
+
+// Acquire implements [dlock.Store]: one call of the dlock_acquire function,
+// which locks the lock's row, drops expired holders by the database's clock,
+// decides and writes in one transaction.
+func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, error) {
+	k, err := kind(req.Mode)
+	if err != nil {
+		return dlock.Grant{}, err
+	}
+	if err := validate(req); err != nil {
+		return dlock.Grant{}, err
+	}
+	qttl := req.QueueTTL
+	if req.Queue && qttl <= 0 {
+		qttl = req.TTL
+	}
+	var (
+		status       string
+		fence, retry int64
+		count, pos   int32
+	)
+	err = s.pool.QueryRow(ctx, "SELECT o_status, o_fence, o_retry_ms, o_count, o_pos FROM dlock_acquire($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+		k, req.Name, req.Token, int16(req.Mode), req.Owner, int32(req.Limit), ms(req.TTL), req.Queue, ms(qttl),
+	).Scan(&status, &fence, &retry, &count, &pos)
+	if err != nil {
+		return dlock.Grant{}, storeErr("acquire", err)
+	}
+	switch status {
+	case "acquired":
+		return dlock.Grant{Acquired: true, Fence: fence, Count: int(count), Position: 0}, nil
+	case "upgrade":
+		return dlock.Grant{}, dlock.ErrUpgrade
+	}
+	return dlock.Grant{RetryAfter: time.Duration(retry) * time.Millisecond, Position: int(pos)}, nil
+}
+
+const extendSQL = `UPDATE dlock_leases SET expires_at = clock_timestamp() + $4 * interval '1 millisecond', ttl_ms = $4
+WHERE kind = $1 AND name = $2 AND token = $3 AND held AND expires_at > clock_timestamp()`
+
+// extendReentrantSQL pushes out the one expiry of a reentrant hold (every
+// acquisition's row) while the token is among them.
+const extendReentrantSQL = `UPDATE dlock_leases SET expires_at = greatest(expires_at, clock_timestamp() + $4 * interval '1 millisecond')
+WHERE kind = $1 AND name = $2 AND held AND expires_at > clock_timestamp() AND EXISTS (
+    SELECT 1 FROM dlock_leases m WHERE m.kind = $1 AND m.name = $2 AND m.token = $3 AND m.held AND m.expires_at > clock_timestamp())`
+
+// Extend implements [dlock.Store]: one conditional UPDATE per request, all
+// sent in one pipelined batch (one round trip). A lease that has expired by
+// the database's clock is not revived: its Extend reports [dlock.ErrNotHeld].
+func (s *Store) Extend(ctx context.Context, reqs []dlock.Request) []error {
+	errs := make([]error, len(reqs))
+	b := &pgx.Batch{}
+	idx := make([]int, 0, len(reqs))
+	for i, req := range reqs {
+		k, err := kind(req.Mode)
+		if err == nil {
+			err = validate(req)
+		}
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		q := extendSQL
+		if req.Mode == dlock.ModeReentrant {
+			q = extendReentrantSQL
+		}
+		b.Queue(q, k, req.Name, req.Token, ms(req.TTL))
+		idx = append(idx, i)
+	}
+	if len(idx) == 0 {
+		return errs
+	}
+	br := s.pool.SendBatch(ctx, b)
+	for _, i := range idx {
+		tag, err := br.Exec()
+		switch {
+		case err != nil:
+			errs[i] = storeErr("extend", err)
+		case tag.RowsAffected() == 0:
+			errs[i] = dlock.ErrNotHeld
+		}
+	}
+	if err := br.Close(); err != nil {
+		for _, i := range idx {
+			if errs[i] == nil {
+				errs[i] = storeErr("extend", err)
+			}
+		}
+	}
+	return errs
+}
+
+// Release implements [dlock.Store]: one call of dlock_release, which deletes
+// the token's row, hands a fair lock to its head waiter, and notifies
+// watchers (on commit).
+func (s *Store) Release(ctx context.Context, req dlock.Request) error {
+	k, err := kind(req.Mode)
+	if err != nil {
+		return err
+	}
+	var ok bool
+	if err := s.pool.QueryRow(ctx, "SELECT dlock_release($1, $2, $3)", k, req.Name, req.Token).Scan(&ok); err != nil {
+		return storeErr("release", err)
+	}
+	if !ok {
+		return dlock.ErrNotHeld
+	}
+	return nil
+}
+
+// Ping implements [dlock.Pinger].
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.pool.Ping(ctx); err != nil {
+		return storeErr("ping", err)
+	}
+	return nil
+}
+
+const stateSQL = `SELECT l.kind, l.name, l.fence, l.lim,
+    count(*) FILTER (WHERE s.held AND s.expires_at > clock_timestamp()),
+    count(*) FILTER (WHERE NOT s.held AND s.expires_at > clock_timestamp()),
+    coalesce(max(s.expires_at) FILTER (WHERE s.held AND s.expires_at > clock_timestamp()) - clock_timestamp(), interval '0'),
+    coalesce(bool_or(s.mode = 3 AND s.held AND s.expires_at > clock_timestamp()), false)
+FROM dlock_locks l LEFT JOIN dlock_leases s ON s.kind = l.kind AND s.name = l.name
+`
+
+func scanStates(rows pgx.Rows) ([]dlock.State, error) {
+	var out []dlock.State
+	for rows.Next() {
+		var (
+			k              int16
+			st             dlock.State
+			lim            int32
+			holders, queue int64
+			ttl            time.Duration
+			writer         bool
+		)
+		if err := rows.Scan(&k, &st.Name, &st.Fence, &lim, &holders, &queue, &ttl, &writer); err != nil {
+			return nil, err
+		}
+		if int(k) < len(kindMode) {
+			st.Mode = kindMode[k]
+		}
+		if writer {
+			st.Mode = dlock.ModeWrite
+		}
+		st.Holders, st.Queue, st.TTL = int(holders), int(queue), ttl
+		if st.Mode == dlock.ModeReentrant && holders > 0 {
+			st.Holders = 1 // one owner, however many acquisitions
+		}
+		if st.Mode == dlock.ModeSemaphore {
+			st.Limit = int(lim)
+		}
+		out = append(out, st)
+	}
+	return out, rows.Err()
+}
+
+// State implements [dlock.Inspector]. A name used by several patterns (each
+// its own namespace) reports the one with holders, else the one used last.
+func (s *Store) State(ctx context.Context, name string) (dlock.State, error) {
+	rows, err := s.pool.Query(ctx, stateSQL+` WHERE l.name = $1 GROUP BY l.kind, l.name, l.fence, l.lim, l.updated_at
+ORDER BY 5 DESC, 6 DESC, l.updated_at DESC`, name)
+	if err != nil {
+		return dlock.State{}, storeErr("state", err)
+	}
+	sts, err := scanStates(rows)
+	if err != nil {
+		return dlock.State{}, storeErr("state", err)
+	}
+	if len(sts) == 0 {
+		return dlock.State{Name: name}, nil
+	}
+	return sts[0], nil
+}
+
+// List implements [dlock.Inspector]: every lock with a live holder or queue
+// place, by name.
+func (s *Store) List(ctx context.Context) ([]dlock.State, error) {
+	rows, err := s.pool.Query(ctx, stateSQL+` WHERE s.expires_at > clock_timestamp() GROUP BY l.kind, l.name, l.fence, l.lim ORDER BY l.name, l.kind`)
+	if err != nil {
+		return nil, storeErr("list", err)
+	}
+	sts, err := scanStates(rows)
+	if err != nil {
+		return nil, storeErr("list", err)
+	}
+	sort.SliceStable(sts, func(i, j int) bool { return sts[i].Name < sts[j].Name })
+	return sts, nil
+}
+
+// Sweep deletes expired leases and the rows of locks idle for a day with no
+// lease (their fences stay safe: see dlock_next_fence in [Schema]). Stores
+// run it every five minutes while their listener runs; expired leases of a
+// lock are also dropped by every operation on it.
+func (s *Store) Sweep(ctx context.Context) error {
+	_, err := s.pool.Exec(ctx, `DELETE FROM dlock_leases WHERE expires_at <= clock_timestamp();
+DELETE FROM dlock_locks l WHERE l.updated_at < clock_timestamp() - $1 * interval '1 millisecond'
+  AND NOT EXISTS (SELECT 1 FROM dlock_leases s WHERE s.kind = l.kind AND s.name = l.name)`, sweepIdle.Milliseconds())
+	if err != nil {
+		return storeErr("sweep", err)
+	}
+	return nil
+}
+
+// Watch implements [dlock.Store] with LISTEN/NOTIFY: Release notifies, on
+// commit, everyone watching the lock. Expiry is not notified (the database
+// has no timer); waiters rely on their timer at RetryAfter. The first Watch
+// opens the store's one listening connection and returns once it listens;
+// while that connection is down and reconnecting, every watcher is woken
+// each time it comes back (notifications may have been missed).
+func (s *Store) Watch(ctx context.Context, name string, mode dlock.Mode) (<-chan struct{}, func(), error) {
+	k, err := kind(mode)
+	if err != nil {
+		return nil, nil, err
+	}
+	key := strconv.Itoa(int(k)) + ":" + name
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, nil, storeErr("watch", errors.New("store closed"))
+	}
+	if s.listen == nil {
+		s.listen = s.startListener()
+	}
+	ln := s.listen
+	ch := make(chan struct{}, 1)
+	set := s.watchers[key]
+	if set == nil {
+		set = make(map[chan struct{}]struct{})
+		s.watchers[key] = set
+	}
+	set[ch] = struct{}{}
+	s.mu.Unlock()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			s.mu.Lock()
+			delete(set, ch)
+			if len(set) == 0 && len(s.watchers[key]) == 0 {
+				delete(s.watchers, key)
+			}
+			s.mu.Unlock()
+		})
+	}
+	select {
+	case <-ln.ready:
+		return ch, stop, nil
+	case <-ln.done:
+	case <-ctx.Done():
+	}
+	stop()
+	return nil, nil, storeErr("watch", errors.Join(errors.New("listener not ready"), ctx.Err()))
+}
+
+func (s *Store) wake(key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for ch := range s.watchers[key] {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (s *Store) wakeAll() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, set := range s.watchers {
+		for ch := range set {
+			select {
+			case ch <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// listener is the goroutine that holds the LISTEN connection.
+type listener struct {
+	cancel context.CancelFunc
+	ready  chan struct{} // closed once LISTEN first succeeded
+	done   chan struct{} // closed when the goroutine has returned
+}
+
+// startListener starts the listener goroutine. Caller holds s.mu.
+func (s *Store) startListener() *listener {
+	ctx, cancel := context.WithCancel(context.Background())
+	ln := &listener{cancel: cancel, ready: make(chan struct{}), done: make(chan struct{})}
+	go s.runListener(ctx, ln)
+	return ln
+}
+
+func (s *Store) runListener(ctx context.Context, ln *listener) {
+	defer close(ln.done)
+	var readyOnce sync.Once
+	delay := 50 * time.Millisecond
+	nextSweep := time.Now().Add(sweepInterval)
+	for ctx.Err() == nil {
+		conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
+		if err == nil {
+			_, err = conn.Exec(ctx, "LISTEN "+notifyChannel)
+			if err != nil {
+				conn.Close(context.Background())
+			}
+		}
+		if err != nil {
+			s.cfg.logger.Warn("dlock: postgres listener: connect failed; retrying", "err", err, "in", delay)
+			t := time.NewTimer(delay + rand.N(delay))
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			delay = min(2*delay, 5*time.Second)
+			continue
+		}
+		delay = 50 * time.Millisecond
+		readyOnce.Do(func() { close(ln.ready) })
+		s.wakeAll() // anything may have happened while not listening
+		for {
+			wctx, cancel := context.WithDeadline(ctx, nextSweep)
+			n, err := conn.WaitForNotification(wctx)
+			cancel()
+			if err == nil {
+				if n.Channel == notifyChannel {
+					s.wake(n.Payload)
+				}
+				continue
+			}
+			if ctx.Err() != nil {
+				break
+			}
+			if time.Now().After(nextSweep) && !conn.IsClosed() {
+				// The deadline interrupted the wait (a timeout leaves a
+				// pgx connection usable): sweep and go on.
+				nextSweep = time.Now().Add(sweepInterval)
+				sctx, scancel := context.WithTimeout(ctx, 30*time.Second)
+				s.Sweep(sctx)
+				scancel()
+				continue
+			}
+			s.cfg.logger.Warn("dlock: postgres listener: connection lost; reconnecting", "err", err)
+			break
+		}
+		conn.Close(context.Background())
+	}
+}
