@@ -12,8 +12,8 @@ type FenceRaiser interface {
 	// RaiseFence sets the fence counter of req.Name to max(counter, fence),
 	// atomically with a check that req.Token holds the lock in req.Mode,
 	// and returns nil. It returns [ErrNotHeld] when the token holds nothing;
-	// the counter is then unchanged. It never lowers the counter, and it
-	// leaves the fence of the holder's current grant as it was (a repeated
-	// Acquire with the same token still returns the fence first issued).
+	// the counter is then unchanged. It never lowers the counter. A
+	// repeated Acquire by the holder may afterwards return either the
+	// fence first issued or the raised one.
 	RaiseFence(ctx context.Context, req Request, fence int64) error
 }
