@@ -1,0 +1,138 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dlock-dev/dlock"
+)
+
+// Helpers shared by the suites of the reentrant, read-write, fair and
+// semaphore patterns (patterns_*.go).
+
+func init() {
+	registerRestart(dlock.ModeReentrant, func(t *testing.T, s dlock.Store, name string) int64 {
+		return grantOnce(t, s, dlock.Request{Name: name, Mode: dlock.ModeReentrant, Owner: newToken()})
+	})
+	registerRestart(dlock.ModeWrite, func(t *testing.T, s dlock.Store, name string) int64 {
+		return grantOnce(t, s, dlock.Request{Name: name, Mode: dlock.ModeWrite})
+	})
+	registerRestart(dlock.ModeFair, func(t *testing.T, s dlock.Store, name string) int64 {
+		return grantOnce(t, s, dlock.Request{Name: name, Mode: dlock.ModeFair})
+	})
+	registerRestart(dlock.ModeSemaphore, func(t *testing.T, s dlock.Store, name string) int64 {
+		return grantOnce(t, s, dlock.Request{Name: name, Mode: dlock.ModeSemaphore, Limit: 1})
+	})
+}
+
+// grantOnce takes and gives back one hold of req with a fresh token and
+// returns its fence.
+func grantOnce(t *testing.T, s dlock.Store, req dlock.Request) int64 {
+	t.Helper()
+	req.Token, req.TTL = newToken(), 10*time.Second
+	g := mustAcquire(t, s, req)
+	if err := s.Release(testContext(t), req); err != nil {
+		t.Fatalf("Release(%q, mode %v) = %v, want nil", req.Name, req.Mode, err)
+	}
+	return g.Fence
+}
+
+// with returns req with a fresh token.
+func with(req dlock.Request) dlock.Request {
+	req.Token = newToken()
+	return req
+}
+
+// mustRelease releases req and fails t unless the store released it.
+func mustRelease(t *testing.T, s dlock.Store, req dlock.Request) {
+	t.Helper()
+	if err := s.Release(testContext(t), req); err != nil {
+		t.Fatalf("Release(%q, mode %v) = %v, want nil", req.Name, req.Mode, err)
+	}
+}
+
+// mustNotHold checks that Release and Extend of req report ErrNotHeld.
+func mustNotHold(t *testing.T, s dlock.Store, req dlock.Request, why string) {
+	t.Helper()
+	ctx := testContext(t)
+	if err := s.Extend(ctx, []dlock.Request{req})[0]; !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Extend (%s) = %v, want ErrNotHeld", why, err)
+	}
+	if err := s.Release(ctx, req); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Release (%s) = %v, want ErrNotHeld", why, err)
+	}
+}
+
+// acquireWatching calls Acquire for req until it is granted, waiting
+// between refusals for a wake-up from wake or a short random delay (for
+// stores that wake only some watchers). It returns an error for a store
+// failure or when ctx ends.
+func acquireWatching(ctx context.Context, s dlock.Store, req dlock.Request, wake <-chan struct{}) (dlock.Grant, error) {
+	for {
+		g, err := s.Acquire(ctx, req)
+		if err != nil {
+			return g, fmt.Errorf("Acquire(%q, mode %v) = %v", req.Name, req.Mode, err)
+		}
+		if g.Acquired {
+			return g, nil
+		}
+		timer := time.NewTimer(time.Duration(1+rand.IntN(4)) * time.Millisecond)
+		select {
+		case <-wake:
+		case <-timer.C:
+		case <-ctx.Done():
+			timer.Stop()
+			return g, ctx.Err()
+		}
+		timer.Stop()
+	}
+}
+
+// sleepUntil waits until t: for properties about time itself (a TTL has
+// run out by the store's clock), never for synchronisation.
+func sleepUntil(t time.Time) { time.Sleep(time.Until(t)) }
+
+// errs collects the errors of worker goroutines.
+type errs struct {
+	mu   sync.Mutex
+	errs []error
+}
+
+func (e *errs) add(err error) {
+	e.mu.Lock()
+	e.errs = append(e.errs, err)
+	e.mu.Unlock()
+}
+
+func (e *errs) report(t *testing.T) {
+	t.Helper()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for i, err := range e.errs {
+		if i == 10 {
+			t.Errorf("... and %d more errors", len(e.errs)-10)
+			break
+		}
+		t.Error(err)
+	}
+}
+
+// inspect returns the State of name, or skips t when the store has no
+// Inspector.
+func inspect(t *testing.T, s dlock.Store, name string) dlock.State {
+	t.Helper()
+	in, ok := s.(dlock.Inspector)
+	if !ok {
+		t.Skip("store does not implement dlock.Inspector")
+	}
+	st, err := in.State(testContext(t), name)
+	if err != nil {
+		t.Fatalf("State(%q) = %v", name, err)
+	}
+	return st
+}

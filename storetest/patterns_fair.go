@@ -1,0 +1,442 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlock-dev/dlock"
+)
+
+func init() { register("Fair", dlock.ModeFair, testFair) }
+
+// testFair checks the fair (FIFO) lock on the store and through a Locker.
+func testFair(t *testing.T, h Harness) {
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, s dlock.Store)
+	}{
+		{"ArrivalOrder", fairArrivalOrder},
+		{"ReleaseHandsToHead", fairHandsToHead},
+		{"OneReleaseWakesOneWaiter", fairOneWakeUp},
+		{"DeadWaiterPruned", fairDeadWaiterPruned},
+		{"KilledHeadSkipped", fairKilledHead},
+		{"WaiterLeaves", fairWaiterLeaves},
+		{"ExpiredHolderHandsOver", fairExpiredHolder},
+		{"Inspector", fairInspector},
+		{"LockerFIFOWithDeadWaiter", fairLockerFIFO},
+		{"LockerMutualExclusion", fairLockerExclusion},
+		{"LockerContextEnds", fairLockerContextEnds},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			parallel(t)
+			tt.fn(t, h.New(t))
+		})
+	}
+}
+
+func fairReq(name string, ttl time.Duration) dlock.Request {
+	return dlock.Request{Name: name, Token: newToken(), TTL: ttl, Mode: dlock.ModeFair}
+}
+
+// fairWaiter returns a fair request that queues with queueTTL.
+func fairWaiter(name string, queueTTL time.Duration) dlock.Request {
+	return queued(fairReq(name, longTTL), queueTTL)
+}
+
+// mustQueue acquires a queued req and fails t unless it was refused at
+// position pos.
+func mustQueue(t *testing.T, s dlock.Store, req dlock.Request, pos int) {
+	t.Helper()
+	g := mustRefuse(t, s, req)
+	if g.Position != pos {
+		t.Errorf("queued Acquire position = %d, want %d", g.Position, pos)
+	}
+}
+
+// fairArrivalOrder checks that queued waiters get the lock strictly in
+// arrival order, each with a new fence, and that a caller that does not
+// queue never gets ahead of them.
+func fairArrivalOrder(t *testing.T, s dlock.Store) {
+	name := lockName(t)
+	holder := fairReq(name, longTTL)
+	last := mustAcquire(t, s, holder).Fence
+	var ws []dlock.Request
+	for i := range 4 {
+		w := fairWaiter(name, longTTL)
+		mustQueue(t, s, w, i)
+		ws = append(ws, w)
+	}
+	mustQueue(t, s, ws[1], 1) // refreshing keeps the place
+	newcomer := fairReq(name, longTTL)
+	if g := mustRefuse(t, s, newcomer); g.Position != len(ws) {
+		t.Errorf("non-queued Acquire position = %d, want %d (behind every waiter)", g.Position, len(ws))
+	}
+	mustRelease(t, s, holder)
+	for i, w := range ws {
+		g := mustAcquire(t, s, w)
+		if g.Fence <= last {
+			t.Errorf("waiter %d fence %d, want > %d", i, g.Fence, last)
+		}
+		last = g.Fence
+		mustRefuse(t, s, newcomer)
+		for j, later := range ws[i+1:] {
+			mustQueue(t, s, later, j)
+		}
+		mustRelease(t, s, w)
+	}
+	mustAcquire(t, s, newcomer)
+	mustRelease(t, s, newcomer)
+}
+
+// fairHandsToHead checks that the release itself hands the lock to the
+// head waiter: the waiter holds it before asking again, and nobody else
+// can take it in between.
+func fairHandsToHead(t *testing.T, s dlock.Store) {
+	ctx := testContext(t)
+	name := lockName(t)
+	holder := fairReq(name, longTTL)
+	gh := mustAcquire(t, s, holder)
+	w := fairWaiter(name, longTTL)
+	mustQueue(t, s, w, 0)
+	mustRelease(t, s, holder)
+	// Nobody can take it: it is already the waiter's.
+	mustRefuse(t, s, fairReq(name, longTTL))
+	if err := s.Extend(ctx, []dlock.Request{w})[0]; err != nil {
+		t.Errorf("Extend by the head waiter after the release = %v, want nil (it holds the lock)", err)
+	}
+	if g := mustAcquire(t, s, w); g.Fence <= gh.Fence {
+		t.Errorf("handed-over fence %d, want > %d", g.Fence, gh.Fence)
+	}
+	mustRelease(t, s, w)
+}
+
+// fairOneWakeUp checks, on a store implementing dlock.GrantWatcher, that a
+// release delivers the grant to the head waiter alone.
+func fairOneWakeUp(t *testing.T, s dlock.Store) {
+	gw, ok := s.(dlock.GrantWatcher)
+	if !ok {
+		t.Skip("store does not implement dlock.GrantWatcher")
+	}
+	ctx := testContext(t)
+	name := lockName(t)
+	holder := fairReq(name, longTTL)
+	gh := mustAcquire(t, s, holder)
+	ws := []dlock.Request{fairWaiter(name, longTTL), fairWaiter(name, longTTL), fairWaiter(name, longTTL)}
+	chans := make([]<-chan dlock.Grant, len(ws))
+	for i, w := range ws {
+		ch, stop, err := gw.WatchGrant(ctx, w)
+		if err != nil {
+			t.Fatalf("WatchGrant = %v", err)
+		}
+		t.Cleanup(stop)
+		chans[i] = ch
+		mustQueue(t, s, w, i)
+	}
+	last := gh.Fence
+	released := time.Now()
+	mustRelease(t, s, holder)
+	for i, w := range ws {
+		timer := time.NewTimer(waitTimeout)
+		select {
+		case g := <-chans[i]:
+			timer.Stop()
+			if !g.Acquired || g.Fence <= last {
+				t.Errorf("grant delivered to waiter %d = %+v, want Acquired with fence > %d", i, g, last)
+			}
+			t.Logf("waiter %d: grant delivered %v after the release call", i, time.Since(released))
+			last = g.Fence
+			if ga := mustAcquire(t, s, w); ga.Fence != g.Fence {
+				t.Errorf("Acquire by waiter %d after the delivery fence %d, want the delivered %d", i, ga.Fence, g.Fence)
+			}
+		case <-timer.C:
+			t.Fatalf("no grant delivered to head waiter %d within %v", i, waitTimeout)
+		}
+		for j := range ws {
+			select {
+			case g := <-chans[j]:
+				t.Errorf("waiter %d got a grant %+v while waiter %d holds; want one delivery per release", j, g, i)
+			default:
+			}
+		}
+		released = time.Now()
+		mustRelease(t, s, w)
+	}
+}
+
+// fairDeadWaiterPruned checks that a waiter that stops refreshing its place
+// is dropped after its queue TTL, judged by the store, so that it neither
+// delays the others nor gets the lock.
+func fairDeadWaiterPruned(t *testing.T, s dlock.Store) {
+	name := lockName(t)
+	holder := fairReq(name, longTTL)
+	mustAcquire(t, s, holder)
+	const queueTTL = 200 * time.Millisecond
+	start := time.Now()
+	dead := fairWaiter(name, queueTTL)
+	mustQueue(t, s, dead, 0)
+	live := fairWaiter(name, longTTL)
+	mustQueue(t, s, live, 1)
+	sleepUntil(start.Add(queueTTL + 2*clockSlack))
+	mustQueue(t, s, live, 0) // the dead waiter is gone
+	mustRelease(t, s, holder)
+	mustAcquire(t, s, live)
+	if err := s.Release(testContext(t), dead); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Release by the pruned waiter = %v, want ErrNotHeld (neither holding nor queued)", err)
+	}
+	mustRelease(t, s, live)
+}
+
+// fairKilledHead checks that a head waiter that died after the lock was
+// handed to it delays the next live waiter only until the dead waiter's
+// lease runs out, and the order of the live waiters is kept.
+func fairKilledHead(t *testing.T, s dlock.Store) {
+	name := lockName(t)
+	holder := fairReq(name, longTTL)
+	mustAcquire(t, s, holder)
+	const ttl = 200 * time.Millisecond
+	dead := queued(fairReq(name, ttl), ttl)
+	mustQueue(t, s, dead, 0)
+	next, after := fairWaiter(name, longTTL), fairWaiter(name, longTTL)
+	mustQueue(t, s, next, 1)
+	mustQueue(t, s, after, 2)
+	released := time.Now()
+	mustRelease(t, s, holder) // hands the lock to the dead waiter
+	g, at := acquireWhenFree(t, s, next)
+	if d := at.Sub(released); d < ttl-clockSlack {
+		t.Logf("next waiter served %v after the release (the dead head was pruned before the handoff)", d)
+	}
+	mustQueue(t, s, after, 0)
+	mustRelease(t, s, next)
+	if g2 := mustAcquire(t, s, after); g2.Fence <= g.Fence {
+		t.Errorf("fence of the waiter after %d, want > %d", g2.Fence, g.Fence)
+	}
+	mustRelease(t, s, after)
+}
+
+// fairWaiterLeaves checks that Release by a queued token drops its place.
+func fairWaiterLeaves(t *testing.T, s dlock.Store) {
+	name := lockName(t)
+	holder := fairReq(name, longTTL)
+	mustAcquire(t, s, holder)
+	w1, w2 := fairWaiter(name, longTTL), fairWaiter(name, longTTL)
+	mustQueue(t, s, w1, 0)
+	mustQueue(t, s, w2, 1)
+	mustRelease(t, s, w1)
+	mustNotHold(t, s, w1, "of a waiter that left")
+	mustQueue(t, s, w2, 0)
+	mustRelease(t, s, holder)
+	mustAcquire(t, s, w2)
+	mustRelease(t, s, w2)
+}
+
+// fairExpiredHolder checks that when the holder's lease runs out without a
+// release, the lock goes to the head waiter, not before the TTL.
+func fairExpiredHolder(t *testing.T, s dlock.Store) {
+	name := lockName(t)
+	const ttl = 200 * time.Millisecond
+	start := time.Now()
+	holder := fairReq(name, ttl)
+	gh := mustAcquire(t, s, holder)
+	w := fairWaiter(name, longTTL)
+	if g := mustRefuse(t, s, w); g.RetryAfter <= 0 || g.RetryAfter > ttl {
+		t.Errorf("head waiter RetryAfter = %v, want in (0, %v]", g.RetryAfter, ttl)
+	}
+	mustQueue(t, s, fairWaiter(name, longTTL), 1)
+	g, at := acquireWhenFree(t, s, w)
+	if d := at.Sub(start); d < ttl-clockSlack {
+		t.Errorf("head waiter served %v after a holder with TTL %v; want not before", d, ttl)
+	}
+	if g.Fence <= gh.Fence {
+		t.Errorf("fence after expiry %d, want > %d", g.Fence, gh.Fence)
+	}
+	mustNotHold(t, s, holder, "of an expired holder")
+	mustRelease(t, s, w)
+}
+
+// fairInspector checks that State reports the queue length.
+func fairInspector(t *testing.T, s dlock.Store) {
+	in, ok := s.(dlock.Inspector)
+	if !ok {
+		t.Skip("store does not implement dlock.Inspector")
+	}
+	ctx := testContext(t)
+	name := lockName(t)
+	holder := fairReq(name, longTTL)
+	gh := mustAcquire(t, s, holder)
+	ws := []dlock.Request{fairWaiter(name, longTTL), fairWaiter(name, longTTL), fairWaiter(name, longTTL)}
+	for i, w := range ws {
+		mustQueue(t, s, w, i)
+	}
+	st, err := in.State(ctx, name)
+	if err != nil {
+		t.Fatalf("State(%q) = %v", name, err)
+	}
+	if st.Mode != dlock.ModeFair || st.Holders != 1 || st.Queue != 3 || st.Fence != gh.Fence || st.TTL <= 0 {
+		t.Errorf("State(%q) = %+v, want Mode fair, 1 holder, Queue 3, Fence %d", name, st, gh.Fence)
+	}
+	mustRelease(t, s, holder)
+	if st, _ := in.State(ctx, name); st.Queue != 2 || st.Holders != 1 {
+		t.Errorf("State(%q) after a handoff = %+v, want 1 holder and Queue 2", name, st)
+	}
+	for _, w := range ws {
+		mustRelease(t, s, w)
+	}
+	if st, _ := in.State(ctx, name); st.Queue != 0 || st.Holders != 0 {
+		t.Errorf("State(%q) after every release = %+v, want no holder and no queue", name, st)
+	}
+}
+
+// fairLockerFIFO queues waiters on their own Lockers in a known order, with
+// a dead waiter (a queue entry nobody refreshes, as of a killed process)
+// among them, and checks that the live ones are served in arrival order.
+func fairLockerFIFO(t *testing.T, s dlock.Store) {
+	const waiters = 6
+	ctx := testContext(t)
+	name := lockName(t)
+	const deadTTL = 300 * time.Millisecond
+	first, err := newLocker(t, s, dlock.WithTTL(longTTL)).Fair(name).Lock(ctx)
+	if err != nil {
+		t.Fatalf("Lock = %v", err)
+	}
+	var (
+		mu     sync.Mutex
+		order  []int
+		inside atomic.Int32
+		wg     sync.WaitGroup
+		e      errs
+	)
+	for i := range waiters {
+		if i == waiters/2 {
+			dead := queued(fairReq(name, deadTTL), deadTTL)
+			mustQueue(t, s, dead, i)
+		}
+		queuedCh := make(chan struct{})
+		var once sync.Once
+		l := newLocker(t, s, dlock.WithTTL(longTTL), dlock.WithQueueTTL(2*time.Second),
+			dlock.WithQueuePosition(func(int) { once.Do(func() { close(queuedCh) }) }))
+		wg.Go(func() {
+			lease, err := l.Fair(name).Lock(ctx)
+			if err != nil {
+				e.add(fmt.Errorf("waiter %d: Lock = %v", i, err))
+				once.Do(func() { close(queuedCh) })
+				return
+			}
+			if inside.Add(1) != 1 {
+				e.add(fmt.Errorf("waiter %d inside with another holder", i))
+			}
+			mu.Lock()
+			order = append(order, i)
+			mu.Unlock()
+			runtime.Gosched()
+			inside.Add(-1)
+			if err := lease.Release(ctx); err != nil {
+				e.add(fmt.Errorf("waiter %d: Release = %v", i, err))
+			}
+		})
+		if !waitClosed(queuedCh) {
+			t.Fatalf("waiter %d not queued within %v", i, waitTimeout)
+		}
+	}
+	start := time.Now()
+	first.Release(ctx)
+	wg.Wait()
+	e.report(t)
+	want := make([]int, waiters)
+	for i := range want {
+		want[i] = i
+	}
+	if !slices.Equal(order, want) {
+		t.Errorf("live waiters served in order %v, want %v (arrival order)", order, want)
+	}
+	t.Logf("%d waiters and a dead one served in %v", waiters, time.Since(start))
+}
+
+// fairLockerExclusion runs Lock from goroutines on several Lockers and
+// checks mutual exclusion and increasing fences.
+func fairLockerExclusion(t *testing.T, s dlock.Store) {
+	const lockers, perLocker, rounds = 3, 3, 6
+	ctx := testContext(t)
+	name := lockName(t)
+	var (
+		inside    atomic.Int32
+		lastFence atomic.Int64
+		overlaps  atomic.Int64
+		wg        sync.WaitGroup
+		e         errs
+	)
+	for range lockers {
+		f := newLocker(t, s, dlock.WithTTL(longTTL)).Fair(name)
+		for range perLocker {
+			wg.Go(func() {
+				for range rounds {
+					lease, err := f.Lock(ctx)
+					if err != nil {
+						e.add(fmt.Errorf("Lock(%q) = %v", name, err))
+						return
+					}
+					if inside.Add(1) != 1 {
+						overlaps.Add(1)
+					}
+					if last := lastFence.Load(); lease.Fence() <= last {
+						e.add(fmt.Errorf("fence %d after %d; want strictly increasing", lease.Fence(), last))
+					}
+					lastFence.Store(lease.Fence())
+					runtime.Gosched()
+					inside.Add(-1)
+					if err := lease.Release(ctx); err != nil {
+						e.add(fmt.Errorf("Release = %v", err))
+						return
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	e.report(t)
+	if n := overlaps.Load(); n != 0 {
+		t.Errorf("%d critical sections overlapped, want 0", n)
+	}
+}
+
+// fairLockerContextEnds checks that a waiter that gives up leaves the queue,
+// so the lock goes to the waiter behind it.
+func fairLockerContextEnds(t *testing.T, s dlock.Store) {
+	ctx := testContext(t)
+	name := lockName(t)
+	l := newLocker(t, s, dlock.WithTTL(longTTL), dlock.WithQueueTTL(longTTL))
+	holder, err := l.Fair(name).Lock(ctx)
+	if err != nil {
+		t.Fatalf("Lock = %v", err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	queuedCh := make(chan struct{})
+	var once sync.Once
+	quitter := l.Fair(name, dlock.WithQueuePosition(func(int) { once.Do(func() { close(queuedCh) }) }))
+	done := make(chan error, 1)
+	go func() {
+		_, err := quitter.Lock(wctx)
+		done <- err
+	}()
+	if !waitClosed(queuedCh) {
+		t.Fatalf("waiter not queued within %v", waitTimeout)
+	}
+	behind := fairWaiter(name, longTTL)
+	mustQueue(t, s, behind, 1)
+	cancel()
+	err = <-done
+	if !errors.Is(err, context.Canceled) || !errors.Is(err, dlock.ErrLocked) {
+		t.Errorf("Lock after its ctx ended = %v, want an error matching context.Canceled and ErrLocked", err)
+	}
+	mustQueue(t, s, behind, 0)
+	holder.Release(ctx)
+	mustAcquire(t, s, behind)
+	mustRelease(t, s, behind)
+}

@@ -1,0 +1,230 @@
+package storetest
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlock-dev/dlock"
+)
+
+func init() { register("Semaphore", dlock.ModeSemaphore, testSemaphore) }
+
+// testSemaphore checks ModeSemaphore on the store and through a Locker.
+func testSemaphore(t *testing.T, h Harness) {
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, s dlock.Store)
+	}{
+		{"Limit", semaphoreLimit},
+		{"NeverMoreThanN", semaphoreNeverMoreThanN},
+		{"CrashedHolderPermitReturns", semaphoreCrashedHolder},
+		{"BadLimit", semaphoreBadLimit},
+		{"Inspector", semaphoreInspector},
+		{"LockerNeverMoreThanN", semaphoreLockerNeverMoreThanN},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			parallel(t)
+			tt.fn(t, h.New(t))
+		})
+	}
+}
+
+func semaphoreReq(name string, n int, ttl time.Duration) dlock.Request {
+	return dlock.Request{Name: name, Token: newToken(), TTL: ttl, Mode: dlock.ModeSemaphore, Limit: n}
+}
+
+// semaphoreLimit checks that n permits are granted, each with its own
+// increasing fence, that the next is refused until one is released, and
+// that each permit is released by its own token only.
+func semaphoreLimit(t *testing.T, s dlock.Store) {
+	name := lockName(t)
+	const n = 3
+	var reqs []dlock.Request
+	var last int64
+	for range n {
+		req := semaphoreReq(name, n, longTTL)
+		g := mustAcquire(t, s, req)
+		if g.Fence <= last {
+			t.Errorf("permit fence %d after %d, want strictly increasing", g.Fence, last)
+		}
+		last = g.Fence
+		if g2 := mustAcquire(t, s, req); g2.Fence != g.Fence {
+			t.Errorf("repeated Acquire of a permit fence %d, want %d (idempotent)", g2.Fence, g.Fence)
+		}
+		reqs = append(reqs, req)
+	}
+	extra := semaphoreReq(name, n, longTTL)
+	if g := mustRefuse(t, s, extra); g.RetryAfter <= 0 {
+		t.Errorf("refusal with every permit taken RetryAfter = %v, want > 0", g.RetryAfter)
+	}
+	mustNotHold(t, s, extra, "of a refused token")
+	mustRelease(t, s, reqs[1])
+	mustNotHold(t, s, reqs[1], "of a released permit")
+	if g := mustAcquire(t, s, extra); g.Fence <= last {
+		t.Errorf("permit after a release fence %d, want > %d", g.Fence, last)
+	}
+	mustRefuse(t, s, semaphoreReq(name, n, longTTL))
+	for _, req := range []dlock.Request{reqs[0], reqs[2], extra} {
+		mustRelease(t, s, req)
+	}
+}
+
+// semaphoreNeverMoreThanN runs many goroutines taking and giving back
+// permits and checks that no more than n are ever inside.
+func semaphoreNeverMoreThanN(t *testing.T, s dlock.Store) {
+	const n, workers, rounds = 3, 12, 15
+	ctx := testContext(t)
+	name := lockName(t)
+	var (
+		inside, peak atomic.Int32
+		over         atomic.Int64
+		wg           sync.WaitGroup
+		e            errs
+	)
+	for range workers {
+		wg.Go(func() {
+			wake, stop, err := s.Watch(ctx, name, dlock.ModeSemaphore)
+			if err != nil {
+				e.add(fmt.Errorf("Watch(%q) = %v", name, err))
+				return
+			}
+			defer stop()
+			for range rounds {
+				req := semaphoreReq(name, n, longTTL)
+				if _, err := acquireWatching(ctx, s, req, wake); err != nil {
+					e.add(err)
+					return
+				}
+				k := inside.Add(1)
+				if k > n {
+					over.Add(1)
+				}
+				for p := peak.Load(); k > p && !peak.CompareAndSwap(p, k); p = peak.Load() {
+				}
+				runtime.Gosched()
+				inside.Add(-1)
+				if err := s.Release(ctx, req); err != nil {
+					e.add(fmt.Errorf("Release(%q) of a permit = %v", name, err))
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	e.report(t)
+	if k := over.Load(); k != 0 {
+		t.Errorf("%d times more than %d holders were inside", k, n)
+	}
+	t.Logf("peak holders %d of %d", peak.Load(), n)
+}
+
+// semaphoreCrashedHolder checks that a permit that is never released comes
+// back when its TTL runs out, and not before.
+func semaphoreCrashedHolder(t *testing.T, s dlock.Store) {
+	name := lockName(t)
+	const ttl = 200 * time.Millisecond
+	start := time.Now()
+	crashed := semaphoreReq(name, 2, ttl)
+	mustAcquire(t, s, crashed)
+	live := semaphoreReq(name, 2, longTTL)
+	mustAcquire(t, s, live)
+	next := semaphoreReq(name, 2, longTTL)
+	g := mustRefuse(t, s, next)
+	if g.RetryAfter <= 0 || g.RetryAfter > ttl {
+		t.Errorf("RetryAfter = %v, want in (0, %v] (the crashed permit's remaining TTL)", g.RetryAfter, ttl)
+	}
+	_, at := acquireWhenFree(t, s, next)
+	if d := at.Sub(start); d < ttl-clockSlack {
+		t.Errorf("permit returned %v after a holder with TTL %v; want not before the TTL", d, ttl)
+	}
+	mustNotHold(t, s, crashed, "of an expired permit")
+	mustRelease(t, s, live)
+	mustRelease(t, s, next)
+}
+
+// semaphoreBadLimit checks that a limit below 1 is rejected.
+func semaphoreBadLimit(t *testing.T, s dlock.Store) {
+	ctx := testContext(t)
+	for _, n := range []int{0, -1} {
+		req := semaphoreReq(lockName(t), n, longTTL)
+		g, err := s.Acquire(ctx, req)
+		if g.Acquired {
+			s.Release(ctx, req)
+		}
+		if !errors.Is(err, dlock.ErrInvalid) {
+			t.Errorf("Acquire with Limit %d = %+v, %v; want an error wrapping ErrInvalid", n, g, err)
+		}
+	}
+	l := newLocker(t, s)
+	if _, err := l.Semaphore(lockName(t), 0).TryAcquire(ctx); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("Semaphore(name, 0).TryAcquire = %v, want ErrInvalid", err)
+	}
+}
+
+// semaphoreInspector checks that State reports the holders and the limit.
+func semaphoreInspector(t *testing.T, s dlock.Store) {
+	in, ok := s.(dlock.Inspector)
+	if !ok {
+		t.Skip("store does not implement dlock.Inspector")
+	}
+	name := lockName(t)
+	a, b := semaphoreReq(name, 3, longTTL), semaphoreReq(name, 3, longTTL)
+	mustAcquire(t, s, a)
+	gb := mustAcquire(t, s, b)
+	st, err := in.State(testContext(t), name)
+	if err != nil {
+		t.Fatalf("State(%q) = %v", name, err)
+	}
+	if st.Mode != dlock.ModeSemaphore || st.Holders != 2 || st.Limit != 3 || st.Fence < gb.Fence || st.TTL <= 0 {
+		t.Errorf("State(%q) = %+v, want Mode semaphore, 2 holders, Limit 3, Fence >= %d", name, st, gb.Fence)
+	}
+	mustRelease(t, s, a)
+	mustRelease(t, s, b)
+}
+
+// semaphoreLockerNeverMoreThanN checks Acquire through several Lockers.
+func semaphoreLockerNeverMoreThanN(t *testing.T, s dlock.Store) {
+	const n, lockers, perLocker, rounds = 2, 3, 3, 6
+	ctx := testContext(t)
+	name := lockName(t)
+	var (
+		inside atomic.Int32
+		over   atomic.Int64
+		wg     sync.WaitGroup
+		e      errs
+	)
+	for range lockers {
+		sem := newLocker(t, s, dlock.WithTTL(longTTL), dlock.WithBackoff(time.Millisecond, 20*time.Millisecond)).Semaphore(name, n)
+		for range perLocker {
+			wg.Go(func() {
+				for range rounds {
+					lease, err := sem.Acquire(ctx)
+					if err != nil {
+						e.add(fmt.Errorf("Acquire(%q) = %v", name, err))
+						return
+					}
+					if k := inside.Add(1); k > n {
+						over.Add(1)
+					}
+					runtime.Gosched()
+					inside.Add(-1)
+					if err := lease.Release(ctx); err != nil {
+						e.add(fmt.Errorf("Release = %v", err))
+						return
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	e.report(t)
+	if k := over.Load(); k != 0 {
+		t.Errorf("%d times more than %d holders were inside", k, n)
+	}
+}
