@@ -1,0 +1,299 @@
+package cli
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/dlock-dev/dlock/internal/runner"
+	"github.com/dlock-dev/dlock/internal/testredis"
+)
+
+// holdScript prints "started FENCE" and holds the lock until its stdin
+// (the test's pipe) closes.
+const holdScript = `echo "started $DLOCK_FENCE"; read x; echo done`
+
+func TestRunOneOfTwoConcurrentRunsHoldsTheLock(t *testing.T) {
+	srv := testredis.Start(t)
+	env := []string{"DLOCK_REDIS_URL=" + srv.URL()}
+	name := uniqueName(t)
+	a := startDlock(t, env, "run", name, "--", "sh", "-c", holdScript)
+	b := startDlock(t, env, "run", name, "--", "sh", "-c", holdScript)
+
+	// The loser exits on its own; the winner waits for its stdin.
+	var winner, loser *dlockProc
+	select {
+	case <-a.done:
+		winner, loser = b, a
+	case <-b.done:
+		winner, loser = a, b
+	}
+	if code := loser.wait(); code != runner.ExitLocked {
+		t.Fatalf("losing dlock run exited %d, want %d; stderr:\n%s", code, runner.ExitLocked, loser.stderr.String())
+	}
+	if out := loser.stdout(); out != "" {
+		t.Errorf("losing dlock run's command ran: stdout %q", out)
+	}
+	if !strings.Contains(loser.stderr.String(), "held by someone else") {
+		t.Errorf("losing dlock run's stderr = %q, want it to say the lock is held", loser.stderr.String())
+	}
+	if l := winner.line(); !strings.HasPrefix(l, "started ") {
+		t.Fatalf("winner printed %q, want started", l)
+	}
+	winner.stdin.Close()
+	if code := winner.wait(); code != 0 {
+		t.Fatalf("winning dlock run exited %d, want 0; stderr:\n%s", code, winner.stderr.String())
+	}
+	// Released: the key is gone.
+	if v, err := srv.Do("EXISTS", "lock:"+name); err != nil || v != "0" {
+		t.Errorf("EXISTS lock:%s after the run = %q, %v; want 0", name, v, err)
+	}
+}
+
+func TestRunWaitRunsOneAfterTheOther(t *testing.T) {
+	srv := testredis.Start(t)
+	env := []string{"DLOCK_REDIS_URL=" + srv.URL()}
+	name := uniqueName(t)
+	log := filepath.Join(t.TempDir(), "log")
+	script := `echo "start $(date +%s%N) $DLOCK_FENCE" >> "$LOG"; echo started; read x; echo "end $(date +%s%N)" >> "$LOG"`
+	env = append(env, "LOG="+log)
+	procs := []*dlockProc{
+		startDlock(t, env, "run", "--wait", "1m", name, "--", "sh", "-c", script),
+		startDlock(t, env, "run", "--wait", "1m", name, "--", "sh", "-c", script),
+	}
+	started := make(chan *dlockProc, 2)
+	for _, p := range procs {
+		go func() {
+			select {
+			case l := <-p.lines:
+				if l == "started" {
+					started <- p
+				}
+			case <-p.done:
+			}
+		}()
+	}
+	// awaitStart returns the process whose command started, failing if
+	// one of waiting exits first.
+	awaitStart := func(waiting ...*dlockProc) *dlockProc {
+		t.Helper()
+		for {
+			select {
+			case p := <-started:
+				return p
+			case <-waiting[0].done:
+			case <-waiting[len(waiting)-1].done:
+			}
+			for _, p := range waiting {
+				if p.exited() {
+					t.Fatalf("dlock run exited %d before its command started; stderr:\n%s", p.code, p.stderr.String())
+				}
+			}
+		}
+	}
+	first := awaitStart(procs...)
+	second := procs[0]
+	if second == first {
+		second = procs[1]
+	}
+	if second.exited() {
+		t.Fatalf("waiting dlock run exited %d; stderr:\n%s", second.code, second.stderr.String())
+	}
+	first.stdin.Close()
+	if code := first.wait(); code != 0 {
+		t.Fatalf("first dlock run exited %d; stderr:\n%s", code, first.stderr.String())
+	}
+	if p := awaitStart(second); p != second {
+		t.Fatal("the first command started twice")
+	}
+	second.stdin.Close()
+	if code := second.wait(); code != 0 {
+		t.Fatalf("second dlock run exited %d; stderr:\n%s", code, second.stderr.String())
+	}
+	data, err := os.ReadFile(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+	if len(lines) != 4 {
+		t.Fatalf("log has %d lines, want 4:\n%s", len(lines), data)
+	}
+	var times [4]int64
+	var fences [2]int64
+	for i, l := range lines {
+		f := strings.Fields(l)
+		want := "start"
+		if i%2 == 1 {
+			want = "end"
+		}
+		if len(f) < 2 || f[0] != want {
+			t.Fatalf("log line %d = %q, want %s ...; log:\n%s", i, l, want, data)
+		}
+		times[i], _ = strconv.ParseInt(f[1], 10, 64)
+		if want == "start" {
+			fences[i/2], _ = strconv.ParseInt(f[2], 10, 64)
+		}
+	}
+	if !(times[0] <= times[1] && times[1] <= times[2] && times[2] <= times[3]) {
+		t.Errorf("children overlapped: %v", times)
+	}
+	if fences[1] <= fences[0] {
+		t.Errorf("second holder's fence %d is not above the first's %d", fences[1], fences[0])
+	}
+}
+
+func TestRunLeaseLostStopsTheCommand(t *testing.T) {
+	srv := testredis.Start(t)
+	env := []string{"DLOCK_REDIS_URL=" + srv.URL()}
+	tests := []struct {
+		name   string
+		script string
+		stdout string // what the command prints after "started"
+	}{
+		// The command handles SIGTERM and exits.
+		{"sigterm", `trap 'echo terminated; kill $! 2>/dev/null; exit 0' TERM; echo started; sleep 1000 & wait`, "terminated"},
+		// The command ignores SIGTERM and is killed after the grace period.
+		{"sigkill", `trap '' TERM; echo started; exec sleep 1000`, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			name := uniqueName(t)
+			p := startDlock(t, env, "run", "--ttl", "1s", "--grace", "300ms", name, "--", "sh", "-c", tt.script)
+			if l := p.line(); l != "started" {
+				t.Fatalf("command printed %q, want started", l)
+			}
+			// Delete the lock underneath the running command.
+			if v, err := srv.Do("DEL", "lock:"+name); err != nil || v != "1" {
+				t.Fatalf("DEL lock:%s = %q, %v; want 1", name, v, err)
+			}
+			if code := p.wait(); code != runner.ExitLeaseLost {
+				t.Fatalf("dlock run exited %d, want %d; stderr:\n%s", code, runner.ExitLeaseLost, p.stderr.String())
+			}
+			if !strings.Contains(p.stderr.String(), "lease lost") {
+				t.Errorf("stderr = %q, want it to say the lease was lost", p.stderr.String())
+			}
+			if got, want := p.stdout(), strings.TrimSpace("started\n"+tt.stdout); got != want {
+				t.Errorf("stdout = %q, want %q", got, want)
+			}
+		})
+	}
+}
+
+func TestRunExitCodes(t *testing.T) {
+	srv := testredis.Start(t)
+	env := []string{"DLOCK_REDIS_URL=" + srv.URL()}
+	dir := t.TempDir()
+	noexec := filepath.Join(dir, "noexec")
+	if err := os.WriteFile(noexec, []byte("#!/bin/sh\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name    string
+		command []string
+		want    int
+	}{
+		{"zero", []string{"true"}, 0},
+		{"one", []string{"false"}, 1},
+		{"42", []string{"sh", "-c", "exit 42"}, 42},
+		{"killed", []string{"sh", "-c", "kill -KILL $$"}, 128 + 9},
+		{"not found", []string{"dlock-no-such-command"}, runner.ExitNotFound},
+		{"not executable", []string{noexec}, runner.ExitCannotExec},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			args := append([]string{"run", uniqueName(t), "--"}, tt.command...)
+			if code, _, stderr := runDlock(t, env, args...); code != tt.want {
+				t.Errorf("dlock run -- %q exited %d, want %d; stderr:\n%s", tt.command, code, tt.want, stderr)
+			}
+		})
+	}
+}
+
+func TestRunPassesEnvAndStdio(t *testing.T) {
+	srv := testredis.Start(t)
+	name := uniqueName(t)
+	env := []string{"DLOCK_REDIS_URL=" + srv.URL(), "DLOCK_FENCE=stale", "KEEP=kept"}
+	p := startDlock(t, env, "run", name, "--", "sh", "-c",
+		`echo "$DLOCK_NAME|$DLOCK_FENCE|${#DLOCK_TOKEN}|$KEEP"; read line; echo "got $line"; echo oops >&2`)
+	l := p.line()
+	f := strings.Split(l, "|")
+	if len(f) != 4 || f[0] != name || f[2] != "32" || f[3] != "kept" {
+		t.Fatalf("command saw %q, want NAME|FENCE|32|kept", l)
+	}
+	if fence, err := strconv.ParseInt(f[1], 10, 64); err != nil || fence <= 0 {
+		t.Errorf("DLOCK_FENCE = %q, want a positive integer", f[1])
+	}
+	p.stdin.Write([]byte("hello\n"))
+	if l := p.line(); l != "got hello" {
+		t.Errorf("command printed %q, want got hello", l)
+	}
+	p.stdin.Close()
+	if code := p.wait(); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	if !strings.Contains(p.stderr.String(), "oops") {
+		t.Errorf("stderr = %q, want the command's stderr", p.stderr.String())
+	}
+}
+
+func TestRunForwardsSignals(t *testing.T) {
+	srv := testredis.Start(t)
+	env := []string{"DLOCK_REDIS_URL=" + srv.URL()}
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP} {
+		t.Run(sig.String(), func(t *testing.T) {
+			script := `for s in TERM INT HUP; do trap "echo got $s; kill \$! 2>/dev/null; exit 7" $s; done; echo started; sleep 1000 & wait`
+			p := startDlock(t, env, "run", uniqueName(t), "--", "sh", "-c", script)
+			if l := p.line(); l != "started" {
+				t.Fatalf("command printed %q, want started", l)
+			}
+			p.signal(sig)
+			if code := p.wait(); code != 7 {
+				t.Fatalf("dlock run exited %d, want the command's 7; stderr:\n%s", code, p.stderr.String())
+			}
+			want := "got " + strings.TrimPrefix(signalName(sig), "SIG")
+			if got := p.stdout(); got != "started\n"+want {
+				t.Errorf("stdout = %q, want started, %s", got, want)
+			}
+		})
+	}
+}
+
+func signalName(s syscall.Signal) string {
+	switch s {
+	case syscall.SIGTERM:
+		return "SIGTERM"
+	case syscall.SIGINT:
+		return "SIGINT"
+	case syscall.SIGHUP:
+		return "SIGHUP"
+	}
+	return s.String()
+}
+
+func TestRunSignalWhileWaiting(t *testing.T) {
+	srv := testredis.Start(t)
+	env := []string{"DLOCK_REDIS_URL=" + srv.URL()}
+	name := uniqueName(t)
+	holder := startDlock(t, env, "run", name, "--", "sh", "-c", holdScript)
+	if l := holder.line(); !strings.HasPrefix(l, "started") {
+		t.Fatalf("holder printed %q", l)
+	}
+	waiter := startDlock(t, env, "run", "--wait", "1h", "--verbose", name, "--", "echo", "ran")
+	// The waiter is waiting once its signal handler is installed and it
+	// asked the store; a signal before that kills it with the default
+	// action, which gives the same exit code.
+	waiter.signal(syscall.SIGTERM)
+	if code := waiter.wait(); code != 128+int(syscall.SIGTERM) {
+		t.Errorf("waiting dlock run exited %d after SIGTERM, want %d; stderr:\n%s", code, 128+int(syscall.SIGTERM), waiter.stderr.String())
+	}
+	if out := waiter.stdout(); out != "" {
+		t.Errorf("waiting dlock run's command ran: %q", out)
+	}
+	holder.stdin.Close()
+	if code := holder.wait(); code != 0 {
+		t.Errorf("holder exited %d", code)
+	}
+}
