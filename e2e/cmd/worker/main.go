@@ -1,0 +1,411 @@
+// Command worker is the client process of the fault-injection suite
+// (e2e/faults). It takes a dlock lock over and over, enters a critical
+// section, reads and writes a fenced register over HTTP, and prints one JSON
+// event per line (package wire) with CLOCK_MONOTONIC timestamps. It is a
+// separate process so that the harness can SIGSTOP, SIGCONT and SIGKILL it,
+// and so that its replies can wait in kernel socket buffers while it is
+// stopped, as they would during a real GC pause.
+//
+// It is built by the harness; it is not meant to be run by hand.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/e2e/faults/wire"
+	"github.com/dlock-dev/dlock/store/redlock"
+	"github.com/dlock-dev/dlock/store/valkey"
+)
+
+type config struct {
+	id        int
+	store     string
+	addrs     []string
+	register  string
+	key       string
+	mode      string
+	ttl       time.Duration
+	autoRenew bool
+	renew     time.Duration
+	opTimeout time.Duration
+	iters     int
+	duration  time.Duration
+	hold      time.Duration
+	gap       time.Duration
+	wait      time.Duration
+	rmw       bool
+	careful   bool
+	stopIter  int
+	stopAt    string
+	staleRaw  bool
+	holdFirst time.Duration
+	drift     float64
+}
+
+func main() {
+	var c config
+	var addrs string
+	flag.IntVar(&c.id, "id", 0, "worker ID")
+	flag.StringVar(&c.store, "store", "valkey", "valkey or redlock")
+	flag.StringVar(&addrs, "addrs", "", "comma-separated host:port of the lock nodes")
+	flag.StringVar(&c.register, "register", "", "base URL of the fenced register")
+	flag.StringVar(&c.key, "key", "x", "lock name")
+	flag.StringVar(&c.mode, "mode", "mutex", "mutex, read, write or fair")
+	flag.DurationVar(&c.ttl, "ttl", time.Second, "lease TTL")
+	flag.BoolVar(&c.autoRenew, "autorenew", false, "renew the lease in the background")
+	flag.DurationVar(&c.renew, "renew", 0, "renew interval (0: TTL/3)")
+	flag.DurationVar(&c.opTimeout, "op-timeout", 0, "per-operation store timeout (0: library default)")
+	flag.IntVar(&c.iters, "iters", 1, "grants to attempt")
+	flag.DurationVar(&c.duration, "duration", time.Minute, "stop attempting after this long")
+	flag.DurationVar(&c.hold, "hold", 0, "time spent in the critical section")
+	flag.DurationVar(&c.holdFirst, "hold-first", -1, "hold of the first iteration (-1: -hold)")
+	flag.DurationVar(&c.gap, "gap", 0, "pause between iterations")
+	flag.DurationVar(&c.wait, "wait", 0, "wait this long for the lock (0: TryLock)")
+	flag.BoolVar(&c.rmw, "rmw", false, "read-sleep-write the register counter (else write only)")
+	flag.BoolVar(&c.careful, "careful", false, "abandon the critical section when the lease is lost")
+	flag.IntVar(&c.stopIter, "stop-iter", -1, "iteration in which the worker SIGSTOPs itself")
+	flag.StringVar(&c.stopAt, "stop-at", "enter", "where it stops: enter (after entering) or write (just before writing)")
+	flag.BoolVar(&c.staleRaw, "stale-raw", false, "after each release, also release and extend (60s) on the store with the old token")
+	flag.Float64Var(&c.drift, "drift", 0, "drift factor (0: library default)")
+	flag.Parse()
+	if addrs != "" {
+		c.addrs = strings.Split(addrs, ",")
+	}
+	if err := run(c); err != nil {
+		fmt.Fprintln(os.Stderr, "worker:", err)
+		os.Exit(1)
+	}
+}
+
+// logger prints events, one JSON object per line, from any goroutine.
+type logger struct {
+	mu  sync.Mutex
+	enc *json.Encoder
+	id  int
+}
+
+func (l *logger) log(ev wire.Event) {
+	ev.W = l.id
+	if ev.T == 0 {
+		ev.T = wire.Now()
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.enc.Encode(ev) // stdout is a pipe to the harness; nothing to do on error
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+func openStore(ctx context.Context, c config) (dlock.Store, func(), error) {
+	switch c.store {
+	case "valkey":
+		if len(c.addrs) != 1 {
+			return nil, nil, fmt.Errorf("store valkey takes one address, got %d", len(c.addrs))
+		}
+		s, err := valkey.Dial(ctx, "redis://"+c.addrs[0])
+		if err != nil {
+			return nil, nil, err
+		}
+		return s, func() { s.Close() }, nil
+	case "redlock":
+		var nodes []dlock.Store
+		var closers []func() error
+		closeAll := func() {
+			for _, f := range closers {
+				f()
+			}
+		}
+		for _, a := range c.addrs {
+			s, err := valkey.Dial(ctx, "redis://"+a)
+			if err != nil {
+				// A node that is down at start is a node that is down:
+				// the quorum decides, as it would later.
+				fmt.Fprintf(os.Stderr, "worker: dial %s: %v\n", a, err)
+				nodes = append(nodes, deadStore{err})
+				continue
+			}
+			nodes = append(nodes, s)
+			closers = append(closers, s.Close)
+		}
+		rl, err := redlock.New(nodes)
+		if err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		return rl, func() { rl.Close(); closeAll() }, nil
+	}
+	return nil, nil, fmt.Errorf("unknown store %q", c.store)
+}
+
+// deadStore stands for a node that could not be dialled at start.
+type deadStore struct{ err error }
+
+func (d deadStore) Acquire(context.Context, dlock.Request) (dlock.Grant, error) {
+	return dlock.Grant{}, &dlock.StoreError{Op: "acquire", Node: -1, Err: d.err}
+}
+
+func (d deadStore) Extend(_ context.Context, reqs []dlock.Request) []error {
+	errs := make([]error, len(reqs))
+	for i := range errs {
+		errs[i] = &dlock.StoreError{Op: "extend", Node: -1, Err: d.err}
+	}
+	return errs
+}
+
+func (d deadStore) Release(context.Context, dlock.Request) error {
+	return &dlock.StoreError{Op: "release", Node: -1, Err: d.err}
+}
+
+func (d deadStore) Watch(context.Context, string, dlock.Mode) (<-chan struct{}, func(), error) {
+	return nil, nil, &dlock.StoreError{Op: "watch", Node: -1, Err: d.err}
+}
+
+// acquirer is the part of every lock type the worker uses.
+type acquirer interface {
+	TryLock(ctx context.Context) (*dlock.Lease, error)
+	Lock(ctx context.Context) (*dlock.Lease, error)
+}
+
+type readSide struct{ rw *dlock.RWMutex }
+
+func (r readSide) TryLock(ctx context.Context) (*dlock.Lease, error) { return r.rw.TryRLock(ctx) }
+func (r readSide) Lock(ctx context.Context) (*dlock.Lease, error)    { return r.rw.RLock(ctx) }
+
+func run(c config) error {
+	lg := &logger{enc: json.NewEncoder(os.Stdout), id: c.id}
+	ctx := context.Background()
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	store, closeStore, err := openStore(dctx, c)
+	cancel()
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+
+	opts := []dlock.Option{
+		dlock.WithTTL(c.ttl),
+		dlock.WithObserver(func(ev dlock.Event) {
+			if ev.Kind == dlock.EventRenew {
+				lg.log(wire.Event{Kind: wire.KindRenew, Result: ev.Result, Fence: ev.Fence})
+			}
+		}),
+	}
+	if c.autoRenew {
+		opts = append(opts, dlock.WithAutoRenew())
+	}
+	if c.renew > 0 {
+		opts = append(opts, dlock.WithRenewInterval(c.renew))
+	}
+	if c.opTimeout > 0 {
+		opts = append(opts, dlock.WithOpTimeout(c.opTimeout))
+	}
+	if c.drift > 0 {
+		opts = append(opts, dlock.WithDriftFactor(c.drift))
+	}
+	if c.wait > 0 {
+		opts = append(opts, dlock.WithBackoff(5*time.Millisecond, 50*time.Millisecond))
+	}
+	locker, err := dlock.New(store, opts...)
+	if err != nil {
+		return err
+	}
+	defer locker.Close()
+
+	var lk acquirer
+	switch c.mode {
+	case "mutex":
+		lk = locker.Mutex(c.key)
+	case "read":
+		lk = readSide{locker.RWMutex(c.key)}
+	case "write":
+		lk = locker.RWMutex(c.key)
+	case "fair":
+		lk = locker.Fair(c.key)
+	default:
+		return fmt.Errorf("unknown mode %q", c.mode)
+	}
+
+	reg := &register{base: c.register, client: &http.Client{Timeout: 30 * time.Second}, lg: lg}
+	lg.log(wire.Event{Kind: wire.KindStart})
+	deadline := time.Now().Add(c.duration)
+	var watchers sync.WaitGroup
+	defer watchers.Wait()
+	for i := 0; i < c.iters && time.Now().Before(deadline); i++ {
+		if i > 0 && c.gap > 0 {
+			time.Sleep(c.gap)
+		}
+		lg.log(wire.Event{Kind: wire.KindInvoke, Iter: i, Mode: c.mode})
+		var lease *dlock.Lease
+		if c.wait > 0 {
+			actx, cancel := context.WithTimeout(ctx, c.wait)
+			lease, err = lk.Lock(actx)
+			cancel()
+		} else {
+			lease, err = lk.TryLock(ctx)
+		}
+		if err != nil {
+			lg.log(wire.Event{Kind: wire.KindFail, Iter: i, Mode: c.mode, Err: errString(err)})
+			continue
+		}
+		lg.log(wire.Event{Kind: wire.KindAcquire, Iter: i, Mode: c.mode, Fence: lease.Fence()})
+		watchers.Add(1)
+		go func(i int) {
+			defer watchers.Done()
+			<-lease.Done()
+			if err := lease.Err(); err != nil {
+				lg.log(wire.Event{Kind: wire.KindLost, Iter: i, Fence: lease.Fence(), Err: err.Error()})
+			}
+		}(i)
+		critical(c, lg, reg, lease, i)
+		err = lease.Release(ctx)
+		lg.log(wire.Event{Kind: wire.KindRelease, Iter: i, Fence: lease.Fence(), Err: errString(err)})
+		if c.staleRaw {
+			staleOps(ctx, c, lg, store, lease, i)
+		}
+	}
+	lg.log(wire.Event{Kind: wire.KindDone})
+	return nil
+}
+
+// critical is the critical section of one grant.
+func critical(c config, lg *logger, reg *register, lease *dlock.Lease, i int) {
+	fence := lease.Fence()
+	lg.log(wire.Event{Kind: wire.KindEnter, Iter: i, Fence: fence, Mode: c.mode})
+	defer lg.log(wire.Event{Kind: wire.KindExit, Iter: i, Fence: fence, Mode: c.mode})
+	stop := func(at string) {
+		if c.stopIter == i && c.stopAt == at {
+			lg.log(wire.Event{Kind: wire.KindStopSelf, Iter: i, Fence: fence, Op: at})
+			syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+		}
+	}
+	lost := func() bool {
+		if !c.careful {
+			return false
+		}
+		select {
+		case <-lease.Done():
+			return true
+		default:
+			return false
+		}
+	}
+	stop("enter")
+	if lost() {
+		return
+	}
+	val := int64(c.id*1_000_000 + i)
+	if c.rmw && c.mode != "read" {
+		v, ok := reg.read(i, fence)
+		if !ok {
+			return
+		}
+		val = v + 1
+	}
+	if c.mode == "read" {
+		reg.read(i, fence)
+	}
+	hold := c.hold
+	if i == 0 && c.holdFirst >= 0 {
+		hold = c.holdFirst
+	}
+	if hold > 0 {
+		t := time.NewTimer(hold)
+		if c.careful {
+			select {
+			case <-t.C:
+			case <-lease.Done():
+			}
+		} else {
+			<-t.C
+		}
+		t.Stop()
+	}
+	stop("write")
+	if lost() || c.mode == "read" {
+		return
+	}
+	reg.write(i, fence, val)
+}
+
+// staleOps calls the store directly with a token that has been released (or
+// whose lease was lost): both calls must find nothing to release or extend,
+// whoever holds the lock now.
+func staleOps(ctx context.Context, c config, lg *logger, store dlock.Store, lease *dlock.Lease, i int) {
+	mode := lease.Mode()
+	req := dlock.Request{Name: c.key, Token: lease.Token(), Mode: mode, TTL: time.Minute}
+	octx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	err := store.Extend(octx, []dlock.Request{req})[0]
+	lg.log(wire.Event{Kind: wire.KindRaw, Iter: i, Op: "extend", Fence: lease.Fence(), Err: errString(err), Accepted: err == nil})
+	err = store.Release(octx, req)
+	lg.log(wire.Event{Kind: wire.KindRaw, Iter: i, Op: "release", Fence: lease.Fence(), Err: errString(err), Accepted: err == nil})
+}
+
+// register is the client of the harness's fenced register.
+type register struct {
+	base   string
+	client *http.Client
+	lg     *logger
+}
+
+type regReply struct {
+	OK  bool  `json:"ok"`
+	Val int64 `json:"val"`
+}
+
+func (r *register) call(op string, i int, fence, val int64) (regReply, error) {
+	q := url.Values{}
+	q.Set("w", strconv.Itoa(r.lg.id))
+	q.Set("i", strconv.Itoa(i))
+	q.Set("fence", strconv.FormatInt(fence, 10))
+	q.Set("val", strconv.FormatInt(val, 10))
+	resp, err := r.client.Post(r.base+"/"+op+"?"+q.Encode(), "text/plain", nil)
+	if err != nil {
+		return regReply{}, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return regReply{}, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return regReply{}, errors.New(resp.Status)
+	}
+	var rep regReply
+	err = json.Unmarshal(body, &rep)
+	return rep, err
+}
+
+// read reads the register with fence; ok is false when the register refused
+// the read (a higher fence was seen) or did not answer.
+func (r *register) read(i int, fence int64) (int64, bool) {
+	r.lg.log(wire.Event{Kind: wire.KindReadCall, Iter: i, Fence: fence})
+	rep, err := r.call("read", i, fence, 0)
+	r.lg.log(wire.Event{Kind: wire.KindRead, Iter: i, Fence: fence, Val: rep.Val, Accepted: rep.OK, Err: errString(err)})
+	return rep.Val, err == nil && rep.OK
+}
+
+func (r *register) write(i int, fence, val int64) {
+	r.lg.log(wire.Event{Kind: wire.KindWriteCall, Iter: i, Fence: fence, Val: val})
+	rep, err := r.call("write", i, fence, val)
+	r.lg.log(wire.Event{Kind: wire.KindWrite, Iter: i, Fence: fence, Val: val, Accepted: rep.OK, Err: errString(err)})
+}

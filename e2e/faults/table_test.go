@@ -1,0 +1,103 @@
+package faults
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"text/tabwriter"
+
+	"github.com/anishathalye/porcupine"
+)
+
+// result is one scenario run's row in the results table.
+type result struct {
+	Scenario      string
+	Faults        string
+	Fenced        bool
+	Grants        int
+	Overlaps      int
+	StaleAccepted int
+	StaleRejected int
+	Lost          int // read-sleep-write increments lost
+	LostFrac      float64
+	FenceDups     int
+	FenceOrder    int
+	Register      porcupine.CheckResult // porcupine on the register history
+	Extra         string                // scenario-specific figures
+	Verdict       string
+}
+
+var (
+	tableMu sync.Mutex
+	table   []result
+)
+
+// measure runs every checker over the env's history.
+func (e *env) measure() result {
+	evs := e.history()
+	gs := grants(evs)
+	rs := registerStats(e.reg)
+	lost, frac := rs.lostUpdates()
+	dups, order := fenceViolations(gs)
+	return result{
+		Scenario:      e.t.Name(),
+		Faults:        strings.Join(e.faults, "; "),
+		Fenced:        e.reg.fenced,
+		Grants:        len(gs),
+		Overlaps:      overlaps(gs),
+		StaleAccepted: rs.staleAccepted,
+		StaleRejected: rs.staleRejected,
+		Lost:          lost,
+		LostFrac:      frac,
+		FenceDups:     dups,
+		FenceOrder:    order,
+		Register:      checkRegister(evs, e.reg.fenced),
+	}
+}
+
+// record adds r to the table, with the verdict the test reached.
+func (e *env) record(r result) {
+	r.Verdict = "pass"
+	if e.t.Failed() {
+		r.Verdict = "FAIL"
+	}
+	e.t.Logf("result: grants=%d overlaps=%d stale-accepted=%d stale-rejected=%d lost=%d (%.0f%%) fence-dups=%d fence-order=%d register=%s %s",
+		r.Grants, r.Overlaps, r.StaleAccepted, r.StaleRejected, r.Lost, 100*r.LostFrac, r.FenceDups, r.FenceOrder, r.Register, r.Extra)
+	tableMu.Lock()
+	table = append(table, r)
+	tableMu.Unlock()
+}
+
+// printTable prints the results table of the run.
+func printTable(w io.Writer) {
+	tableMu.Lock()
+	defer tableMu.Unlock()
+	if len(table) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\nfault-injection results:")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "scenario\tfenced\tgrants\toverlaps\tstale accepted\tstale rejected\tlost updates\tfence dup/order\tregister\tverdict\tfaults; notes")
+	for _, r := range table {
+		fenced := "no"
+		if r.Fenced {
+			fenced = "yes"
+		}
+		lost := "-"
+		if r.Lost >= 0 {
+			lost = fmt.Sprintf("%d (%.0f%%)", r.Lost, 100*r.LostFrac)
+		}
+		note := r.Faults
+		if note == "" {
+			note = "none"
+		}
+		if r.Extra != "" {
+			note += "; " + r.Extra
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%s\t%d/%d\t%s\t%s\t%s\n",
+			strings.TrimPrefix(r.Scenario, "TestFaults/"), fenced, r.Grants, r.Overlaps, r.StaleAccepted, r.StaleRejected,
+			lost, r.FenceDups, r.FenceOrder, r.Register, r.Verdict, note)
+	}
+	tw.Flush()
+}
