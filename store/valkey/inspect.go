@@ -16,7 +16,7 @@ import (
 // after the last grant). A mutex is a string key; a key of another type is
 // reported with its holder count and Mode left to the pattern that owns it.
 func (s *Store) State(ctx context.Context, name string) (dlock.State, error) {
-	if err := dlock.ValidName(name); err != nil {
+	if err := s.checkName(name); err != nil {
 		return dlock.State{}, err
 	}
 	keys := fenceKeys(s, name)
@@ -68,7 +68,7 @@ func (s *Store) List(ctx context.Context) ([]dlock.State, error) {
 				return nil, fail("list", err)
 			}
 			for _, k := range e.Elements {
-				if name := strings.TrimPrefix(k, s.prefix); !seen[name] && dlock.ValidName(name) == nil {
+				if name := strings.TrimPrefix(k, s.prefix); !seen[name] && s.checkName(name) == nil {
 					seen[name] = true
 					names = append(names, name)
 				}

@@ -1,6 +1,10 @@
 package valkey
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/dlock-dev/dlock"
+)
 
 // key returns the main key of the lock name: the prefix followed by the name,
 // exactly, so that a mutex held through dlock is the key that redsync,
@@ -38,4 +42,19 @@ func hashTag(key string) (string, bool) {
 		return "", false
 	}
 	return key[open+1 : open+1+end], true
+}
+
+// checkName validates name as dlock.ValidName does, and refuses a name
+// whose main key contains "}" but no hash tag ("lock:a}b", "lock:{}x"): no
+// auxiliary key could share such a key's cluster slot, since a hash tag
+// cannot contain "}".
+func (s *Store) checkName(name string) error {
+	if err := dlock.ValidName(name); err != nil {
+		return err
+	}
+	main := s.key(name)
+	if _, ok := hashTag(main); !ok && strings.IndexByte(main, '}') >= 0 {
+		return &dlock.InvalidError{Field: "name", Reason: `contains "}" outside a {hash tag}, so the lock's keys could not share a cluster slot`}
+	}
+	return nil
 }

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -83,4 +85,30 @@ func (l *logBuffer) String() string {
 
 func (l *logBuffer) logger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(l, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// infoInt returns the integer field of an INFO reply, or -1.
+func infoInt(info, field string) int64 {
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err == nil {
+				return n
+			}
+		}
+	}
+	return -1
+}
+
+func strconvI(n int64) string { return strconv.FormatInt(n, 10) }
+
+// dialB is dial for benchmarks.
+func dialB(b *testing.B, url string) *valkey.Store {
+	b.Helper()
+	s, err := valkey.Dial(b.Context(), url)
+	if err != nil {
+		b.Fatalf("Dial(%q) = %v", url, err)
+	}
+	b.Cleanup(func() { s.Close() })
+	return s
 }

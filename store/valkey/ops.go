@@ -20,8 +20,8 @@ func (s *Store) ops(m dlock.Mode) (*modeOps, error) {
 	return nil, fmt.Errorf("%w: valkey store mode %v", dlock.ErrNotSupported, m)
 }
 
-func checkRequest(req dlock.Request) error {
-	if err := dlock.ValidName(req.Name); err != nil {
+func (s *Store) checkRequest(req dlock.Request) error {
+	if err := s.checkName(req.Name); err != nil {
 		return err
 	}
 	if req.Token == "" {
@@ -90,7 +90,7 @@ func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, er
 	if err != nil {
 		return dlock.Grant{}, err
 	}
-	if err := checkRequest(req); err != nil {
+	if err := s.checkRequest(req); err != nil {
 		return dlock.Grant{}, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -150,7 +150,7 @@ func (s *Store) Extend(ctx context.Context, reqs []dlock.Request) []error {
 	for i, req := range reqs {
 		o, err := s.ops(req.Mode)
 		if err == nil {
-			err = checkRequest(req)
+			err = s.checkRequest(req)
 		}
 		if err != nil {
 			errs[i] = err
@@ -191,7 +191,7 @@ func (s *Store) Release(ctx context.Context, req dlock.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := dlock.ValidName(req.Name); err != nil {
+	if err := s.checkName(req.Name); err != nil {
 		return err
 	}
 	if req.Token == "" {

@@ -96,6 +96,9 @@ func (s *Store) Watch(ctx context.Context, name string, mode dlock.Mode) (<-chan
 	if err != nil {
 		return nil, nil, err
 	}
+	if err := s.checkName(name); err != nil {
+		return nil, nil, err
+	}
 	ch := make(chan struct{}, 1)
 	key := o.watchKey(s, name)
 	s.hub.add(key, ch)

@@ -1,0 +1,73 @@
+package valkey_test
+
+import (
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/testredis"
+)
+
+// Run with: go test -run ^$ -bench . -benchtime 2000x ./store/valkey/
+// Both benchmarks run against the same local redis-server through valkey-go,
+// one lock name per operation.
+
+// BenchmarkTryLockRelease is a dlock Locker on this store: TryLock (one
+// acquire script, with its fence) then Release (one compare-and-delete).
+func BenchmarkTryLockRelease(b *testing.B) {
+	srv := testredis.Start(b)
+	s := dialB(b, srv.URL())
+	l, err := dlock.New(s)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	ctx := b.Context()
+	b.ResetTimer()
+	for i := range b.N {
+		ls, err := l.Mutex("bench-" + strconv.Itoa(i)).TryLock(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := ls.Release(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkRawSetNXDel is the floor: SET key token NX PX then DEL, two plain
+// commands with no fence and no ownership check on release.
+func BenchmarkRawSetNXDel(b *testing.B) {
+	srv := testredis.Start(b)
+	c := dialB(b, srv.URL()).Client()
+	ctx := b.Context()
+	b.ResetTimer()
+	for i := range b.N {
+		key := "lock:raw-" + strconv.Itoa(i)
+		if err := c.Do(ctx, c.B().Set().Key(key).Value("token").Nx().PxMilliseconds(30000).Build()).Error(); err != nil {
+			b.Fatal(err)
+		}
+		if err := c.Do(ctx, c.B().Del().Key(key).Build()).Error(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkStoreAcquireRelease is the store alone, without a Locker:
+// Acquire then Release, one script each.
+func BenchmarkStoreAcquireRelease(b *testing.B) {
+	srv := testredis.Start(b)
+	s := dialB(b, srv.URL())
+	ctx := b.Context()
+	b.ResetTimer()
+	for i := range b.N {
+		req := dlock.Request{Name: "bench-" + strconv.Itoa(i), Token: "token", TTL: 30 * time.Second, Mode: dlock.ModeMutex}
+		if g, err := s.Acquire(ctx, req); err != nil || !g.Acquired {
+			b.Fatal(g, err)
+		}
+		if err := s.Release(ctx, req); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,249 @@
+package valkey_test
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	vk "github.com/valkey-io/valkey-go"
+
+	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/testredis"
+	"github.com/dlock-dev/dlock/store/valkey"
+)
+
+// countingStore counts Acquire calls and signals the first refusal.
+type countingStore struct {
+	dlock.Store
+	calls   atomic.Int32
+	once    sync.Once
+	refused chan struct{}
+}
+
+func newCountingStore(s dlock.Store) *countingStore {
+	return &countingStore{Store: s, refused: make(chan struct{})}
+}
+
+func (c *countingStore) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, error) {
+	c.calls.Add(1)
+	g, err := c.Store.Acquire(ctx, req)
+	if err == nil && !g.Acquired {
+		c.once.Do(func() { close(c.refused) })
+	}
+	return g, err
+}
+
+// roundTrip is the median of 21 PINGs through s, for the logs.
+func roundTrip(t *testing.T, s *valkey.Store) time.Duration {
+	d := make([]time.Duration, 21)
+	for i := range d {
+		start := time.Now()
+		if err := s.Ping(testContext(t)); err != nil {
+			t.Fatalf("Ping = %v", err)
+		}
+		d[i] = time.Since(start)
+	}
+	slices.Sort(d)
+	return d[len(d)/2]
+}
+
+// waiterResult is what a Lock in a goroutine returned, and when.
+type waiterResult struct {
+	lease *dlock.Lease
+	err   error
+	at    time.Time
+}
+
+// startWaiter runs Lock on name through a Locker on s whose backoff steps
+// are far too long to matter (uniform in [0, 30s)), so that a quick grant
+// can only come from a server wake-up. It returns once the waiter's first
+// attempt was refused.
+func startWaiter(t *testing.T, s dlock.Store, name string) (*countingStore, <-chan waiterResult) {
+	cs := newCountingStore(s)
+	l := newLocker(t, cs, dlock.WithBackoff(30*time.Second, time.Minute))
+	res := make(chan waiterResult, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		ls, err := l.Mutex(name).Lock(ctx)
+		res <- waiterResult{ls, err, time.Now()}
+	}()
+	select {
+	case <-cs.refused:
+	case r := <-res:
+		t.Fatalf("Lock(%q) = %v, %v before the lock was released", name, r.lease, r.err)
+	}
+	return cs, res
+}
+
+func waitGrant(t *testing.T, res <-chan waiterResult) waiterResult {
+	t.Helper()
+	r := <-res
+	if r.err != nil {
+		t.Fatalf("waiter's Lock = %v, want a lease (woken by the server)", r.err)
+	}
+	t.Cleanup(func() { r.lease.Release(context.Background()) })
+	return r
+}
+
+// TestWakeOnRelease: a Lock waiter on one client is woken by the server when
+// a holder on another client releases, and takes the lock within about a
+// round trip of the push, not a backoff step.
+func TestWakeOnRelease(t *testing.T) {
+	srv := testredis.Start(t)
+	holderStore, waiterStore := dial(t, srv.URL()), dial(t, srv.URL())
+	rtt := roundTrip(t, waiterStore)
+	ctx := testContext(t)
+
+	holder := newLocker(t, holderStore, dlock.WithTTL(time.Minute))
+	ls, err := holder.Mutex("x").TryLock(ctx)
+	if err != nil {
+		t.Fatalf("TryLock(x) = %v", err)
+	}
+	cs, res := startWaiter(t, waiterStore, "x")
+	released := time.Now()
+	if err := ls.Release(ctx); err != nil {
+		t.Fatalf("Release = %v", err)
+	}
+	returned := time.Now()
+	r := waitGrant(t, res)
+	if r.lease.Fence() <= ls.Fence() {
+		t.Errorf("waiter's fence = %d, want > %d", r.lease.Fence(), ls.Fence())
+	}
+	t.Logf("waiter acquired %v after the release call began (%v after it returned); one round trip ≈ %v; %d acquire calls",
+		r.at.Sub(released), r.at.Sub(returned), rtt, cs.calls.Load())
+}
+
+// TestWakeOnForeignDelete: a key held and deleted by a foreign client
+// (plain SET NX PX / DEL) wakes dlock's waiters too.
+func TestWakeOnForeignDelete(t *testing.T) {
+	srv := testredis.Start(t)
+	s := dial(t, srv.URL())
+	mustDo(t, srv, "SET", "lock:x", "foreign", "NX", "PX", "60000")
+	cs, res := startWaiter(t, s, "x")
+	deleted := time.Now()
+	mustDo(t, srv, "DEL", "lock:x")
+	r := waitGrant(t, res)
+	t.Logf("waiter acquired %v after the foreign DEL was sent; %d acquire calls", r.at.Sub(deleted), cs.calls.Load())
+}
+
+// TestWatchWokenOnExpiry: the server's push on expiry wakes a watcher, with
+// no Locker timer involved.
+func TestWatchWokenOnExpiry(t *testing.T) {
+	srv := testredis.Start(t)
+	s := dial(t, srv.URL())
+	ctx := testContext(t)
+	set := time.Now()
+	mustDo(t, srv, "SET", "lock:x", "foreign", "NX", "PX", "300")
+	wake, stop, err := s.Watch(ctx, "x", dlock.ModeMutex)
+	if err != nil {
+		t.Fatalf("Watch = %v", err)
+	}
+	defer stop()
+	select {
+	case <-wake:
+		t.Logf("watcher woken %v after the key's 300ms TTL ran out", time.Since(set)-300*time.Millisecond)
+	case <-time.After(10 * time.Second):
+		t.Fatal("watcher not woken within 10s of the key's expiry")
+	}
+	if got, err := srv.Do("EXISTS", "lock:x"); err != nil || got != "0" {
+		t.Errorf("EXISTS lock:x after the wake-up = %q, %v; want 0", got, err)
+	}
+}
+
+// TestWatchRearms: tracking is one-shot on the server; the store re-arms it,
+// so a waiter is woken by every change, not only the first.
+func TestWatchRearms(t *testing.T) {
+	srv := testredis.Start(t)
+	s := dial(t, srv.URL())
+	ctx := testContext(t)
+	mustDo(t, srv, "SET", "lock:x", "a", "PX", "60000")
+	wake, stop, err := s.Watch(ctx, "x", dlock.ModeMutex)
+	if err != nil {
+		t.Fatalf("Watch = %v", err)
+	}
+	defer stop()
+	for i, v := range []string{"b", "c", "d"} {
+		// Wait until the key is tracked again: the server counts tracked keys.
+		waitTracked(t, srv)
+		drain(wake)
+		mustDo(t, srv, "SET", "lock:x", v, "PX", "60000")
+		select {
+		case <-wake:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("change %d: watcher not woken within 10s", i+1)
+		}
+	}
+}
+
+func drain(ch <-chan struct{}) {
+	select {
+	case <-ch:
+	default:
+	}
+}
+
+// waitTracked waits until the server tracks at least one key for a client.
+func waitTracked(t *testing.T, srv *testredis.Server) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		info := mustDo(t, srv, "INFO", "stats")
+		if n := infoInt(info, "tracking_total_keys"); n > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the server tracks no key after 10s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestNewWithoutHook: a Store over a client built by the caller cannot get
+// the server's pushes; its waiters are still woken by releases through the
+// same Store, and find a foreign release by their timer and backoff.
+func TestNewWithoutHook(t *testing.T) {
+	srv := testredis.Start(t)
+	client, err := vk.NewClient(vk.ClientOption{InitAddress: []string{srv.Addr()}})
+	if err != nil {
+		t.Fatalf("NewClient = %v", err)
+	}
+	t.Cleanup(client.Close)
+	s, err := valkey.New(client)
+	if err != nil {
+		t.Fatalf("New = %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	ctx := testContext(t)
+
+	l := newLocker(t, s)
+	ls, err := l.Mutex("x").TryLock(ctx)
+	if err != nil {
+		t.Fatalf("TryLock = %v", err)
+	}
+	_, res := startWaiter(t, s, "x")
+	if err := ls.Release(ctx); err != nil {
+		t.Fatalf("Release = %v", err)
+	}
+	waitGrant(t, res)
+
+	// Foreign holder: the waiter's timer at the remaining TTL takes it.
+	mustDo(t, srv, "SET", "lock:y", "foreign", "NX", "PX", "300")
+	l2 := newLocker(t, s)
+	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	ls2, err := l2.Mutex("y").Lock(lctx)
+	if err != nil {
+		t.Fatalf("Lock(y) after a foreign 300ms hold = %v", err)
+	}
+	ls2.Release(ctx)
+
+	// Closing the Store leaves the caller's client open.
+	s.Close()
+	if err := client.Do(ctx, client.B().Ping().Build()).Error(); err != nil {
+		t.Errorf("PING on the caller's client after Store.Close = %v, want nil", err)
+	}
+}
