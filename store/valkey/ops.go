@@ -36,8 +36,12 @@ func (s *Store) checkRequest(req dlock.Request) error {
 // fail classifies an error of operation op: failures to reach the server or
 // transient server states become a [*dlock.StoreError] (wrapping
 // [dlock.ErrUnavailable], so callers retry); other error replies (a key of
-// the wrong type, a script error) are returned as they are, wrapped.
+// the wrong type, a script error) and use after Close are returned wrapped,
+// not as unavailability, so that waiting callers stop.
 func fail(op string, err error) error {
+	if errors.Is(err, vk.ErrClosing) {
+		return fmt.Errorf("dlock: valkey %s: store closed: %w", op, err)
+	}
 	if ve, ok := vk.IsValkeyErr(err); ok {
 		msg := ve.Error()
 		for _, p := range []string{"LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "READONLY", "NOREPLICAS", "MOVED", "ASK"} {

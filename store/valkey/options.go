@@ -62,8 +62,8 @@ func WithWaitReplicas(n int, timeout time.Duration) Option {
 	}
 }
 
-// WithStrictEviction makes the constructor fail with [ErrEvictionPolicy]
-// when a node's maxmemory-policy may evict lock keys (any allkeys-* or
+// WithStrictEviction makes the constructor fail with an [*EvictionError]
+// (wrapping [ErrEvictionPolicy]) when a node's maxmemory-policy may evict lock keys (any allkeys-* or
 // volatile-* policy: lock keys all have a TTL). Without it such a policy is
 // logged as a warning. A node that does not answer CONFIG GET (disabled or
 // renamed, as on some managed services) is logged and not an error.

@@ -3,6 +3,7 @@ package valkey_test
 import (
 	"context"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -94,27 +95,63 @@ func waitGrant(t *testing.T, res <-chan waiterResult) waiterResult {
 // round trip of the push, not a backoff step.
 func TestWakeOnRelease(t *testing.T) {
 	srv := testredis.Start(t)
-	holderStore, waiterStore := dial(t, srv.URL()), dial(t, srv.URL())
+	testWakeOnRelease(t, srv.URL())
+}
+
+// TestWakeOnReleaseCluster is TestWakeOnRelease on a 3-master cluster: the
+// tracked read and the push come from the node that owns the key.
+func TestWakeOnReleaseCluster(t *testing.T) {
+	c := testredis.StartCluster(t, 3)
+	testWakeOnRelease(t, "redis://"+strings.Join(c.Addrs(), ","))
+}
+
+func testWakeOnRelease(t *testing.T, url string) {
+	holderStore, waiterStore := dial(t, url), dial(t, url)
 	rtt := roundTrip(t, waiterStore)
 	ctx := testContext(t)
 
 	holder := newLocker(t, holderStore, dlock.WithTTL(time.Minute))
-	ls, err := holder.Mutex("x").TryLock(ctx)
+	for _, name := range []string{"x", "y", "z"} {
+		ls, err := holder.Mutex(name).TryLock(ctx)
+		if err != nil {
+			t.Fatalf("TryLock(%s) = %v", name, err)
+		}
+		cs, res := startWaiter(t, waiterStore, name)
+		released := time.Now()
+		if err := ls.Release(ctx); err != nil {
+			t.Fatalf("Release = %v", err)
+		}
+		returned := time.Now()
+		r := waitGrant(t, res)
+		if r.lease.Fence() <= ls.Fence() {
+			t.Errorf("waiter's fence = %d, want > %d", r.lease.Fence(), ls.Fence())
+		}
+		t.Logf("%s: waiter acquired %v after the release call began (%v after it returned); one round trip ≈ %v; %d acquire calls",
+			name, r.at.Sub(released), r.at.Sub(returned), rtt, cs.calls.Load())
+	}
+}
+
+// TestOpenChainsHook: Open keeps the caller's own invalidation hook working
+// next to the store's.
+func TestOpenChainsHook(t *testing.T) {
+	srv := testredis.Start(t)
+	var calls atomic.Int32
+	opt := vk.ClientOption{
+		InitAddress:     []string{srv.Addr()},
+		OnInvalidations: func([]vk.ValkeyMessage) { calls.Add(1) },
+	}
+	s, err := valkey.Open(testContext(t), opt)
 	if err != nil {
-		t.Fatalf("TryLock(x) = %v", err)
+		t.Fatalf("Open = %v", err)
 	}
-	cs, res := startWaiter(t, waiterStore, "x")
-	released := time.Now()
-	if err := ls.Release(ctx); err != nil {
-		t.Fatalf("Release = %v", err)
+	t.Cleanup(func() { s.Close() })
+	mustDo(t, srv, "SET", "lock:x", "foreign", "NX", "PX", "60000")
+	_, res := startWaiter(t, s, "x")
+	mustDo(t, srv, "DEL", "lock:x")
+	waitGrant(t, res)
+	if calls.Load() == 0 {
+		t.Error("the caller's OnInvalidations was never called")
 	}
-	returned := time.Now()
-	r := waitGrant(t, res)
-	if r.lease.Fence() <= ls.Fence() {
-		t.Errorf("waiter's fence = %d, want > %d", r.lease.Fence(), ls.Fence())
-	}
-	t.Logf("waiter acquired %v after the release call began (%v after it returned); one round trip ≈ %v; %d acquire calls",
-		r.at.Sub(released), r.at.Sub(returned), rtt, cs.calls.Load())
 }
 
 // TestWakeOnForeignDelete: a key held and deleted by a foreign client

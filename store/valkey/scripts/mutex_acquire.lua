@@ -8,7 +8,8 @@
 --
 -- Reply: {1, fence, 0} when ARGV[1] holds the lock after the call; a repeat
 -- by the holder refreshes the TTL and returns the fence it was granted with.
--- {0, 0, pttl} when another token holds it (pttl -1: the key has no TTL).
+-- {0, 0, pttl} when another token holds it (pttl -1: the key has no TTL;
+-- otherwise at least 1).
 --
 -- A new fence is max(last + 1, server time in ms * 1000): a node that lost
 -- its data in a restart still issues fences above every earlier one, and the
@@ -22,7 +23,12 @@ if cur == ARGV[1] then
   end
   -- The counter is gone (deleted by hand): issue a fresh fence below.
 elseif cur then
-  return {0, 0, redis.call('PTTL', KEYS[1])}
+  -- PTTL is 0 in the last millisecond of a hold: report at least 1.
+  local left = redis.call('PTTL', KEYS[1])
+  if left == 0 then
+    left = 1
+  end
+  return {0, 0, left}
 end
 local now = redis.call('TIME')
 local floor = tonumber(now[1]) * 1000000 + math.floor(tonumber(now[2]) / 1000) * 1000
