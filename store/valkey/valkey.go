@@ -103,6 +103,7 @@ type Store struct {
 	prefix string
 	cfg    config
 	hub    *hub
+	grants grantSubs // fair-lock handoffs (patterns_fair.go)
 
 	closeOnce sync.Once
 }
@@ -230,6 +231,7 @@ func (s *Store) Client() vk.Client { return s.client }
 // nil.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
+		s.grants.stop(s)
 		s.hub.stop()
 		if s.own {
 			s.client.Close()

@@ -1,0 +1,138 @@
+package valkey
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"fmt"
+	"time"
+
+	vk "github.com/valkey-io/valkey-go"
+
+	"github.com/dlock-dev/dlock"
+)
+
+// The reentrant, read-write, fair and semaphore locks. Each keeps its state
+// in auxiliary keys of the lock name (Store.aux), all in the main key's hash
+// slot, and each has a string key that waiters watch, written by the scripts
+// when waiters may get in and expiring with the hold. The mutex key itself
+// is never touched, so a name's patterns do not exclude each other: use one
+// pattern per name. They share the name's fence counter.
+//
+//	reentrant  {t}:reentrant (hash), {t}:reentrant:gate
+//	read-write {t}:rw (holders), {t}:rw:meta, {t}:rw:intents, {t}:rw:deadlines, {t}:rw:gate
+//	fair       {t}:fair (holder), {t}:fair:queue, {t}:fair:deadlines, {t}:fair:waiters, {t}:fair:audit (stream)
+//	semaphore  {t}:semaphore (holders), {t}:semaphore:meta, {t}:semaphore:gate
+
+func init() {
+	registerMode(dlock.ModeReentrant, &modeOps{
+		acquire: loadScript("scripts/reentrant_acquire.lua"),
+		extend:  loadScript("scripts/reentrant_extend.lua"),
+		release: loadScript("scripts/reentrant_release.lua"),
+		keys:    reentrantKeys,
+		watch:   func(s *Store, name string) string { return s.aux(name, "reentrant:gate") },
+	})
+	rw := modeOps{
+		acquire: loadJoined("scripts/rw_lib.lua", "scripts/rw_read_acquire.lua"),
+		extend:  loadJoined("scripts/rw_lib.lua", "scripts/rw_extend.lua"),
+		release: loadJoined("scripts/rw_lib.lua", "scripts/rw_release.lua"),
+		keys:    rwKeys,
+		watch:   func(s *Store, name string) string { return s.aux(name, "rw:gate") },
+	}
+	write := rw
+	write.acquire = loadJoined("scripts/rw_lib.lua", "scripts/rw_write_acquire.lua")
+	registerMode(dlock.ModeRead, &rw)
+	registerMode(dlock.ModeWrite, &write)
+	registerMode(dlock.ModeFair, &modeOps{
+		acquire: loadJoined("scripts/fair_lib.lua", "scripts/fair_acquire.lua"),
+		extend:  loadJoined("scripts/fair_lib.lua", "scripts/fair_extend.lua"),
+		release: loadJoined("scripts/fair_lib.lua", "scripts/fair_release.lua"),
+		keys:    fairKeys,
+		watch:   func(s *Store, name string) string { return s.aux(name, "fair") },
+	})
+	registerMode(dlock.ModeSemaphore, &modeOps{
+		acquire: loadJoined("scripts/semaphore_lib.lua", "scripts/semaphore_acquire.lua"),
+		extend:  loadJoined("scripts/semaphore_lib.lua", "scripts/semaphore_extend.lua"),
+		release: loadJoined("scripts/semaphore_lib.lua", "scripts/semaphore_release.lua"),
+		keys:    semaphoreKeys,
+		watch:   func(s *Store, name string) string { return s.aux(name, "semaphore:gate") },
+	})
+}
+
+// loadJoined returns the script made of the shared functions in lib
+// followed by the operation in path: one script, one round trip.
+func loadJoined(lib, path string) *script {
+	src := loadScript(lib).src + "\n" + loadScript(path).src
+	sum := sha1.Sum([]byte(src))
+	return &script{name: path, src: src, sha: hex.EncodeToString(sum[:])}
+}
+
+func reentrantKeys(s *Store, name string) []string {
+	return []string{s.aux(name, "reentrant"), s.aux(name, "fence"), s.aux(name, "reentrant:gate")}
+}
+
+func rwKeys(s *Store, name string) []string {
+	return []string{
+		s.aux(name, "rw"), s.aux(name, "fence"), s.aux(name, "rw:meta"),
+		s.aux(name, "rw:intents"), s.aux(name, "rw:deadlines"), s.aux(name, "rw:gate"),
+	}
+}
+
+func fairKeys(s *Store, name string) []string {
+	return []string{
+		s.aux(name, "fair"), s.aux(name, "fence"), s.aux(name, "fair:queue"),
+		s.aux(name, "fair:deadlines"), s.aux(name, "fair:waiters"), s.aux(name, "fair:audit"),
+	}
+}
+
+func semaphoreKeys(s *Store, name string) []string {
+	return []string{s.aux(name, "semaphore"), s.aux(name, "fence"), s.aux(name, "semaphore:meta"), s.aux(name, "semaphore:gate")}
+}
+
+// AuditKey returns the key of the fair lock's audit stream: the last 1000 or
+// so grants and releases of lock name, each with fields "event" (grant or
+// release), "fence" and "holder" (the first 12 hex digits of the SHA-1 of
+// the holder's token, enough to pair a grant with its release, useless for
+// extending or releasing the lock). Read it with XRANGE or XREVRANGE; it
+// expires a day after the last grant.
+func (s *Store) AuditKey(name string) string { return s.aux(name, "fair:audit") }
+
+// replyError maps the negative status of an acquire script to an error.
+func replyError(code int64) error {
+	switch code {
+	case -1:
+		return dlock.ErrUpgrade
+	case -2:
+		return &dlock.InvalidError{Field: "limit", Reason: "must be at least 1"}
+	}
+	return fmt.Errorf("dlock: acquire script replied status %d", code)
+}
+
+var patternStateScript = loadScript("scripts/patterns_state.lua")
+
+// patternState fills st (the state of a name whose mutex key is free) from
+// the keys of the other patterns, in one round trip.
+func (s *Store) patternState(ctx context.Context, name string, st dlock.State) (dlock.State, error) {
+	keys := []string{
+		s.aux(name, "reentrant"), s.aux(name, "rw"), s.aux(name, "rw:meta"), s.aux(name, "rw:deadlines"),
+		s.aux(name, "fair"), s.aux(name, "fair:deadlines"), s.aux(name, "semaphore"), s.aux(name, "semaphore:meta"),
+	}
+	res := s.do(ctx, 1, func(_ int, eval bool) vk.Completed {
+		return patternStateScript.cmd(s.client, keys, nil, eval)
+	})
+	v, err := res[0].AsIntSlice()
+	if err != nil {
+		return dlock.State{}, fail("state", err)
+	}
+	if len(v) < 5 || v[0] == 0 {
+		return st, nil
+	}
+	st.Mode = dlock.Mode(v[0])
+	st.Holders = int(v[1])
+	if v[2] > 0 {
+		st.TTL = time.Duration(v[2]) * time.Millisecond
+	}
+	st.Queue = int(v[3])
+	st.Limit = int(v[4])
+	return st, nil
+}

@@ -1,0 +1,42 @@
+-- fair_acquire: take the fair lock, or join (or refresh a place in) its
+-- queue. KEYS and ARGV: see fair_lib.
+--
+-- Reply: {1, fence, 0, 1, 0} when ARGV[1] holds the lock after the call (a
+-- repeat by the holder, or by a waiter it was handed to, refreshes the TTL
+-- and returns the fence of the grant); {0, 0, pttl, 0, position} when
+-- refused: pttl is the holder's remaining TTL, position the caller's place
+-- in the queue (0 is next), or the queue length when it did not queue.
+--
+-- Dead waiters are dropped first, and a lock that is free (its holder's
+-- lease ran out) goes to the head waiter before the caller is considered,
+-- so nobody overtakes the queue.
+local me, ttl = ARGV[1], tonumber(ARGV[2])
+prune()
+promote()
+local tok, f = holder()
+if tok == me then
+  redis.call('PEXPIRE', H, ttl)
+  return {1, f, 0, 1, 0}
+end
+if not tok then
+  -- Free, and (after promote) nobody queued.
+  return {1, grant(me, ttl), 0, 1, 0}
+end
+local pos
+if ARGV[5] == '1' then
+  local qttl = tonumber(ARGV[6])
+  if not redis.call('ZSCORE', Q, me) then
+    redis.call('ZADD', Q, redis.call('HINCRBY', W, 'seq', 1), me)
+  end
+  redis.call('ZADD', QX, now() + qttl, me)
+  redis.call('HSET', W, 't:' .. me, ttl)
+  if redis.call('PTTL', Q) < qttl + 60000 then
+    for _, k in ipairs({Q, QX, W}) do
+      redis.call('PEXPIRE', k, qttl + 60000)
+    end
+  end
+  pos = redis.call('ZRANK', Q, me)
+else
+  pos = redis.call('ZRANK', Q, me) or redis.call('ZCARD', Q)
+end
+return {0, 0, redis.call('PTTL', H), 0, pos}

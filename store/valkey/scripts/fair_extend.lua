@@ -1,0 +1,10 @@
+-- fair_extend: compare-and-pexpire of the fair lock's holder. KEYS and
+-- ARGV: see fair_lib.
+--
+-- Reply: 1 when ARGV[1] holds the lock and its TTL is now ARGV[2]; 0 when it
+-- does not (nothing changed). Queue places are refreshed by fair_acquire.
+if holder() ~= ARGV[1] then
+  return 0
+end
+redis.call('PEXPIRE', H, ARGV[2])
+return 1

@@ -1,0 +1,94 @@
+-- fair_lib: functions shared by the fair-lock scripts, prepended to each of
+-- fair_acquire, fair_release and fair_extend (the store joins them into one
+-- script per operation). Every script of the fair lock gets:
+--
+-- KEYS[1]  holder: string "<fence>|<token>" with the hold's TTL; absent
+--          when free. The key waiters watch (CLIENT TRACKING).
+-- KEYS[2]  fence counter: the last fence issued for this lock name
+-- KEYS[3]  queue: sorted set, token -> ticket (arrival order)
+-- KEYS[4]  queue deadlines: sorted set, token -> expiry in server ms
+-- KEYS[5]  waiters: hash, "t:"..token -> lease TTL ms to grant on handoff,
+--          "seq" -> last ticket issued
+-- KEYS[6]  audit stream of grants and releases, capped at about 1000
+-- ARGV[1]  token
+-- ARGV[2]  TTL in milliseconds
+-- ARGV[3..4] owner, limit (unused)
+-- ARGV[5]  queue: "1" to join (or stay in) the queue when refused
+-- ARGV[6]  queue TTL in milliseconds: a waiter not refreshed by then is
+--          dropped, judged by this server's clock
+--
+-- A handoff publishes "<sha1hex(token)> <fence>" on the shard channel
+-- KEYS[1]..":ch" (a plain channel on servers before Redis 7), so the
+-- waiter learns its grant from the message; the token itself never travels.
+local H, F, Q, QX, W, LOG = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+
+local now_ms
+local function now()
+  if not now_ms then
+    local t = redis.call('TIME')
+    now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return now_ms
+end
+
+-- fence issues max(last + 1, server time in ms * 1000).
+local function fence()
+  local f = math.max((tonumber(redis.call('GET', F)) or 0) + 1, now() * 1000)
+  redis.call('SET', F, string.format('%.0f', f), 'PX', 86400000)
+  return f
+end
+
+-- holder returns the holding token and its fence, or nil.
+local function holder()
+  local v = redis.call('GET', H)
+  if not v then
+    return nil, nil
+  end
+  local f, tok = string.match(v, '^(%d+)|(.*)$')
+  return tok, tonumber(f)
+end
+
+local function unqueue(tok)
+  redis.call('ZREM', Q, tok)
+  redis.call('ZREM', QX, tok)
+  redis.call('HDEL', W, 't:' .. tok)
+end
+
+local function audit(event, f, tok)
+  redis.call('XADD', LOG, 'MAXLEN', '~', 1000, '*', 'event', event, 'fence', string.format('%.0f', f),
+    'holder', string.sub(redis.sha1hex(tok), 1, 12))
+end
+
+local function grant(tok, ttl)
+  local f = fence()
+  redis.call('SET', H, string.format('%.0f', f) .. '|' .. tok, 'PX', ttl)
+  audit('grant', f, tok)
+  redis.call('PEXPIRE', LOG, 86400000)
+  return f
+end
+
+-- prune drops the waiters whose queue entry ran out.
+local function prune()
+  for _, tok in ipairs(redis.call('ZRANGEBYSCORE', QX, '-inf', now())) do
+    unqueue(tok)
+  end
+end
+
+-- promote hands a free lock to the head waiter and tells it.
+local function promote()
+  if redis.call('EXISTS', H) == 1 then
+    return
+  end
+  local head = redis.call('ZRANGE', Q, 0, 0)[1]
+  if not head then
+    return
+  end
+  local ttl = tonumber(redis.call('HGET', W, 't:' .. head)) or 30000
+  unqueue(head)
+  local f = grant(head, ttl)
+  local msg = redis.sha1hex(head) .. ' ' .. string.format('%.0f', f)
+  local r = redis.pcall('SPUBLISH', H .. ':ch', msg)
+  if type(r) == 'table' and r.err then
+    redis.call('PUBLISH', H .. ':ch', msg)
+  end
+end

@@ -1,0 +1,21 @@
+-- reentrant_extend: renew the hold of the reentrant lock through one of its
+-- acquisitions.
+--
+-- KEYS[1]  hold (see reentrant_acquire)
+-- KEYS[2]  fence counter
+-- KEYS[3]  gate
+-- ARGV[1]  token
+-- ARGV[2]  TTL in milliseconds
+--
+-- Reply: 1 when ARGV[1] is a live acquisition; the hold then lives at least
+-- ARGV[2] ms more (raised, never lowered, since other acquisitions share
+-- it). 0 when it is not (nothing changed).
+if redis.call('HEXISTS', KEYS[1], 't:' .. ARGV[1]) == 0 then
+  return 0
+end
+local ttl = tonumber(ARGV[2])
+if redis.call('PTTL', KEYS[1]) < ttl then
+  redis.call('PEXPIRE', KEYS[1], ttl)
+  redis.call('SET', KEYS[3], '1', 'PX', ttl)
+end
+return 1

@@ -1,0 +1,18 @@
+-- reentrant_release: release one acquisition of the reentrant lock; the
+-- last one frees it.
+--
+-- KEYS[1]  hold (see reentrant_acquire)
+-- KEYS[2]  fence counter (kept: fences stay monotonic)
+-- KEYS[3]  gate
+-- ARGV[1]  token
+--
+-- Reply: 1 when ARGV[1] was a live acquisition (now released; when it was
+-- the last, the hold and gate are deleted, which wakes waiters); 0 when it
+-- was not (nothing changed), so a count never goes below zero.
+if redis.call('HDEL', KEYS[1], 't:' .. ARGV[1]) == 0 then
+  return 0
+end
+if redis.call('HLEN', KEYS[1]) <= 2 then
+  redis.call('DEL', KEYS[1], KEYS[3])
+end
+return 1
