@@ -2,9 +2,9 @@ package valkey
 
 import (
 	"context"
-	"errors"
 	"crypto/sha1"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
