@@ -356,6 +356,14 @@ func (s *spyStore) Watch(ctx context.Context, name string, mode dlock.Mode) (<-c
 	return s.Store.Watch(ctx, name, mode)
 }
 
+// drain forgets a refusal seen earlier.
+func (s *spyStore) drain() {
+	select {
+	case <-s.refused:
+	default:
+	}
+}
+
 // waitRefused waits up to waitTimeout for the spy to see a refusal.
 func (s *spyStore) waitRefused(t *testing.T) {
 	t.Helper()
