@@ -3,13 +3,10 @@ package postgres
 import (
 	"context"
 	_ "embed"
-	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sort"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/dlock-dev/dlock"
@@ -84,10 +81,7 @@ type Store struct {
 	ownPool bool
 	cfg     config
 
-	mu       sync.Mutex
-	watchers map[string]map[chan struct{}]struct{} // by "<kind>:<name>"
-	closed   bool
-	listen   *listener // started by the first Watch
+	hub *hub
 }
 
 // New connects to the PostgreSQL database at url (a libpq URL or keyword
@@ -123,7 +117,8 @@ func NewWithPool(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Stor
 }
 
 func newStore(ctx context.Context, pool *pgxpool.Pool, own bool, opts []Option) (*Store, error) {
-	s := &Store{pool: pool, ownPool: own, cfg: newConfig(opts), watchers: make(map[string]map[chan struct{}]struct{})}
+	s := &Store{pool: pool, ownPool: own, cfg: newConfig(opts)}
+	s.hub = newHub(pool.Config().ConnConfig, s.cfg.logger, func(ctx context.Context) { s.Sweep(ctx) })
 	if s.cfg.migrate {
 		if err := Migrate(ctx, pool); err != nil {
 			return nil, err
@@ -160,18 +155,7 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 // Close stops the listener and waits for it, and closes the pool if New
 // opened it. Waiters' channels stay open and receive nothing more.
 func (s *Store) Close() error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return nil
-	}
-	s.closed = true
-	ln := s.listen
-	s.mu.Unlock()
-	if ln != nil {
-		ln.cancel()
-		<-ln.done
-	}
+	s.hub.close()
 	if s.ownPool {
 		s.pool.Close()
 	}
@@ -419,9 +403,10 @@ func (s *Store) List(ctx context.Context) ([]dlock.State, error) {
 // run it every five minutes while their listener runs; expired leases of a
 // lock are also dropped by every operation on it.
 func (s *Store) Sweep(ctx context.Context) error {
-	_, err := s.pool.Exec(ctx, `DELETE FROM dlock_leases WHERE expires_at <= clock_timestamp();
+	_, err := s.pool.Exec(ctx, `WITH expired AS (DELETE FROM dlock_leases WHERE expires_at <= clock_timestamp())
 DELETE FROM dlock_locks l WHERE l.updated_at < clock_timestamp() - $1 * interval '1 millisecond'
-  AND NOT EXISTS (SELECT 1 FROM dlock_leases s WHERE s.kind = l.kind AND s.name = l.name)`, sweepIdle.Milliseconds())
+  AND NOT EXISTS (SELECT 1 FROM dlock_leases s WHERE s.kind = l.kind AND s.name = l.name AND s.expires_at > clock_timestamp())`,
+		sweepIdle.Milliseconds())
 	if err != nil {
 		return storeErr("sweep", err)
 	}
@@ -432,144 +417,12 @@ DELETE FROM dlock_locks l WHERE l.updated_at < clock_timestamp() - $1 * interval
 // commit, everyone watching the lock. Expiry is not notified (the database
 // has no timer); waiters rely on their timer at RetryAfter. The first Watch
 // opens the store's one listening connection and returns once it listens;
-// while that connection is down and reconnecting, every watcher is woken
-// each time it comes back (notifications may have been missed).
+// when that connection breaks it reconnects, and wakes every watcher each
+// time it is back (notifications may have been missed).
 func (s *Store) Watch(ctx context.Context, name string, mode dlock.Mode) (<-chan struct{}, func(), error) {
 	k, err := kind(mode)
 	if err != nil {
 		return nil, nil, err
 	}
-	key := strconv.Itoa(int(k)) + ":" + name
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return nil, nil, storeErr("watch", errors.New("store closed"))
-	}
-	if s.listen == nil {
-		s.listen = s.startListener()
-	}
-	ln := s.listen
-	ch := make(chan struct{}, 1)
-	set := s.watchers[key]
-	if set == nil {
-		set = make(map[chan struct{}]struct{})
-		s.watchers[key] = set
-	}
-	set[ch] = struct{}{}
-	s.mu.Unlock()
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			s.mu.Lock()
-			delete(set, ch)
-			if len(set) == 0 && len(s.watchers[key]) == 0 {
-				delete(s.watchers, key)
-			}
-			s.mu.Unlock()
-		})
-	}
-	select {
-	case <-ln.ready:
-		return ch, stop, nil
-	case <-ln.done:
-	case <-ctx.Done():
-	}
-	stop()
-	return nil, nil, storeErr("watch", errors.Join(errors.New("listener not ready"), ctx.Err()))
-}
-
-func (s *Store) wake(key string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for ch := range s.watchers[key] {
-		select {
-		case ch <- struct{}{}:
-		default:
-		}
-	}
-}
-
-func (s *Store) wakeAll() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, set := range s.watchers {
-		for ch := range set {
-			select {
-			case ch <- struct{}{}:
-			default:
-			}
-		}
-	}
-}
-
-// listener is the goroutine that holds the LISTEN connection.
-type listener struct {
-	cancel context.CancelFunc
-	ready  chan struct{} // closed once LISTEN first succeeded
-	done   chan struct{} // closed when the goroutine has returned
-}
-
-// startListener starts the listener goroutine. Caller holds s.mu.
-func (s *Store) startListener() *listener {
-	ctx, cancel := context.WithCancel(context.Background())
-	ln := &listener{cancel: cancel, ready: make(chan struct{}), done: make(chan struct{})}
-	go s.runListener(ctx, ln)
-	return ln
-}
-
-func (s *Store) runListener(ctx context.Context, ln *listener) {
-	defer close(ln.done)
-	var readyOnce sync.Once
-	delay := 50 * time.Millisecond
-	nextSweep := time.Now().Add(sweepInterval)
-	for ctx.Err() == nil {
-		conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
-		if err == nil {
-			_, err = conn.Exec(ctx, "LISTEN "+notifyChannel)
-			if err != nil {
-				conn.Close(context.Background())
-			}
-		}
-		if err != nil {
-			s.cfg.logger.Warn("dlock: postgres listener: connect failed; retrying", "err", err, "in", delay)
-			t := time.NewTimer(delay + rand.N(delay))
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return
-			case <-t.C:
-			}
-			delay = min(2*delay, 5*time.Second)
-			continue
-		}
-		delay = 50 * time.Millisecond
-		readyOnce.Do(func() { close(ln.ready) })
-		s.wakeAll() // anything may have happened while not listening
-		for {
-			wctx, cancel := context.WithDeadline(ctx, nextSweep)
-			n, err := conn.WaitForNotification(wctx)
-			cancel()
-			if err == nil {
-				if n.Channel == notifyChannel {
-					s.wake(n.Payload)
-				}
-				continue
-			}
-			if ctx.Err() != nil {
-				break
-			}
-			if time.Now().After(nextSweep) && !conn.IsClosed() {
-				// The deadline interrupted the wait (a timeout leaves a
-				// pgx connection usable): sweep and go on.
-				nextSweep = time.Now().Add(sweepInterval)
-				sctx, scancel := context.WithTimeout(ctx, 30*time.Second)
-				s.Sweep(sctx)
-				scancel()
-				continue
-			}
-			s.cfg.logger.Warn("dlock: postgres listener: connection lost; reconnecting", "err", err)
-			break
-		}
-		conn.Close(context.Background())
-	}
+	return s.hub.watch(ctx, strconv.Itoa(int(k))+":"+name)
 }

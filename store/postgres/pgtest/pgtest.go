@@ -4,7 +4,8 @@
 // The first server of a test binary runs initdb once into a template cluster;
 // every server then gets a copy of it in its own temporary directory, listens
 // on 127.0.0.1 only, keeps its unix socket in that directory, and runs with
-// fsync off. PostgreSQL refuses to run as root: when the test runs as root,
+// fsync off (durable across Kill and Restart, not across an OS crash).
+// PostgreSQL refuses to run as root: when the test runs as root,
 // initdb and postgres run as the postgres user (the process credentials are
 // switched directly, so the PID recorded is the server's own). On Linux the
 // server is also killed when the test binary dies.
@@ -246,8 +247,10 @@ func (s *Server) launch() error {
 		"-k", s.dir,
 		"-h", "127.0.0.1",
 		"-p", strconv.Itoa(s.port),
-		"-F", // fsync off
-		"-c", "synchronous_commit=off",
+		// fsync off: a killed server loses nothing written to the kernel,
+		// only an OS crash would. (synchronous_commit stays on: with it
+		// off, SIGKILL loses the last commits still in WAL buffers.)
+		"-F",
 		"-c", "full_page_writes=off",
 		"-c", "max_connections=200",
 		"-c", "log_min_messages=warning",
