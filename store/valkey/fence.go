@@ -15,6 +15,7 @@ var _ dlock.FenceRaiser = (*Store)(nil)
 // raiseScripts holds the fence write-back script of each mode that has one.
 var raiseScripts = map[dlock.Mode]*script{
 	dlock.ModeMutex: loadScript("scripts/mutex_raise_fence.lua"),
+	dlock.ModeWrite: loadScript("scripts/rw_raise_fence.lua"),
 }
 
 // maxFence is the largest fence a Lua number holds exactly (2^53).
@@ -24,9 +25,11 @@ const maxFence = 1 << 53
 // while req.Token holds the lock, the lock's fence counter becomes
 // max(counter, fence). It returns [dlock.ErrNotHeld] when the token holds
 // nothing, an error wrapping [dlock.ErrNotSupported] for a mode without a
-// write-back script (only the mutex has one), [dlock.ErrInvalid] for a bad
+// write-back script (the mutex and the write side of the read-write lock
+// have one), [dlock.ErrInvalid] for a bad
 // request, and a [*dlock.StoreError] when the server did not answer.
-// A repeated Acquire by the holder returns the raised fence afterwards.
+// A repeated Acquire of the mutex by the holder returns the raised fence
+// afterwards; the write side keeps returning the fence it was granted.
 func (s *Store) RaiseFence(ctx context.Context, req dlock.Request, fence int64) error {
 	sc := raiseScripts[req.Mode]
 	o, err := s.ops(req.Mode)

@@ -50,3 +50,41 @@ func TestRaiseFence(t *testing.T) {
 		t.Errorf("RaiseFence(mode fair) = %v, want ErrNotSupported", err)
 	}
 }
+
+func TestRaiseFenceWrite(t *testing.T) {
+	srv := testredis.Start(t)
+	s := dial(t, srv.URL())
+	ctx := testContext(t)
+	w := dlock.Request{Name: "raise-rw", Token: "w", TTL: 10 * time.Second, Mode: dlock.ModeWrite}
+	r := dlock.Request{Name: "raise-rw", Token: "r", TTL: 10 * time.Second, Mode: dlock.ModeRead}
+	if err := s.RaiseFence(ctx, w, 5); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("RaiseFence on a free lock = %v, want ErrNotHeld", err)
+	}
+	g, err := s.Acquire(ctx, w)
+	if err != nil || !g.Acquired {
+		t.Fatalf("Acquire(write) = %+v, %v", g, err)
+	}
+	high := g.Fence + 1_000_000
+	if err := s.RaiseFence(ctx, w, high); err != nil {
+		t.Fatalf("RaiseFence by the writer = %v, want nil", err)
+	}
+	if err := s.Release(ctx, w); err != nil {
+		t.Fatal(err)
+	}
+	gr, err := s.Acquire(ctx, r)
+	if err != nil || !gr.Acquired {
+		t.Fatalf("Acquire(read) = %+v, %v", gr, err)
+	}
+	if gr.Fence != high {
+		t.Errorf("reader fence after RaiseFence(%d) = %d, want %d", high, gr.Fence, high)
+	}
+	if err := s.RaiseFence(ctx, dlock.Request{Name: "raise-rw", Token: "r", Mode: dlock.ModeWrite}, high+9); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("RaiseFence by a reader = %v, want ErrNotHeld", err)
+	}
+	s.Release(ctx, r)
+	w2 := w
+	w2.Token = "w2"
+	if g2, err := s.Acquire(ctx, w2); err != nil || g2.Fence != high+1 {
+		t.Errorf("next writer = %+v, %v; want fence %d", g2, err, high+1)
+	}
+}
