@@ -32,28 +32,29 @@ import (
 )
 
 type config struct {
-	id        int
-	store     string
-	addrs     []string
-	register  string
-	key       string
-	mode      string
-	ttl       time.Duration
-	autoRenew bool
-	renew     time.Duration
-	opTimeout time.Duration
-	iters     int
-	duration  time.Duration
-	hold      time.Duration
-	gap       time.Duration
-	wait      time.Duration
-	rmw       bool
-	careful   bool
-	stopIter  int
-	stopAt    string
-	staleRaw  bool
-	holdFirst time.Duration
-	drift     float64
+	id          int
+	store       string
+	addrs       []string
+	register    string
+	key         string
+	mode        string
+	ttl         time.Duration
+	autoRenew   bool
+	renew       time.Duration
+	opTimeout   time.Duration
+	iters       int
+	duration    time.Duration
+	hold        time.Duration
+	gap         time.Duration
+	wait        time.Duration
+	rmw         bool
+	careful     bool
+	stopIter    int
+	stopAt      string
+	staleRaw    bool
+	holdFirst   time.Duration
+	drift       float64
+	nodeTimeout time.Duration
 }
 
 func main() {
@@ -81,6 +82,7 @@ func main() {
 	flag.StringVar(&c.stopAt, "stop-at", "enter", "where it stops: enter (after entering) or write (just before writing)")
 	flag.BoolVar(&c.staleRaw, "stale-raw", false, "after each release, also release and extend (60s) on the store with the old token")
 	flag.Float64Var(&c.drift, "drift", 0, "drift factor (0: library default)")
+	flag.DurationVar(&c.nodeTimeout, "node-timeout", 0, "redlock: per-node timeout (0: library default)")
 	flag.Parse()
 	if addrs != "" {
 		c.addrs = strings.Split(addrs, ",")
@@ -146,7 +148,11 @@ func openStore(ctx context.Context, c config) (dlock.Store, func(), error) {
 			nodes = append(nodes, s)
 			closers = append(closers, s.Close)
 		}
-		rl, err := redlock.New(nodes)
+		var ropts []redlock.Option
+		if c.nodeTimeout > 0 {
+			ropts = append(ropts, redlock.WithNodeTimeout(c.nodeTimeout))
+		}
+		rl, err := redlock.New(nodes, ropts...)
 		if err != nil {
 			closeAll()
 			return nil, nil, err
@@ -175,6 +181,10 @@ func (d deadStore) Release(context.Context, dlock.Request) error {
 	return &dlock.StoreError{Op: "release", Node: -1, Err: d.err}
 }
 
+func (d deadStore) RaiseFence(context.Context, dlock.Request, int64) error {
+	return &dlock.StoreError{Op: "raise fence", Node: -1, Err: d.err}
+}
+
 func (d deadStore) Watch(context.Context, string, dlock.Mode) (<-chan struct{}, func(), error) {
 	return nil, nil, &dlock.StoreError{Op: "watch", Node: -1, Err: d.err}
 }
@@ -199,7 +209,16 @@ func run(c config) error {
 	if err != nil {
 		return err
 	}
-	defer closeStore()
+	defer func() {
+		// valkey-go's Close waits for replies still in flight, which a
+		// latency toxic can hold back for long: give it a moment, no more.
+		done := make(chan struct{})
+		go func() { closeStore(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(2 * time.Second):
+		}
+	}()
 
 	opts := []dlock.Option{
 		dlock.WithTTL(c.ttl),
