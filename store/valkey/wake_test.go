@@ -147,6 +147,7 @@ func TestOpenChainsHook(t *testing.T) {
 	t.Cleanup(func() { s.Close() })
 	mustDo(t, srv, "SET", "lock:x", "foreign", "NX", "PX", "60000")
 	_, res := startWaiter(t, s, "x")
+	waitTracked(t, srv) // else the store's tracked read may find the key gone
 	mustDo(t, srv, "DEL", "lock:x")
 	waitGrant(t, res)
 	if calls.Load() == 0 {
@@ -161,6 +162,7 @@ func TestWakeOnForeignDelete(t *testing.T) {
 	s := dial(t, srv.URL())
 	mustDo(t, srv, "SET", "lock:x", "foreign", "NX", "PX", "60000")
 	cs, res := startWaiter(t, s, "x")
+	waitTracked(t, srv) // so that the wake-up is the server's push
 	deleted := time.Now()
 	mustDo(t, srv, "DEL", "lock:x")
 	r := waitGrant(t, res)
