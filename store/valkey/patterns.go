@@ -21,7 +21,8 @@ import (
 //
 //	reentrant  {t}:reentrant (hash), {t}:reentrant:gate
 //	read-write {t}:rw (holders), {t}:rw:meta, {t}:rw:intents, {t}:rw:deadlines, {t}:rw:gate
-//	fair       {t}:fair (holder), {t}:fair:queue, {t}:fair:deadlines, {t}:fair:waiters, {t}:fair:audit (stream)
+//	fair       {t}:fair (holder), {t}:fair:queue, {t}:fair:deadlines, {t}:fair:waiters, {t}:fair:audit (stream),
+//	           and the shard channel {t}:fair:ch:<store ID> of each Store with waiters
 //	semaphore  {t}:semaphore (holders), {t}:semaphore:meta, {t}:semaphore:gate
 
 func init() {
@@ -78,10 +79,14 @@ func rwKeys(s *Store, name string) []string {
 	}
 }
 
+// fairKeys ends with the channel on which this Store hears of handoffs to
+// its waiters (see grantSubs); it is a channel, not a key, declared among
+// the keys so that it routes to the lock's slot.
 func fairKeys(s *Store, name string) []string {
 	return []string{
 		s.aux(name, "fair"), s.aux(name, "fence"), s.aux(name, "fair:queue"),
 		s.aux(name, "fair:deadlines"), s.aux(name, "fair:waiters"), s.aux(name, "fair:audit"),
+		s.grantChannel(name),
 	}
 }
 

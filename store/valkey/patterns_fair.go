@@ -2,6 +2,7 @@ package valkey
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha1"
 	"encoding/hex"
 	"errors"
@@ -18,16 +19,21 @@ import (
 
 var _ dlock.GrantWatcher = (*Store)(nil)
 
-// grantSubs delivers fair-lock handoffs to the waiters of one Store. The
-// release script that hands the lock to the head waiter publishes
-// "<sha1hex(token)> <fence>" on the lock's shard channel (SPUBLISH; PUBLISH
-// before Redis 7). The Store keeps one subscription per lock name with local
+// grantSubs delivers fair-lock handoffs to the waiters of one Store. Each
+// Store has a random ID, and a waiter queues with the name of its Store's
+// channel for the lock, "{tag}:fair:ch:<ID>". The release script that hands
+// the lock to the head waiter publishes "<sha1hex(token)> <fence>" on that
+// channel (SPUBLISH; PUBLISH before Redis 7), so only the waiter's Store
+// hears of it. The Store keeps one subscription per lock name with local
 // waiters, on valkey-go's shared connection (RESP3 push), and passes each
 // message to the one waiter whose token it names: a release wakes one
 // waiter, which learns its grant without another round trip. A subscription
 // outlives its last waiter by grantLinger, so a process that takes the same
 // fair lock again and again subscribes once.
 type grantSubs struct {
+	idOnce sync.Once
+	id     string // random, names this Store's channels
+
 	mu     sync.Mutex
 	subs   map[string]*grantSub // by channel
 	closed bool
@@ -66,7 +72,7 @@ func (s *Store) WatchGrant(ctx context.Context, req dlock.Request) (<-chan dlock
 		return nil, nil, err
 	}
 	g := &s.grants
-	channel := s.aux(req.Name, "fair") + ":ch"
+	channel := s.grantChannel(req.Name)
 	id := tokenID(req.Token)
 	ch := make(chan dlock.Grant, 1)
 	g.mu.Lock()
@@ -108,6 +114,18 @@ func (s *Store) WatchGrant(ctx context.Context, req dlock.Request) (<-chan dlock
 		})
 	}
 	return ch, stop, nil
+}
+
+// grantChannel is the channel of lock name on which this Store hears of
+// handoffs to its waiters.
+func (s *Store) grantChannel(name string) string {
+	g := &s.grants
+	g.idOnce.Do(func() {
+		var b [8]byte
+		rand.Read(b[:])
+		g.id = hex.EncodeToString(b[:])
+	})
+	return s.aux(name, "fair:ch:"+g.id)
 }
 
 // tokenID is what a handoff message names a waiter by.

@@ -12,8 +12,10 @@
 -- so nobody overtakes the queue.
 local me, ttl = ARGV[1], tonumber(ARGV[2])
 prune()
-promote()
 local tok, f = holder()
+if not tok then
+  tok, f = promote()
+end
 if tok == me then
   redis.call('PEXPIRE', H, ttl)
   return {1, f, 0, 1, 0}
@@ -25,11 +27,12 @@ end
 local pos
 if ARGV[5] == '1' then
   local qttl = tonumber(ARGV[6])
-  if not redis.call('ZSCORE', Q, me) then
-    redis.call('ZADD', Q, redis.call('HINCRBY', W, 'seq', 1), me)
-  end
+  -- A ticket is drawn on every call; NX keeps the first one (gaps between
+  -- tickets are harmless).
+  redis.call('ZADD', Q, 'NX', redis.call('HINCRBY', W, 'seq', 1), me)
   redis.call('ZADD', QX, now() + qttl, me)
-  redis.call('HSET', W, 't:' .. me, ttl)
+  redis.call('HSET', W, 't:' .. me, ARGV[2] .. ' ' .. KEYS[7])
+  -- The queue's keys outlive every live entry.
   if redis.call('PTTL', Q) < qttl + 60000 then
     for _, k in ipairs({Q, QX, W}) do
       redis.call('PEXPIRE', k, qttl + 60000)

@@ -7,9 +7,13 @@
 -- KEYS[2]  fence counter: the last fence issued for this lock name
 -- KEYS[3]  queue: sorted set, token -> ticket (arrival order)
 -- KEYS[4]  queue deadlines: sorted set, token -> expiry in server ms
--- KEYS[5]  waiters: hash, "t:"..token -> lease TTL ms to grant on handoff,
---          "seq" -> last ticket issued
+-- KEYS[5]  waiters: hash, "t:"..token -> "<lease TTL ms> <channel>": the
+--          lease to grant on handoff and where to announce it; "seq" -> last
+--          ticket issued
 -- KEYS[6]  audit stream of grants and releases, capped at about 1000
+-- KEYS[7]  the caller's wake-up channel: a shard channel in this slot on
+--          which the caller's store listens for the handoffs to its waiters
+--          (a channel name, declared as a key so that it routes like one)
 -- ARGV[1]  token
 -- ARGV[2]  TTL in milliseconds
 -- ARGV[3..4] owner, limit (unused)
@@ -17,9 +21,10 @@
 -- ARGV[6]  queue TTL in milliseconds: a waiter not refreshed by then is
 --          dropped, judged by this server's clock
 --
--- A handoff publishes "<sha1hex(token)> <fence>" on the shard channel
--- KEYS[1]..":ch" (a plain channel on servers before Redis 7), so the
--- waiter learns its grant from the message; the token itself never travels.
+-- A handoff publishes "<sha1hex(token)> <fence>" on the channel the waiter
+-- queued with (SPUBLISH; PUBLISH on servers before Redis 7), so only the
+-- waiter's store receives it, and the waiter learns its grant from the
+-- message; the token itself never travels.
 local H, F, Q, QX, W, LOG = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 
 local now_ms
@@ -74,21 +79,23 @@ local function prune()
   end
 end
 
--- promote hands a free lock to the head waiter and tells it.
+-- promote hands the free lock to the head waiter, tells the waiter's store,
+-- and returns the new holder and fence (nil when nobody waits).
 local function promote()
-  if redis.call('EXISTS', H) == 1 then
-    return
-  end
   local head = redis.call('ZRANGE', Q, 0, 0)[1]
   if not head then
-    return
+    return nil, nil
   end
-  local ttl = tonumber(redis.call('HGET', W, 't:' .. head)) or 30000
+  local w = redis.call('HGET', W, 't:' .. head) or ''
+  local ttl, ch = string.match(w, '^(%d+) (.*)$')
   unqueue(head)
-  local f = grant(head, ttl)
-  local msg = redis.sha1hex(head) .. ' ' .. string.format('%.0f', f)
-  local r = redis.pcall('SPUBLISH', H .. ':ch', msg)
-  if type(r) == 'table' and r.err then
-    redis.call('PUBLISH', H .. ':ch', msg)
+  local f = grant(head, tonumber(ttl) or 30000)
+  if ch and ch ~= '' then
+    local msg = redis.sha1hex(head) .. ' ' .. string.format('%.0f', f)
+    local r = redis.pcall('SPUBLISH', ch, msg)
+    if type(r) == 'table' and r.err then
+      redis.call('PUBLISH', ch, msg)
+    end
   end
+  return head, f
 end

@@ -8,14 +8,17 @@ local me = ARGV[1]
 prune()
 local tok, f = holder()
 if tok == me then
-  redis.call('DEL', H)
   audit('release', f, me)
-  promote()
+  if not promote() then -- a handoff overwrites the holder
+    redis.call('DEL', H)
+  end
   return 1
 end
 if redis.call('ZSCORE', Q, me) then
   unqueue(me)
-  promote()
+  if not tok then
+    promote()
+  end
   return 1
 end
 return 0
