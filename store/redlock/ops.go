@@ -76,7 +76,11 @@ func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, er
 	start := time.Now()
 	n, q := len(s.nodes), s.quorum
 	timeout := s.nodeTimeout(req.TTL)
+	fl := s.flightOf(req)
 	ch := fan(s, ctx, timeout, s.all, func(ctx context.Context, i int) acquireReply {
+		if err := fl.wait(ctx, i); err != nil {
+			return acquireReply{err: err}
+		}
 		g, err := s.nodes[i].Acquire(ctx, req)
 		return acquireReply{g, err}
 	})
@@ -85,8 +89,14 @@ func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, er
 	var nGranted, nRefused, nFailed int
 	var errs []error
 	var fatal error
+	// A write grant, and a repeated Acquire by the holder, wait for every
+	// node (see settleNodes): readers take the highest counter of their
+	// nodes and must find the writer's fence there, and a repeat must find
+	// the nodes that gave the first fence.
+	prev := s.prevFence(req)
+	all := req.Mode == dlock.ModeWrite || prev > 0
 	answered := 0
-	for answered < n && nGranted < q && nRefused+nFailed <= n-q {
+	for answered < n && (nGranted < q || all) && nRefused+nFailed <= n-q {
 		r := <-ch
 		answered++
 		switch {
@@ -108,14 +118,16 @@ func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, er
 		}
 	}
 	if fatal == nil && nGranted >= q {
-		fence, err := s.settle(ctx, req, timeout, state, grants)
+		use := s.settleNodes(prev, state, grants)
+		fence, err := s.settle(ctx, req, timeout, use, grants)
 		if err == nil {
 			if validity := req.TTL - time.Since(start) - s.drift(req.TTL); validity > 0 {
-				flags := make([]bool, n)
+				late := make([]bool, n)
 				for i, st := range state {
-					flags[i] = st == pending
+					late[i] = st == pending
 				}
-				track(s, req, flags, ch, n-answered)
+				s.remember(req, fence)
+				track(s, req, late, ch, n-answered)
 				return dlock.Grant{Acquired: true, Fence: fence, Count: 1}, nil
 			}
 			err = &dlock.StoreError{Op: "acquire", Node: -1, Err: errValidity}
@@ -134,43 +146,32 @@ func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, er
 	return dlock.Grant{RetryAfter: retryAfter(state, grants, q)}, nil
 }
 
-// track records which nodes are still working on an operation of req's
-// token that has returned (flags[i] set), until they answer on ch, so that
-// a later Release of the token waits for them node by node (see flight).
-func track[T any](s *Store, req dlock.Request, flags []bool, ch <-chan result[T], left int) {
-	if left == 0 {
-		return
-	}
-	k := flightKey{req.Name, req.Token}
-	fl := &flight{done: make([]chan struct{}, len(flags))}
-	for i, f := range flags {
-		if f {
-			fl.done[i] = make(chan struct{})
+// settleNodes returns the granted nodes to settle the fence over: every
+// granted node, except on a repeated Acquire by the holder, where it is the
+// granted nodes that report a fence no higher than the one the holder was
+// given, if they are still a majority. Then settle returns that fence
+// again, and nodes that granted the token late (with a higher fence) do not
+// change it. A node whose hold lapsed and was granted to someone else
+// since reports a higher fence, so it is left out, and with it any chance
+// of handing out a fence that a later grant has overtaken.
+func (s *Store) settleNodes(prev int64, state []uint8, grants []dlock.Grant) []bool {
+	use := make([]bool, len(state))
+	if prev > 0 {
+		k := 0
+		for i, st := range state {
+			use[i] = st == granted && grants[i].Fence <= prev
+			if use[i] {
+				k++
+			}
+		}
+		if k >= s.quorum {
+			return use
 		}
 	}
-	s.fmu.Lock()
-	s.flights[k] = fl
-	s.fmu.Unlock()
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		for range left {
-			r := <-ch
-			close(fl.done[r.node])
-		}
-		s.fmu.Lock()
-		if s.flights[k] == fl {
-			delete(s.flights, k)
-		}
-		s.fmu.Unlock()
-	}()
-}
-
-// flightOf returns the flight of req's grant, or nil.
-func (s *Store) flightOf(req dlock.Request) *flight {
-	s.fmu.Lock()
-	defer s.fmu.Unlock()
-	return s.flights[flightKey{req.Name, req.Token}]
+	for i, st := range state {
+		use[i] = st == granted
+	}
+	return use
 }
 
 // retryAfter is the time after which a majority of the nodes that answered
@@ -193,15 +194,15 @@ func retryAfter(state []uint8, grants []dlock.Grant, q int) time.Duration {
 	return ds[min(q, len(ds))-1]
 }
 
-// settle picks the fence of a grant held on a majority: the highest fence
-// its nodes issued, F. Unless a majority issued F itself, it writes F back
+// settle picks the fence of a grant held on a majority (the nodes in use):
+// the highest fence those nodes issued, F. Unless a majority issued F itself, it writes F back
 // to the nodes that issued less, and succeeds once a majority of the nodes
 // it holds have a counter of F. Readers take F and write nothing back
 // (readers share the current fence).
-func (s *Store) settle(ctx context.Context, req dlock.Request, timeout time.Duration, state []uint8, grants []dlock.Grant) (int64, error) {
+func (s *Store) settle(ctx context.Context, req dlock.Request, timeout time.Duration, use []bool, grants []dlock.Grant) (int64, error) {
 	var v int64
-	for i, st := range state {
-		if st == granted {
+	for i, u := range use {
+		if u {
 			v = max(v, grants[i].Fence)
 		}
 	}
@@ -211,9 +212,9 @@ func (s *Store) settle(ctx context.Context, req dlock.Request, timeout time.Dura
 	q := s.quorum
 	var eq int
 	var raise []int
-	for i, st := range state {
+	for i, u := range use {
 		switch {
-		case st != granted:
+		case !u:
 		case grants[i].Fence == v:
 			eq++
 		default:
@@ -235,6 +236,9 @@ func (s *Store) settle(ctx context.Context, req dlock.Request, timeout time.Dura
 				return v, nil
 			}
 			continue
+		}
+		if requestError(r.val) {
+			return 0, r.val // e.g. a node that cannot raise this mode's fence
 		}
 		errs = append(errs, nodeErr("fence", r.node, r.val))
 		if eq+len(raise)-len(errs) < q {
@@ -298,7 +302,20 @@ func (s *Store) Extend(ctx context.Context, reqs []dlock.Request) []error {
 		ttl = min(ttl, r.TTL)
 	}
 	n, q := len(s.nodes), s.quorum
+	fls := make([]*flight, len(reqs))
+	for j, r := range reqs {
+		fls[j] = s.flightOf(r)
+	}
 	ch := fan(s, ctx, s.nodeTimeout(ttl), s.all, func(ctx context.Context, i int) []error {
+		for _, fl := range fls {
+			if err := fl.wait(ctx, i); err != nil {
+				errs := make([]error, len(reqs))
+				for j := range errs {
+					errs[j] = err
+				}
+				return errs
+			}
+		}
 		return s.nodes[i].Extend(ctx, reqs)
 	})
 	ok := make([]int, len(reqs))
@@ -329,6 +346,7 @@ func (s *Store) Extend(ctx context.Context, reqs []dlock.Request) []error {
 			switch {
 			case ok[j] >= q:
 				out[j] = nil
+				s.extended(reqs[j])
 			case notHeld[j] > n-q:
 				out[j] = dlock.ErrNotHeld
 			case notHeld[j]+len(errs[j]) > n-q:
@@ -344,25 +362,24 @@ func (s *Store) Extend(ctx context.Context, reqs []dlock.Request) []error {
 }
 
 // Release implements [dlock.Store]: it releases req on every node at once.
-// It returns nil as soon as some node released the token and a majority is
-// known to be free of it (the remaining nodes finish in the background,
-// bounded by the node timeout); [dlock.ErrNotHeld] when no node released it
-// and a majority reported it not held; otherwise a [*QuorumError] (the
-// nodes that did not answer free the lock when its TTL runs out).
+// It returns nil as soon as a majority released the token (the remaining
+// nodes finish in the background, bounded by the node timeout, and later
+// operations of the token wait for them); [dlock.ErrNotHeld] once more than
+// N−quorum nodes report that the token holds nothing there (it did not
+// hold the lock any more; it is gone from the nodes that still had it);
+// otherwise a [*QuorumError] (the nodes that did not answer free the lock
+// when its TTL runs out).
 func (s *Store) Release(ctx context.Context, req dlock.Request) error {
 	if err := s.enter(); err != nil {
 		return err
 	}
 	defer s.wg.Done()
 	n, q := len(s.nodes), s.quorum
+	s.forget(req)
 	fl := s.flightOf(req)
 	ch := fan(s, ctx, s.nodeTimeout(req.TTL), s.all, func(ctx context.Context, i int) error {
-		if fl != nil && fl.done[i] != nil {
-			select {
-			case <-fl.done[i]:
-			case <-ctx.Done():
-				return ctx.Err()
-			}
+		if err := fl.wait(ctx, i); err != nil {
+			return err
 		}
 		return s.nodes[i].Release(ctx, req)
 	})
@@ -380,18 +397,21 @@ func (s *Store) Release(ctx context.Context, req dlock.Request) error {
 		default:
 			errs = append(errs, nodeErr("release", r.node, r.val))
 		}
-		if released > 0 && released+notHeld >= q {
-			for i := range answered {
-				answered[i] = !answered[i]
-			}
-			track(s, req, answered, ch, n-k-1)
-			return nil
+		var err error
+		switch {
+		case released >= q:
+		case notHeld > n-q:
+			err = dlock.ErrNotHeld
+		default:
+			continue
 		}
+		for i := range answered {
+			answered[i] = !answered[i]
+		}
+		track(s, req, answered, ch, n-k-1)
+		return err
 	}
-	if released == 0 && notHeld >= q {
-		return dlock.ErrNotHeld
-	}
-	return &QuorumError{Op: "release", OK: released + notHeld, Quorum: q, Nodes: errs}
+	return &QuorumError{Op: "release", OK: released, Quorum: q, Nodes: errs}
 }
 
 // Ping implements [dlock.Pinger]: nil when a majority of the nodes answer

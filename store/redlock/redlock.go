@@ -65,19 +65,9 @@ type Store struct {
 	wg     sync.WaitGroup // operations in flight and their node goroutines
 
 	fmu     sync.Mutex
-	flights map[flightKey]*flight // grants whose slow nodes are still acquiring
-}
-
-type flightKey struct{ name, token string }
-
-// flight tracks the nodes still working on an Acquire or Release of one
-// token after it returned: done[i] closes when node i answered (nil for
-// nodes that had). A later Release of the token waits for it on each such
-// node, so that it cannot overtake a late acquire and leave the token
-// holding that node, and so that a repeated Release sees the first one's
-// effect on every node.
-type flight struct {
-	done []chan struct{}
+	flights map[holdKey]*flight // see holds.go
+	holds   map[holdKey]*hold
+	sweepAt int
 }
 
 type config struct {
@@ -92,7 +82,7 @@ type Option func(*config)
 
 // WithNodeTimeout bounds each request to one node. A node that has not
 // answered by then counts as failed for that operation. Default: a tenth
-// of the request's TTL, at least 10ms and at most 500ms. Because Acquire
+// of the request's TTL, at least 50ms and at most 500ms. Because Acquire
 // returns as soon as a majority has answered, the timeout only matters when
 // the outcome depends on slow nodes. At least 1ms.
 func WithNodeTimeout(d time.Duration) Option {
@@ -154,7 +144,9 @@ func New(stores []dlock.Store, opts ...Option) (*Store, error) {
 		all:     make([]int, n),
 		quorum:  n/2 + 1,
 		cfg:     cfg,
-		flights: make(map[flightKey]*flight),
+		flights: make(map[holdKey]*flight),
+		holds:   make(map[holdKey]*hold),
+		sweepAt: minSweep,
 	}
 	for i, st := range stores {
 		if st == nil {
@@ -208,7 +200,7 @@ func (s *Store) nodeTimeout(ttl time.Duration) time.Duration {
 	if s.cfg.nodeTimeout > 0 {
 		return s.cfg.nodeTimeout
 	}
-	return min(max(ttl/10, 10*time.Millisecond), 500*time.Millisecond)
+	return min(max(ttl/10, 50*time.Millisecond), 500*time.Millisecond)
 }
 
 // drift is the clock-drift allowance for ttl.
