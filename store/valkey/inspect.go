@@ -36,7 +36,7 @@ func (s *Store) State(ctx context.Context, name string) (dlock.State, error) {
 	pttl, _ := v[2].AsInt64()
 	st.Fence, _ = v[3].AsInt64()
 	if typ == "none" {
-		return st, nil
+		return s.patternState(ctx, name, st) // patterns.go
 	}
 	st.Holders = int(holders)
 	if pttl > 0 {

@@ -156,6 +156,9 @@ func parseGrant(r vk.ValkeyResult) (dlock.Grant, error) {
 	if len(v) < 3 {
 		return dlock.Grant{}, fmt.Errorf("dlock: acquire script replied %v, want at least 3 integers", v)
 	}
+	if v[0] < 0 {
+		return dlock.Grant{}, replyError(v[0]) // patterns.go
+	}
 	g := dlock.Grant{Acquired: v[0] == 1, Fence: v[1]}
 	if g.Acquired {
 		g.Count = 1
