@@ -122,17 +122,22 @@ func (e *errs) report(t *testing.T) {
 	}
 }
 
-// inspect returns the State of name, or skips t when the store has no
-// Inspector.
-func inspect(t *testing.T, s dlock.Store, name string) dlock.State {
+// checkListed checks that List has an entry for name equal to want (the
+// TTL aside, which moves).
+func checkListed(t *testing.T, in dlock.Inspector, want dlock.State) {
 	t.Helper()
-	in, ok := s.(dlock.Inspector)
-	if !ok {
-		t.Skip("store does not implement dlock.Inspector")
-	}
-	st, err := in.State(testContext(t), name)
+	list, err := in.List(testContext(t))
 	if err != nil {
-		t.Fatalf("State(%q) = %v", name, err)
+		t.Fatalf("List = %v", err)
 	}
-	return st
+	for _, st := range list {
+		if st.Name == want.Name {
+			st.TTL, want.TTL = 0, 0
+			if st != want {
+				t.Errorf("List entry for %q = %+v, want %+v (as State says)", want.Name, st, want)
+			}
+			return
+		}
+	}
+	t.Errorf("List (%d locks) has no entry for %q, a %v lock with %d holders and %d waiters", len(list), want.Name, want.Mode, want.Holders, want.Queue)
 }

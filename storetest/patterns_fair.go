@@ -282,6 +282,7 @@ func fairInspector(t *testing.T, s dlock.Store) {
 	if st.Mode != dlock.ModeFair || st.Holders != 1 || st.Queue != 3 || st.Fence != gh.Fence || st.TTL <= 0 {
 		t.Errorf("State(%q) = %+v, want Mode fair, 1 holder, Queue 3, Fence %d", name, st, gh.Fence)
 	}
+	checkListed(t, in, st)
 	mustRelease(t, s, holder)
 	if st, _ := in.State(ctx, name); st.Queue != 2 || st.Holders != 1 {
 		t.Errorf("State(%q) after a handoff = %+v, want 1 holder and Queue 2", name, st)

@@ -24,6 +24,7 @@ func testReentrant(t *testing.T, h Harness) {
 		{"Counts", reentrantCounts},
 		{"ExpiryClearsWholeHold", reentrantExpiry},
 		{"ReentryNeverShortensHold", reentrantNeverShortens},
+		{"Inspector", reentrantInspector},
 		{"LockerNested", reentrantLockerNested},
 		{"LockerOwners", reentrantLockerOwners},
 		{"LockerMutualExclusion", reentrantLockerExclusion},
@@ -137,6 +138,33 @@ func reentrantNeverShortens(t *testing.T, s dlock.Store) {
 		t.Errorf("Extend of the outer acquisition = %v, want nil", err)
 	}
 	mustRelease(t, s, a)
+}
+
+// reentrantInspector checks that State reports one holder (the owner),
+// however many acquisitions it has, and that List has the lock.
+func reentrantInspector(t *testing.T, s dlock.Store) {
+	in, ok := s.(dlock.Inspector)
+	if !ok {
+		t.Skip("store does not implement dlock.Inspector")
+	}
+	name := lockName(t)
+	owner := newToken()
+	a, b := reentrantReq(name, owner, longTTL), reentrantReq(name, owner, longTTL)
+	g := mustAcquire(t, s, a)
+	mustAcquire(t, s, b)
+	st, err := in.State(testContext(t), name)
+	if err != nil {
+		t.Fatalf("State(%q) = %v", name, err)
+	}
+	if st.Mode != dlock.ModeReentrant || st.Holders != 1 || st.Fence != g.Fence || st.TTL <= 0 || st.Queue != 0 {
+		t.Errorf("State(%q) = %+v, want Mode reentrant, 1 holder, Fence %d", name, st, g.Fence)
+	}
+	checkListed(t, in, st)
+	mustRelease(t, s, a)
+	mustRelease(t, s, b)
+	if st, _ := in.State(testContext(t), name); st.Holders != 0 {
+		t.Errorf("State(%q) after the last release = %+v, want no holder", name, st)
+	}
 }
 
 // reentrantLockerNested checks nested Do and Lock calls through a Locker:

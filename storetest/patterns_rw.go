@@ -324,6 +324,7 @@ func rwInspector(t *testing.T, s dlock.Store) {
 	if st.Mode != dlock.ModeRead || st.Holders != 2 || st.Queue != 1 || st.TTL <= 0 {
 		t.Errorf("State(%q) with 2 readers and a waiting writer = %+v, want Mode read, 2 holders, Queue 1", name, st)
 	}
+	checkListed(t, in, st)
 	mustRelease(t, s, r1)
 	mustRelease(t, s, r2)
 	gw := mustAcquire(t, s, w)

@@ -184,6 +184,7 @@ func semaphoreInspector(t *testing.T, s dlock.Store) {
 	if st.Mode != dlock.ModeSemaphore || st.Holders != 2 || st.Limit != 3 || st.Fence < gb.Fence || st.TTL <= 0 {
 		t.Errorf("State(%q) = %+v, want Mode semaphore, 2 holders, Limit 3, Fence >= %d", name, st, gb.Fence)
 	}
+	checkListed(t, in, st)
 	mustRelease(t, s, a)
 	mustRelease(t, s, b)
 }

@@ -78,6 +78,16 @@ func (s *Store) List(ctx context.Context) ([]dlock.State, error) {
 			}
 		}
 	}
+	more, err := s.patternNames(ctx) // patterns.go
+	if err != nil {
+		return nil, err
+	}
+	for _, name := range more {
+		if !seen[name] {
+			seen[name] = true
+			names = append(names, name)
+		}
+	}
 	sort.Strings(names)
 	out := make([]dlock.State, 0, len(names))
 	for _, name := range names {
@@ -85,7 +95,7 @@ func (s *Store) List(ctx context.Context) ([]dlock.State, error) {
 		if err != nil {
 			return nil, err
 		}
-		if st.Holders > 0 {
+		if st.Holders > 0 || st.Queue > 0 {
 			out = append(out, st)
 		}
 	}

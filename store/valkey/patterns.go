@@ -5,6 +5,7 @@ import (
 	"crypto/sha1"
 	"encoding/hex"
 	"fmt"
+	"strings"
 	"time"
 
 	vk "github.com/valkey-io/valkey-go"
@@ -140,4 +141,57 @@ func (s *Store) patternState(ctx context.Context, name string, st dlock.State) (
 	st.Queue = int(v[3])
 	st.Limit = int(v[4])
 	return st, nil
+}
+
+// patternSuffixes are the keys that exist while a pattern lock has a holder
+// or a waiter, which List looks for.
+var patternSuffixes = []string{"reentrant", "rw", "rw:intents", "fair", "fair:queue", "semaphore"}
+
+// patternNames returns the names of the locks whose reentrant, read-write,
+// fair or semaphore keys exist, by SCANning every node for keys that start
+// with "{" (as auxiliary keys do) and keeping those that are exactly the
+// key of a name.
+func (s *Store) patternNames(ctx context.Context) ([]string, error) {
+	seen := make(map[string]bool)
+	var names []string
+	for _, n := range s.client.Nodes() {
+		var cursor uint64
+		for {
+			e, err := n.Do(ctx, n.B().Scan().Cursor(cursor).Match(`\{*`).Count(1000).Build()).AsScanEntry()
+			if err != nil {
+				if isReplicaOnly(err) {
+					break
+				}
+				return nil, fail("list", err)
+			}
+			for _, k := range e.Elements {
+				if name, ok := s.patternName(k); ok && !seen[name] {
+					seen[name] = true
+					names = append(names, name)
+				}
+			}
+			if cursor = e.Cursor; cursor == 0 {
+				break
+			}
+		}
+	}
+	return names, nil
+}
+
+// patternName returns the lock name whose pattern key k is, if it is one.
+func (s *Store) patternName(k string) (string, bool) {
+	for _, sfx := range patternSuffixes {
+		var name string
+		if rest, ok := strings.CutPrefix(k, "{"+s.prefix); ok && strings.HasSuffix(rest, "}:"+sfx) {
+			name = strings.TrimSuffix(rest, "}:"+sfx) // "{lock:x}:rw"
+		} else if _, rest, ok := strings.Cut(k, "}:"); ok && strings.HasPrefix(rest, s.prefix) && strings.HasSuffix(rest, ":"+sfx) {
+			name = strings.TrimSuffix(strings.TrimPrefix(rest, s.prefix), ":"+sfx) // "{tag}:lock:{tag}x:rw"
+		} else {
+			continue
+		}
+		if s.checkName(name) == nil && s.aux(name, sfx) == k {
+			return name, true
+		}
+	}
+	return "", false
 }
