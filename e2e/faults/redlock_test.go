@@ -22,6 +22,21 @@ func TestFaultsRedlock(t *testing.T) {
 	t.Run("T8_minority_then_majority_down", testRedlockNodesDown)
 }
 
+// waitKeyOn polls the nodes until at least n of them hold the lock key
+// (or timeout), and returns how many do.
+func (e *env) waitKeyOn(n int, timeout time.Duration) int {
+	landed := 0
+	for deadline := time.Now().Add(timeout); landed < n && time.Now().Before(deadline); {
+		landed = 0
+		for _, node := range e.nodes {
+			if v, err := node.Do("EXISTS", lockKey); err == nil && v == "1" {
+				landed++
+			}
+		}
+	}
+	return landed
+}
+
 // only leaves worker w linked to the listed nodes: the proxies to the
 // others are stopped (connections refused), as seen from w alone.
 func only(w *worker, nodes ...int) {
@@ -36,37 +51,52 @@ func only(w *worker, nodes ...int) {
 	}
 }
 
-// T5a: the first worker is SIGSTOPped right after it starts a Redlock
-// acquire whose replies are slowed (300ms), so they wait in its socket
-// buffers while it is stopped past the TTL; meanwhile a second worker
-// takes the lock. Wherever the pause lands, the first must not come back
-// believing it holds a lock the second holds.
+// T5a (Kleppmann's pause during acquisition): the replies to the first
+// worker are slowed by 300ms; as soon as its SETs have landed on a majority
+// of nodes the harness SIGSTOPs it, so the grants wait in its socket
+// buffers while it is stopped for 1.5s, past its 1s TTL. Meanwhile the keys
+// expire and a second worker takes the lock. On resume the first worker
+// reads its "granted" replies: it must count the time it spent and report
+// failure, never a grant.
 func testRedlockPauseAcquire(t *testing.T) {
 	e := newEnv(t, 5, true)
 	a := e.prepare(1)
+	a.start("-ttl", "1s", "-node-timeout", "3s", "-start-after", "300ms", "-iters", "1", "-rmw", "-hold", "50ms")
+	if _, ok := a.waitEvent(10*time.Second, isKind(wire.KindStart)); !ok {
+		t.Fatalf("worker 1 never started\n%s", a.stderrText())
+	}
 	for _, p := range a.links {
 		e.toxic(p, "slow", "latency", "downstream", map[string]any{"latency": 300})
 	}
-	a.start("-ttl", "1s", "-node-timeout", "2s", "-iters", "1", "-rmw", "-hold", "50ms")
 	if _, ok := a.waitEvent(10*time.Second, isKind(wire.KindInvoke)); !ok {
-		t.Fatalf("worker 1 never started\n%s", a.stderrText())
+		t.Fatalf("worker 1 never tried\n%s", a.stderrText())
 	}
+	landed := e.waitKeyOn(3, time.Second)
 	a.pause()
-	e.fault("replies to worker 1 delayed 300ms; worker 1 SIGSTOPped for 1.5s right after it began acquiring (TTL 1s)")
-	b := e.spawn(2, "-ttl", "1s", "-autorenew", "-wait", "5s", "-iters", "1", "-rmw", "-hold", "1s")
-	if _, ok := b.waitEvent(5*time.Second, isKind(wire.KindAcquire)); !ok {
+	if landed < 3 {
+		t.Fatalf("worker 1's SETs reached %d nodes, want a majority before the pause", landed)
+	}
+	e.fault("replies to worker 1 delayed 300ms; worker 1 SIGSTOPped for 1.5s once its SETs held a majority (TTL 1s)")
+	b := e.spawn(2, "-ttl", "1s", "-autorenew", "-wait", "5s", "-iters", "1", "-rmw", "-hold", "500ms")
+	bAcq, ok := b.waitEvent(5*time.Second, isKind(wire.KindAcquire))
+	if !ok {
 		t.Fatalf("worker 2 never acquired\n%s", b.stderrText())
 	}
-	time.Sleep(time.Second)
+	if d := 1500*time.Millisecond - time.Duration(bAcq.T-wire.Now()); d > 0 {
+		time.Sleep(d)
+	}
 	a.resume()
 	e.waitAll(30 * time.Second)
 	r := e.measure()
-	aGot := false
-	for _, g := range grants(a.snapshot()) {
-		aGot = true
-		_ = g
+	// The grant whose replies waited out the pause must be refused; the
+	// Locker may then ask again, and a fresh grant after worker 2 is fine.
+	aGrants, bGrants := grants(a.snapshot()), grants(b.snapshot())
+	for _, g := range aGrants {
+		if len(bGrants) == 1 && (g.Fence <= bGrants[0].Fence || g.Enter < bGrants[0].Exit) {
+			t.Errorf("worker 1 granted fence %d before worker 2 (fence %d) was done: the stale grant was taken", g.Fence, bGrants[0].Fence)
+		}
 	}
-	r.Extra = fmt.Sprintf("paused worker granted: %v", aGot)
+	r.Extra = fmt.Sprintf("paused worker's stale grant refused; it was granted afresh after resume: %v", len(aGrants) > 0)
 	if r.Overlaps != 0 {
 		t.Errorf("overlaps = %d, want 0 (a double grant)", r.Overlaps)
 	}
@@ -77,15 +107,25 @@ func testRedlockPauseAcquire(t *testing.T) {
 // T5b (antirez's answer to a slow acquisition): every reply to the first
 // worker arrives later than its TTL. Its SETs are applied at once, but by
 // the time it counts its majority the validity is gone, so it must report
-// failure (and release what it set), never a grant.
+// failure (and release what it set), never a grant. A second worker starts
+// just after it and gets the lock once the first one's keys are gone.
 func testRedlockSlowReplies(t *testing.T) {
 	e := newEnv(t, 5, true)
 	a := e.prepare(1)
+	a.start("-ttl", "1s", "-node-timeout", "3s", "-start-after", "300ms", "-iters", "1", "-rmw")
+	if _, ok := a.waitEvent(10*time.Second, isKind(wire.KindStart)); !ok {
+		t.Fatalf("worker 1 never started\n%s", a.stderrText())
+	}
 	for _, p := range a.links {
 		e.toxic(p, "slow", "latency", "downstream", map[string]any{"latency": 1300})
 	}
-	e.fault("latency 1300ms on every reply to worker 1 (TTL 1s, node timeout 2s)")
-	a.start("-ttl", "1s", "-node-timeout", "2s", "-iters", "1", "-rmw")
+	e.fault("latency 1300ms on every reply to worker 1 (TTL 1s, node timeout 3s)")
+	if _, ok := a.waitEvent(10*time.Second, isKind(wire.KindInvoke)); !ok {
+		t.Fatalf("worker 1 never tried\n%s", a.stderrText())
+	}
+	if landed := e.waitKeyOn(3, 5*time.Second); landed < 3 {
+		t.Fatalf("worker 1's SETs reached %d nodes, want a majority", landed)
+	}
 	b := e.spawn(2, "-ttl", "1s", "-wait", "8s", "-iters", "3", "-rmw", "-hold", "100ms")
 	e.waitAll(30 * time.Second)
 	r := e.measure()

@@ -3,6 +3,8 @@ package faults
 import (
 	"fmt"
 	"io"
+	"os"
+	"sort"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -67,6 +69,13 @@ func (e *env) record(r result) {
 	tableMu.Lock()
 	table = append(table, r)
 	tableMu.Unlock()
+	if os.Getenv("FAULTS_DUMP") != "" {
+		evs := e.history()
+		sort.Slice(evs, func(i, j int) bool { return evs[i].T < evs[j].T })
+		for _, ev := range evs {
+			e.t.Logf("%8.3fs w%d %-10s i=%d fence=%d val=%d ok=%v %s %s %s", float64(ev.T-evs[0].T)/1e9, ev.W, ev.Kind, ev.Iter, ev.Fence, ev.Val, ev.Accepted, ev.Result, ev.Op, ev.Err)
+		}
+	}
 }
 
 // printTable prints the results table of the run.

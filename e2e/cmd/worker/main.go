@@ -55,6 +55,7 @@ type config struct {
 	holdFirst   time.Duration
 	drift       float64
 	nodeTimeout time.Duration
+	startAfter  time.Duration
 }
 
 func main() {
@@ -83,6 +84,7 @@ func main() {
 	flag.BoolVar(&c.staleRaw, "stale-raw", false, "after each release, also release and extend (60s) on the store with the old token")
 	flag.Float64Var(&c.drift, "drift", 0, "drift factor (0: library default)")
 	flag.DurationVar(&c.nodeTimeout, "node-timeout", 0, "redlock: per-node timeout (0: library default)")
+	flag.DurationVar(&c.startAfter, "start-after", 0, "wait this long after the start event before the first attempt")
 	flag.Parse()
 	if addrs != "" {
 		c.addrs = strings.Split(addrs, ",")
@@ -265,6 +267,7 @@ func run(c config) error {
 
 	reg := &register{base: c.register, client: &http.Client{Timeout: 30 * time.Second}, lg: lg}
 	lg.log(wire.Event{Kind: wire.KindStart})
+	time.Sleep(c.startAfter)
 	deadline := time.Now().Add(c.duration)
 	var watchers sync.WaitGroup
 	defer watchers.Wait()
