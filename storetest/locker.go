@@ -217,12 +217,19 @@ func lockerTTLExpiry(t *testing.T, s dlock.Store) {
 // lockerReleaseTwice checks Release and Extend after Release.
 func lockerReleaseTwice(t *testing.T, s dlock.Store) {
 	ctx := testContext(t)
-	lease, err := newLocker(t, s).Mutex(lockName(t)).TryLock(ctx)
+	name := lockName(t)
+	lease, err := newLocker(t, s, dlock.WithTTL(3*time.Second)).Mutex(name).TryLock(ctx)
 	if err != nil {
 		t.Fatalf("TryLock = %v", err)
 	}
-	if err := lease.Extend(ctx, 10*time.Second); err != nil {
+	if err := lease.Extend(ctx, 20*time.Second); err != nil {
 		t.Errorf("Extend of a held lease = %v, want nil", err)
+	}
+	if d := lease.TTL(); d <= 10*time.Second {
+		t.Errorf("TTL() after Extend to 20s = %v, want > 10s", d)
+	}
+	if g := mustRefuse(t, s, mutexReq(name, newToken(), time.Second)); g.RetryAfter <= 10*time.Second {
+		t.Errorf("RetryAfter after Extend to 20s = %v, want > 10s", g.RetryAfter)
 	}
 	if err := lease.Release(ctx); err != nil {
 		t.Errorf("Release = %v, want nil", err)
@@ -405,7 +412,7 @@ func lockerLostOnRenew(t *testing.T, s dlock.Store) {
 // few times); a renewal the store refuses, or another token taking the
 // lock while the lease is locally valid, fails at once.
 func lockerWatchdog(t *testing.T, s dlock.Store) {
-	const attempts = 3
+	const attempts = 5
 	for i := 1; ; i++ {
 		err := watchdogAttempt(t, s)
 		if err == nil {

@@ -30,6 +30,7 @@ func testMutexStore(t *testing.T, h Harness) {
 		{"ExtendBatch", storeExtendBatch},
 		{"WatchWokenOnRelease", storeWatchRelease},
 		{"Inspector", storeInspector},
+		{"Names", storeNames},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -420,6 +421,43 @@ func storeInspector(t *testing.T, s dlock.Store) {
 	for _, st := range list {
 		if st.Name == name && st.Holders != 0 {
 			t.Errorf("List entry for released lock %q = %+v, want no holders", name, st)
+		}
+	}
+}
+
+// storeNames checks that valid names of every shape are distinct locks,
+// including names that share a Redis Cluster hash tag and names of the
+// maximum length.
+func storeNames(t *testing.T, s dlock.Store) {
+	ctx := testContext(t)
+	base := lockName(t)
+	tag := "{" + base + "}"
+	long := base + "-" + strings.Repeat("n", 256)
+	names := []string{
+		base + " with spaces",
+		base + "/ünïcödé/日本語",
+		base + ":colon:" + base,
+		tag + "a",
+		tag + "b",
+		"a" + tag,
+		long[:256],
+		long[:255],
+	}
+	holds := make([]dlock.Request, len(names))
+	for i, name := range names {
+		holds[i] = mutexReq(name, newToken(), longTTL)
+		mustAcquire(t, s, holds[i]) // free: no other name is this lock
+	}
+	for i, name := range names {
+		mustRefuse(t, s, mutexReq(name, newToken(), time.Second))
+		if err := s.Release(ctx, holds[i]); err != nil {
+			t.Errorf("Release(%q) = %v, want nil", name, err)
+		}
+		// Releasing one lock leaves the others held.
+		for _, held := range holds[i+1:] {
+			if g, err := s.Acquire(ctx, mutexReq(held.Name, newToken(), time.Second)); err != nil || g.Acquired {
+				t.Fatalf("Acquire(%q) after Release(%q) = %+v, %v; want a refusal", held.Name, name, g, err)
+			}
 		}
 	}
 }
