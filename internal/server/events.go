@@ -1,0 +1,220 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/dlock-dev/dlock"
+)
+
+// historySeconds is how much per-second history the dashboard gets when it
+// connects.
+const historySeconds = 300
+
+// tally is what happened during one second.
+type tally struct {
+	Acquired int64 `json:"acquired"`
+	Locked   int64 `json:"locked"` // contention: refusals and waits that timed out
+	Lost     int64 `json:"lost"`
+	Released int64 `json:"released"`
+	Errors   int64 `json:"errors"`
+}
+
+func (t *tally) add(ev dlock.Event) {
+	switch ev.Kind {
+	case dlock.EventAcquire:
+		switch ev.Result {
+		case "acquired":
+			t.Acquired++
+		case "locked":
+			t.Locked++
+		case "error":
+			t.Errors++
+		}
+	case dlock.EventRelease:
+		t.Released++
+	case dlock.EventLeaseLost:
+		t.Lost++
+	case dlock.EventRenew:
+		if ev.Result == "error" {
+			t.Errors++
+		}
+	}
+}
+
+// history keeps per-second tallies of the last n seconds and the totals
+// since start, fed by the Metrics' event subscription.
+type history struct {
+	mu     sync.Mutex
+	n      int
+	secs   []int64 // unix second of each slot
+	slots  []tally
+	totals tally
+}
+
+func newHistory(n int) *history {
+	return &history{n: n, secs: make([]int64, n), slots: make([]tally, n)}
+}
+
+func (h *history) observe(ev dlock.Event) {
+	now := time.Now().Unix()
+	h.mu.Lock()
+	i := int(now % int64(h.n))
+	if h.secs[i] != now {
+		h.secs[i], h.slots[i] = now, tally{}
+	}
+	h.slots[i].add(ev)
+	h.totals.add(ev)
+	h.mu.Unlock()
+}
+
+// series returns the tallies of the last n whole seconds, oldest first,
+// and the second the last one belongs to.
+func (h *history) series(now time.Time) ([]tally, int64) {
+	end := now.Unix()
+	out := make([]tally, h.n)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for k := 0; k < h.n; k++ {
+		sec := end - int64(h.n-1-k)
+		i := int(sec % int64(h.n))
+		if h.secs[i] == sec {
+			out[k] = h.slots[i]
+		}
+	}
+	return out, end
+}
+
+func (h *history) total() tally {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.totals
+}
+
+// eventBody is one lock event on the stream. It never carries tokens.
+type eventBody struct {
+	Type       string `json:"type"` // acquire, release, renew, lost
+	Name       string `json:"name"`
+	Mode       string `json:"mode"`
+	Result     string `json:"result,omitempty"`
+	Fence      int64  `json:"fence,omitempty"`
+	DurationMs int64  `json:"durationMs"`
+	Waited     bool   `json:"waited,omitempty"`
+	Time       int64  `json:"time"` // unix ms
+}
+
+var eventTypes = [...]string{dlock.EventAcquire: "acquire", dlock.EventRelease: "release", dlock.EventRenew: "renew", dlock.EventLeaseLost: "lost"}
+
+func toEvent(ev dlock.Event, at time.Time) eventBody {
+	typ := "other"
+	if int(ev.Kind) < len(eventTypes) {
+		typ = eventTypes[ev.Kind]
+	}
+	return eventBody{Type: typ, Name: ev.Name, Mode: modeName(ev.Mode), Result: ev.Result, Fence: ev.Fence,
+		DurationMs: ev.Duration.Milliseconds(), Waited: ev.Waited, Time: at.UnixMilli()}
+}
+
+// snapshotBody is sent on connect and every SnapshotInterval.
+type snapshotBody struct {
+	Time      int64       `json:"time"` // unix ms
+	Store     string      `json:"store"`
+	Inspect   bool        `json:"inspect"` // whether the store can list its locks
+	Locks     []stateBody `json:"locks"`
+	Truncated bool        `json:"truncated,omitempty"`
+	Error     string      `json:"error,omitempty"` // the store failed to list
+	Totals    tally       `json:"totals"`
+	Held      int         `json:"v1Leases"` // /v1 leases this server tracks
+	// History is the per-second tallies of the last 300 s, oldest first,
+	// ending at HistoryEnd (unix s); sent in the first snapshot only.
+	History    []tally `json:"history,omitempty"`
+	HistoryEnd int64   `json:"historyEnd,omitempty"`
+}
+
+// eventBuffer is how many lock events a slow stream client may fall behind
+// before further events are dropped (snapshots still correct it).
+const eventBuffer = 512
+
+// handleEvents streams lock events and periodic snapshots as server-sent
+// events until the client goes away or the server shuts down.
+func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
+	rc := http.NewResponseController(w)
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Accel-Buffering", "no")
+	h.Set("X-Content-Type-Options", "nosniff")
+
+	ch := make(chan eventBody, eventBuffer)
+	unsub := s.metrics.Subscribe(func(ev dlock.Event) {
+		select {
+		case ch <- toEvent(ev, time.Now()):
+		default:
+		}
+	})
+	defer unsub()
+
+	send := func(event string, v any) bool {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return false
+		}
+		rc.SetWriteDeadline(time.Now().Add(10 * time.Second))
+		if _, err := fmt.Fprintf(w, "event: %s\ndata: %s\n\n", event, b); err != nil {
+			return false
+		}
+		return rc.Flush() == nil
+	}
+	w.WriteHeader(http.StatusOK)
+	rc.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	if _, err := fmt.Fprint(w, "retry: 2000\n\n"); err != nil {
+		return
+	}
+	if !send("snapshot", s.snapshot(r.Context(), true)) {
+		return
+	}
+	tick := time.NewTicker(s.cfg.SnapshotInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-r.Context().Done():
+			return
+		case <-s.drain:
+			send("shutdown", map[string]string{"message": "server shutting down"})
+			return
+		case ev := <-ch:
+			if !send(ev.Type, ev) {
+				return
+			}
+		case <-tick.C:
+			if !send("snapshot", s.snapshot(r.Context(), false)) {
+				return
+			}
+		}
+	}
+}
+
+func (s *Server) snapshot(ctx context.Context, first bool) snapshotBody {
+	now := time.Now()
+	snap := snapshotBody{Time: now.UnixMilli(), Store: s.cfg.StoreName, Totals: s.history.total(), Held: s.leases.len()}
+	if in, ok := s.locker.Store().(dlock.Inspector); ok {
+		snap.Inspect = true
+		lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		lb, err := s.list(lctx, in)
+		cancel()
+		if err != nil {
+			snap.Error = err.Error()
+		}
+		snap.Locks, snap.Truncated = lb.Locks, lb.Truncated
+	}
+	if snap.Locks == nil {
+		snap.Locks = []stateBody{}
+	}
+	if first {
+		snap.History, snap.HistoryEnd = s.history.series(now)
+	}
+	return snap
+}

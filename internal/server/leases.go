@@ -1,0 +1,569 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/dlock-dev/dlock"
+)
+
+// acquireBody is the JSON body of POST /v1/locks/{name}/acquire.
+type acquireBody struct {
+	TTLMs      *int64 `json:"ttlMs"`
+	WaitMs     *int64 `json:"waitMs"`
+	Mode       string `json:"mode"`
+	Limit      *int64 `json:"limit"`
+	Fair       bool   `json:"fair"`
+	Owner      string `json:"owner"`
+	Token      string `json:"token"`
+	Queue      bool   `json:"queue"`
+	QueueTTLMs *int64 `json:"queueTtlMs"`
+}
+
+// acquireParams is a validated acquire.
+type acquireParams struct {
+	req  dlock.Request
+	wait time.Duration
+}
+
+const maxLimit = 1_000_000
+
+// decodeAcquire reads and validates an acquire of the lock name. Every
+// error is a 400 naming the field, or a 413.
+func decodeAcquire(name string, body io.Reader) (acquireParams, *apiError) {
+	var b acquireBody
+	if e := decodeJSON(body, &b, true); e != nil {
+		return acquireParams{}, e
+	}
+	if err := dlock.ValidName(name); err != nil {
+		return acquireParams{}, lockError(context.Background(), name, err)
+	}
+	p := acquireParams{req: dlock.Request{Name: name, TTL: DefaultTTLMs * time.Millisecond}}
+	if b.TTLMs != nil {
+		if *b.TTLMs < MinTTLMs || *b.TTLMs > MaxTTLMs {
+			return p, badField("ttlMs", fmt.Sprintf("must be from %d to %d", MinTTLMs, MaxTTLMs))
+		}
+		p.req.TTL = time.Duration(*b.TTLMs) * time.Millisecond
+	}
+	if b.WaitMs != nil {
+		if *b.WaitMs < 0 || *b.WaitMs > MaxWaitMs {
+			return p, badField("waitMs", fmt.Sprintf("must be from 0 to %d", MaxWaitMs))
+		}
+		p.wait = time.Duration(*b.WaitMs) * time.Millisecond
+	}
+	mode, e := parseMode(b.Mode, b.Fair, b.Owner != "", b.Limit != nil)
+	if e != nil {
+		return p, e
+	}
+	p.req.Mode = mode
+	if b.Fair && mode != dlock.ModeFair {
+		return p, badField("fair", "applies to exclusive locks only")
+	}
+	if b.Owner != "" {
+		if mode != dlock.ModeReentrant {
+			return p, badField("owner", "applies to reentrant locks only")
+		}
+		if e := validText("owner", b.Owner); e != nil {
+			return p, e
+		}
+		p.req.Owner = b.Owner
+	}
+	if b.Limit != nil {
+		if mode != dlock.ModeSemaphore {
+			return p, badField("limit", "applies to semaphores only")
+		}
+		if *b.Limit < 1 || *b.Limit > maxLimit {
+			return p, badField("limit", fmt.Sprintf("must be from 1 to %d", maxLimit))
+		}
+		p.req.Limit = int(*b.Limit)
+	} else if mode == dlock.ModeSemaphore {
+		return p, badField("limit", "is required for a semaphore")
+	}
+	if b.Token != "" {
+		if e := validToken(b.Token); e != nil {
+			return p, e
+		}
+		p.req.Token = b.Token
+	}
+	if b.QueueTTLMs != nil && !b.Queue {
+		return p, badField("queueTtlMs", "applies only with queue")
+	}
+	if b.Queue {
+		if mode != dlock.ModeFair && mode != dlock.ModeWrite {
+			return p, badField("queue", "applies to fair and write locks only")
+		}
+		p.req.Queue = true
+		if b.QueueTTLMs != nil {
+			if *b.QueueTTLMs < MinTTLMs || *b.QueueTTLMs > MaxTTLMs {
+				return p, badField("queueTtlMs", fmt.Sprintf("must be from %d to %d", MinTTLMs, MaxTTLMs))
+			}
+			p.req.QueueTTL = time.Duration(*b.QueueTTLMs) * time.Millisecond
+		}
+	}
+	// A waiting fair locker or writer keeps its place in the queue.
+	if p.wait > 0 && (mode == dlock.ModeFair || mode == dlock.ModeWrite) {
+		p.req.Queue = true
+	}
+	return p, nil
+}
+
+// parseMode maps the API's mode to a dlock.Mode: "exclusive" (the default)
+// is the mutex, or the fair lock with fair, or the reentrant lock with an
+// owner; "shared" is the read side of a read-write lock, or a semaphore
+// with a limit; the dlock mode names are accepted as they are.
+func parseMode(s string, fair, owner, limit bool) (dlock.Mode, *apiError) {
+	switch s {
+	case "", "exclusive":
+		switch {
+		case fair && owner:
+			return 0, badField("owner", "cannot be combined with fair")
+		case fair:
+			return dlock.ModeFair, nil
+		case owner:
+			return dlock.ModeReentrant, nil
+		}
+		return dlock.ModeMutex, nil
+	case "shared":
+		if limit {
+			return dlock.ModeSemaphore, nil
+		}
+		return dlock.ModeRead, nil
+	}
+	if m, ok := dlock.ParseMode(s); ok {
+		return m, nil
+	}
+	return 0, badField("mode", "must be exclusive, shared, mutex, reentrant, read, write, fair or semaphore")
+}
+
+// modeName is how the API reports a mode.
+func modeName(m dlock.Mode) string { return m.String() }
+
+func validToken(t string) *apiError {
+	if len(t) < 32 || len(t) > 128 {
+		return badField("token", "must be 32 to 128 hexadecimal characters")
+	}
+	for i := 0; i < len(t); i++ {
+		c := t[i]
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
+			return badField("token", "must be 32 to 128 hexadecimal characters")
+		}
+	}
+	return nil
+}
+
+func validText(field, s string) *apiError {
+	if s == "" || len(s) > 256 {
+		return badField(field, "must be 1 to 256 bytes")
+	}
+	if !utf8.ValidString(s) {
+		return badField(field, "must be valid UTF-8")
+	}
+	for _, r := range s {
+		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
+			return badField(field, "must not contain control characters")
+		}
+	}
+	return nil
+}
+
+// leaseKey identifies a /v1 lease: tokens are per lease, but a client may
+// (unwisely) use one token on several names.
+type leaseKey struct{ name, token string }
+
+// leaseTable holds the leases granted through /v1, so that extend and
+// release act on the Lease (keeping its local validity and metrics right).
+// Ended leases are swept out as the table grows.
+type leaseTable struct {
+	mu        sync.Mutex
+	m         map[leaseKey]*leaseEntry
+	sweepSize int
+}
+
+// leaseEntry serialises the requests of one token: a retried acquire
+// waits for the first to finish, then finds its lease.
+type leaseEntry struct {
+	mu    sync.Mutex
+	lease *dlock.Lease // nil until granted
+}
+
+func (t *leaseTable) entry(k leaseKey) *leaseEntry {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.m == nil {
+		t.m = make(map[leaseKey]*leaseEntry)
+	}
+	e := t.m[k]
+	if e == nil {
+		e = &leaseEntry{}
+		t.m[k] = e
+		if len(t.m) >= max(2*t.sweepSize, 64) {
+			t.sweepLocked()
+		}
+	}
+	return e
+}
+
+func (t *leaseTable) lookup(k leaseKey) *leaseEntry {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.m[k]
+}
+
+func (t *leaseTable) remove(k leaseKey, e *leaseEntry) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.m[k] == e {
+		delete(t.m, k)
+	}
+}
+
+// sweepLocked drops entries whose lease ended. Entries being acquired (lease
+// nil, mu held) are kept. Caller holds t.mu.
+func (t *leaseTable) sweepLocked() {
+	for k, e := range t.m {
+		if !e.mu.TryLock() {
+			continue
+		}
+		if e.lease == nil || ended(e.lease) {
+			delete(t.m, k)
+		}
+		e.mu.Unlock()
+	}
+	t.sweepSize = len(t.m)
+}
+
+func (t *leaseTable) len() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.m)
+}
+
+func ended(ls *dlock.Lease) bool {
+	select {
+	case <-ls.Done():
+		return true
+	default:
+		return false
+	}
+}
+
+// grantBody is the 200 answer to an acquire.
+type grantBody struct {
+	Name  string `json:"name"`
+	Token string `json:"token"`
+	Fence int64  `json:"fence"`
+	TTLMs int64  `json:"ttlMs"`
+	Mode  string `json:"mode"`
+	Count int    `json:"count"`
+}
+
+func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	p, e := decodeAcquire(name, r.Body)
+	if e != nil {
+		writeAPIError(w, e)
+		return
+	}
+	if p.wait > 0 {
+		extendWriteDeadline(w, p.wait)
+	}
+	ctx, cancel := s.waitContext(r.Context(), p.wait)
+	defer cancel()
+
+	var entry *leaseEntry
+	var key leaseKey
+	if p.req.Token != "" {
+		key = leaseKey{name, p.req.Token}
+		entry = s.leases.entry(key)
+		entry.mu.Lock()
+		defer entry.mu.Unlock()
+		if ls := entry.lease; ls != nil {
+			if ls.Mode() != p.req.Mode {
+				writeAPIError(w, badField("token", "already holds this lock in mode "+modeName(ls.Mode())))
+				return
+			}
+			// A retried acquire: refresh the TTL as the store contract says.
+			err := ls.Extend(ctx, p.req.TTL)
+			if err == nil {
+				writeJSON(w, http.StatusOK, grantBody{Name: name, Token: ls.Token(), Fence: ls.Fence(),
+					TTLMs: p.req.TTL.Milliseconds(), Mode: modeName(ls.Mode()), Count: ls.Count()})
+				return
+			}
+			if !errors.Is(err, dlock.ErrLeaseLost) && !errors.Is(err, dlock.ErrNotHeld) {
+				writeAPIError(w, lockError(ctx, name, err))
+				return
+			}
+			entry.lease = nil // lost meanwhile: acquire anew
+		}
+	}
+
+	ls, err := s.locker.Acquire(ctx, p.req, p.wait > 0)
+	if err != nil {
+		if entry != nil && entry.lease == nil {
+			s.leases.remove(key, entry)
+		}
+		writeAPIError(w, lockError(ctx, name, err))
+		return
+	}
+	if entry == nil {
+		key = leaseKey{name, ls.Token()}
+		entry = s.leases.entry(key)
+		entry.mu.Lock()
+		defer entry.mu.Unlock()
+	}
+	entry.lease = ls
+	writeJSON(w, http.StatusOK, grantBody{Name: name, Token: ls.Token(), Fence: ls.Fence(),
+		TTLMs: p.req.TTL.Milliseconds(), Mode: modeName(ls.Mode()), Count: ls.Count()})
+}
+
+// waitContext returns ctx limited to wait (when positive) and cancelled
+// with errShuttingDown when the server begins to shut down.
+func (s *Server) waitContext(ctx context.Context, wait time.Duration) (context.Context, context.CancelFunc) {
+	cctx, cancelCause := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(drainContext{s.drain}, func() { cancelCause(errShuttingDown) })
+	var cancelTimeout context.CancelFunc = func() {}
+	out := context.Context(cctx)
+	if wait > 0 {
+		out, cancelTimeout = context.WithTimeout(cctx, wait)
+	}
+	return out, func() {
+		stop()
+		cancelTimeout()
+		cancelCause(context.Canceled)
+	}
+}
+
+// drainContext is a context that is done when ch is closed.
+type drainContext struct{ ch chan struct{} }
+
+func (drainContext) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (d drainContext) Done() <-chan struct{}     { return d.ch }
+func (d drainContext) Err() error {
+	select {
+	case <-d.ch:
+		return context.Canceled
+	default:
+		return nil
+	}
+}
+func (drainContext) Value(any) any { return nil }
+
+// extendWriteDeadline gives a response that legitimately takes d more time
+// to start (a wait for a lock, a demo operation) a write deadline past it.
+func extendWriteDeadline(w http.ResponseWriter, d time.Duration) {
+	http.NewResponseController(w).SetWriteDeadline(time.Now().Add(d + 30*time.Second))
+}
+
+// tokenBody is the body of extend and release. Mode is needed only when
+// the server does not know the lease (it restarted, or another instance
+// granted it) and the lease is not a mutex.
+type tokenBody struct {
+	Token string `json:"token"`
+	TTLMs *int64 `json:"ttlMs"`
+	Mode  string `json:"mode"`
+}
+
+func decodeToken(r *http.Request, withTTL bool) (tokenBody, dlock.Mode, *apiError) {
+	var b tokenBody
+	if e := decodeJSON(r.Body, &b, false); e != nil {
+		return b, 0, e
+	}
+	if err := dlock.ValidName(r.PathValue("name")); err != nil {
+		return b, 0, lockError(context.Background(), r.PathValue("name"), err)
+	}
+	if b.Token == "" {
+		return b, 0, badField("token", "is required")
+	}
+	if e := validToken(b.Token); e != nil {
+		return b, 0, e
+	}
+	if b.TTLMs != nil {
+		if !withTTL {
+			return b, 0, &apiError{Status: http.StatusBadRequest, Error: "unknown field", Field: "ttlMs", Message: `unknown field "ttlMs"`}
+		}
+		if *b.TTLMs < MinTTLMs || *b.TTLMs > MaxTTLMs {
+			return b, 0, badField("ttlMs", fmt.Sprintf("must be from %d to %d", MinTTLMs, MaxTTLMs))
+		}
+	}
+	mode := dlock.ModeMutex
+	if b.Mode != "" {
+		m, e := parseMode(b.Mode, false, false, false)
+		if e != nil {
+			return b, 0, e
+		}
+		mode = m
+	}
+	return b, mode, nil
+}
+
+type extendBody struct {
+	Name  string `json:"name"`
+	Fence int64  `json:"fence,omitempty"`
+	TTLMs int64  `json:"ttlMs"`
+}
+
+func (s *Server) handleExtend(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	b, mode, e := decodeToken(r, true)
+	if e != nil {
+		writeAPIError(w, e)
+		return
+	}
+	ctx := r.Context()
+	key := leaseKey{name, b.Token}
+	if entry := s.leases.lookup(key); entry != nil {
+		entry.mu.Lock()
+		defer entry.mu.Unlock()
+		if ls := entry.lease; ls != nil {
+			var ttl time.Duration
+			if b.TTLMs != nil {
+				ttl = time.Duration(*b.TTLMs) * time.Millisecond
+			}
+			if err := ls.Extend(ctx, ttl); err != nil {
+				if errors.Is(err, dlock.ErrLeaseLost) || errors.Is(err, dlock.ErrNotHeld) {
+					s.leases.remove(key, entry)
+				}
+				writeAPIError(w, lockError(ctx, name, err))
+				return
+			}
+			writeJSON(w, http.StatusOK, extendBody{Name: name, Fence: ls.Fence(), TTLMs: durationMs(ls.TTL())})
+			return
+		}
+	}
+	// Unknown here: the lease was granted before a restart or by another
+	// instance. The store decides.
+	ttl := DefaultTTLMs * time.Millisecond
+	if b.TTLMs != nil {
+		ttl = time.Duration(*b.TTLMs) * time.Millisecond
+	}
+	err := s.locker.Store().Extend(ctx, []dlock.Request{{Name: name, Token: b.Token, TTL: ttl, Mode: mode}})[0]
+	if err != nil {
+		writeAPIError(w, lockError(ctx, name, err))
+		return
+	}
+	writeJSON(w, http.StatusOK, extendBody{Name: name, TTLMs: ttl.Milliseconds()})
+}
+
+type releaseBody struct {
+	Name     string `json:"name"`
+	Released bool   `json:"released"`
+}
+
+func (s *Server) handleRelease(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	b, mode, e := decodeToken(r, false)
+	if e != nil {
+		writeAPIError(w, e)
+		return
+	}
+	ctx := r.Context()
+	key := leaseKey{name, b.Token}
+	if entry := s.leases.lookup(key); entry != nil {
+		entry.mu.Lock()
+		defer entry.mu.Unlock()
+		if ls := entry.lease; ls != nil {
+			err := ls.Release(ctx)
+			if err == nil || errors.Is(err, dlock.ErrLeaseLost) || errors.Is(err, dlock.ErrNotHeld) {
+				s.leases.remove(key, entry)
+			}
+			if err != nil {
+				writeAPIError(w, lockError(ctx, name, err))
+				return
+			}
+			writeJSON(w, http.StatusOK, releaseBody{Name: name, Released: true})
+			return
+		}
+	}
+	if err := s.locker.Store().Release(ctx, dlock.Request{Name: name, Token: b.Token, Mode: mode}); err != nil {
+		writeAPIError(w, lockError(ctx, name, err))
+		return
+	}
+	writeJSON(w, http.StatusOK, releaseBody{Name: name, Released: true})
+}
+
+// stateBody describes a lock; it never carries tokens.
+type stateBody struct {
+	Name    string `json:"name"`
+	Mode    string `json:"mode"`
+	Held    bool   `json:"held"`
+	Holders int    `json:"holders"`
+	TTLMs   int64  `json:"ttlMs"`
+	Fence   int64  `json:"fence"`
+	Queue   int    `json:"queue"`
+	Limit   int    `json:"limit,omitempty"`
+}
+
+func toState(st dlock.State) stateBody {
+	return stateBody{Name: st.Name, Mode: modeName(st.Mode), Held: st.Holders > 0, Holders: st.Holders,
+		TTLMs: durationMs(st.TTL), Fence: st.Fence, Queue: st.Queue, Limit: st.Limit}
+}
+
+func (s *Server) inspector(w http.ResponseWriter) (dlock.Inspector, bool) {
+	in, ok := s.locker.Store().(dlock.Inspector)
+	if !ok {
+		writeError(w, http.StatusNotImplemented, "not supported", "the store cannot list or describe its locks")
+	}
+	return in, ok
+}
+
+func (s *Server) handleState(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	if err := dlock.ValidName(name); err != nil {
+		writeAPIError(w, lockError(r.Context(), name, err))
+		return
+	}
+	in, ok := s.inspector(w)
+	if !ok {
+		return
+	}
+	st, err := in.State(r.Context(), name)
+	if err != nil {
+		writeAPIError(w, lockError(r.Context(), name, &dlock.StoreError{Op: "state", Node: -1, Err: err}))
+		return
+	}
+	st.Name = name
+	writeJSON(w, http.StatusOK, toState(st))
+}
+
+// maxList bounds the locks returned by list and sent in snapshots.
+const maxList = 1000
+
+type listBody struct {
+	Locks     []stateBody `json:"locks"`
+	Truncated bool        `json:"truncated,omitempty"`
+}
+
+func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
+	in, ok := s.inspector(w)
+	if !ok {
+		return
+	}
+	lb, err := s.list(r.Context(), in)
+	if err != nil {
+		writeAPIError(w, lockError(r.Context(), "", &dlock.StoreError{Op: "list", Node: -1, Err: err}))
+		return
+	}
+	writeJSON(w, http.StatusOK, lb)
+}
+
+func (s *Server) list(ctx context.Context, in dlock.Inspector) (listBody, error) {
+	states, err := in.List(ctx)
+	if err != nil {
+		return listBody{}, err
+	}
+	lb := listBody{Locks: make([]stateBody, 0, min(len(states), maxList))}
+	for i, st := range states {
+		if i == maxList {
+			lb.Truncated = true
+			break
+		}
+		lb.Locks = append(lb.Locks, toState(st))
+	}
+	return lb, nil
+}

@@ -1,0 +1,386 @@
+// Package server is the HTTP face of a [dlock.Locker]: the seed-compatible
+// demo endpoints (/api/locks/{pattern}/{resourceId}), the /v1 lease API for
+// clients in any language, /health, /metrics, the server-sent event stream
+// /v1/events and the dashboard at /. It works on any store through the
+// Locker and never names a concrete one. docs/http.md is the reference of
+// every endpoint.
+package server
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/dlockprom"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// DefaultAddr is the address the service listens on when Config.Addr is
+// empty: port 3009, as in the seed documents.
+const DefaultAddr = ":3009"
+
+// Limits of the HTTP API (DESIGN §6).
+const (
+	MaxBodyBytes = 64 << 10 // larger bodies get 413
+	MinTTLMs     = 100
+	MaxTTLMs     = 86_400_000
+	MaxWaitMs    = 300_000
+	MaxDemoMs    = 300_000
+	DefaultTTLMs = 30_000
+)
+
+// Config configures a Server. The zero value serves on :3009 without auth.
+type Config struct {
+	// Addr is the listen address of ListenAndServe. Default ":3009".
+	Addr string
+	// AuthToken, when set, is the bearer token every /api and /v1 request
+	// must carry ("Authorization: Bearer TOKEN"). It is compared in
+	// constant time and never logged.
+	AuthToken string
+	// Logger receives one line per request at Debug, start and stop at
+	// Info, and failures at Warn. Default: discard.
+	Logger *slog.Logger
+	// Metrics must be the Metrics whose Observe the Locker was created
+	// with (dlock.WithObserver(m.Observe)): the server exports it at
+	// /metrics and streams its events to the dashboard. When nil the
+	// server makes its own, which sees no lock events.
+	Metrics *dlockprom.Metrics
+	// StoreName describes the store in /health and on the dashboard, for
+	// example "memory", "valkey" or "redlock(5)".
+	StoreName string
+	// Version is reported by /health.
+	Version string
+	// ShutdownTimeout bounds graceful shutdown: how long in-flight
+	// requests (demo operations included) may run on after the server
+	// stops accepting. Default 25s.
+	ShutdownTimeout time.Duration
+	// SnapshotInterval is how often /v1/events sends the list of locks.
+	// Default 1s.
+	SnapshotInterval time.Duration
+}
+
+// Server serves the HTTP API of one Locker. Create it with New.
+type Server struct {
+	locker  *dlock.Locker
+	cfg     Config
+	log     *slog.Logger
+	metrics *dlockprom.Metrics
+	reg     *prometheus.Registry
+	mux     *http.ServeMux
+	authSum [sha256.Size]byte
+
+	httpRequests *prometheus.CounterVec
+	httpDuration *prometheus.HistogramVec
+
+	leases  leaseTable
+	demo    demoSet
+	history *history
+	unsub   func()
+	started time.Time
+
+	inflight  sync.WaitGroup
+	drain     chan struct{} // closed when shutdown starts: waits and event streams end
+	halt      chan struct{} // closed when the shutdown timeout passed: demo operations end
+	stopOnce  sync.Once
+	serveOnce sync.Once
+}
+
+// New returns a Server for locker. The Locker must have been created with
+// the observer of cfg.Metrics (see [Config]); the server does not close it.
+func New(locker *dlock.Locker, cfg Config) (*Server, error) {
+	if locker == nil {
+		return nil, errors.New("dlock: server: nil locker")
+	}
+	if cfg.Addr == "" {
+		cfg.Addr = DefaultAddr
+	}
+	if cfg.ShutdownTimeout <= 0 {
+		cfg.ShutdownTimeout = 25 * time.Second
+	}
+	if cfg.SnapshotInterval <= 0 {
+		cfg.SnapshotInterval = time.Second
+	}
+	if cfg.StoreName == "" {
+		cfg.StoreName = "unknown"
+	}
+	if cfg.Version == "" {
+		cfg.Version = "dev"
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	m := cfg.Metrics
+	if m == nil {
+		m = dlockprom.New()
+	}
+	s := &Server{
+		locker:  locker,
+		cfg:     cfg,
+		log:     log,
+		metrics: m,
+		reg:     prometheus.NewRegistry(),
+		mux:     http.NewServeMux(),
+		history: newHistory(historySeconds),
+		started: time.Now(),
+		drain:   make(chan struct{}),
+		halt:    make(chan struct{}),
+		httpRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dlock_http_requests_total",
+			Help: "HTTP requests by route pattern and status code.",
+		}, []string{"route", "code"}),
+		httpDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "dlock_http_request_duration_seconds",
+			Help:    "HTTP request latency by route pattern (demo operations and waits included).",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
+		}, []string{"route"}),
+	}
+	if cfg.AuthToken != "" {
+		s.authSum = sha256.Sum256([]byte(cfg.AuthToken))
+	}
+	for _, c := range []prometheus.Collector{m, s.httpRequests, s.httpDuration,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
+		if err := s.reg.Register(c); err != nil {
+			return nil, fmt.Errorf("dlock: server: register metrics: %w", err)
+		}
+	}
+	s.unsub = m.Subscribe(s.history.observe)
+	s.routes()
+	return s, nil
+}
+
+func (s *Server) routes() {
+	s.mux.HandleFunc("POST /api/locks/{pattern}/{resourceId}", s.handleDemo)
+	s.mux.HandleFunc("GET /health", s.handleHealth)
+	s.mux.HandleFunc("POST /v1/locks/{name}/acquire", s.handleAcquire)
+	s.mux.HandleFunc("POST /v1/locks/{name}/extend", s.handleExtend)
+	s.mux.HandleFunc("POST /v1/locks/{name}/release", s.handleRelease)
+	s.mux.HandleFunc("GET /v1/locks/{name}", s.handleState)
+	s.mux.HandleFunc("GET /v1/locks", s.handleList)
+	s.mux.HandleFunc("GET /v1/events", s.handleEvents)
+	s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{ErrorLog: slogPrinter{s.log}}))
+	s.mux.HandleFunc("GET /{$}", s.handleDashboard)
+	s.mux.HandleFunc("GET /static/{file...}", s.handleStatic)
+}
+
+// Handler returns the server's HTTP handler, for tests and for mounting
+// under another server. Its requests are counted as in-flight for
+// graceful shutdown only when served by ListenAndServe or Serve.
+func (s *Server) Handler() http.Handler { return s }
+
+// ServeHTTP implements [http.Handler]: authentication, JSON errors for
+// unrouted requests, request metrics and logging around the routes.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.inflight.Add(1)
+	defer s.inflight.Done()
+	start := time.Now()
+	sw := &statusWriter{ResponseWriter: w}
+	_, pattern := s.mux.Handler(r)
+	route := pattern
+	if route == "" {
+		route = "unmatched"
+	}
+	defer func() {
+		if v := recover(); v != nil {
+			if v == http.ErrAbortHandler {
+				panic(v)
+			}
+			s.log.Error("dlock: server: panic", "route", route, "panic", fmt.Sprint(v))
+			if !sw.wrote {
+				writeError(sw, http.StatusInternalServerError, "internal", "internal error")
+			}
+		}
+		code := sw.status()
+		s.httpRequests.WithLabelValues(route, strconv.Itoa(code)).Inc()
+		s.httpDuration.WithLabelValues(route).Observe(time.Since(start).Seconds())
+		lvl := slog.LevelDebug
+		if code >= 500 {
+			lvl = slog.LevelWarn
+		}
+		s.log.Log(r.Context(), lvl, "http request", "method", r.Method, "route", route, "status", code, "duration", time.Since(start))
+	}()
+
+	if needsAuth(r.URL.Path) && !s.authorized(r) {
+		sw.Header().Set("WWW-Authenticate", `Bearer realm="dlock"`)
+		writeError(sw, http.StatusUnauthorized, "unauthorized", "missing or wrong bearer token")
+		return
+	}
+	if pattern == "" {
+		s.unrouted(sw, r)
+		return
+	}
+	r.Body = http.MaxBytesReader(sw, r.Body, MaxBodyBytes)
+	s.mux.ServeHTTP(sw, r)
+}
+
+func needsAuth(path string) bool {
+	return path == "/v1" || path == "/api" || strings.HasPrefix(path, "/v1/") || strings.HasPrefix(path, "/api/")
+}
+
+// authorized reports whether r carries the configured bearer token. The
+// comparison is of SHA-256 sums, in constant time, so neither the token's
+// content nor its length leaks through timing.
+func (s *Server) authorized(r *http.Request) bool {
+	if s.cfg.AuthToken == "" {
+		return true
+	}
+	h := r.Header.Get("Authorization")
+	const prefix = "bearer "
+	if len(h) < len(prefix) || !strings.EqualFold(h[:len(prefix)], prefix) {
+		return false
+	}
+	sum := sha256.Sum256([]byte(strings.TrimSpace(h[len(prefix):])))
+	return subtle.ConstantTimeCompare(sum[:], s.authSum[:]) == 1
+}
+
+// unrouted answers a request no route matched, in JSON: 405 with Allow
+// when the path exists for other methods, a redirect to the clean path,
+// else 404.
+func (s *Server) unrouted(w http.ResponseWriter, r *http.Request) {
+	h, _ := s.mux.Handler(r)
+	rec := &recorder{header: make(http.Header)}
+	h.ServeHTTP(rec, r)
+	switch rec.code {
+	case http.StatusMethodNotAllowed:
+		allow := rec.header.Get("Allow")
+		w.Header().Set("Allow", allow)
+		writeError(w, http.StatusMethodNotAllowed, "method not allowed",
+			fmt.Sprintf("%s is not allowed here; allowed: %s", r.Method, allow))
+	case http.StatusMovedPermanently, http.StatusFound, http.StatusTemporaryRedirect, http.StatusPermanentRedirect:
+		w.Header().Set("Location", rec.header.Get("Location"))
+		writeError(w, rec.code, "redirect", "the canonical path is "+rec.header.Get("Location"))
+	default:
+		writeError(w, http.StatusNotFound, "not found", "no such endpoint; see docs/http.md")
+	}
+}
+
+// ListenAndServe listens on Config.Addr and serves until ctx ends, then
+// shuts down gracefully (see [Server.Serve]).
+func (s *Server) ListenAndServe(ctx context.Context) error {
+	ln, err := net.Listen("tcp", s.cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("dlock: server: %w", err)
+	}
+	return s.Serve(ctx, ln)
+}
+
+// Serve serves on ln until ctx ends, then shuts down gracefully: it stops
+// accepting connections, ends event streams and requests still waiting for
+// a lock (they get 503 "shutting down"), lets the other in-flight requests
+// finish (demo operations included) for up to Config.ShutdownTimeout, then
+// cuts the rest short, waits for every handler to return and releases the
+// leases of demo operations that are left. /v1 leases stay on the store:
+// their clients keep renewing them, possibly through another instance.
+// Serve returns nil after a shutdown caused by ctx, or the error that
+// stopped the listener. A Server serves once.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	first := false
+	s.serveOnce.Do(func() { first = true })
+	if !first {
+		ln.Close()
+		return errors.New("dlock: server: Serve called twice")
+	}
+	srv := &http.Server{
+		Handler:           s,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      30 * time.Second, // extended per request by waits, demo operations and streams
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slogLogger(s.log),
+	}
+	srv.RegisterOnShutdown(s.beginDrain)
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	s.log.Info("dlock: serving", "addr", ln.Addr().String(), "store", s.cfg.StoreName, "auth", s.cfg.AuthToken != "")
+
+	var serveErr error
+	select {
+	case serveErr = <-errc:
+	case <-ctx.Done():
+		s.log.Info("dlock: shutting down", "timeout", s.cfg.ShutdownTimeout)
+		sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
+		if err := srv.Shutdown(sctx); err != nil {
+			s.log.Warn("dlock: shutdown timed out; cutting in-flight requests short", "err", err)
+			close(s.halt)
+			srv.Close()
+		}
+		cancel()
+		<-errc
+	}
+	s.beginDrain()
+	s.inflight.Wait()
+	s.releaseDemo()
+	s.unsub()
+	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
+		return fmt.Errorf("dlock: server: %w", serveErr)
+	}
+	s.log.Info("dlock: stopped")
+	return nil
+}
+
+func (s *Server) beginDrain() { s.stopOnce.Do(func() { close(s.drain) }) }
+
+// statusWriter records the status code of a response.
+type statusWriter struct {
+	http.ResponseWriter
+	code  int
+	wrote bool
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if !w.wrote {
+		w.code, w.wrote = code, true
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if !w.wrote {
+		w.code, w.wrote = http.StatusOK, true
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) status() int {
+	if !w.wrote {
+		return http.StatusOK
+	}
+	return w.code
+}
+
+// Unwrap lets http.ResponseController reach the connection's deadlines
+// and flusher.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// recorder captures what the mux's own 404/405/redirect handlers would
+// write, so that it can be answered in JSON instead.
+type recorder struct {
+	header http.Header
+	code   int
+}
+
+func (r *recorder) Header() http.Header { return r.header }
+func (r *recorder) Write(b []byte) (int, error) {
+	if r.code == 0 {
+		r.code = http.StatusOK
+	}
+	return len(b), nil
+}
+func (r *recorder) WriteHeader(code int) {
+	if r.code == 0 {
+		r.code = code
+	}
+}

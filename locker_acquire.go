@@ -1,0 +1,32 @@
+package dlock
+
+import "context"
+
+// Acquire is the low-level form of every pattern's TryLock and Lock, for
+// code that forwards requests it did not build itself (the HTTP service, a
+// remote store). It takes the lock req describes (its Name, Mode, Owner,
+// Limit and Queue) with a lease of req.TTL (0: the Locker's TTL); with
+// wait it waits as [Mutex.Lock] does, otherwise it fails fast as
+// [Mutex.TryLock] does. Options override the Locker's settings as in the
+// pattern constructors.
+//
+// req.Token, when set, is the lease's token instead of a fresh random one:
+// a retried Acquire with the same token is then idempotent (the store
+// returns the same grant and refreshes its TTL). The caller must make the
+// token as unguessable as the random ones (at least 128 random bits), since
+// whoever knows it can extend or release the lease. Use a token for one
+// lease at a time: a [Lease] obtained with it ends (released or lost) for
+// the store too, whatever other Lease shares the token.
+//
+// It returns what [Mutex.TryLock] and [Mutex.Lock] return, and an error
+// wrapping [ErrNotSupported] for a mode the store cannot provide.
+func (l *Locker) Acquire(ctx context.Context, req Request, wait bool, opts ...Option) (*Lease, error) {
+	if req.TTL != 0 {
+		opts = append(opts[:len(opts):len(opts)], WithTTL(req.TTL))
+	}
+	c := l.lockConfig(opts)
+	if len(req.Token) > 256 {
+		return nil, invalid("token", "must be at most 256 bytes")
+	}
+	return l.acquire(ctx, &c, req, wait)
+}
