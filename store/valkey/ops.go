@@ -101,24 +101,47 @@ func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, er
 		return dlock.Grant{}, err
 	}
 	keys, args := o.keys(s, req.Name), o.argv(req)
-	n := 1
-	if s.cfg.waitReplicas > 0 {
-		n = 2
-	}
-	res := s.do(ctx, n, func(i int, eval bool) vk.Completed {
-		if i == 1 {
-			return s.client.B().Wait().Numreplicas(int64(s.cfg.waitReplicas)).Timeout(s.cfg.waitTimeout.Milliseconds()).Build()
+	// While this Store has waiters on the lock, the attempt is a tracked
+	// read of the watch key (see hub): CLIENT CACHING YES just before the
+	// script, on the same connection, in the same round trip.
+	var watchKey string
+	if s.trackAcquire && o.readsWatchKey {
+		if k := o.watchKey(s, req.Name); s.hub.tracked(k) {
+			watchKey = k
 		}
-		return o.acquire.cmd(s.client, keys, args, eval)
-	})
-	if err := res[0].Error(); err != nil {
+	}
+	wait := s.cfg.waitReplicas > 0
+	build := func(eval bool) vk.Commands {
+		cmds := make(vk.Commands, 0, 3)
+		if watchKey != "" {
+			cmds = append(cmds, s.client.B().ClientCaching().Yes().Build())
+		}
+		cmds = append(cmds, o.acquire.cmd(s.client, keys, args, eval))
+		if wait {
+			cmds = append(cmds, s.client.B().Wait().Numreplicas(int64(s.cfg.waitReplicas)).Timeout(s.cfg.waitTimeout.Milliseconds()).Build())
+		}
+		return cmds
+	}
+	at := 0
+	if watchKey != "" {
+		at = 1
+	}
+	res := s.client.DoMulti(ctx, build(false)...)
+	if isNoScript(res[at].Error()) {
+		res = s.client.DoMulti(ctx, build(true)...)
+	}
+	if err := res[at].Error(); err != nil {
 		return dlock.Grant{}, fail("acquire", err)
 	}
+	if watchKey != "" && res[0].Error() == nil {
+		s.hub.armed(watchKey)
+	}
+	res = res[at:]
 	g, err := parseGrant(res[0])
 	if err != nil {
 		return dlock.Grant{}, fmt.Errorf("dlock: valkey acquire: %w", err)
 	}
-	if !g.Acquired || n == 1 {
+	if !g.Acquired || !wait {
 		return g, nil
 	}
 	acked, werr := res[1].AsInt64()

@@ -75,6 +75,11 @@ type modeOps struct {
 	// watch returns the key whose change (write, delete, expiry) may free
 	// lock name, the key that Watch tracks; nil means the main key.
 	watch func(s *Store, name string) string
+	// readsWatchKey declares that the acquire script reads the watch key
+	// with a read command (GET, HGET, EXISTS, ...) on every path, refusals
+	// included. The Store then makes its waiters' attempts tracked reads
+	// and needs no extra read to keep the key tracked (see hub).
+	readsWatchKey bool
 }
 
 // modes maps each mode this package implements to its scripts. The
@@ -86,6 +91,8 @@ var modes = map[dlock.Mode]*modeOps{
 		release: loadScript("scripts/mutex_release.lua"),
 		keys:    fenceKeys,
 		args:    mutexArgs,
+		// The script GETs KEYS[1], the watch key, first thing.
+		readsWatchKey: true,
 	},
 }
 

@@ -103,7 +103,10 @@ type Store struct {
 	prefix string
 	cfg    config
 	hub    *hub
-	grants grantSubs // fair-lock handoffs (patterns_fair.go)
+	// trackAcquire: the client tracks keys in OPTIN mode with this Store's
+	// hook, so acquire attempts can be tracked reads (see hub).
+	trackAcquire bool
+	grants       grantSubs // fair-lock handoffs (patterns_fair.go)
 
 	closeOnce sync.Once
 }
@@ -188,6 +191,7 @@ func Open(ctx context.Context, opt vk.ClientOption, opts ...Option) (*Store, err
 		return nil, &dlock.StoreError{Op: "dial", Node: -1, Err: err}
 	}
 	s.client, s.own = client, true
+	s.trackAcquire = tracking && opt.ClientTrackingOptions == nil && s.cfg.waitReplicas == 0
 	if err := s.start(ctx, tracking); err != nil {
 		client.Close()
 		return nil, err

@@ -3,6 +3,7 @@ package valkey_test
 import (
 	"context"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -285,4 +286,43 @@ func TestNewWithoutHook(t *testing.T) {
 	if err := client.Do(ctx, client.B().Ping().Build()).Error(); err != nil {
 		t.Errorf("PING on the caller's client after Store.Close = %v, want nil", err)
 	}
+}
+
+// TestTrackedAcquireRearms: a Lock waiter is woken by every change of the
+// key, whoever makes it. Its refused attempts are tracked reads that keep
+// the server's push armed, so the store seldom needs reads of its own
+// (logged: MULTI/EXEC wraps only the store's own cached GETs).
+func TestTrackedAcquireRearms(t *testing.T) {
+	srv := testredis.Start(t)
+	s := dial(t, srv.URL())
+	mustDo(t, srv, "SET", "lock:x", "a", "PX", "60000")
+	cs, res := startWaiter(t, s, "x")
+	for i, v := range []string{"b", "c", "d", "e"} {
+		before := cs.calls.Load()
+		waitTracked(t, srv)
+		mustDo(t, srv, "SET", "lock:x", v, "PX", "60000")
+		deadline := time.Now().Add(10 * time.Second)
+		for cs.calls.Load() == before {
+			if time.Now().After(deadline) {
+				t.Fatalf("change %d: the waiter made no attempt within 10s", i+1)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	waitTracked(t, srv)
+	mustDo(t, srv, "DEL", "lock:x")
+	waitGrant(t, res)
+	stats := mustDo(t, srv, "INFO", "commandstats")
+	t.Logf("%d acquire attempts for 5 changes; the store's own tracked reads: %d", cs.calls.Load(), cmdCalls(stats, "multi"))
+}
+
+// cmdCalls returns the calls of cmd in an INFO commandstats reply.
+func cmdCalls(stats, cmd string) int64 {
+	for _, line := range strings.Split(stats, "\n") {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":calls="); ok {
+			n, _ := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
+			return n
+		}
+	}
+	return 0
 }

@@ -14,25 +14,33 @@ import (
 // channels of its waiters, and (when the Store's client has its
 // invalidation hook) keeps the server tracking every watched key:
 //
-//   - a tracked read of the key (a client-side-cached GET, which sends
-//     CLIENT CACHING YES + GET) makes the server push an invalidation the
+//   - a tracked read of the key makes the server push an invalidation the
 //     next time the key is written, deleted or expires, by anyone;
-//   - an invalidation wakes every waiter of the key and re-arms it with
-//     another tracked read, since tracking is one-shot;
+//   - an invalidation wakes every waiter of the key; since tracking is
+//     one-shot, the key is then tracked again;
 //   - a tracked read that finds the key absent wakes the waiters too: the
 //     lock was free at that moment, whatever happened before the read.
 //
+// Two kinds of tracked reads keep a key tracked. The waiters' own acquire
+// attempts are tracked reads when the mode's acquire script reads the watch
+// key (the mutex does): Acquire prefixes CLIENT CACHING YES to the script
+// while the key has waiters, at no extra round trip, and the refusal itself
+// arms the push. Otherwise, and as a fallback, the hub's goroutine makes a
+// client-side-cached GET (CLIENT CACHING YES + GET): at once when a key gets
+// its first waiter, and after an invalidation only if no tracked acquire
+// has re-armed the key within rearmDelay (woken waiters normally retry at
+// once).
+//
 // So between any release and the next tracked read either the release's
 // invalidation or the read itself wakes the waiters: no wake-up is lost,
-// and one read per change serves every waiter of the process. Reads run on
-// one goroutine, batched. Without tracking, only Releases made through the
-// Store wake its waiters.
+// and one push per change serves every waiter of the process. Without
+// tracking, only Releases made through the Store wake its waiters.
 type hub struct {
 	s *Store
 
 	mu      sync.Mutex
-	keys    map[string]map[chan struct{}]struct{}
-	pending map[string]struct{} // keys to arm
+	keys    map[string]*watched
+	pending map[string]time.Time // keys to arm, and when
 	running bool
 
 	kick   chan struct{}
@@ -41,11 +49,23 @@ type hub struct {
 	done   chan struct{}
 }
 
+// watched is one key with waiters.
+type watched struct {
+	chans map[chan struct{}]struct{}
+	// selfArmed: the waiters' acquire attempts are tracked reads.
+	selfArmed bool
+	// stale: an invalidation came and no tracked read has followed yet.
+	stale bool
+}
+
 const (
 	// armTimeout bounds one batch of tracked reads.
 	armTimeout = 5 * time.Second
 	// armRetry is the pause before arming again keys whose read failed.
 	armRetry = 250 * time.Millisecond
+	// rearmDelay is how long after an invalidation the hub leaves re-arming
+	// a self-armed key to its woken waiters' acquire attempts.
+	rearmDelay = 50 * time.Millisecond
 	// cacheTTL is how long valkey-go keeps a tracked read in its local
 	// cache; a later read within it costs no round trip.
 	cacheTTL = time.Minute
@@ -55,8 +75,8 @@ func newHub(s *Store) *hub {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &hub{
 		s:       s,
-		keys:    make(map[string]map[chan struct{}]struct{}),
-		pending: make(map[string]struct{}),
+		keys:    make(map[string]*watched),
+		pending: make(map[string]time.Time),
 		kick:    make(chan struct{}, 1),
 		ctx:     ctx,
 		cancel:  cancel,
@@ -101,22 +121,22 @@ func (s *Store) Watch(ctx context.Context, name string, mode dlock.Mode) (<-chan
 	}
 	ch := make(chan struct{}, 1)
 	key := o.watchKey(s, name)
-	s.hub.add(key, ch)
+	s.hub.add(key, ch, s.trackAcquire && o.readsWatchKey)
 	var once sync.Once
 	return ch, func() { once.Do(func() { s.hub.remove(key, ch) }) }, nil
 }
 
-func (h *hub) add(key string, ch chan struct{}) {
+func (h *hub) add(key string, ch chan struct{}, selfArmed bool) {
 	h.mu.Lock()
-	set := h.keys[key]
-	if set == nil {
-		set = make(map[chan struct{}]struct{})
-		h.keys[key] = set
+	w := h.keys[key]
+	if w == nil {
+		w = &watched{chans: make(map[chan struct{}]struct{}), selfArmed: selfArmed}
+		h.keys[key] = w
 	}
-	set[ch] = struct{}{}
-	arm := h.running && len(set) == 1
+	w.chans[ch] = struct{}{}
+	arm := h.running && len(w.chans) == 1
 	if arm {
-		h.pending[key] = struct{}{}
+		h.pending[key] = time.Time{} // now
 	}
 	h.mu.Unlock()
 	if arm {
@@ -126,11 +146,30 @@ func (h *hub) add(key string, ch chan struct{}) {
 
 func (h *hub) remove(key string, ch chan struct{}) {
 	h.mu.Lock()
-	if set := h.keys[key]; set != nil {
-		delete(set, ch)
-		if len(set) == 0 {
+	if w := h.keys[key]; w != nil {
+		delete(w.chans, ch)
+		if len(w.chans) == 0 {
 			delete(h.keys, key)
 		}
+	}
+	h.mu.Unlock()
+}
+
+// tracked reports whether key has waiters whose acquire attempts should be
+// tracked reads.
+func (h *hub) tracked(key string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	w := h.keys[key]
+	return h.running && w != nil && w.selfArmed
+}
+
+// armed records that a tracked read of key was answered: the server tracks
+// it again, so no re-arming read is needed.
+func (h *hub) armed(key string) {
+	h.mu.Lock()
+	if w := h.keys[key]; w != nil {
+		w.stale = false
 	}
 	h.mu.Unlock()
 }
@@ -144,10 +183,12 @@ func (h *hub) poke() {
 
 // notifyLocked wakes every waiter of key without blocking. h.mu is held.
 func (h *hub) notifyLocked(key string) {
-	for ch := range h.keys[key] {
-		select {
-		case ch <- struct{}{}:
-		default:
+	if w := h.keys[key]; w != nil {
+		for ch := range w.chans {
+			select {
+			case ch <- struct{}{}:
+			default:
+			}
 		}
 	}
 }
@@ -164,19 +205,28 @@ func (h *hub) wake(key string) {
 // every key (a connection was lost or the server flushed).
 func (h *hub) invalidate(keys []vk.ValkeyMessage) {
 	h.mu.Lock()
+	now := time.Now()
+	mark := func(k string, w *watched) {
+		h.notifyLocked(k)
+		due := now
+		if w.selfArmed {
+			w.stale = true
+			due = now.Add(rearmDelay)
+		}
+		if _, ok := h.pending[k]; !ok {
+			h.pending[k] = due
+		}
+	}
 	if keys == nil {
-		for k := range h.keys {
-			h.notifyLocked(k)
-			h.pending[k] = struct{}{}
+		for k, w := range h.keys {
+			mark(k, w)
 		}
 	} else {
 		for _, m := range keys {
 			k, err := m.ToString()
-			if err != nil || h.keys[k] == nil {
-				continue
+			if w := h.keys[k]; err == nil && w != nil {
+				mark(k, w)
 			}
-			h.notifyLocked(k)
-			h.pending[k] = struct{}{}
 		}
 	}
 	arm := h.running && len(h.pending) > 0
@@ -189,38 +239,49 @@ func (h *hub) invalidate(keys []vk.ValkeyMessage) {
 // run arms tracking for pending keys until stop.
 func (h *hub) run() {
 	defer close(h.done)
-	retry := time.NewTimer(time.Hour)
-	retry.Stop()
-	defer retry.Stop()
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
 	for {
 		select {
 		case <-h.ctx.Done():
 			return
 		case <-h.kick:
-		case <-retry.C:
+		case <-timer.C:
 		}
-		if failed := h.arm(); failed {
-			retry.Reset(armRetry)
+		if next := h.arm(); !next.IsZero() {
+			timer.Reset(time.Until(next))
 		}
 	}
 }
 
-// arm makes one batch of tracked reads of the pending keys that still have
-// waiters, and wakes the waiters of keys found absent. Keys whose read
+// arm makes one batch of tracked reads of the pending keys that are due and
+// still need one, and wakes the waiters of keys found absent. Keys whose read
 // failed stay pending (their waiters keep to their timers and backoff
-// meanwhile); arm reports whether there were any.
-func (h *hub) arm() (failed bool) {
+// meanwhile). It returns when it must run again (zero: when kicked).
+func (h *hub) arm() (next time.Time) {
+	now := time.Now()
 	h.mu.Lock()
 	keys := make([]string, 0, len(h.pending))
-	for k := range h.pending {
-		if h.keys[k] != nil {
+	for k, due := range h.pending {
+		w := h.keys[k]
+		switch {
+		case w == nil:
+			delete(h.pending, k)
+		case due.After(now):
+			if next.IsZero() || due.Before(next) {
+				next = due
+			}
+		case !due.IsZero() && w.selfArmed && !w.stale:
+			delete(h.pending, k) // a waiter's tracked acquire re-armed it
+		default:
+			delete(h.pending, k)
 			keys = append(keys, k)
 		}
-		delete(h.pending, k)
 	}
 	h.mu.Unlock()
 	if len(keys) == 0 {
-		return false
+		return next
 	}
 	c := h.s.client
 	cmds := make([]vk.CacheableTTL, len(keys))
@@ -234,17 +295,26 @@ func (h *hub) arm() (failed bool) {
 	defer h.mu.Unlock()
 	for i, r := range res {
 		err := r.Error()
+		k := keys[i]
 		switch {
-		case vk.IsValkeyNil(err):
-			h.notifyLocked(keys[i])
-		case err != nil:
-			if h.ctx.Err() != nil {
-				return false
+		case err == nil || vk.IsValkeyNil(err):
+			if w := h.keys[k]; w != nil {
+				w.stale = false
 			}
-			h.s.cfg.logger.Debug("dlock: tracking a lock key failed", "key", keys[i], "err", err)
-			h.pending[keys[i]] = struct{}{}
-			failed = true
+			if err != nil {
+				h.notifyLocked(k)
+			}
+		default:
+			if h.ctx.Err() != nil {
+				return time.Time{}
+			}
+			h.s.cfg.logger.Debug("dlock: tracking a lock key failed", "key", k, "err", err)
+			retry := time.Now().Add(armRetry)
+			h.pending[k] = retry
+			if next.IsZero() || retry.Before(next) {
+				next = retry
+			}
 		}
 	}
-	return failed
+	return next
 }
