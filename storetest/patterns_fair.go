@@ -179,12 +179,12 @@ func fairDeadWaiterPruned(t *testing.T, s dlock.Store) {
 	holder := fairReq(name, longTTL)
 	mustAcquire(t, s, holder)
 	const queueTTL = 200 * time.Millisecond
-	start := time.Now()
 	dead := fairWaiter(name, queueTTL)
 	mustQueue(t, s, dead, 0)
+	queued := time.Now() // the store set the entry's deadline before this
 	live := fairWaiter(name, longTTL)
 	mustQueue(t, s, live, 1)
-	sleepUntil(start.Add(queueTTL + 2*clockSlack))
+	sleepUntil(queued.Add(queueTTL + 2*clockSlack))
 	mustQueue(t, s, live, 0) // the dead waiter is gone
 	mustRelease(t, s, holder)
 	mustAcquire(t, s, live)
