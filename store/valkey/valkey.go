@@ -23,8 +23,11 @@
 // Waiters are woken by the server: a Store made by [Dial] or [Open] tracks
 // the keys that its waiters wait for with RESP3 client-side caching
 // (CLIENT TRACKING), and the server pushes an invalidation when such a key is
-// written, deleted or expires, whoever did it. One tracked read per key
-// serves every waiter of the process. A Store made by [New] over a client
+// written, deleted or expires, whoever did it. A waiter's refused attempt
+// is itself the tracked read (CLIENT CACHING YES rides along in the same
+// round trip), and one push serves every waiter of the process. A holder's
+// renewal also wakes waiters, who find the lock still held. A Store made
+// by [New] over a client
 // the caller built cannot receive those pushes (the hook must be set when
 // the client is made); its waiters are woken by releases made through the
 // same Store, and otherwise by the Locker's timer at the remaining TTL and
