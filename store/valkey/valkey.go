@@ -194,7 +194,10 @@ func Open(ctx context.Context, opt vk.ClientOption, opts ...Option) (*Store, err
 		return nil, &dlock.StoreError{Op: "dial", Node: -1, Err: err}
 	}
 	s.client, s.own = client, true
-	s.trackAcquire = tracking && opt.ClientTrackingOptions == nil && s.cfg.waitReplicas == 0
+	// Tracked attempts need the default OPTIN tracking and the shared,
+	// always-read pipelined connections (WAIT and a disabled auto-pipeline
+	// use pooled ones, whose pushes wait until their next use).
+	s.trackAcquire = tracking && opt.ClientTrackingOptions == nil && !opt.DisableAutoPipelining && s.cfg.waitReplicas == 0
 	if err := s.start(ctx, tracking); err != nil {
 		client.Close()
 		return nil, err
