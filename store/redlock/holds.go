@@ -7,35 +7,40 @@ import (
 	"github.com/dlock-dev/dlock"
 )
 
-// The Store keeps two small records per token, both keyed by lock name and
-// token: flights (nodes still working on an operation that has returned)
-// and holds (which nodes settled a grant's fence).
+// The Store keeps two small records: per lock name, the flights of its
+// operations (nodes still working on an operation that has returned), and
+// per token, the fence of its grant (holds).
 
 type holdKey struct{ name, token string }
 
-// flight tracks the nodes still working on an Acquire or Release of one
-// token after it returned: done[i] closes when node i answered (nil for
-// nodes that had). Every later operation of the token waits for it on each
-// such node, so that operations of one token reach each node in the order
-// they were made: a Release cannot overtake a late acquire and leave the
-// token holding that node, and a late release cannot delete the hold of an
-// Acquire made after it.
+// flight tracks the nodes still working on an Acquire or Release after it
+// returned: done[i] closes when node i answered (nil for nodes that had).
+// Every later operation on the same lock name waits for it on each such
+// node, so that the operations this Store makes on one lock reach each node
+// in the order they were made: a Release cannot overtake a late acquire and
+// leave the token holding that node, a late release cannot delete the hold
+// of an Acquire made after it, and a lock released through this Store is
+// free on every node for its next Acquire.
 type flight struct {
 	done []chan struct{}
 }
 
-// wait waits until node i has answered the flight's operation (at once for
-// a nil flight).
-func (fl *flight) wait(ctx context.Context, i int) error {
-	if fl == nil || fl.done[i] == nil {
-		return nil
+// flights are the flights of one lock name.
+type flights []*flight
+
+// wait waits until node i has answered the operations of fls.
+func (fls flights) wait(ctx context.Context, i int) error {
+	for _, fl := range fls {
+		if fl.done[i] == nil {
+			continue
+		}
+		select {
+		case <-fl.done[i]:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
-	select {
-	case <-fl.done[i]:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return nil
 }
 
 // hold remembers the fence of a grant until the token is released or its
@@ -50,22 +55,22 @@ type hold struct {
 // not swept.
 const minSweep = 1024
 
-// track records which nodes are still working on an operation of req's
-// token that has returned (flags[i] set), until they answer on ch, so that
-// a later Release of the token waits for them node by node (see flight).
+// track records which nodes are still working on an operation on
+// req.Name that has returned (flags[i] set), until they answer on ch (see
+// flight).
 func track[T any](s *Store, req dlock.Request, flags []bool, ch <-chan result[T], left int) {
 	if left == 0 {
 		return
 	}
-	k := holdKey{req.Name, req.Token}
 	fl := &flight{done: make([]chan struct{}, len(flags))}
 	for i, f := range flags {
 		if f {
 			fl.done[i] = make(chan struct{})
 		}
 	}
+	name := req.Name
 	s.fmu.Lock()
-	s.flights[k] = fl
+	s.flights[name] = append(s.flights[name], fl)
 	s.fmu.Unlock()
 	s.wg.Add(1)
 	go func() {
@@ -75,18 +80,27 @@ func track[T any](s *Store, req dlock.Request, flags []bool, ch <-chan result[T]
 			close(fl.done[r.node])
 		}
 		s.fmu.Lock()
-		if s.flights[k] == fl {
-			delete(s.flights, k)
+		defer s.fmu.Unlock()
+		fls := s.flights[name]
+		for i, f := range fls {
+			if f == fl {
+				fls = append(fls[:i:i], fls[i+1:]...)
+				break
+			}
 		}
-		s.fmu.Unlock()
+		if len(fls) == 0 {
+			delete(s.flights, name)
+		} else {
+			s.flights[name] = fls
+		}
 	}()
 }
 
-// flightOf returns the flight of req's token, or nil.
-func (s *Store) flightOf(req dlock.Request) *flight {
+// flightsOf returns the flights of lock name.
+func (s *Store) flightsOf(name string) flights {
 	s.fmu.Lock()
 	defer s.fmu.Unlock()
-	return s.flights[holdKey{req.Name, req.Token}]
+	return s.flights[name]
 }
 
 // remember records the fence of req's grant.

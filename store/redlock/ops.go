@@ -76,7 +76,7 @@ func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, er
 	start := time.Now()
 	n, q := len(s.nodes), s.quorum
 	timeout := s.nodeTimeout(req.TTL)
-	fl := s.flightOf(req)
+	fl := s.flightsOf(req.Name)
 	ch := fan(s, ctx, timeout, s.all, func(ctx context.Context, i int) acquireReply {
 		if err := fl.wait(ctx, i); err != nil {
 			return acquireReply{err: err}
@@ -302,19 +302,17 @@ func (s *Store) Extend(ctx context.Context, reqs []dlock.Request) []error {
 		ttl = min(ttl, r.TTL)
 	}
 	n, q := len(s.nodes), s.quorum
-	fls := make([]*flight, len(reqs))
-	for j, r := range reqs {
-		fls[j] = s.flightOf(r)
+	var fls flights
+	for _, r := range reqs {
+		fls = append(fls, s.flightsOf(r.Name)...)
 	}
 	ch := fan(s, ctx, s.nodeTimeout(ttl), s.all, func(ctx context.Context, i int) []error {
-		for _, fl := range fls {
-			if err := fl.wait(ctx, i); err != nil {
-				errs := make([]error, len(reqs))
-				for j := range errs {
-					errs[j] = err
-				}
-				return errs
+		if err := fls.wait(ctx, i); err != nil {
+			errs := make([]error, len(reqs))
+			for j := range errs {
+				errs[j] = err
 			}
+			return errs
 		}
 		return s.nodes[i].Extend(ctx, reqs)
 	})
@@ -376,7 +374,7 @@ func (s *Store) Release(ctx context.Context, req dlock.Request) error {
 	defer s.wg.Done()
 	n, q := len(s.nodes), s.quorum
 	s.forget(req)
-	fl := s.flightOf(req)
+	fl := s.flightsOf(req.Name)
 	ch := fan(s, ctx, s.nodeTimeout(req.TTL), s.all, func(ctx context.Context, i int) error {
 		if err := fl.wait(ctx, i); err != nil {
 			return err

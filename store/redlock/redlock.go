@@ -65,7 +65,7 @@ type Store struct {
 	wg     sync.WaitGroup // operations in flight and their node goroutines
 
 	fmu     sync.Mutex
-	flights map[holdKey]*flight // see holds.go
+	flights map[string]flights // see holds.go
 	holds   map[holdKey]*hold
 	sweepAt int
 }
@@ -144,7 +144,7 @@ func New(stores []dlock.Store, opts ...Option) (*Store, error) {
 		all:     make([]int, n),
 		quorum:  n/2 + 1,
 		cfg:     cfg,
-		flights: make(map[holdKey]*flight),
+		flights: make(map[string]flights),
 		holds:   make(map[holdKey]*hold),
 		sweepAt: minSweep,
 	}
