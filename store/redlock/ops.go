@@ -58,6 +58,11 @@ type acquireReply struct {
 //     reentrant modes, or whatever request error (invalid name, ...) the
 //     nodes return.
 //
+// A grant of the write side of a read-write lock, and a repeated Acquire by
+// the token that holds, wait for every node to answer (or its node
+// timeout) before settling the fence, so that readers and the repeat find
+// it (see settleNodes).
+//
 // In every case but a grant, Acquire first releases req.Token on each node
 // that granted it or might have (a failed or late node), and waits for
 // those releases, so it leaves no key of its own behind.
