@@ -184,11 +184,11 @@ func (s *Store) slotKey(name string, i int) string {
 type val struct {
 	Mode  dlock.Mode `json:"m"`
 	Owner string     `json:"o,omitempty"`
-	Held  bool       `json:"h,omitempty"` // claimed: granted to its token
-	TTL   int64      `json:"t"`           // lease length asked for, ms
-	Fence int64      `json:"f,omitempty"` // the grant's fence when the key was rewritten after the grant
-	Limit int        `json:"l,omitempty"` // semaphore
-	Slot  int        `json:"s,omitempty"` // semaphore: slot index + 1
+	Held  bool       `json:"h,omitempty"`  // claimed: granted to its token
+	TTL   int64      `json:"t"`            // lease length asked for, ms
+	Fence int64      `json:"f,omitempty"`  // the grant's fence when the key was rewritten after the grant
+	Limit int        `json:"l,omitempty"`  // semaphore
+	Slot  int        `json:"s,omitempty"`  // semaphore: slot index + 1
 	Hold  int64      `json:"ht,omitempty"` // queue key: the hold's TTL to claim with, ms
 }
 
