@@ -141,3 +141,71 @@ func checkListed(t *testing.T, in dlock.Inspector, want dlock.State) {
 	}
 	t.Errorf("List (%d locks) has no entry for %q, a %v lock with %d holders and %d waiters", len(list), want.Name, want.Mode, want.Holders, want.Queue)
 }
+
+// checkWoken checks that a waiter is woken by the store: wait runs on a
+// Locker whose backoff and queue refresh are a minute and whose holder's
+// lease is longer than waitTimeout, so the waiter gets the lock within
+// waitTimeout after release only if the store wakes it (or, rarely, a
+// random backoff happens to be short). queued must return once the waiter
+// has asked and been refused.
+func checkWoken(t *testing.T, s dlock.Store, wait func(ctx context.Context, l *dlock.Locker) (*dlock.Lease, error),
+	queued func(), release func() error) *dlock.Lease {
+	t.Helper()
+	ctx, cancel := context.WithCancel(testContext(t))
+	defer cancel()
+	l := newLocker(t, s, dlock.WithTTL(longTTL), dlock.WithBackoff(time.Minute, time.Minute), dlock.WithQueueTTL(time.Minute))
+	type result struct {
+		lease *dlock.Lease
+		err   error
+		at    time.Time
+	}
+	done := make(chan result, 1)
+	go func() {
+		lease, err := wait(ctx, l)
+		done <- result{lease, err, time.Now()}
+	}()
+	queued()
+	released := time.Now()
+	if err := release(); err != nil {
+		t.Fatalf("release of the holder = %v", err)
+	}
+	timer := time.NewTimer(waitTimeout)
+	defer timer.Stop()
+	select {
+	case r := <-done:
+		if r.err != nil {
+			t.Fatalf("waiter = %v, want a lease after the holder's release", r.err)
+		}
+		t.Logf("waiter got the lock %v after the release call", r.at.Sub(released))
+		return r.lease
+	case <-timer.C:
+		cancel()
+		<-done
+		t.Fatalf("waiter not woken within %v of the release (its own retries are a minute apart)", waitTimeout)
+		return nil
+	}
+}
+
+// peerStore returns another store from h on the same backend as s, so that
+// what it does reaches s only through the backend (a release on it wakes
+// the waiters of s only if the backend pushes the wake-up). When h.New
+// makes independent backends (an in-process store), it returns s.
+func peerStore(t *testing.T, h Harness, s dlock.Store) dlock.Store {
+	t.Helper()
+	ctx := testContext(t)
+	other := h.New(t)
+	name := lockName(t)
+	held := mutexReq(name, newToken(), longTTL)
+	mustAcquire(t, other, held)
+	probe := mutexReq(name, newToken(), longTTL)
+	g, err := s.Acquire(ctx, probe)
+	if err != nil {
+		t.Fatalf("Acquire(%q) = %v", name, err)
+	}
+	other.Release(ctx, held)
+	if g.Acquired {
+		s.Release(ctx, probe)
+		return s
+	}
+	return other
+}

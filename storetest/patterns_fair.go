@@ -30,6 +30,7 @@ func testFair(t *testing.T, h Harness) {
 		{"WaiterLeaves", fairWaiterLeaves},
 		{"ExpiredHolderHandsOver", fairExpiredHolder},
 		{"Inspector", fairInspector},
+		{"LockerWokenOnRelease", func(t *testing.T, s dlock.Store) { fairLockerWoken(t, s, peerStore(t, h, s)) }},
 		{"LockerFIFOWithDeadWaiter", fairLockerFIFO},
 		{"LockerMutualExclusion", fairLockerExclusion},
 		{"LockerContextEnds", fairLockerContextEnds},
@@ -440,4 +441,26 @@ func fairLockerContextEnds(t *testing.T, s dlock.Store) {
 	holder.Release(ctx)
 	mustAcquire(t, s, behind)
 	mustRelease(t, s, behind)
+}
+
+// fairLockerWoken checks that a queued Lock is handed the lock and woken by
+// the store when the holder releases through another store.
+func fairLockerWoken(t *testing.T, s, peer dlock.Store) {
+	ctx := testContext(t)
+	name := lockName(t)
+	holder := fairReq(name, longTTL)
+	gh := mustAcquire(t, peer, holder)
+	queuedCh := make(chan struct{})
+	var once sync.Once
+	lease := checkWoken(t, s, func(ctx context.Context, l *dlock.Locker) (*dlock.Lease, error) {
+		return l.Fair(name, dlock.WithQueuePosition(func(int) { once.Do(func() { close(queuedCh) }) })).Lock(ctx)
+	}, func() {
+		if !waitClosed(queuedCh) {
+			t.Fatalf("waiter not queued within %v", waitTimeout)
+		}
+	}, func() error { return peer.Release(ctx, holder) })
+	if lease.Fence() <= gh.Fence {
+		t.Errorf("handed-over fence %d, want > %d", lease.Fence(), gh.Fence)
+	}
+	lease.Release(ctx)
 }

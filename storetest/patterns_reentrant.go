@@ -25,6 +25,7 @@ func testReentrant(t *testing.T, h Harness) {
 		{"ExpiryClearsWholeHold", reentrantExpiry},
 		{"ReentryNeverShortensHold", reentrantNeverShortens},
 		{"Inspector", reentrantInspector},
+		{"LockerWokenOnRelease", func(t *testing.T, s dlock.Store) { reentrantLockerWoken(t, s, peerStore(t, h, s)) }},
 		{"LockerNested", reentrantLockerNested},
 		{"LockerOwners", reentrantLockerOwners},
 		{"LockerMutualExclusion", reentrantLockerExclusion},
@@ -296,4 +297,18 @@ func reentrantLockerExclusion(t *testing.T, s dlock.Store) {
 	if n := overlaps.Load(); n != 0 {
 		t.Errorf("%d times two owners were inside together, want 0", n)
 	}
+}
+
+// reentrantLockerWoken checks that a waiting Lock is woken by the store
+// when the other owner's last acquisition is released through another store.
+func reentrantLockerWoken(t *testing.T, s, peer dlock.Store) {
+	ctx := testContext(t)
+	name := lockName(t)
+	a := reentrantReq(name, newToken(), longTTL)
+	mustAcquire(t, peer, a)
+	spy := newSpy(s)
+	lease := checkWoken(t, spy, func(ctx context.Context, l *dlock.Locker) (*dlock.Lease, error) {
+		return l.Reentrant(name).Lock(ctx)
+	}, func() { spy.waitRefused(t) }, func() error { return peer.Release(ctx, a) })
+	lease.Release(ctx)
 }

@@ -32,6 +32,7 @@ func testRW(t *testing.T, h Harness) {
 		{"Inspector", rwInspector},
 		{"LockerExclusion", rwLockerExclusion},
 		{"LockerWriterNotStarved", rwLockerWriterNotStarved},
+		{"LockerWokenOnRelease", func(t *testing.T, s dlock.Store) { rwLockerWoken(t, s, peerStore(t, h, s)) }},
 		{"LockerDowngradeAndUpgrade", rwLockerDowngrade},
 		{"LockerContextEnds", rwLockerContextEnds},
 	}
@@ -530,4 +531,27 @@ func rwLockerContextEnds(t *testing.T, s dlock.Store) {
 		r2.Release(ctx)
 	}
 	r.Release(ctx)
+}
+
+// rwLockerWoken checks that a waiting reader is woken by the store when the
+// writer releases through another store, and a waiting writer when the last
+// reader does.
+func rwLockerWoken(t *testing.T, s, peer dlock.Store) {
+	ctx := testContext(t)
+	name := lockName(t)
+	w := writeReq(name, longTTL)
+	mustAcquire(t, peer, w)
+	spy := newSpy(s)
+	r := checkWoken(t, spy, func(ctx context.Context, l *dlock.Locker) (*dlock.Lease, error) {
+		return l.RWMutex(name).RLock(ctx)
+	}, func() { spy.waitRefused(t) }, func() error { return peer.Release(ctx, w) })
+	r.Release(ctx)
+
+	reader := readReq(name, longTTL)
+	mustAcquire(t, peer, reader)
+	spy2 := newSpy(s)
+	w2 := checkWoken(t, spy2, func(ctx context.Context, l *dlock.Locker) (*dlock.Lease, error) {
+		return l.RWMutex(name).Lock(ctx)
+	}, func() { spy2.waitRefused(t) }, func() error { return peer.Release(ctx, reader) })
+	w2.Release(ctx)
 }

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"runtime"
@@ -23,6 +24,7 @@ func testSemaphore(t *testing.T, h Harness) {
 		{"Limit", semaphoreLimit},
 		{"NeverMoreThanN", semaphoreNeverMoreThanN},
 		{"CrashedHolderPermitReturns", semaphoreCrashedHolder},
+		{"LockerWokenOnRelease", func(t *testing.T, s dlock.Store) { semaphoreLockerWoken(t, s, peerStore(t, h, s)) }},
 		{"BadLimit", semaphoreBadLimit},
 		{"Inspector", semaphoreInspector},
 		{"LockerNeverMoreThanN", semaphoreLockerNeverMoreThanN},
@@ -228,4 +230,20 @@ func semaphoreLockerNeverMoreThanN(t *testing.T, s dlock.Store) {
 	if k := over.Load(); k != 0 {
 		t.Errorf("%d times more than %d holders were inside", k, n)
 	}
+}
+
+// semaphoreLockerWoken checks that a waiting Acquire is woken by the store
+// when a permit is released through another store.
+func semaphoreLockerWoken(t *testing.T, s, peer dlock.Store) {
+	ctx := testContext(t)
+	name := lockName(t)
+	a, b := semaphoreReq(name, 2, longTTL), semaphoreReq(name, 2, longTTL)
+	mustAcquire(t, peer, a)
+	mustAcquire(t, peer, b)
+	spy := newSpy(s)
+	lease := checkWoken(t, spy, func(ctx context.Context, l *dlock.Locker) (*dlock.Lease, error) {
+		return l.Semaphore(name, 2).Acquire(ctx)
+	}, func() { spy.waitRefused(t) }, func() error { return peer.Release(ctx, b) })
+	lease.Release(ctx)
+	mustRelease(t, peer, a)
 }
