@@ -129,7 +129,7 @@ func (s *Server) handleDemo(w http.ResponseWriter, r *http.Request) {
 	// The simulated operation.
 	op := time.NewTimer(time.Duration(dur) * time.Millisecond)
 	defer op.Stop()
-	var lost, gone bool
+	var lost, gone, halted bool
 	select {
 	case <-op.C:
 	case <-lease.Done():
@@ -137,14 +137,16 @@ func (s *Server) handleDemo(w http.ResponseWriter, r *http.Request) {
 	case <-r.Context().Done():
 		gone = true
 	case <-s.halt:
-		gone = true
+		halted = true
 	}
 	rctx, rcancel := context.WithTimeout(context.WithoutCancel(r.Context()), 5*time.Second)
 	relErr := lease.Release(rctx)
 	rcancel()
 	switch {
-	case gone:
-		writeError(w, http.StatusServiceUnavailable, "canceled", "the operation was cut short; the lock was released")
+	case gone: // nobody reads this
+		writeError(w, 499, "canceled", "the client went away; the operation was cut short and the lock released")
+	case halted:
+		writeError(w, http.StatusServiceUnavailable, "shutting down", "the server is shutting down; the operation was cut short and the lock released")
 	case lost || errors.Is(relErr, dlock.ErrLeaseLost):
 		writeError(w, http.StatusGone, "Lease lost", "the lease was lost during the operation; its effects must be presumed unsafe")
 	default:

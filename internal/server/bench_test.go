@@ -1,0 +1,127 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"sync/atomic"
+	"testing"
+
+	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/dlockprom"
+	"github.com/dlock-dev/dlock/internal/testredis"
+	"github.com/dlock-dev/dlock/store/memory"
+	"github.com/dlock-dev/dlock/store/valkey"
+)
+
+// benchClients is the number of concurrent clients of the throughput
+// benchmarks, each on its own keep-alive connection.
+const benchClients = 64
+
+func benchStores(b *testing.B, fn func(b *testing.B, store dlock.Store)) {
+	b.Run("memory", func(b *testing.B) { fn(b, memory.New()) })
+	b.Run("valkey", func(b *testing.B) {
+		srv := testredis.Start(b)
+		s, err := valkey.Dial(context.Background(), srv.URL())
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer s.Close()
+		fn(b, s)
+	})
+}
+
+// parallel runs body on benchClients goroutines whatever GOMAXPROCS is.
+func parallel(b *testing.B, body func(id int, pb *testing.PB)) {
+	var ids atomic.Int64
+	b.SetParallelism(max(1, benchClients/runtime.GOMAXPROCS(0)))
+	b.RunParallel(func(pb *testing.PB) { body(int(ids.Add(1)), pb) })
+}
+
+// BenchmarkV1AcquireRelease measures acquire+release pairs through the /v1
+// API over loopback HTTP with 64 keep-alive clients, each on its own locks.
+func BenchmarkV1AcquireRelease(b *testing.B) {
+	benchStores(b, func(b *testing.B, store dlock.Store) {
+		m := dlockprom.New()
+		l, err := dlock.New(store, dlock.WithObserver(m.Observe))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer l.Close()
+		srv, err := New(l, Config{Metrics: m})
+		if err != nil {
+			b.Fatal(err)
+		}
+		ts := httptest.NewServer(srv.Handler())
+		defer ts.Close()
+		tr := &http.Transport{MaxIdleConns: benchClients * 2, MaxIdleConnsPerHost: benchClients * 2}
+		defer tr.CloseIdleConnections()
+		client := &http.Client{Transport: tr}
+		post := func(path string, body []byte, out any) int {
+			resp, err := client.Post(ts.URL+path, "application/json", bytes.NewReader(body))
+			if err != nil {
+				b.Error(err)
+				return 0
+			}
+			defer resp.Body.Close()
+			if out != nil {
+				json.NewDecoder(resp.Body).Decode(out)
+			}
+			io.Copy(io.Discard, resp.Body)
+			return resp.StatusCode
+		}
+		b.ReportAllocs()
+		b.ResetTimer()
+		parallel(b, func(id int, pb *testing.PB) {
+			i := 0
+			for pb.Next() {
+				i++
+				name := fmt.Sprintf("/v1/locks/bench-%d-%d", id, i%16)
+				var g grantBody
+				if code := post(name+"/acquire", []byte(`{"ttlMs":10000}`), &g); code != http.StatusOK {
+					b.Errorf("acquire: status %d", code)
+					return
+				}
+				if code := post(name+"/release", []byte(`{"token":"`+g.Token+`"}`), nil); code != http.StatusOK {
+					b.Errorf("release: status %d", code)
+					return
+				}
+			}
+		})
+	})
+}
+
+// BenchmarkLibraryAcquireRelease is the same work through the library
+// directly, for comparison.
+func BenchmarkLibraryAcquireRelease(b *testing.B) {
+	benchStores(b, func(b *testing.B, store dlock.Store) {
+		l, err := dlock.New(store, dlock.WithObserver(dlockprom.New().Observe))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer l.Close()
+		ctx := context.Background()
+		b.ReportAllocs()
+		b.ResetTimer()
+		parallel(b, func(id int, pb *testing.PB) {
+			i := 0
+			for pb.Next() {
+				i++
+				ls, err := l.Mutex(fmt.Sprintf("bench-%d-%d", id, i%16), dlock.WithTTL(10e9)).TryLock(ctx)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				if err := ls.Release(ctx); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	})
+}
