@@ -1,7 +1,10 @@
 package etcd_test
 
 import (
+	"context"
+	"errors"
 	"testing"
+	"time"
 
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/store/etcd"
@@ -27,5 +30,51 @@ func TestConformance(t *testing.T) {
 	storetest.Run(t, storetest.Harness{
 		New:     func(t *testing.T) dlock.Store { return newStore(t, srv.Endpoint()) },
 		Restart: func(t *testing.T) { srv.Restart(t) },
+	})
+}
+
+func TestStore(t *testing.T) {
+	srv := etcdtest.Start(t)
+
+	t.Run("HoldEndsWithItsLeaseWhenTheProcessIsGone", func(t *testing.T) {
+		a := newStore(t, srv.Endpoint())
+		b := newStore(t, srv.Endpoint())
+		ctx := t.Context()
+		held := dlock.Request{Name: "gone", Token: "a", TTL: time.Second}
+		if g, err := a.Acquire(ctx, held); err != nil || !g.Acquired {
+			t.Fatalf("Acquire = %+v, %v; want a grant", g, err)
+		}
+		a.Close() // the holder's process is gone: only etcd's lease is left
+		start := time.Now()
+		other := dlock.Request{Name: "gone", Token: "b", TTL: time.Minute}
+		for {
+			g, err := b.Acquire(ctx, other)
+			if err != nil {
+				t.Fatalf("Acquire = %v", err)
+			}
+			if g.Acquired {
+				break
+			}
+			if time.Since(start) > 10*time.Second {
+				t.Fatalf("lock still held 10s after its holder's 1s lease was left to etcd")
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		t.Logf("free %v after the holder went away (etcd lease of 1s)", time.Since(start))
+		if errs := b.Extend(ctx, []dlock.Request{held}); !errors.Is(errs[0], dlock.ErrNotHeld) {
+			t.Errorf("Extend of the expired session's hold = %v, want ErrNotHeld", errs[0])
+		}
+	})
+
+	t.Run("UnavailableWhenServerDown", func(t *testing.T) {
+		down := etcdtest.Start(t)
+		s := newStore(t, down.Endpoint())
+		down.Kill()
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		_, err := s.Acquire(ctx, dlock.Request{Name: "down", Token: "a", TTL: time.Second})
+		if !errors.Is(err, dlock.ErrUnavailable) {
+			t.Errorf("Acquire with the server down = %v, want ErrUnavailable", err)
+		}
 	})
 }
