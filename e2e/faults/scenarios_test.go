@@ -349,6 +349,12 @@ func testResets(t *testing.T, seed uint64) {
 		ws = append(ws, e.spawn(i+1, "-ttl", "2s", "-careful", "-op-timeout", "300ms", "-wait", "10s",
 			"-iters", "100000", "-duration", run.String(), "-rmw", "-hold", "2ms"))
 	}
+	for _, w := range ws {
+		// Resets start once every worker has dialled.
+		if _, ok := w.waitEvent(10*time.Second, isKind(wire.KindStart)); !ok {
+			t.Fatalf("worker %d never started\n%s", w.id, w.stderrText())
+		}
+	}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	var resets int

@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"os/signal"
 	"strconv"
 	"strings"
 	"sync"
@@ -315,8 +316,15 @@ func critical(c config, lg *logger, reg *register, lease *dlock.Lease, i int) {
 	defer lg.log(wire.Event{Kind: wire.KindExit, Iter: i, Fence: fence, Mode: c.mode})
 	stop := func(at string) {
 		if c.stopIter == i && c.stopAt == at {
+			// SIGSTOP reaches the threads of the process asynchronously: this
+			// goroutine could run on for a moment. Wait for the SIGCONT that
+			// resumes us, so nothing after this point runs before it.
+			cont := make(chan os.Signal, 1)
+			signal.Notify(cont, syscall.SIGCONT)
 			lg.log(wire.Event{Kind: wire.KindStopSelf, Iter: i, Fence: fence, Op: at})
 			syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+			<-cont
+			signal.Stop(cont)
 		}
 	}
 	lost := func() bool {
