@@ -32,6 +32,7 @@ func testFair(t *testing.T, h Harness) {
 		{"Inspector", fairInspector},
 		{"LockerWokenOnRelease", func(t *testing.T, s dlock.Store) { fairLockerWoken(t, s, peerStore(t, h, s)) }},
 		{"LockerFIFOWithDeadWaiter", fairLockerFIFO},
+		{"LockerWaitLongerThanQueueTTL", fairLockerLongWait},
 		{"LockerMutualExclusion", fairLockerExclusion},
 		{"LockerContextEnds", fairLockerContextEnds},
 	}
@@ -463,4 +464,51 @@ func fairLockerWoken(t *testing.T, s, peer dlock.Store) {
 		t.Errorf("handed-over fence %d, want > %d", lease.Fence(), gh.Fence)
 	}
 	lease.Release(ctx)
+}
+
+// fairLockerLongWait checks that waiters keep their places while they wait
+// many queue TTLs (they refresh them), and are served in arrival order.
+func fairLockerLongWait(t *testing.T, s dlock.Store) {
+	const waiters, queueTTL = 3, 300 * time.Millisecond
+	ctx := testContext(t)
+	name := lockName(t)
+	holder := fairReq(name, longTTL)
+	mustAcquire(t, s, holder)
+	var (
+		mu    sync.Mutex
+		order []int
+		wg    sync.WaitGroup
+		e     errs
+	)
+	for i := range waiters {
+		queuedCh := make(chan struct{})
+		var once sync.Once
+		l := newLocker(t, s, dlock.WithTTL(longTTL), dlock.WithQueueTTL(queueTTL),
+			dlock.WithQueuePosition(func(int) { once.Do(func() { close(queuedCh) }) }))
+		wg.Go(func() {
+			lease, err := l.Fair(name).Lock(ctx)
+			if err != nil {
+				e.add(fmt.Errorf("waiter %d: Lock = %v", i, err))
+				once.Do(func() { close(queuedCh) })
+				return
+			}
+			mu.Lock()
+			order = append(order, i)
+			mu.Unlock()
+			lease.Release(ctx)
+		})
+		if !waitClosed(queuedCh) {
+			t.Fatalf("waiter %d not queued within %v", i, waitTimeout)
+		}
+	}
+	sleepUntil(time.Now().Add(5 * queueTTL)) // the waiters outlive their queue TTL several times
+	if g := mustRefuse(t, s, fairWaiter(name, longTTL)); g.Position != waiters {
+		t.Errorf("a newcomer's position after the wait = %d, want %d (every waiter kept its place)", g.Position, waiters)
+	}
+	mustRelease(t, s, holder)
+	wg.Wait()
+	e.report(t)
+	if want := []int{0, 1, 2}; !slices.Equal(order, want) {
+		t.Errorf("waiters served in order %v, want %v", order, want)
+	}
 }

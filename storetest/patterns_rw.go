@@ -34,6 +34,7 @@ func testRW(t *testing.T, h Harness) {
 		{"LockerWriterNotStarved", rwLockerWriterNotStarved},
 		{"LockerWokenOnRelease", func(t *testing.T, s dlock.Store) { rwLockerWoken(t, s, peerStore(t, h, s)) }},
 		{"LockerDowngradeAndUpgrade", rwLockerDowngrade},
+		{"LockerWriterWaitsLongerThanQueueTTL", rwLockerLongWait},
 		{"LockerContextEnds", rwLockerContextEnds},
 	}
 	for _, tt := range tests {
@@ -554,4 +555,31 @@ func rwLockerWoken(t *testing.T, s, peer dlock.Store) {
 		return l.RWMutex(name).Lock(ctx)
 	}, func() { spy2.waitRefused(t) }, func() error { return peer.Release(ctx, reader) })
 	w2.Release(ctx)
+}
+
+// rwLockerLongWait checks that a waiting writer keeps its intent alive for
+// as long as it waits, however short its queue TTL, so that readers stay
+// out until it has had its turn.
+func rwLockerLongWait(t *testing.T, s dlock.Store) {
+	const queueTTL = 300 * time.Millisecond
+	ctx := testContext(t)
+	name := lockName(t)
+	r := readReq(name, longTTL)
+	mustAcquire(t, s, r)
+	spy := newSpy(s)
+	done := make(chan error, 1)
+	go func() {
+		w, err := newLocker(t, spy, dlock.WithTTL(longTTL), dlock.WithQueueTTL(queueTTL)).RWMutex(name).Lock(ctx)
+		if err == nil {
+			err = w.Release(ctx)
+		}
+		done <- err
+	}()
+	spy.waitRefused(t)
+	sleepUntil(time.Now().Add(5 * queueTTL))
+	mustRefuse(t, s, readReq(name, longTTL)) // the writer's intent still keeps readers out
+	mustRelease(t, s, r)
+	if err := <-done; err != nil {
+		t.Fatalf("waiting writer = %v", err)
+	}
 }
