@@ -2,6 +2,7 @@ package redlock_test
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"slices"
 	"strconv"
@@ -47,28 +48,33 @@ func benchReq() dlock.Request {
 	return dlock.Request{Name: "bench-" + n, Token: "token-" + n, TTL: 30 * time.Second, Mode: dlock.ModeMutex}
 }
 
-func acquireRelease(b *testing.B, ctx context.Context, s dlock.Store) {
+func acquireRelease(ctx context.Context, s dlock.Store) error {
 	req := benchReq()
 	g, err := s.Acquire(ctx, req)
 	if err != nil || !g.Acquired {
-		b.Fatalf("Acquire = %+v, %v", g, err)
+		return fmt.Errorf("Acquire = %+v, %v", g, err)
 	}
 	if err := s.Release(ctx, req); err != nil {
-		b.Fatalf("Release = %v", err)
+		return fmt.Errorf("Release = %v", err)
 	}
+	return nil
 }
 
 func benchSerial(b *testing.B, s dlock.Store) {
 	ctx := context.Background()
 	for range 200 { // warm up connections and script caches
-		acquireRelease(b, ctx, s)
+		if err := acquireRelease(ctx, s); err != nil {
+			b.Fatal(err)
+		}
 	}
 	lat := make([]time.Duration, 0, 1<<16)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
 		t0 := time.Now()
-		acquireRelease(b, ctx, s)
+		if err := acquireRelease(ctx, s); err != nil {
+			b.Fatal(err)
+		}
 		lat = append(lat, time.Since(t0))
 	}
 	b.StopTimer()
@@ -80,7 +86,9 @@ func benchSerial(b *testing.B, s dlock.Store) {
 func benchParallel(b *testing.B, s dlock.Store) {
 	ctx := context.Background()
 	for range 200 {
-		acquireRelease(b, ctx, s)
+		if err := acquireRelease(ctx, s); err != nil {
+			b.Fatal(err)
+		}
 	}
 	b.SetParallelism(max(64/runtime.GOMAXPROCS(0), 1))
 	b.ReportAllocs()
@@ -88,7 +96,10 @@ func benchParallel(b *testing.B, s dlock.Store) {
 	start := time.Now()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			acquireRelease(b, ctx, s)
+			if err := acquireRelease(ctx, s); err != nil {
+				b.Error(err)
+				return
+			}
 		}
 	})
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "ops/s")
@@ -105,31 +116,58 @@ func BenchmarkRawSetDel1Node(b *testing.B) { benchRaw(b, 1, 1) }
 
 func BenchmarkRawSetDel5NodesQuorum(b *testing.B) { benchRaw(b, 5, 3) }
 
+func BenchmarkRawSetDel1NodeParallel64(b *testing.B) { benchRawParallel(b, 1, 1) }
+
+func BenchmarkRawSetDel5NodesQuorumParallel64(b *testing.B) { benchRawParallel(b, 5, 3) }
+
 func benchRaw(b *testing.B, n, need int) {
 	c := startNodes(b, n)
-	ctx := context.Background()
 	b.ResetTimer()
 	for b.Loop() {
-		key := "raw-" + strconv.FormatInt(benchSeq.Add(1), 10)
-		set := make(chan error, n)
-		for _, s := range c.stores {
-			cl := s.Client()
-			go func() { set <- cl.Do(ctx, cl.B().Set().Key(key).Value("t").Nx().Px(30000).Build()).Error() }()
-		}
-		for range need {
-			if err := <-set; err != nil {
-				b.Fatal(err)
-			}
-		}
-		del := make(chan error, n)
-		for _, s := range c.stores {
-			cl := s.Client()
-			go func() { del <- cl.Do(ctx, cl.B().Del().Key(key).Build()).Error() }()
-		}
-		for range need {
-			if err := <-del; err != nil {
-				b.Fatal(err)
-			}
+		if err := rawSetDel(c, n, need); err != nil {
+			b.Fatal(err)
 		}
 	}
+}
+
+func benchRawParallel(b *testing.B, n, need int) {
+	c := startNodes(b, n)
+	b.SetParallelism(max(64/runtime.GOMAXPROCS(0), 1))
+	b.ResetTimer()
+	start := time.Now()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if err := rawSetDel(c, n, need); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "ops/s")
+}
+
+func rawSetDel(c *cluster, n, need int) error {
+	ctx := context.Background()
+	key := "raw-" + strconv.FormatInt(benchSeq.Add(1), 10)
+	set := make(chan error, n)
+	for _, s := range c.stores {
+		cl := s.Client()
+		go func() { set <- cl.Do(ctx, cl.B().Set().Key(key).Value("t").Nx().PxMilliseconds(30000).Build()).Error() }()
+	}
+	for range need {
+		if err := <-set; err != nil {
+			return err
+		}
+	}
+	del := make(chan error, n)
+	for _, s := range c.stores {
+		cl := s.Client()
+		go func() { del <- cl.Do(ctx, cl.B().Del().Key(key).Build()).Error() }()
+	}
+	for range need {
+		if err := <-del; err != nil {
+			return err
+		}
+	}
+	return nil
 }
