@@ -138,6 +138,7 @@ type worker struct {
 	changed chan struct{} // closed and replaced on every new event
 	stderr  bytes.Buffer
 	exited  chan struct{}
+	killed  bool // by the harness, on purpose
 }
 
 // spawn starts worker id with the given worker flags; see prepare.
@@ -207,6 +208,12 @@ func (w *worker) start(args ...string) *worker {
 }
 
 func (w *worker) pid() int { return w.cmd.Process.Pid }
+
+// crash SIGKILLs the worker on purpose (a fault) and waits for it.
+func (w *worker) crash() {
+	w.killed = true
+	w.kill()
+}
 
 // kill SIGKILLs the worker (by PID) if it still runs and waits for it.
 func (w *worker) kill() {
@@ -320,7 +327,7 @@ func (w *worker) wait(timeout time.Duration) {
 		}
 		w.e.t.Fatalf("worker %d still running after %v; its events:\n%s\n%s", w.id, timeout, w.eventsText(), w.stderrText())
 	}
-	if !w.cmd.ProcessState.Success() {
+	if !w.killed && !w.cmd.ProcessState.Success() {
 		w.e.t.Errorf("worker %d: %v\n%s", w.id, w.cmd.ProcessState, w.stderrText())
 	}
 }

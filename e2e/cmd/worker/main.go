@@ -57,6 +57,7 @@ type config struct {
 	drift       float64
 	nodeTimeout time.Duration
 	startAfter  time.Duration
+	queueTTL    time.Duration
 }
 
 func main() {
@@ -86,6 +87,7 @@ func main() {
 	flag.Float64Var(&c.drift, "drift", 0, "drift factor (0: library default)")
 	flag.DurationVar(&c.nodeTimeout, "node-timeout", 0, "redlock: per-node timeout (0: library default)")
 	flag.DurationVar(&c.startAfter, "start-after", 0, "wait this long after the start event before the first attempt")
+	flag.DurationVar(&c.queueTTL, "queue-ttl", 0, "queue place TTL of fair and write waiters (0: library default)")
 	flag.Parse()
 	if addrs != "" {
 		c.addrs = strings.Split(addrs, ",")
@@ -239,6 +241,9 @@ func run(c config) error {
 	}
 	if c.opTimeout > 0 {
 		opts = append(opts, dlock.WithOpTimeout(c.opTimeout))
+	}
+	if c.queueTTL > 0 {
+		opts = append(opts, dlock.WithQueueTTL(c.queueTTL))
 	}
 	if c.drift > 0 {
 		opts = append(opts, dlock.WithDriftFactor(c.drift))
