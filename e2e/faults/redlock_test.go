@@ -2,7 +2,6 @@ package faults
 
 import (
 	"fmt"
-	"strconv"
 	"testing"
 	"time"
 
@@ -327,5 +326,3 @@ func testRedlockNodesDown(t *testing.T) {
 	requireSafe(t, r)
 	e.record(r)
 }
-
-var _ = strconv.Itoa

@@ -11,7 +11,6 @@ import (
 	"github.com/anishathalye/porcupine"
 
 	"github.com/dlock-dev/dlock/e2e/faults/wire"
-	"github.com/dlock-dev/dlock/internal/testredis"
 )
 
 // lockKey is the Valkey key of the lock every scenario uses ("x").
@@ -459,5 +458,3 @@ func testFenceRestart(t *testing.T) {
 	requireSafe(t, r)
 	e.record(r)
 }
-
-var _ = testredis.WithPersistence
