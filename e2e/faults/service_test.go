@@ -257,4 +257,3 @@ func recordResult(t *testing.T, r result) {
 	table = append(table, r)
 	tableMu.Unlock()
 }
-
