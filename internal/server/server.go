@@ -209,7 +209,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if code >= 500 {
 			lvl = slog.LevelWarn
 		}
-		s.log.Log(r.Context(), lvl, "http request", "method", r.Method, "route", route, "status", code, "duration", time.Since(start))
+		if s.log.Enabled(r.Context(), lvl) {
+			s.log.Log(r.Context(), lvl, "http request", "method", r.Method, "route", route, "status", code, "duration", time.Since(start))
+		}
 	}()
 
 	if needsAuth(r.URL.Path) && !s.authorized(r) {

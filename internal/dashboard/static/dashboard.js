@@ -7,15 +7,17 @@
 (function () {
   const N = 300; // seconds of history in the charts
   const $ = (id) => document.getElementById(id);
-  const series = { acquired: zeros(), locked: zeros(), lost: zeros(), held: zeros() };
+  const series = { acquired: zeros(), locked: zeros(), lost: zeros(), held: nulls() };
   const locks = new Map(); // name -> {row, cells, deadline, ttlMax, fence}
   let totals = null;
   let token = sessionStorage.getItem("dlock.token") || "";
   let backoff = 500;
   let refreshTimer = 0;
   let controller = null;
+  let rendered = false; // rows of the first render are not highlighted as new
 
   function zeros() { return new Array(N).fill(0); }
+  function nulls() { return new Array(N).fill(null); } // no data yet
   function push(arr, v) { arr.push(v); if (arr.length > N) arr.shift(); }
   function sum(arr, n) { let s = 0; for (let i = Math.max(0, arr.length - n); i < arr.length; i++) s += arr[i]; return s; }
   function headers() { return token ? { Authorization: "Bearer " + token } : {}; }
@@ -116,7 +118,7 @@
       series.acquired = s.history.map((h) => h.acquired);
       series.locked = s.history.map((h) => h.locked);
       series.lost = s.history.map((h) => h.lost);
-      series.held = zeros();
+      series.held = nulls();
     } else if (totals) {
       push(series.acquired, Math.max(0, s.totals.acquired - totals.acquired));
       push(series.locked, Math.max(0, s.totals.locked - totals.locked));
@@ -158,8 +160,10 @@
       if (!e) {
         e = makeRow(l.name);
         locks.set(l.name, e);
-        e.row.classList.add("fresh");
-        setTimeout(() => e.row.classList.remove("fresh"), 1200);
+        if (rendered) {
+          e.row.classList.add("fresh");
+          setTimeout(() => e.row.classList.remove("fresh"), 1200);
+        }
       }
       if (e.fence !== l.fence || l.ttlMs > e.ttlMax) e.ttlMax = Math.max(l.ttlMs, 1);
       e.fence = l.fence;
@@ -177,6 +181,7 @@
     for (const [name, e] of locks) {
       if (!seen.has(name)) { e.row.remove(); locks.delete(name); }
     }
+    rendered = true;
     $("lock-count").textContent = list.length;
     $("empty").classList.toggle("hidden", list.length > 0);
     $("locks-note").textContent = !s.inspect ? "this store cannot list its locks" : s.error ? "store error: " + s.error : s.truncated ? "first 1000 shown" : "";
@@ -275,21 +280,26 @@
     return { ctx, w, h };
   }
 
-  function spark(id, data, color) {
+  function spark(id, all, color) {
     const { ctx, w, h } = prepare($(id));
+    let first = all.findIndex((v) => v !== null);
+    if (first < 0) return;
+    const data = all.slice(first);
+    if (data.length === 1) data.unshift(data[0]), first--;
     const maxV = Math.max(1, ...data);
-    const step = w / (data.length - 1);
+    const step = w / (all.length - 1);
+    const x0 = first * step;
     const y = (v) => h - 2 - (v / maxV) * (h - 6);
     ctx.beginPath();
-    ctx.moveTo(0, y(data[0]));
-    for (let i = 1; i < data.length; i++) ctx.lineTo(i * step, y(data[i]));
-    ctx.lineTo(w, h); ctx.lineTo(0, h); ctx.closePath();
+    ctx.moveTo(x0, y(data[0]));
+    for (let i = 1; i < data.length; i++) ctx.lineTo(x0 + i * step, y(data[i]));
+    ctx.lineTo(w, h); ctx.lineTo(x0, h); ctx.closePath();
     const g = ctx.createLinearGradient(0, 0, 0, h);
     g.addColorStop(0, color + "55"); g.addColorStop(1, color + "00");
     ctx.fillStyle = g; ctx.fill();
     ctx.beginPath();
-    ctx.moveTo(0, y(data[0]));
-    for (let i = 1; i < data.length; i++) ctx.lineTo(i * step, y(data[i]));
+    ctx.moveTo(x0, y(data[0]));
+    for (let i = 1; i < data.length; i++) ctx.lineTo(x0 + i * step, y(data[i]));
     ctx.strokeStyle = color; ctx.lineWidth = 1.5; ctx.lineJoin = "round"; ctx.stroke();
   }
 
