@@ -1,0 +1,60 @@
+// Package zookeeper is a [dlock.Store] on Apache ZooKeeper
+// (github.com/go-zookeeper/zk; tested against Debian's zookeeper 3.8), for
+// users who already run ZooKeeper (Kafka, HBase) and want the consensus
+// store's guarantees (seed 001, "Design Paths" 3; seed 002, "ZooKeeper-Based
+// Distributed Lock").
+//
+// # Model
+//
+// The store holds one ZooKeeper session. Every hold and queue place is an
+// ephemeral sequential znode under the lock's znode
+// (<root>/<pattern>/n<base64url(name)>/<r|w|x>~<owner>~<token>-<seq>); the
+// lock's znode is a container, which ZooKeeper deletes once it is empty.
+// Acquire is the recipe of seeds 001 and 002: create the node, list the
+// children in sequence order, and hold when the rules of the mode say so (the
+// first node for an exclusive lock, the first Limit nodes for a semaphore, no
+// writer ahead for a reader, the first node's owner for a reentrant lock); a
+// node that does not hold is deleted again unless the caller queues (a fair
+// waiter or a writer intent, which then blocks new readers). A lock that
+// plainly cannot be had is refused after the listing alone, without a write.
+// Fair waiters watch only the node just before their own
+// ([Store.WatchGrant]): one release wakes one waiter, no herd. Every pattern
+// is supported.
+//
+// The fence of a grant is its node's czxid, the zxid of the transaction that
+// created it: strictly increasing across grants ensemble-wide and across
+// restarts (seed 001, "ZooKeeper zxid as Fencing Token"). A re-entry gets
+// the first acquisition's fence; a reader the last writer's (recorded in
+// the lock znode's data by the writer), or its own before any writer. Like
+// etcd revisions, these numbers are far below the clock-based fences of the
+// Valkey and PostgreSQL stores.
+//
+// # Sessions, TTLs and loss
+//
+// Ephemeral nodes live as long as the session. While the process lives, the
+// store keeps each hold's TTL to the millisecond on its monotonic clock: a
+// node not renewed through this store within its TTL is deleted by the
+// store's reaper, and Extend reports [dlock.ErrNotHeld]. When the process
+// dies or is cut off, ZooKeeper expires the session after the session
+// timeout and deletes its nodes: a lost hold, which Extend reports as
+// [dlock.ErrNotHeld] once the client is back. Because the server may end a
+// hold as soon as a session timeout after it last heard from the client,
+// Acquire rejects (with [dlock.ErrInvalid]) a TTL longer than the session
+// timeout the server granted ([Store.SessionTimeout]; the store asks for 40s
+// unless [WithSessionTimeout] says otherwise, and ZooKeeper grants at most
+// 20 ticks, 40s with the default 2s tick): so a lease the Locker still
+// believes valid is never one the server could have expired. Close ends the
+// session, which frees every hold of the store at once.
+//
+// RetryAfter of a refusal is exact for holds of this store and otherwise the
+// TTL the holder asked for (an upper bound). Extend and Release list the
+// lock's children (one round trip; Extend lists every lock of a batch
+// concurrently).
+//
+// # What is not guaranteed
+//
+// A holder paused past its session timeout finds its node gone only when it
+// next asks; meanwhile another client may hold the lock. Use the fence at
+// the protected resource. Without a quorum of the ensemble no lock can be
+// taken, renewed or released.
+package zookeeper
