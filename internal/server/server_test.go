@@ -232,12 +232,17 @@ func TestSeedWalkthrough(t *testing.T) {
 					t.Errorf("fence = %v, want > 0", body["fence"])
 				}
 
-				// Terminal 1 gives up: the lock is released at once.
+				// Terminal 1 gives up: the lock is released at once (the
+				// release event comes just before the store's release, so
+				// the check waits for the lock, as the retry pattern does).
 				cancel()
 				<-first
 				e.waitEvent(dlock.EventRelease, res1)
-				r = e.post("/api/locks/"+pattern+"/"+res1+"?durationMs=0", "")
+				r = e.post("/api/locks/retry/"+res1+"?durationMs=0&waitMs=10000", "")
 				wantCode(t, "after release", r, http.StatusOK)
+				if w, _ := r.json(t)["waitedMs"].(float64); w > 5000 {
+					t.Errorf("the lock was freed after %vms, want at once", w)
+				}
 			})
 		}
 	})
