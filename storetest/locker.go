@@ -55,9 +55,9 @@ func lockerMutualExclusion(t *testing.T, s dlock.Store) {
 		counter   atomic.Int64
 		lastFence atomic.Int64
 		overlaps  atomic.Int64
+		entries   atomic.Int64
 		wg        sync.WaitGroup
 	)
-	errc := make(chan error, lockers*perLocker)
 	for range lockers {
 		// Short backoff keeps the test quick on a store whose wake-ups
 		// reach only some waiters; this test is about exclusion.
@@ -68,22 +68,25 @@ func lockerMutualExclusion(t *testing.T, s dlock.Store) {
 				for range rounds {
 					lease, err := m.Lock(ctx)
 					if err != nil {
-						errc <- fmt.Errorf("Lock(%q) = %v", name, err)
+						t.Errorf("Lock(%q) = %v", name, err)
 						return
 					}
 					if n := inside.Add(1); n != 1 {
 						overlaps.Add(1)
 					}
-					if last := lastFence.Load(); lease.Fence() <= last {
-						errc <- fmt.Errorf("lease fence %d after fence %d; want strictly increasing", lease.Fence(), last)
-					}
+					entries.Add(1)
+					last := lastFence.Load()
 					lastFence.Store(lease.Fence())
 					v := counter.Load()
 					runtime.Gosched()
 					counter.Store(v + 1)
 					inside.Add(-1)
 					if err := lease.Release(ctx); err != nil {
-						errc <- fmt.Errorf("Release = %v, want nil", err)
+						t.Errorf("Release = %v, want nil", err)
+						return
+					}
+					if lease.Fence() <= last {
+						t.Errorf("lease fence %d after fence %d; want strictly increasing", lease.Fence(), last)
 						return
 					}
 				}
@@ -91,15 +94,14 @@ func lockerMutualExclusion(t *testing.T, s dlock.Store) {
 		}
 	}
 	wg.Wait()
-	close(errc)
-	for err := range errc {
-		t.Error(err)
-	}
 	if n := overlaps.Load(); n != 0 {
 		t.Errorf("%d critical sections overlapped, want 0", n)
 	}
-	if got, want := counter.Load(), int64(lockers*perLocker*rounds); got != want {
+	if got, want := counter.Load(), entries.Load(); got != want {
 		t.Errorf("counter = %d after %d critical sections; updates were lost to overlaps", got, want)
+	}
+	if n := entries.Load(); !t.Failed() && n != lockers*perLocker*rounds {
+		t.Errorf("%d critical sections, want %d", n, lockers*perLocker*rounds)
 	}
 }
 
@@ -407,7 +409,9 @@ func lockerLostOnRenew(t *testing.T, s dlock.Store) {
 }
 
 // lockerWatchdog checks that an auto-renewed lease outlives its TTL
-// several times over and keeps the lock held. A lease the Locker ends
+// several times over and keeps the lock held. It renews at TTL/6 rather
+// than the default TTL/3 to leave more room for a stalled test process. A
+// lease the Locker ends
 // because a renewal came too late on an overloaded machine is retried (a
 // few times); a renewal the store refuses, or another token taking the
 // lock while the lease is locally valid, fails at once.
@@ -437,7 +441,7 @@ func watchdogAttempt(t *testing.T, s dlock.Store) error {
 			refused.Store(true)
 		}
 	}
-	l := newLocker(t, s, dlock.WithTTL(ttl), dlock.WithAutoRenew(), dlock.WithObserver(observe))
+	l := newLocker(t, s, dlock.WithTTL(ttl), dlock.WithAutoRenew(), dlock.WithRenewInterval(ttl/6), dlock.WithObserver(observe))
 	lease, err := l.Mutex(name).TryLock(ctx)
 	if err != nil {
 		t.Fatalf("TryLock(%q) = %v", name, err)

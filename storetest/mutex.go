@@ -51,14 +51,14 @@ func storeMutualExclusion(t *testing.T, s dlock.Store) {
 		counter   atomic.Int64
 		lastFence atomic.Int64 // written only inside the critical section
 		overlaps  atomic.Int64
+		entries   atomic.Int64
 		wg        sync.WaitGroup
 	)
-	errc := make(chan error, workers)
 	for range workers {
 		wg.Go(func() {
 			wake, stop, err := s.Watch(ctx, name, dlock.ModeMutex)
 			if err != nil {
-				errc <- fmt.Errorf("Watch(%q) = %v", name, err)
+				t.Errorf("Watch(%q) = %v", name, err)
 				return
 			}
 			defer stop()
@@ -66,7 +66,7 @@ func storeMutualExclusion(t *testing.T, s dlock.Store) {
 				req := mutexReq(name, newToken(), longTTL)
 				g, err := s.Acquire(ctx, req)
 				if err != nil {
-					errc <- fmt.Errorf("Acquire(%q) = %v", name, err)
+					t.Errorf("Acquire(%q) = %v", name, err)
 					return
 				}
 				if !g.Acquired {
@@ -78,7 +78,7 @@ func storeMutualExclusion(t *testing.T, s dlock.Store) {
 					case <-timer.C:
 					case <-ctx.Done():
 						timer.Stop()
-						errc <- ctx.Err()
+						t.Error(ctx.Err())
 						return
 					}
 					timer.Stop()
@@ -87,16 +87,19 @@ func storeMutualExclusion(t *testing.T, s dlock.Store) {
 				if n := inside.Add(1); n != 1 {
 					overlaps.Add(1)
 				}
-				if last := lastFence.Load(); g.Fence <= last {
-					errc <- fmt.Errorf("grant fence %d after fence %d; want strictly increasing", g.Fence, last)
-				}
+				entries.Add(1)
+				last := lastFence.Load()
 				lastFence.Store(g.Fence)
 				v := counter.Load()
 				runtime.Gosched()
 				counter.Store(v + 1)
 				inside.Add(-1)
 				if err := s.Release(ctx, req); err != nil {
-					errc <- fmt.Errorf("Release(%q) by the holder = %v, want nil", name, err)
+					t.Errorf("Release(%q) by the holder = %v, want nil", name, err)
+					return
+				}
+				if g.Fence <= last {
+					t.Errorf("grant fence %d after fence %d; want strictly increasing", g.Fence, last)
 					return
 				}
 				r++
@@ -104,15 +107,17 @@ func storeMutualExclusion(t *testing.T, s dlock.Store) {
 		})
 	}
 	wg.Wait()
-	close(errc)
-	for err := range errc {
-		t.Error(err)
-	}
 	if n := overlaps.Load(); n != 0 {
 		t.Errorf("%d critical sections overlapped, want 0", n)
 	}
-	if got, want := counter.Load(), int64(workers*rounds); got != want {
+	if got, want := counter.Load(), entries.Load(); got != want {
 		t.Errorf("counter = %d after %d critical sections; updates were lost to overlaps", got, want)
+	}
+	if t.Failed() {
+		return
+	}
+	if n := entries.Load(); n != workers*rounds {
+		t.Errorf("%d critical sections, want %d", n, workers*rounds)
 	}
 	mustAcquire(t, s, mutexReq(name, newToken(), longTTL))
 }
