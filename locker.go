@@ -183,6 +183,15 @@ func (l *Locker) acquire(ctx context.Context, c *config, req Request, wait bool)
 	if req.Mode == ModeFair {
 		return result(l.waitFair(ctx, c, req))
 	}
+	// A free lock is taken without watching it: watching costs the store
+	// work (a tracked key, a push per change), which only a waiter needs.
+	// A refused caller watches, then tries again at once (the loop below),
+	// so a release between the refusal and the watch is not missed.
+	if ls, _, err := l.tryOnce(ctx, c, req); ls != nil {
+		return result(ls, nil)
+	} else if err != nil && !errors.Is(err, ErrUnavailable) {
+		return result(nil, err)
+	}
 	wake, stopWatch, err := l.store.Watch(ctx, req.Name, req.Mode)
 	if err != nil {
 		c.logger.Debug("dlock: watch failed; falling back to polling", "name", req.Name, "err", err)
