@@ -87,13 +87,21 @@ func Require(tb testing.TB) string {
 	return ""
 }
 
+// An Option configures a server started by [Start].
+type Option func(*Server)
+
+// WithFsync runs the server with fsync on (PostgreSQL's default), for
+// measurements; tests run with fsync off.
+func WithFsync() Option { return func(s *Server) { s.fsync = true } }
+
 // A Server is a postgres process started by [Start]. Its port and data
 // directory stay the same across [Server.Restart].
 type Server struct {
-	bin  string
-	dir  string // owned by the server's user; holds data/, the socket and the log
-	port int
-	cred *syscall.Credential
+	bin   string
+	dir   string // owned by the server's user; holds data/, the socket and the log
+	port  int
+	cred  *syscall.Credential
+	fsync bool
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -180,7 +188,7 @@ func Cleanup() {
 // directory. It skips the test when PostgreSQL is missing (fails it if
 // CI=true) and fails the test, quoting the server's log, when it does not
 // start.
-func Start(tb testing.TB) *Server {
+func Start(tb testing.TB, opts ...Option) *Server {
 	tb.Helper()
 	bin := Require(tb)
 	cred, err := serverCred()
@@ -196,6 +204,9 @@ func Start(tb testing.TB) *Server {
 		tb.Fatalf("pgtest: %v", err)
 	}
 	s := &Server{bin: bin, dir: dir, cred: cred}
+	for _, o := range opts {
+		o(s)
+	}
 	tb.Cleanup(func() {
 		s.Kill()
 		os.RemoveAll(dir)
@@ -242,19 +253,21 @@ func (s *Server) launch() error {
 	if s.cred != nil {
 		os.Chown(logPath, int(s.cred.Uid), int(s.cred.Gid))
 	}
-	cmd := command(s.cred, filepath.Join(s.bin, "postgres"),
+	args := []string{
 		"-D", filepath.Join(s.dir, "data"),
 		"-k", s.dir,
 		"-h", "127.0.0.1",
 		"-p", strconv.Itoa(s.port),
+		"-c", "max_connections=200",
+		"-c", "log_min_messages=warning",
+	}
+	if !s.fsync {
 		// fsync off: a killed server loses nothing written to the kernel,
 		// only an OS crash would. (synchronous_commit stays on: with it
 		// off, SIGKILL loses the last commits still in WAL buffers.)
-		"-F",
-		"-c", "full_page_writes=off",
-		"-c", "max_connections=200",
-		"-c", "log_min_messages=warning",
-	)
+		args = append(args, "-F", "-c", "full_page_writes=off")
+	}
+	cmd := command(s.cred, filepath.Join(s.bin, "postgres"), args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		return err

@@ -1,7 +1,9 @@
 // Package storebench measures every dlock store against its real server in
 // one run: the latency of one uncontended Acquire and Release (median and
 // 99th percentile) and the throughput of 64 goroutines doing the same on
-// distinct locks. It is its own module so that the stores' modules do not
+// distinct locks. PostgreSQL, etcd and ZooKeeper run durable (fsync on
+// commit, their defaults); Valkey runs without persistence, as the tests
+// do. It is its own module so that the stores' modules do not
 // depend on each other. Results and the command are in
 // docs/benchmarks-stores.md.
 //
@@ -84,21 +86,21 @@ var backends = []backend{
 		return s
 	}},
 	{"postgres", func(b *testing.B) dlock.Store {
-		srv := pgtest.Start(b)
+		srv := pgtest.Start(b, pgtest.WithFsync())
 		s, err := postgres.New(b.Context(), srv.URL()+"&pool_max_conns=32")
 		check(b, err)
 		closer(b, s)
 		return s
 	}},
 	{"postgres-advisory", func(b *testing.B) dlock.Store {
-		srv := pgtest.Start(b)
+		srv := pgtest.Start(b, pgtest.WithFsync())
 		s, err := postgres.NewAdvisory(b.Context(), srv.URL())
 		check(b, err)
 		closer(b, s)
 		return s
 	}},
 	{"zookeeper", func(b *testing.B) dlock.Store {
-		srv := zktest.Start(b)
+		srv := zktest.Start(b, zktest.WithSync())
 		s, err := zookeeper.New(b.Context(), []string{srv.Addr()})
 		check(b, err)
 		closer(b, s)

@@ -63,12 +63,21 @@ func Require(tb testing.TB) (java, jar string) {
 	return "", ""
 }
 
+// An Option configures a server started by [Start].
+type Option func(*Server)
+
+// WithSync makes the server fsync its transaction log before acknowledging
+// (forceSync=yes, ZooKeeper's default), for measurements; tests run
+// without.
+func WithSync() Option { return func(s *Server) { s.sync = true } }
+
 // A Server is a ZooKeeper process started by [Start]. Its port and data stay
 // the same across [Server.Restart].
 type Server struct {
 	java, jar string
 	dir       string
 	port      int
+	sync      bool
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -77,10 +86,13 @@ type Server struct {
 
 // Start starts a standalone ZooKeeper on a free port of 127.0.0.1 and
 // returns once it answers "ruok". A t.Cleanup kills it by PID.
-func Start(tb testing.TB) *Server {
+func Start(tb testing.TB, opts ...Option) *Server {
 	tb.Helper()
 	java, jar := Require(tb)
 	s := &Server{java: java, jar: jar, dir: tb.TempDir()}
+	for _, o := range opts {
+		o(s)
+	}
 	tb.Cleanup(s.Kill)
 	var last error
 	for range startAttempts {
@@ -119,8 +131,8 @@ clientPort=%d
 clientPortAddress=127.0.0.1
 admin.enableServer=false
 4lw.commands.whitelist=ruok,srvr
-forceSync=no
-`, filepath.Join(s.dir, "data"), s.port)
+forceSync=%s
+`, filepath.Join(s.dir, "data"), s.port, map[bool]string{false: "no", true: "yes"}[s.sync])
 	if err := os.WriteFile(cfg, []byte(conf), 0o644); err != nil {
 		return err
 	}
