@@ -1,0 +1,121 @@
+// Command bench measures dlock side by side with peer lock libraries on
+// redis-server processes it starts itself on loopback, and writes the
+// results as Markdown (results.md), JSON (results.json) and an SVG chart of
+// W2 and W3 (chart.svg).
+//
+// It is its own module; run it from this directory:
+//
+//	cd bench && go run .            # full run: 3 runs of every cell, a few minutes
+//	cd bench && go run . -quick     # smoke run: 1 short run, seconds
+//	cd bench && go run . -only 'W3/dlock'   # just the cells whose id matches
+//
+// Workloads (see docs/benchmarks.md): W1 one goroutine, fresh name per
+// acquire+release; W2 the same on 64 goroutines; W3 16 clients on one lock
+// holding it 1 ms; W4 W1 and W2 on 5 nodes; W5 the /v1 HTTP API of
+// `dlock serve` with 64 keep-alive clients; W6 100 000 auto-renewed leases
+// in one process. Every cell runs -runs times, interleaved, and the
+// tables show the medians.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"regexp"
+	"time"
+)
+
+type config struct {
+	runs      int
+	warm, dur time.Duration
+	w3Workers int
+	w3Hold    time.Duration
+	w6N       int
+	w6TTL     time.Duration
+	w6Window  time.Duration
+	out       string
+	only      *regexp.Regexp
+	quick     bool
+}
+
+func defaultConfig() config {
+	return config{
+		runs: 3, warm: 300 * time.Millisecond, dur: 2 * time.Second,
+		w3Workers: 16, w3Hold: time.Millisecond,
+		w6N: 100000, w6TTL: 3 * time.Second, w6Window: 5 * time.Second,
+		out: "results",
+	}
+}
+
+// quickConfig is the smoke run: every cell once, briefly.
+func quickConfig() config {
+	c := defaultConfig()
+	c.runs, c.warm, c.dur = 1, 100*time.Millisecond, 300*time.Millisecond
+	c.w6N, c.w6TTL, c.w6Window = 5000, time.Second, 1500*time.Millisecond
+	c.quick = true
+	return c
+}
+
+func main() {
+	cfg := defaultConfig()
+	quick := flag.Bool("quick", false, "smoke run: 1 run, 0.3 s cells, W6 with 5 000 leases")
+	runs := flag.Int("runs", 0, "runs of every cell; the tables show medians (default 3, quick 1)")
+	dur := flag.Duration("dur", 0, "measured time per cell (default 2s, quick 300ms)")
+	warm := flag.Duration("warm", 0, "warm-up per cell (default 300ms, quick 100ms)")
+	w6n := flag.Int("w6-leases", 0, "W6 leases (default 100000, quick 5000)")
+	w6ttl := flag.Duration("w6-ttl", 0, "W6 lease TTL, renewed every TTL/3 (default 3s, quick 1s)")
+	w6win := flag.Duration("w6-window", 0, "W6 measured window (default 5s, quick 1.5s)")
+	out := flag.String("out", "results", "output directory")
+	only := flag.String("only", "", "run only cells whose id (workload/contender, e.g. W3/dlock) matches this regexp")
+	flag.Parse()
+	if *quick {
+		cfg = quickConfig()
+	}
+	if *runs > 0 {
+		cfg.runs = *runs
+	}
+	if *dur > 0 {
+		cfg.dur = *dur
+	}
+	if *warm > 0 {
+		cfg.warm = *warm
+	}
+	if *w6n > 0 {
+		cfg.w6N = *w6n
+	}
+	if *w6ttl > 0 {
+		cfg.w6TTL = *w6ttl
+	}
+	if *w6win > 0 {
+		cfg.w6Window = *w6win
+	}
+	cfg.out = *out
+	if *only != "" {
+		re, err := regexp.Compile(*only)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench: -only:", err)
+			os.Exit(2)
+		}
+		cfg.only = re
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	rep, err := run(ctx, cfg, os.Stderr)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+	if err := rep.write(cfg.out); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+	abs, _ := filepath.Abs(cfg.out)
+	fmt.Fprintf(os.Stderr, "bench: wrote %s/{results.md,results.json,chart.svg}\n", abs)
+	if n := rep.violations(); n > 0 {
+		fmt.Fprintf(os.Stderr, "bench: %d mutual-exclusion violations\n", n)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,253 @@
+package main
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// col is one column of a table: a header and how to print a cell's value.
+type col struct {
+	head string
+	val  func(c *cell) string
+}
+
+func num(key, format string) func(c *cell) string {
+	return func(c *cell) string {
+		v, ok := c.Median[key]
+		if !ok {
+			return "–"
+		}
+		return fmt.Sprintf(format, v)
+	}
+}
+
+func ratio(key string) func(c *cell) string {
+	return func(c *cell) string {
+		v, ok := c.Ratio[key]
+		if !ok {
+			return "–"
+		}
+		return fmt.Sprintf("%.2f×", v)
+	}
+}
+
+// inLoadRTT gives a W3 figure in units of the PING round trip measured
+// during the same cell (under the same load as the handoffs).
+func inLoadRTT(key string) func(c *cell) string {
+	return func(c *cell) string {
+		v, ok := c.Median[key]
+		rtt := c.Median["rtt_load_p50_us"]
+		if !ok || rtt == 0 {
+			return "–"
+		}
+		return fmt.Sprintf("%.2f", v/rtt)
+	}
+}
+
+func (r *report) inRTT(key string) func(c *cell) string {
+	return func(c *cell) string {
+		v, ok := c.Median[key]
+		rtt := r.rtt()
+		if !ok || rtt == 0 {
+			return "–"
+		}
+		return fmt.Sprintf("%.2f", v/rtt)
+	}
+}
+
+func (r *report) table(sb *strings.Builder, workload string, cols []col) {
+	var cells []*cell
+	for _, c := range r.Cells {
+		if c.Workload == workload && (c.Median != nil || len(c.Errors) > 0) {
+			cells = append(cells, c)
+		}
+	}
+	if len(cells) == 0 {
+		sb.WriteString("(not run)\n\n")
+		return
+	}
+	sb.WriteString("| contender |")
+	for _, c := range cols {
+		sb.WriteString(" " + c.head + " |")
+	}
+	sb.WriteString("\n|---|")
+	for range cols {
+		sb.WriteString("--:|")
+	}
+	sb.WriteString("\n")
+	for _, c := range cells {
+		name := c.Contender
+		if strings.HasPrefix(name, "dlock") {
+			name = "**" + name + "**"
+		}
+		sb.WriteString("| " + name + " |")
+		for _, col := range cols {
+			v := "–"
+			if c.Median != nil {
+				v = col.val(c)
+			}
+			sb.WriteString(" " + v + " |")
+		}
+		sb.WriteString("\n")
+	}
+	for _, c := range cells {
+		for _, e := range c.Errors {
+			fmt.Fprintf(sb, "\n%s: %s\n", c.ID, e)
+		}
+	}
+	sb.WriteString("\n")
+}
+
+func (r *report) markdown() string {
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "# dlock benchmark results\n\n")
+	fmt.Fprintf(&sb, "Run %s (%s). Every figure is the median of %s run(s) of the cell; ratios are to the raw valkey-go baseline (`SET NX PX` + compare-and-delete script) measured in the same run. Per-run figures are in results.json.\n\n", r.Date, r.Elapsed, r.Config["runs"])
+
+	sb.WriteString("## Machine and versions\n\n| item | value |\n|---|---|\n")
+	for _, k := range sortedKeys(r.Machine) {
+		fmt.Fprintf(&sb, "| %s | %s |\n", k, r.Machine[k])
+	}
+	for _, k := range sortedKeys(r.Versions) {
+		fmt.Fprintf(&sb, "| %s | %s |\n", k, r.Versions[k])
+	}
+	sb.WriteString("\n| setting | value |\n|---|---|\n")
+	for _, k := range sortedKeys(r.Config) {
+		fmt.Fprintf(&sb, "| %s | %s |\n", k, r.Config[k])
+	}
+	if c := r.cell("RTT/ping"); c != nil && c.Median != nil {
+		fmt.Fprintf(&sb, "\n**RTT** (PING on a plain TCP connection, one at a time): p50 **%.0f µs**, p99 %.0f µs; the same through valkey-go: p50 %.0f µs. W3 gaps are given in units of the plain p50.\n\n",
+			c.Median["plain_p50_us"], c.Median["plain_p99_us"], c.Median["valkeygo_p50_us"])
+	}
+
+	if len(r.Targets) > 0 {
+		sb.WriteString("## Targets for dlock\n\n| target | want | got | met |\n|---|---|---|---|\n")
+		for _, t := range r.Targets {
+			met := "**no**"
+			if t.Met {
+				met = "yes"
+			}
+			fmt.Fprintf(&sb, "| %s | %s | %s | %s |\n", t.Name, t.Want, t.Got, met)
+		}
+		sb.WriteString("\n")
+	}
+
+	latency := []col{
+		{"acq+rel/s", num("ops_per_s", "%.0f")},
+		{"p50 µs", num("p50_us", "%.0f")},
+		{"p50 × raw", ratio("p50_us")},
+		{"p99 µs", num("p99_us", "%.0f")},
+		{"srv cmds/op", num("srv_cmds_per_op", "%.1f")},
+		{"srv CPU µs/op", num("srv_cpu_us_op", "%.0f")},
+		{"client CPU µs/op", num("client_cpu_us_op", "%.0f")},
+		{"errors", num("errors", "%.0f")},
+	}
+	thr := []col{
+		{"acq+rel/s", num("ops_per_s", "%.0f")},
+		{"× raw", ratio("ops_per_s")},
+		{"p50 µs", num("p50_us", "%.0f")},
+		{"p99 µs", num("p99_us", "%.0f")},
+		{"srv cmds/op", num("srv_cmds_per_op", "%.1f")},
+		{"srv CPU µs/op", num("srv_cpu_us_op", "%.0f")},
+		{"client CPU µs/op", num("client_cpu_us_op", "%.0f")},
+		{"errors", num("errors", "%.0f")},
+	}
+	sb.WriteString("## W1 uncontended latency (1 goroutine, fresh name per acquire+release, 1 node)\n\n")
+	r.table(&sb, "W1", latency)
+	sb.WriteString("## W2 uncontended throughput (64 goroutines, one client, fresh names, 1 node)\n\n")
+	r.table(&sb, "W2", thr)
+	fmt.Fprintf(&sb, "## W3 contended handoff (%s clients, one lock, %s hold, 1 node)\n\n", r.Config["W3 workers"], r.Config["W3 hold"])
+	sb.WriteString("Each client has its own connection and Locker (a separate process, as far as the lock can tell). *gap* = next successful acquire return − previous release call; *→other* = the next holder was another client; *wait* = how long one blocking acquire took. Violations are summed over all runs. *RTT idle* is the PING p50 measured before the cells; *RTT in cell* is the PING p50 of a probe connection during the cell's measured interval, under the same load as the handoffs.\n\n")
+	r.table(&sb, "W3", []col{
+		{"CS/s", num("cs_per_s", "%.0f")},
+		{"× raw", ratio("cs_per_s")},
+		{"lock busy", func(c *cell) string { return fmt.Sprintf("%.0f%%", c.Median["busy"]*100) }},
+		{"hold µs", num("hold_us", "%.0f")},
+		{"gap p50 µs", num("gap_p50_us", "%.0f")},
+		{"gap p50 RTT idle", r.inRTT("gap_p50_us")},
+		{"RTT in cell µs", num("rtt_load_p50_us", "%.0f")},
+		{"gap p50 RTT in cell", inLoadRTT("gap_p50_us")},
+		{"gap p99 µs", num("gap_p99_us", "%.0f")},
+		{"gap p99 RTT in cell", inLoadRTT("gap_p99_us")},
+		{"→other", func(c *cell) string { return fmt.Sprintf("%.0f%%", c.Median["other_share"]*100) }},
+		{"→other gap p50 µs", num("other_gap_p50", "%.0f")},
+		{"wait p50 ms", num("wait_p50_ms", "%.1f")},
+		{"wait p99 ms", num("wait_p99_ms", "%.1f")},
+		{"wait max ms", num("wait_max_ms", "%.0f")},
+		{"srv cmds/CS", num("srv_cmds_per_cs", "%.1f")},
+		{"srv CPU %", num("srv_cpu_pct", "%.0f")},
+		{"CS per client min–max", func(c *cell) string {
+			return fmt.Sprintf("%.0f–%.0f", c.Median["cs_worker_min"], c.Median["cs_worker_max"])
+		}},
+		{"violations", num("violations", "%.0f")},
+	})
+	sb.WriteString("## W4 Redlock on 5 nodes, W1 (1 goroutine)\n\n")
+	r.table(&sb, "W4-W1", latency)
+	sb.WriteString("## W4 Redlock on 5 nodes, W2 (64 goroutines)\n\n")
+	r.table(&sb, "W4-W2", thr)
+
+	sb.WriteString("## W5 the HTTP service (/v1 acquire + release, 64 keep-alive clients, 1 node)\n\n")
+	if c := r.cell("W5/dlock-http"); c != nil && c.Median != nil {
+		lib := r.cell("W2/dlock")
+		raw := r.cell("W2/raw-valkeygo")
+		sb.WriteString("| path | acq+rel/s | × raw | × library | p50 µs | p99 µs | srv cmds/op | client CPU µs/op |\n|---|--:|--:|--:|--:|--:|--:|--:|\n")
+		row := func(name string, x *cell) {
+			if x == nil || x.Median == nil {
+				return
+			}
+			vs := fmt.Sprintf("%.2f×", x.Median["ops_per_s"]/raw.Median["ops_per_s"])
+			vl := "–"
+			if lib != nil && lib.Median != nil {
+				vl = fmt.Sprintf("%.2f×", x.Median["ops_per_s"]/lib.Median["ops_per_s"])
+			}
+			fmt.Fprintf(&sb, "| %s | %.0f | %s | %s | %.0f | %.0f | %.1f | %.0f |\n", name, x.Median["ops_per_s"], vs, vl,
+				x.Median["p50_us"], x.Median["p99_us"], x.Median["srv_cmds_per_op"], x.Median["client_cpu_us_op"])
+		}
+		if raw != nil && raw.Median != nil {
+			row("dlock serve /v1 over HTTP", c)
+			row("dlock library (W2, same run)", lib)
+			row("raw valkey-go (W2, same run)", raw)
+		}
+		sb.WriteString("\nThe HTTP server, its 64 clients and redis-server share the same cores; client CPU includes the server's.\n\n")
+	} else {
+		r.table(&sb, "W5", thr)
+	}
+
+	fmt.Fprintf(&sb, "## W6 many leases (%s auto-renewed leases in one process, TTL %s, renewed every TTL/3, %s window)\n\n", r.Config["W6 leases"], r.Config["W6 TTL"], r.Config["W6 window"])
+	r.table(&sb, "W6", []col{
+		{"heap B/lease", num("heap_per_lease_b", "%.0f")},
+		{"CPU % of one core", num("cpu_pct_one_core", "%.1f")},
+		{"CPU µs/renewal", num("cpu_us_per_renewal", "%.1f")},
+		{"renewals/s", num("renewals_per_s", "%.0f")},
+		{"renewal rounds", num("renewal_rounds", "%.1f")},
+		{"Extend calls", num("extend_calls", "%.0f")},
+		{"leases per Extend", num("leases_per_extend", "%.0f")},
+		{"largest Extend", num("max_batch", "%.0f")},
+		{"srv cmds/renewal", num("srv_cmds_per_renew", "%.1f")},
+		{"srv CPU %", num("srv_cpu_pct", "%.0f")},
+		{"acquire all s", num("acquire_s", "%.1f")},
+		{"leases lost", num("lost", "%.0f")},
+	})
+	sb.WriteString("Heap per lease is the live heap after a forced GC with every lease held, minus the live heap before, over the number of leases. CPU is the whole process (getrusage) over the window: with nothing else running, that is the renewal cost. One Extend call is one pipelined round trip.\n\n")
+
+	sb.WriteString("## Contenders\n\n| contender | what |\n|---|---|\n")
+	seen := map[string]bool{}
+	for _, c := range r.Cells {
+		if c.Note == "" || seen[c.Contender] {
+			continue
+		}
+		seen[c.Contender] = true
+		fmt.Fprintf(&sb, "| %s | %s |\n", c.Contender, c.Note)
+	}
+	sb.WriteString("\n![W2 throughput and W3 handoff gap](chart.svg)\n")
+	return sb.String()
+}
+
+func sortedKeys(m map[string]string) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
+}

@@ -1,0 +1,275 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// report is everything one invocation of the driver measured.
+type report struct {
+	Date     string            `json:"date"`
+	Elapsed  string            `json:"elapsed"`
+	Machine  map[string]string `json:"machine"`
+	Versions map[string]string `json:"versions"`
+	Config   map[string]string `json:"config"`
+	Cells    []*cell           `json:"cells"`
+	Targets  []target          `json:"targets"`
+}
+
+// target is one of the issue's goals for dlock, checked on this run.
+type target struct {
+	Name string  `json:"name"`
+	Want string  `json:"want"`
+	Got  string  `json:"got"`
+	Met  bool    `json:"met"`
+	Of   float64 `json:"value"`
+}
+
+func newReport(cfg config) *report {
+	r := &report{
+		Date:     time.Now().UTC().Format("2006-01-02 15:04 MST"),
+		Machine:  machine(),
+		Versions: versions(),
+		Config: map[string]string{
+			"runs":          fmt.Sprint(cfg.runs),
+			"warm-up":       cfg.warm.String(),
+			"measured":      cfg.dur.String(),
+			"W3 workers":    fmt.Sprint(cfg.w3Workers),
+			"W3 hold":       cfg.w3Hold.String(),
+			"W6 leases":     fmt.Sprint(cfg.w6N),
+			"W6 TTL":        cfg.w6TTL.String(),
+			"W6 window":     cfg.w6Window.String(),
+			"lock TTL":      lockTTL.String(),
+			"poll delay":    pollEvery.String(),
+			"quick":         fmt.Sprint(cfg.quick),
+			"go-redis pool": "64",
+		},
+	}
+	return r
+}
+
+func machine() map[string]string {
+	m := map[string]string{
+		"cpus":       fmt.Sprint(runtime.NumCPU()),
+		"gomaxprocs": fmt.Sprint(runtime.GOMAXPROCS(0)),
+		"os/arch":    runtime.GOOS + "/" + runtime.GOARCH,
+	}
+	if f, err := os.Open("/proc/cpuinfo"); err == nil {
+		s := bufio.NewScanner(f)
+		for s.Scan() {
+			if k, v, ok := strings.Cut(s.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+				m["cpu"] = strings.TrimSpace(v)
+				break
+			}
+		}
+		f.Close()
+	}
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		line, _, _ := strings.Cut(string(b), "\n")
+		m["memory"] = strings.Join(strings.Fields(strings.TrimPrefix(line, "MemTotal:")), " ")
+	}
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		f := strings.Fields(string(b))
+		if len(f) >= 3 {
+			m["load average at start"] = strings.Join(f[:3], " ")
+		}
+	}
+	var u syscall.Utsname
+	if syscall.Uname(&u) == nil {
+		m["kernel"] = utsString(u.Release[:])
+	}
+	if b, err := os.ReadFile("/etc/os-release"); err == nil {
+		for line := range strings.Lines(string(b)) {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "PRETTY_NAME="); ok {
+				m["os"] = strings.Trim(v, `"`)
+			}
+		}
+	}
+	return m
+}
+
+func utsString(b []int8) string {
+	var sb strings.Builder
+	for _, c := range b {
+		if c == 0 {
+			break
+		}
+		sb.WriteByte(byte(c))
+	}
+	return sb.String()
+}
+
+func versions() map[string]string {
+	v := map[string]string{"go": runtime.Version()}
+	if p, err := redisPath(); err == nil {
+		if out, err := exec.Command(p, "--version").Output(); err == nil {
+			v["redis-server"] = strings.TrimSpace(string(out))
+		}
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, d := range bi.Deps {
+			switch d.Path {
+			case "github.com/go-redsync/redsync/v4", "github.com/bsm/redislock", "github.com/redis/go-redis/v9", "github.com/valkey-io/valkey-go":
+				v[d.Path] = d.Version
+			}
+		}
+	}
+	return v
+}
+
+func (r *report) cell(id string) *cell {
+	for _, c := range r.Cells {
+		if c.ID == id {
+			return c
+		}
+	}
+	return nil
+}
+
+func (r *report) med(id, key string) (float64, bool) {
+	c := r.cell(id)
+	if c == nil || c.Median == nil {
+		return 0, false
+	}
+	v, ok := c.Median[key]
+	return v, ok
+}
+
+// rawOf names the baseline cell of a workload.
+func rawOf(workload string) string {
+	switch workload {
+	case "W4-W1", "W4-W2":
+		return workload + "/raw-valkeygo-5"
+	case "W5":
+		return "W2/raw-valkeygo"
+	}
+	return workload + "/raw-valkeygo"
+}
+
+// ratioKeys are the figures given as ratios to the raw baseline.
+var ratioKeys = map[string][]string{
+	"W1":    {"p50_us", "p99_us", "ops_per_s", "srv_cmds_per_op"},
+	"W2":    {"ops_per_s", "p50_us", "p99_us", "srv_cmds_per_op"},
+	"W3":    {"cs_per_s", "busy", "gap_p50_us", "gap_p99_us", "srv_cmds_per_cs", "wait_p99_ms"},
+	"W4-W1": {"p50_us", "p99_us", "ops_per_s", "srv_cmds_per_op"},
+	"W4-W2": {"ops_per_s", "p50_us", "p99_us", "srv_cmds_per_op"},
+	"W5":    {"ops_per_s", "p50_us", "p99_us"},
+}
+
+// finish computes medians, ratios to the raw baseline and the targets.
+func (r *report) finish() {
+	for _, c := range r.Cells {
+		c.Median = median(c.Runs)
+	}
+	for _, c := range r.Cells {
+		raw := r.cell(rawOf(c.Workload))
+		keys := ratioKeys[c.Workload]
+		if raw == nil || raw.Median == nil || c.Median == nil || len(keys) == 0 {
+			continue
+		}
+		c.Ratio = metrics{}
+		for _, k := range keys {
+			if b := raw.Median[k]; b != 0 {
+				c.Ratio[k] = c.Median[k] / b
+			}
+		}
+	}
+	r.Targets = r.targets()
+}
+
+func (r *report) rtt() float64 {
+	v, _ := r.med("RTT/ping", "plain_p50_us")
+	return v
+}
+
+func (r *report) targets() []target {
+	var ts []target
+	add := func(name, want string, got float64, gotS string, met bool) {
+		ts = append(ts, target{Name: name, Want: want, Got: gotS, Met: met, Of: got})
+	}
+	rtt := r.rtt()
+	if d, ok := r.med("W2/dlock", "ops_per_s"); ok {
+		if raw, ok := r.med("W2/raw-valkeygo", "ops_per_s"); ok && raw > 0 {
+			x := d / raw
+			add("W2 throughput, fenced", "≥ 1.0× raw", x, fmt.Sprintf("%.2f× (%.0f vs %.0f ops/s)", x, d, raw), x >= 1.0)
+		}
+	}
+	gapTarget := func(id, name string, limit float64) {
+		g, ok := r.med(id, "gap_p50_us")
+		load, _ := r.med(id, "rtt_load_p50_us")
+		if !ok || rtt == 0 || load == 0 {
+			return
+		}
+		x := g / load
+		add(name, fmt.Sprintf("≤ %.1f RTT", limit), x, fmt.Sprintf("%.2f RTT in cell (%.0f µs / %.0f µs); %.2f idle RTT (%.0f µs)", x, g, load, g/rtt, rtt), x <= limit)
+	}
+	gapTarget("W3/dlock", "W3 mutex gap p50", 1.5)
+	if n, ok := r.med("W3/dlock", "srv_cmds_per_cs"); ok {
+		add("W3 mutex commands per critical section", "≤ 6", n, fmt.Sprintf("%.1f", n), n <= 6)
+	}
+	gapTarget("W3/dlock-fair", "W3 fair gap p50", 1.1)
+	if w, ok := r.med("W3/dlock-fair", "wait_p99_ms"); ok {
+		hold, _ := r.med("W3/dlock-fair", "hold_us")
+		gap, _ := r.med("W3/dlock-fair", "gap_mean_us")
+		c := r.cell("W3/dlock-fair")
+		waiters := 15.0
+		if len(c.Runs) > 0 {
+			if v, ok := r.Config["W3 workers"]; ok {
+				fmt.Sscan(v, &waiters)
+				waiters--
+			}
+		}
+		bound := waiters * (hold + gap) / 1000
+		add("W3 fair wait p99", fmt.Sprintf("≤ waiters × (hold + gap) = %.0f × (%.0f + %.0f µs) = %.1f ms", waiters, hold, gap, bound), w,
+			fmt.Sprintf("%.1f ms", w), w <= bound)
+	}
+	if p5, ok := r.med("W4-W1/dlock-redlock-5", "p50_us"); ok {
+		if p1, ok := r.med("W1/dlock", "p50_us"); ok && p1 > 0 {
+			x := p5 / p1
+			add("W4 5-node single-op latency", "≤ 1.2× 1-node", x, fmt.Sprintf("%.2f× (%.0f vs %.0f µs p50)", x, p5, p1), x <= 1.2)
+		}
+	}
+	if h, ok := r.med("W6/dlock", "heap_per_lease_b"); ok {
+		add("W6 heap per lease", "≤ 1 KiB", h, fmt.Sprintf("%.0f B", h), h <= 1024)
+	}
+	if b, ok := r.med("W6/dlock", "leases_per_extend"); ok {
+		add("W6 renewals pipelined", "many leases per Extend round trip", b, fmt.Sprintf("%.0f leases per Extend call (one pipelined round trip)", b), b >= 10)
+	}
+	return ts
+}
+
+func (r *report) violations() int {
+	n := 0
+	for _, c := range r.Cells {
+		for _, m := range c.Runs {
+			n += int(m["violations"])
+		}
+	}
+	return n
+}
+
+func (r *report) write(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	js, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "results.json"), append(js, '\n'), 0o644); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "results.md"), []byte(r.markdown()), 0o644); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "chart.svg"), []byte(r.svg()), 0o644)
+}

@@ -1,0 +1,278 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"runtime"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/dlockprom"
+	"github.com/dlock-dev/dlock/internal/server"
+	"github.com/dlock-dev/dlock/store/valkey"
+)
+
+// httpService runs W5: acquire+release pairs through the /v1 API of the
+// `dlock serve` handler (internal/server over a valkey store, in this
+// process, on a loopback listener), from clients goroutines each on its
+// own keep-alive connection, on fresh names.
+func httpService(ctx context.Context, nodes cluster, clients int, warm, dur time.Duration) (metrics, error) {
+	if err := nodes.flush(ctx); err != nil {
+		return nil, err
+	}
+	st, err := valkey.Dial(ctx, "redis://"+nodes[0].addr)
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	m := dlockprom.New()
+	l, err := dlock.New(st, dlock.WithObserver(m.Observe))
+	if err != nil {
+		return nil, err
+	}
+	defer l.Close()
+	srv, err := server.New(l, server.Config{Metrics: m, StoreName: "valkey"})
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	hs := &http.Server{Handler: srv.Handler()}
+	served := make(chan struct{})
+	go func() { hs.Serve(ln); close(served) }()
+	defer func() { hs.Close(); <-served }()
+	base := "http://" + ln.Addr().String() + "/v1/locks/"
+
+	tr := &http.Transport{MaxIdleConns: clients * 2, MaxIdleConnsPerHost: clients * 2, MaxConnsPerHost: clients}
+	defer tr.CloseIdleConnections()
+	hc := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+	post := func(url string, body []byte, out any) error {
+		resp, err := hc.Post(url, "application/json", bytes.NewReader(body))
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			b, _ := io.ReadAll(resp.Body)
+			return fmt.Errorf("%s: status %d: %s", url, resp.StatusCode, b)
+		}
+		if out != nil {
+			return json.NewDecoder(resp.Body).Decode(out)
+		}
+		_, err = io.Copy(io.Discard, resp.Body)
+		return err
+	}
+	prefix := "h" + strconv.FormatInt(cellSeq.Add(1), 10) + "-"
+	acquireBody := []byte(`{"ttlMs":` + strconv.FormatInt(lockTTL.Milliseconds(), 10) + `}`)
+	w := &window{nodes: nodes}
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		all   []time.Duration
+		seq   atomic.Int64
+		errs  atomic.Int64
+		first atomic.Value
+	)
+	for range clients {
+		wg.Go(func() {
+			var lat []time.Duration
+			var g struct{ Token string }
+			for !w.stopped.Load() {
+				url := base + prefix + strconv.FormatInt(seq.Add(1), 10)
+				t0 := time.Now()
+				err := post(url+"/acquire", acquireBody, &g)
+				if err == nil {
+					err = post(url+"/release", []byte(`{"token":"`+g.Token+`"}`), nil)
+				}
+				d := time.Since(t0)
+				if err != nil {
+					errs.Add(1)
+					first.CompareAndSwap(nil, err.Error())
+					continue
+				}
+				if w.measuring.Load() {
+					lat = append(lat, d)
+				}
+			}
+			mu.Lock()
+			all = append(all, lat...)
+			mu.Unlock()
+		})
+	}
+	werr := w.run(ctx, warm, dur)
+	wg.Wait()
+	if werr != nil {
+		return nil, werr
+	}
+	if len(all) == 0 {
+		return nil, fmt.Errorf("w5: no operation completed (%d errors, first: %v)", errs.Load(), first.Load())
+	}
+	slices.Sort(all)
+	n := float64(len(all))
+	return metrics{
+		"ops_per_s":        n / w.wall.Seconds(),
+		"p50_us":           pct(all, 50),
+		"p99_us":           pct(all, 99),
+		"srv_cmds_per_op":  float64(w.srv.calls) / n,
+		"client_cpu_us_op": float64(w.client) / float64(time.Microsecond) / n,
+		"errors":           float64(errs.Load()),
+	}, nil
+}
+
+// countingStore passes everything to a valkey store and counts Extend
+// calls (one pipelined round trip each) and the leases they renew.
+type countingStore struct {
+	dlock.Store
+	calls, reqs atomic.Int64
+	maxBatch    atomic.Int64
+}
+
+func (c *countingStore) Extend(ctx context.Context, reqs []dlock.Request) []error {
+	c.calls.Add(1)
+	c.reqs.Add(int64(len(reqs)))
+	for {
+		m := c.maxBatch.Load()
+		if int64(len(reqs)) <= m || c.maxBatch.CompareAndSwap(m, int64(len(reqs))) {
+			break
+		}
+	}
+	return c.Store.Extend(ctx, reqs)
+}
+
+// parallelDo runs fn(i) for i in [0, n) on 64 goroutines.
+func parallelDo(n int, fn func(i int) error) error {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var firstErr atomic.Value
+	for range 64 {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				if err := fn(i); err != nil {
+					firstErr.CompareAndSwap(nil, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if e, ok := firstErr.Load().(error); ok {
+		return e
+	}
+	return nil
+}
+
+func heapAlloc() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
+
+// manyLeases runs W6: n leases with auto-renewal held by one Locker for
+// window, TTL ttl (renewed every ttl/3). It reports the heap per lease,
+// the process CPU over the window as a share of one core, and how the
+// renewals went out: Extend calls (each one pipelined round trip), leases
+// per call, and server commands per renewal.
+func manyLeases(ctx context.Context, nodes cluster, n int, ttl, window time.Duration) (metrics, error) {
+	if err := nodes.flush(ctx); err != nil {
+		return nil, err
+	}
+	vs, err := valkey.Dial(ctx, "redis://"+nodes[0].addr)
+	if err != nil {
+		return nil, err
+	}
+	defer vs.Close()
+	cs := &countingStore{Store: vs}
+	l, err := dlock.New(cs, dlock.WithTTL(ttl), dlock.WithAutoRenew())
+	if err != nil {
+		return nil, err
+	}
+	defer l.Close()
+	prefix := "r" + strconv.FormatInt(cellSeq.Add(1), 10) + "-"
+	leases := make([]*dlock.Lease, n)
+	h0 := heapAlloc()
+	t0 := time.Now()
+	err = parallelDo(n, func(i int) error {
+		ls, err := l.Mutex(prefix + strconv.Itoa(i)).TryLock(ctx)
+		leases[i] = ls
+		return err
+	})
+	acquireTime := time.Since(t0)
+	if err != nil {
+		return nil, fmt.Errorf("w6: acquire: %w", err)
+	}
+	h1 := heapAlloc()
+	// Let the acquisitions' renewal schedule settle into its rounds, then
+	// measure over the window.
+	if err := sleepCtx(ctx, ttl/3); err != nil {
+		return nil, err
+	}
+	s0, err := nodes.stats(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c0, r0, b0, w0 := processCPU(), cs.reqs.Load(), cs.calls.Load(), time.Now()
+	if err := sleepCtx(ctx, window); err != nil {
+		return nil, err
+	}
+	cpu, renewed, batches, wall := processCPU()-c0, cs.reqs.Load()-r0, cs.calls.Load()-b0, time.Since(w0)
+	s1, err := nodes.stats(ctx)
+	if err != nil {
+		return nil, err
+	}
+	srv := s1.sub(s0)
+	lost := 0
+	for _, ls := range leases {
+		select {
+		case <-ls.Done():
+			lost++
+		default:
+		}
+	}
+	// Release in parallel (Locker.Close would release one by one).
+	rctx := context.WithoutCancel(ctx)
+	relErr := parallelDo(n, func(i int) error {
+		if err := leases[i].Release(rctx); err != nil && !errors.Is(err, dlock.ErrLeaseLost) {
+			return err
+		}
+		return nil
+	})
+	if relErr != nil {
+		return nil, fmt.Errorf("w6: release: %w", relErr)
+	}
+	rounds := float64(renewed) / float64(n)
+	return metrics{
+		"leases":             float64(n),
+		"ttl_ms":             float64(ttl.Milliseconds()),
+		"window_s":           wall.Seconds(),
+		"acquire_s":          acquireTime.Seconds(),
+		"heap_per_lease_b":   float64(int64(h1)-int64(h0)) / float64(n),
+		"cpu_pct_one_core":   float64(cpu) / float64(wall) * 100,
+		"renewals_per_s":     float64(renewed) / wall.Seconds(),
+		"renewal_rounds":     rounds,
+		"extend_calls":       float64(batches),
+		"leases_per_extend":  float64(renewed) / float64(max(batches, 1)),
+		"max_batch":          float64(cs.maxBatch.Load()),
+		"srv_cmds_per_renew": float64(srv.calls) / float64(max(renewed, 1)),
+		"srv_cpu_pct":        srv.cpu / wall.Seconds() * 100,
+		"cpu_us_per_renewal": float64(cpu) / float64(time.Microsecond) / float64(max(renewed, 1)),
+		"lost":               float64(lost),
+	}, nil
+}

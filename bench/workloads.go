@@ -1,0 +1,363 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// metrics are the figures of one run of one cell, by name.
+type metrics map[string]float64
+
+// window runs the measured part of a cell: a warm-up, then the measured
+// interval, with server and client counters read at both ends.
+type window struct {
+	nodes     cluster
+	measuring atomic.Bool
+	stopped   atomic.Bool
+
+	wall   time.Duration
+	srv    serverStats
+	client time.Duration // process CPU time (user+sys) over the interval
+}
+
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// run waits warm, measures for dur, and marks the cell stopped.
+func (w *window) run(ctx context.Context, warm, dur time.Duration) error {
+	defer w.stopped.Store(true)
+	if err := sleepCtx(ctx, warm); err != nil {
+		return err
+	}
+	s0, err := w.nodes.stats(ctx)
+	if err != nil {
+		return err
+	}
+	c0, t0 := processCPU(), time.Now()
+	w.measuring.Store(true)
+	if err := sleepCtx(ctx, dur); err != nil {
+		return err
+	}
+	w.measuring.Store(false)
+	w.wall, w.client = time.Since(t0), processCPU()-c0
+	s1, err := w.nodes.stats(ctx)
+	if err != nil {
+		return err
+	}
+	w.srv = s1.sub(s0)
+	return nil
+}
+
+// pct returns the p-th percentile (0..100) of sorted durations, in µs.
+func pct(sorted []time.Duration, p float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(float64(len(sorted)-1) * p / 100)
+	return float64(sorted[i]) / float64(time.Microsecond)
+}
+
+func meanUS(ds []time.Duration) float64 {
+	if len(ds) == 0 {
+		return 0
+	}
+	var sum time.Duration
+	for _, d := range ds {
+		sum += d
+	}
+	return float64(sum) / float64(len(ds)) / float64(time.Microsecond)
+}
+
+var cellSeq atomic.Int64
+
+// throughput runs W1 (goroutines=1) or W2 (64) for one contender: each op
+// is a blocking Lock and the release on a fresh name; all goroutines share
+// one client.
+func throughput(ctx context.Context, c contender, nodes cluster, goroutines int, warm, dur time.Duration) (metrics, error) {
+	if err := nodes.flush(ctx); err != nil {
+		return nil, err
+	}
+	lk, err := c.open(ctx, nodes.addrs())
+	if err != nil {
+		return nil, fmt.Errorf("%s: open: %w", c.name, err)
+	}
+	defer lk.Close()
+	prefix := "t" + strconv.FormatInt(cellSeq.Add(1), 10) + "-"
+	w := &window{nodes: nodes}
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		all   []time.Duration
+		errs  atomic.Int64
+		first atomic.Value
+		seq   atomic.Int64
+		cctx  = context.WithoutCancel(ctx)
+	)
+	for range goroutines {
+		wg.Go(func() {
+			lat := make([]time.Duration, 0, 1<<14)
+			for !w.stopped.Load() {
+				name := prefix + strconv.FormatInt(seq.Add(1), 10)
+				t0 := time.Now()
+				unlock, err := lk.Lock(cctx, name)
+				if err == nil {
+					err = unlock(cctx)
+				}
+				d := time.Since(t0)
+				if err != nil {
+					errs.Add(1)
+					first.CompareAndSwap(nil, err.Error())
+					continue
+				}
+				if w.measuring.Load() {
+					lat = append(lat, d)
+				}
+			}
+			mu.Lock()
+			all = append(all, lat...)
+			mu.Unlock()
+		})
+	}
+	werr := w.run(ctx, warm, dur)
+	wg.Wait()
+	if werr != nil {
+		return nil, werr
+	}
+	if len(all) == 0 {
+		return nil, fmt.Errorf("%s: no operation completed (%d errors, first: %v)", c.name, errs.Load(), first.Load())
+	}
+	slices.Sort(all)
+	n := float64(len(all))
+	return metrics{
+		"ops_per_s":        n / w.wall.Seconds(),
+		"p50_us":           pct(all, 50),
+		"p99_us":           pct(all, 99),
+		"srv_cmds_per_op":  float64(w.srv.calls) / n,
+		"srv_cpu_us_op":    w.srv.cpu * 1e6 / n,
+		"client_cpu_us_op": float64(w.client) / float64(time.Microsecond) / n,
+		"errors":           float64(errs.Load()),
+	}, nil
+}
+
+// contention runs W3 for one contender: workers goroutines, each with its
+// own client (one process each, as far as the lock can tell), take one
+// lock in turn and hold it for hold. An in-process holder count checks
+// mutual exclusion.
+func contention(ctx context.Context, c contender, nodes cluster, workers int, hold, warm, dur time.Duration) (metrics, error) {
+	if err := nodes.flush(ctx); err != nil {
+		return nil, err
+	}
+	lockers := make([]locker, workers)
+	defer func() {
+		for _, lk := range lockers {
+			if lk != nil {
+				lk.Close()
+			}
+		}
+	}()
+	for i := range lockers {
+		lk, err := c.open(ctx, nodes.addrs())
+		if err != nil {
+			return nil, fmt.Errorf("%s: open: %w", c.name, err)
+		}
+		lockers[i] = lk
+	}
+	name := "w3-" + strconv.FormatInt(cellSeq.Add(1), 10)
+	base := time.Now()
+	now := func() int64 { return int64(time.Since(base)) }
+	w := &window{nodes: nodes}
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type workerStats struct {
+		waits, gaps, otherGaps []time.Duration
+		busy                   time.Duration
+		holds                  []time.Duration
+		cs, other              int
+	}
+	var (
+		wg          sync.WaitGroup
+		holders     atomic.Int32
+		violations  atomic.Int64
+		errs        atomic.Int64
+		first       atomic.Value
+		lastRelease atomic.Int64 // ns since base of the last release call
+		lastHolder  atomic.Int64
+		waitingFrom = make([]atomic.Int64, workers) // ns since base, 0 when not waiting
+		stats       = make([]workerStats, workers)
+	)
+	lastHolder.Store(-1)
+	for id := range workers {
+		wg.Go(func() {
+			st := &stats[id]
+			lk := lockers[id]
+			for !w.stopped.Load() {
+				tw := now()
+				waitingFrom[id].Store(tw)
+				unlock, err := lk.Lock(cctx, name)
+				waitingFrom[id].Store(0)
+				if err != nil {
+					if cctx.Err() == nil {
+						errs.Add(1)
+						first.CompareAndSwap(nil, err.Error())
+						sleepCtx(cctx, time.Millisecond)
+					}
+					continue
+				}
+				tg := now()
+				if holders.Add(1) != 1 {
+					violations.Add(1)
+				}
+				rel, prev := lastRelease.Load(), lastHolder.Load()
+				m := w.measuring.Load()
+				if m {
+					st.waits = append(st.waits, time.Duration(tg-tw))
+					if prev >= 0 {
+						gap := time.Duration(tg - rel)
+						st.gaps = append(st.gaps, gap)
+						if prev != int64(id) {
+							st.other++
+							st.otherGaps = append(st.otherGaps, gap)
+						}
+					}
+				}
+				time.Sleep(hold)
+				holders.Add(-1)
+				th := now()
+				if m {
+					st.cs++
+					st.busy += time.Duration(th - tg)
+					st.holds = append(st.holds, time.Duration(th-tg))
+				}
+				lastHolder.Store(int64(id))
+				lastRelease.Store(th)
+				if err := unlock(context.WithoutCancel(ctx)); err != nil {
+					errs.Add(1)
+					first.CompareAndSwap(nil, err.Error())
+				}
+			}
+		})
+	}
+	probe := startProbe(nodes[0].addr, w)
+	werr := w.run(ctx, warm, dur)
+	rttLoad := probe.stop()
+	// Waits still pending when the window closed count towards wait max.
+	var pendingMax time.Duration
+	tEnd := now()
+	for i := range waitingFrom {
+		if f := waitingFrom[i].Load(); f > 0 {
+			pendingMax = max(pendingMax, time.Duration(tEnd-f))
+		}
+	}
+	cancel()
+	wg.Wait()
+	if werr != nil {
+		return nil, werr
+	}
+	var waits, gaps, otherGaps, holds []time.Duration
+	var busy time.Duration
+	cs, other, minCS, maxCS := 0, 0, -1, 0
+	for _, st := range stats {
+		waits = append(waits, st.waits...)
+		gaps = append(gaps, st.gaps...)
+		otherGaps = append(otherGaps, st.otherGaps...)
+		holds = append(holds, st.holds...)
+		busy += st.busy
+		cs += st.cs
+		other += st.other
+		if minCS < 0 || st.cs < minCS {
+			minCS = st.cs
+		}
+		maxCS = max(maxCS, st.cs)
+	}
+	if cs == 0 {
+		return nil, fmt.Errorf("%s: no critical section completed (%d errors, first: %v)", c.name, errs.Load(), first.Load())
+	}
+	for _, s := range [][]time.Duration{waits, gaps, otherGaps} {
+		slices.Sort(s)
+	}
+	waitMax := max(pendingMax, slices.Max(waits))
+	return metrics{
+		"cs_per_s":        float64(cs) / w.wall.Seconds(),
+		"busy":            float64(busy) / float64(w.wall),
+		"hold_us":         meanUS(holds),
+		"gap_p50_us":      pct(gaps, 50),
+		"gap_p99_us":      pct(gaps, 99),
+		"gap_mean_us":     meanUS(gaps),
+		"other_share":     float64(other) / float64(max(len(gaps), 1)),
+		"other_gap_p50":   pct(otherGaps, 50),
+		"wait_p50_ms":     pct(waits, 50) / 1000,
+		"wait_p99_ms":     pct(waits, 99) / 1000,
+		"wait_max_ms":     float64(waitMax) / float64(time.Millisecond),
+		"srv_cmds_per_cs": float64(w.srv.calls) / float64(cs),
+		"srv_cpu_pct":     w.srv.cpu / w.wall.Seconds() * 100,
+		"cs_worker_min":   float64(minCS),
+		"cs_worker_max":   float64(maxCS),
+		"violations":      float64(violations.Load()),
+		"rtt_load_p50_us": rttLoad,
+		"errors":          float64(errs.Load()),
+	}, nil
+}
+
+// probe measures the PING round trip on its own plain connection while a
+// cell runs, every 2 ms during the measured interval: the round trip under
+// the same load as the cell's handoffs.
+type probe struct {
+	done chan struct{}
+	out  chan float64
+}
+
+func startProbe(addr string, w *window) *probe {
+	p := &probe{done: make(chan struct{}), out: make(chan float64, 1)}
+	go func() {
+		var lat []time.Duration
+		defer func() {
+			slices.Sort(lat)
+			p.out <- pct(lat, 50)
+		}()
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		r := bufio.NewReader(c)
+		ping := []byte("*1\r\n$4\r\nPING\r\n")
+		t := time.NewTicker(2 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-p.done:
+				return
+			case <-t.C:
+			}
+			if !w.measuring.Load() {
+				continue
+			}
+			t0 := time.Now()
+			if _, err := c.Write(ping); err != nil {
+				return
+			}
+			if _, err := r.ReadString('\n'); err != nil {
+				return
+			}
+			lat = append(lat, time.Since(t0))
+		}
+	}()
+	return p
+}
+
+// stop ends the probe and returns the median round trip in µs (0 if none).
+func (p *probe) stop() float64 {
+	close(p.done)
+	return <-p.out
+}
