@@ -82,7 +82,7 @@ type Option func(*config)
 
 // WithNodeTimeout bounds each request to one node. A node that has not
 // answered by then counts as failed for that operation. Default: a tenth
-// of the request's TTL, at least 50ms and at most 500ms. Because Acquire
+// of the request's TTL, at least 100ms and at most 500ms. Because Acquire
 // returns as soon as a majority has answered, the timeout only matters when
 // the outcome depends on slow nodes. At least 1ms.
 func WithNodeTimeout(d time.Duration) Option {
@@ -200,7 +200,7 @@ func (s *Store) nodeTimeout(ttl time.Duration) time.Duration {
 	if s.cfg.nodeTimeout > 0 {
 		return s.cfg.nodeTimeout
 	}
-	return min(max(ttl/10, 50*time.Millisecond), 500*time.Millisecond)
+	return min(max(ttl/10, 100*time.Millisecond), 500*time.Millisecond)
 }
 
 // drift is the clock-drift allowance for ttl.
