@@ -51,8 +51,8 @@ have gcc || apt_install gcc libc6-dev
 have redis-server || apt_install redis-server
 
 # --- chromium (browser tests of the dashboard, e2e/) ---------------------------
-# NOT YET: enable once e2e/ has browser tests.
-# have chromium || apt_install chromium chromium-driver
+# e2e/dashboard drives it with chromedp over the DevTools protocol (no driver needed).
+have chromium || apt_install chromium
 # -------------------------------------------------------------------------------
 
 log "$(go version)"
