@@ -52,7 +52,9 @@ var (
 
 // Store is a quorum of independent stores. It is safe for concurrent use.
 // Create it with New; Close waits for requests still running on slow nodes
-// after their caller got its answer.
+// after their caller got its answer. The operations on one lock name made
+// through one Store reach each node in the order they were made, even when
+// an earlier one returned before every node answered.
 type Store struct {
 	nodes   []dlock.Store
 	raisers []dlock.FenceRaiser
