@@ -268,6 +268,48 @@ WHERE locktype = 'advisory' AND granted AND pid <> pg_backend_pid() AND objid = 
 	})
 }
 
+// TestWatchAcrossRestart checks that the listener reconnects after the
+// server restarts, wakes its watchers when it is back (notifications may
+// have been missed), and then delivers releases again.
+func TestWatchAcrossRestart(t *testing.T) {
+	srv := pgtest.Start(t)
+	s := newStore(t, srv.URL())
+	ctx := ctxT(t)
+	ch, stop, err := s.Watch(ctx, "restart", dlock.ModeMutex)
+	if err != nil {
+		t.Fatalf("Watch = %v", err)
+	}
+	defer stop()
+	drain(ch)
+	srv.Restart(t)
+	select {
+	case <-ch: // woken on reconnect
+	case <-time.After(30 * time.Second):
+		t.Fatal("no wake-up within 30s of the server's restart")
+	}
+	req := dlock.Request{Name: "restart", Token: "t", TTL: time.Minute}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		g, err := s.Acquire(ctx, req)
+		if err == nil && g.Acquired {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Acquire after restart = %+v, %v", g, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	drain(ch)
+	if err := s.Release(ctx, req); err != nil {
+		t.Fatalf("Release = %v", err)
+	}
+	select {
+	case <-ch:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no wake-up for a release after the listener reconnected")
+	}
+}
+
 func drain(ch <-chan struct{}) {
 	select {
 	case <-ch:
