@@ -57,6 +57,7 @@ func BenchmarkV1AcquireRelease(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
+		defer srv.Close()
 		ts := httptest.NewServer(srv.Handler())
 		defer ts.Close()
 		tr := &http.Transport{MaxIdleConns: benchClients * 2, MaxIdleConnsPerHost: benchClients * 2}

@@ -118,6 +118,7 @@ func FuzzHandler(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
+	f.Cleanup(func() { srv.Close() })
 	f.Fuzz(func(t *testing.T, method, path string, body []byte) {
 		req, err := http.NewRequest(method, "http://dlock.test"+path, bytes.NewReader(body))
 		if err != nil || req.URL.Path == "" {

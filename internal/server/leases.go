@@ -223,14 +223,15 @@ func (t *leaseTable) remove(k leaseKey, e *leaseEntry) {
 	}
 }
 
-// sweepLocked drops entries whose lease ended. Entries being acquired (lease
-// nil, mu held) are kept. Caller holds t.mu.
+// sweepLocked drops entries whose lease ended. Entries without a lease yet
+// are being acquired (the acquire removes them if it fails). Caller holds
+// t.mu.
 func (t *leaseTable) sweepLocked() {
 	for k, e := range t.m {
 		if !e.mu.TryLock() {
 			continue
 		}
-		if e.lease == nil || ended(e.lease) {
+		if e.lease != nil && ended(e.lease) {
 			delete(t.m, k)
 		}
 		e.mu.Unlock()
@@ -273,7 +274,7 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 	if p.wait > 0 {
 		extendWriteDeadline(w, p.wait)
 	}
-	ctx, cancel := s.waitContext(r.Context(), p.wait)
+	ctx, cancel := s.waitContext(requestContext(r.Context()), p.wait)
 	defer cancel()
 
 	var entry *leaseEntry
@@ -303,7 +304,7 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 
-	ls, err := s.locker.Acquire(ctx, p.req, p.wait > 0)
+	ls, err := s.v1.Acquire(ctx, p.req, p.wait > 0)
 	if err != nil {
 		if entry != nil && entry.lease == nil {
 			s.leases.remove(key, entry)
@@ -462,7 +463,7 @@ func (s *Server) handleRelease(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, e)
 		return
 	}
-	ctx := r.Context()
+	ctx := requestContext(r.Context())
 	key := leaseKey{name, b.Token}
 	if entry := s.leases.lookup(key); entry != nil {
 		entry.mu.Lock()

@@ -73,7 +73,8 @@ type Config struct {
 
 // Server serves the HTTP API of one Locker. Create it with New.
 type Server struct {
-	locker  *dlock.Locker
+	locker  *dlock.Locker // the caller's: demo operations
+	v1      *dlock.Locker // the server's own, on a clientStore: /v1 leases
 	cfg     Config
 	log     *slog.Logger
 	metrics *dlockprom.Metrics
@@ -91,6 +92,7 @@ type Server struct {
 	started time.Time
 
 	inflight  sync.WaitGroup
+	closeOnce sync.Once
 	drain     chan struct{} // closed when shutdown starts: waits and event streams end
 	halt      chan struct{} // closed when the shutdown timeout passed: demo operations end
 	stopOnce  sync.Once
@@ -99,6 +101,10 @@ type Server struct {
 
 // New returns a Server for locker. The Locker must have been created with
 // the observer of cfg.Metrics (see [Config]); the server does not close it.
+// The server grants /v1 leases from a Locker of its own on the same store,
+// which never releases a lease on its own: /v1 leases belong to their
+// clients. Serve stops it when it returns; a Server used only through
+// Handler must be closed with Close.
 func New(locker *dlock.Locker, cfg Config) (*Server, error) {
 	if locker == nil {
 		return nil, errors.New("dlock: server: nil locker")
@@ -150,9 +156,15 @@ func New(locker *dlock.Locker, cfg Config) (*Server, error) {
 	if cfg.AuthToken != "" {
 		s.authSum = sha256.Sum256([]byte(cfg.AuthToken))
 	}
+	v1, err := dlock.New(newClientStore(locker.Store()), dlock.WithObserver(m.Observe), dlock.WithLogger(log))
+	if err != nil {
+		return nil, fmt.Errorf("dlock: server: %w", err)
+	}
+	s.v1 = v1
 	for _, c := range []prometheus.Collector{m, s.httpRequests, s.httpDuration,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
 		if err := s.reg.Register(c); err != nil {
+			v1.Close()
 			return nil, fmt.Errorf("dlock: server: register metrics: %w", err)
 		}
 	}
@@ -325,11 +337,23 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	s.beginDrain()
 	s.inflight.Wait()
 	s.releaseDemo()
-	s.unsub()
+	s.Close()
 	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
 		return fmt.Errorf("dlock: server: %w", serveErr)
 	}
 	s.log.Info("dlock: stopped")
+	return nil
+}
+
+// Close stops the server's own Locker (leaving /v1 leases on the store to
+// their clients) and its event subscription. Serve calls it when it
+// returns; call it after using Handler alone. Requests served after Close
+// cannot take /v1 leases.
+func (s *Server) Close() error {
+	s.closeOnce.Do(func() {
+		s.unsub()
+		s.v1.Close()
+	})
 	return nil
 }
 

@@ -84,6 +84,7 @@ func newEnv(t *testing.T, store dlock.Store, cfg Config) *env {
 	e.ts = httptest.NewServer(srv.Handler())
 	t.Cleanup(func() {
 		e.ts.Close()
+		srv.Close()
 		unsub()
 		l.Close()
 	})
@@ -393,6 +394,38 @@ func TestV1UnknownToken(t *testing.T) {
 		wantCode(t, "release on b", b.post("/v1/locks/moved/release", `{"token":"`+token+`"}`), http.StatusOK)
 		wantCode(t, "release on b again", b.post("/v1/locks/moved/release", `{"token":"`+token+`"}`), http.StatusGone)
 		wantCode(t, "acquire on b", b.post("/v1/locks/moved/acquire", `{}`), http.StatusOK)
+	})
+}
+
+// TestV1LeasesBelongToClients: the server never releases a /v1 lease on
+// its own — not when it counts it lost at the end of the validity it
+// measured (the client extended it through another instance), nor when it
+// shuts down.
+func TestV1LeasesBelongToClients(t *testing.T) {
+	forEachStore(t, func(t *testing.T, store dlock.Store) {
+		a := newEnv(t, store, Config{})
+		b := newEnv(t, store, Config{})
+		r := a.post("/v1/locks/roaming/acquire", `{"ttlMs":300}`)
+		wantCode(t, "acquire on a", r, http.StatusOK)
+		token := r.json(t)["token"].(string)
+		wantCode(t, "extend on b", b.post("/v1/locks/roaming/extend", `{"token":"`+token+`","ttlMs":60000}`), http.StatusOK)
+		a.waitEvent(dlock.EventLeaseLost, "roaming") // a's own count of the lease ran out
+		a.srv.Close()                                // waits for a's Locker, and any release it made
+		if st := b.get("/v1/locks/roaming").json(t); st["holders"] != 1.0 {
+			t.Fatalf("after a counted the lease lost, the store has %v holders, want 1 (the client extended it on b)", st["holders"])
+		}
+		wantCode(t, "release on b", b.post("/v1/locks/roaming/release", `{"token":"`+token+`"}`), http.StatusOK)
+
+		r = b.post("/v1/locks/kept/acquire", `{"ttlMs":60000}`)
+		wantCode(t, "acquire on b", r, http.StatusOK)
+		b.srv.Close()
+		st, err := store.(dlock.Inspector).State(t.Context(), "kept")
+		if err != nil || st.Holders != 1 {
+			t.Fatalf("after b closed, State(kept) = %+v, %v; want the client's lease kept", st, err)
+		}
+		if err := store.Release(t.Context(), dlock.Request{Name: "kept", Token: r.json(t)["token"].(string)}); err != nil {
+			t.Errorf("releasing the kept lease by its token: %v", err)
+		}
 	})
 }
 

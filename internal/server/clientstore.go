@@ -1,0 +1,58 @@
+package server
+
+import (
+	"context"
+
+	"github.com/dlock-dev/dlock"
+)
+
+// The /v1 leases belong to their clients: a client extends and releases
+// its lease itself, possibly through another instance of the service (one
+// behind the same load balancer, or this one after a restart) that knows
+// it only by its token. So the Locker that grants them must never release
+// one on its own — when it counts a lease lost at the end of the validity
+// it measured (the client may have extended it elsewhere), or when it is
+// closed at shutdown (the client keeps renewing it). That Locker runs on a
+// clientStore, which drops the Releases it makes on its own and passes the
+// ones made for a request: an explicit release, and the clean-up of a
+// grant that nobody received or of a queue place a waiter gave up. Those
+// carry forRequest in their ctx (the Locker derives the clean-up's ctx
+// from the acquire's, keeping its values).
+
+type forRequest struct{}
+
+// requestContext marks ctx as a request's, whose releases reach the store.
+func requestContext(ctx context.Context) context.Context {
+	return context.WithValue(ctx, forRequest{}, true)
+}
+
+type clientStore struct{ dlock.Store }
+
+// Release implements [dlock.Store]: see above.
+func (s clientStore) Release(ctx context.Context, req dlock.Request) error {
+	if ctx.Value(forRequest{}) == nil {
+		return nil // the lease's client decides
+	}
+	return s.Store.Release(ctx, req)
+}
+
+// grantWatchingStore is a clientStore that keeps the store's
+// [dlock.GrantWatcher], with which fair waiters are handed the lock.
+type grantWatchingStore struct {
+	clientStore
+	gw dlock.GrantWatcher
+}
+
+func (s grantWatchingStore) WatchGrant(ctx context.Context, req dlock.Request) (<-chan dlock.Grant, func(), error) {
+	return s.gw.WatchGrant(ctx, req)
+}
+
+// newClientStore wraps store, keeping the optional interfaces the Locker
+// uses.
+func newClientStore(store dlock.Store) dlock.Store {
+	cs := clientStore{store}
+	if gw, ok := store.(dlock.GrantWatcher); ok {
+		return grantWatchingStore{cs, gw}
+	}
+	return cs
+}
