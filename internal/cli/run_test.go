@@ -154,7 +154,7 @@ func TestRunLeaseLostStopsTheCommand(t *testing.T) {
 		stdout string // what the command prints after "started"
 	}{
 		// The command handles SIGTERM and exits.
-		{"sigterm", `trap 'echo terminated; kill $! 2>/dev/null; exit 0' TERM; echo started; sleep 1000 & wait`, "terminated"},
+		{"sigterm", `trap 'echo terminated; exit 0' TERM; echo started; while :; do sleep 0.05; done`, "terminated"},
 		// The command ignores SIGTERM and is killed after the grace period.
 		{"sigkill", `trap '' TERM; echo started; exec sleep 1000`, ""},
 	}
@@ -244,7 +244,9 @@ func TestRunForwardsSignals(t *testing.T) {
 	env := []string{"DLOCK_REDIS_URL=" + srv.URL()}
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP} {
 		t.Run(sig.String(), func(t *testing.T) {
-			script := `for s in TERM INT HUP; do trap "echo got $s; kill \$! 2>/dev/null; exit 7" $s; done; echo started; sleep 1000 & wait`
+			// A foreground loop, not "sleep & wait": sh may miss a signal
+			// that arrives while it forks a background job, leaving it behind.
+			script := `for s in TERM INT HUP; do trap "echo got $s; exit 7" $s; done; echo started; while :; do sleep 0.05; done`
 			p := startDlock(t, env, "run", uniqueName(t), "--", "sh", "-c", script)
 			if l := p.line(); l != "started" {
 				t.Fatalf("command printed %q, want started", l)

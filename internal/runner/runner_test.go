@@ -155,7 +155,7 @@ func TestRunLeaseLost(t *testing.T) {
 func TestRunForwardsSignal(t *testing.T) {
 	h := newHarness(t)
 	h.start(Config{Name: "job", TTL: time.Second,
-		Command: []string{"sh", "-c", `trap 'echo usr1; kill $! 2>/dev/null; exit 9' USR1; echo started; sleep 1000 & wait`}})
+		Command: []string{"sh", "-c", `trap 'echo usr1; exit 9' USR1; echo started; while :; do sleep 0.05; done`}})
 	if l := h.line(); l != "started" {
 		t.Fatalf("command printed %q", l)
 	}
