@@ -72,6 +72,12 @@ func lockError(ctx context.Context, name string, err error) *apiError {
 	var locked *dlock.LockedError
 	var inv *dlock.InvalidError
 	switch {
+	case context.Cause(ctx) == errShuttingDown || errors.Is(err, dlock.ErrClosed):
+		// Checked first: a wait cut short by shutdown also reports the lock
+		// it was waiting for.
+		one := int64(1000)
+		return &apiError{Status: http.StatusServiceUnavailable, Error: "shutting down",
+			Message: "the server is shutting down; retry on another instance", RetryAfterMs: &one}
 	case errors.As(err, &locked) || errors.Is(err, dlock.ErrLocked):
 		var ms int64
 		if locked != nil {
@@ -82,10 +88,6 @@ func lockError(ctx context.Context, name string, err error) *apiError {
 		}
 		return &apiError{Status: http.StatusConflict, Error: "locked",
 			Message: fmt.Sprintf("lock %q is held by another holder", name), RetryAfterMs: &ms}
-	case context.Cause(ctx) == errShuttingDown || errors.Is(err, dlock.ErrClosed):
-		one := int64(1000)
-		return &apiError{Status: http.StatusServiceUnavailable, Error: "shutting down",
-			Message: "the server is shutting down; retry on another instance", RetryAfterMs: &one}
 	case errors.Is(err, dlock.ErrNoQuorum):
 		return &apiError{Status: http.StatusServiceUnavailable, Error: "no quorum", Message: err.Error()}
 	case errors.Is(err, dlock.ErrUnavailable):

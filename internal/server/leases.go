@@ -254,6 +254,10 @@ func ended(ls *dlock.Lease) bool {
 	}
 }
 
+// testHookWaiting, when set by a test, is called as a /v1 acquire starts
+// to wait.
+var testHookWaiting func(name string)
+
 // grantBody is the 200 answer to an acquire.
 type grantBody struct {
 	Name  string `json:"name"`
@@ -304,6 +308,9 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 
+	if p.wait > 0 && testHookWaiting != nil {
+		testHookWaiting(name)
+	}
 	ls, err := s.v1.Acquire(ctx, p.req, p.wait > 0)
 	if err != nil {
 		if entry != nil && entry.lease == nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/dlock-dev/dlock/dlockprom"
 	"github.com/dlock-dev/dlock/internal/testredis"
 	"github.com/dlock-dev/dlock/store/memory"
+	"github.com/dlock-dev/dlock/store/redlock"
 	"github.com/dlock-dev/dlock/store/valkey"
 )
 
@@ -513,6 +514,47 @@ func TestHealth(t *testing.T) {
 	wantCode(t, "demo on a dead store", r, http.StatusServiceUnavailable)
 }
 
+// TestRedlockNoQuorum: with a majority of Redlock nodes down, the seed's
+// redlock endpoint answers its 503 "Quorum not reached", and /v1 a 503 "no
+// quorum".
+func TestRedlockNoQuorum(t *testing.T) {
+	var nodes []*testredis.Server
+	var stores []dlock.Store
+	for range 3 {
+		srv := testredis.Start(t)
+		s, err := valkey.Dial(t.Context(), srv.URL())
+		if err != nil {
+			t.Fatalf("valkey.Dial(%q) = %v", srv.URL(), err)
+		}
+		t.Cleanup(func() { s.Close() })
+		nodes = append(nodes, srv)
+		stores = append(stores, s)
+	}
+	rl, err := redlock.New(stores)
+	if err != nil {
+		t.Fatalf("redlock.New = %v", err)
+	}
+	t.Cleanup(func() { rl.Close() })
+	e := newEnv(t, rl, Config{StoreName: "redlock(3)"})
+	r := e.post("/api/locks/redlock/critical-resource?durationMs=0", "")
+	wantCode(t, "redlock with every node up", r, http.StatusOK)
+	if b := r.json(t); b["success"] != true || b["resourceId"] != "critical-resource" {
+		t.Errorf("200 body = %s", r.body)
+	}
+	nodes[0].Kill()
+	nodes[1].Kill()
+	r = e.post("/api/locks/redlock/critical-resource?durationMs=0", "")
+	wantCode(t, "redlock with 2 of 3 nodes down", r, http.StatusServiceUnavailable)
+	if b := r.json(t); b["error"] != "Quorum not reached" || b["message"] != "Unable to acquire lock on majority of instances" {
+		t.Errorf("503 body = %s, want the seed's", r.body)
+	}
+	r = e.post("/v1/locks/critical-resource/acquire", `{}`)
+	wantCode(t, "/v1 with 2 of 3 nodes down", r, http.StatusServiceUnavailable)
+	if b := r.json(t); b["error"] != "no quorum" {
+		t.Errorf("/v1 503 body = %s, want error \"no quorum\"", r.body)
+	}
+}
+
 // TestMetrics: /metrics exports the DESIGN §8 names, without lock names.
 func TestMetrics(t *testing.T) {
 	e := newEnv(t, memory.New(), Config{})
@@ -821,7 +863,37 @@ func TestGracefulShutdown(t *testing.T) {
 		inflight <- result{code: resp.StatusCode, body: string(b)}
 	}()
 	<-acquired
+
+	// An acquire waiting for a held lock is answered 503 "shutting down".
+	waiting := make(chan struct{}, 1)
+	testHookWaiting = func(name string) {
+		if name == "contended" {
+			waiting <- struct{}{}
+		}
+	}
+	defer func() { testHookWaiting = nil }()
+	if resp, err := client.Post(base+"/v1/locks/contended/acquire", "", strings.NewReader(`{}`)); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("acquire = %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	waiter := make(chan result, 1)
+	go func() {
+		resp, err := client.Post(base+"/v1/locks/contended/acquire", "", strings.NewReader(`{"waitMs":60000}`))
+		if err != nil {
+			waiter <- result{err: err}
+			return
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		waiter <- result{code: resp.StatusCode, body: string(b)}
+	}()
+	<-waiting
+
 	stop()
+	if w := <-waiter; w.err != nil || w.code != http.StatusServiceUnavailable || !strings.Contains(w.body, `"shutting down"`) {
+		t.Errorf("waiting acquire during shutdown = %d %q %v, want 503 shutting down", w.code, w.body, w.err)
+	}
 	r := <-inflight
 	if r.err != nil || r.code != http.StatusOK || !strings.Contains(r.body, `"success":true`) {
 		t.Fatalf("in-flight request during shutdown = %d %q %v, want 200 success", r.code, r.body, r.err)
