@@ -162,7 +162,8 @@ func lockerFencesIncrease(t *testing.T, s dlock.Store) {
 }
 
 // lockerTTLExpiry checks that a lease that is not renewed ends locally
-// (Done, ErrLeaseLost) and that the lock becomes free, not before its TTL.
+// (Done, ErrLeaseLost) before the store lets another holder in, and that
+// the lock becomes free, not before its TTL.
 func lockerTTLExpiry(t *testing.T, s dlock.Store) {
 	ctx := testContext(t)
 	name := lockName(t)
@@ -176,19 +177,6 @@ func lockerTTLExpiry(t *testing.T, s dlock.Store) {
 	if d := lease.TTL(); d > ttl {
 		t.Errorf("TTL() just after the grant = %v, want at most %v", d, ttl)
 	}
-	if !waitClosed(lease.Done()) {
-		t.Fatalf("Done not closed %v after a lease with TTL %v", waitTimeout, ttl)
-	}
-	t.Logf("lease with TTL %v ended locally %v after the grant", ttl, time.Since(start))
-	if err := lease.Err(); !errors.Is(err, dlock.ErrLeaseLost) {
-		t.Errorf("Err() of an expired lease = %v, want ErrLeaseLost", err)
-	}
-	if d := lease.TTL(); d != 0 {
-		t.Errorf("TTL() of an expired lease = %v, want 0", d)
-	}
-	if err := lease.Release(ctx); !errors.Is(err, dlock.ErrLeaseLost) {
-		t.Errorf("Release of an expired lease = %v, want ErrLeaseLost", err)
-	}
 
 	m2 := newLocker(t, s, dlock.WithTTL(longTTL)).Mutex(name)
 	deadline := start.Add(waitTimeout)
@@ -196,14 +184,19 @@ func lockerTTLExpiry(t *testing.T, s dlock.Store) {
 		lease2, err := m2.TryLock(ctx)
 		returned := time.Since(start)
 		if err == nil {
+			defer lease2.Release(ctx)
 			if returned < ttl-clockSlack {
 				t.Fatalf("lock with TTL %v taken by another Locker %v after the grant; want not before the TTL", ttl, returned)
+			}
+			// The store decided before now: if the first lease is still
+			// valid now, two leases were valid at once.
+			if d := lease.TTL(); d > 0 {
+				t.Fatalf("another Locker took the lock while the first lease was valid for %v more", d)
 			}
 			if lease2.Fence() <= lease.Fence() {
 				t.Errorf("fence after expiry = %d, want > %d", lease2.Fence(), lease.Fence())
 			}
-			lease2.Release(ctx)
-			return
+			break
 		}
 		var le *dlock.LockedError
 		if !errors.As(err, &le) {
@@ -213,6 +206,23 @@ func lockerTTLExpiry(t *testing.T, s dlock.Store) {
 			t.Fatalf("lock with TTL %v still held %v later", ttl, waitTimeout)
 		}
 		time.Sleep(min(max(le.RetryAfter, time.Millisecond), 20*time.Millisecond))
+	}
+
+	if !waitClosed(lease.Done()) {
+		t.Fatalf("Done not closed %v after a lease with TTL %v", waitTimeout, ttl)
+	}
+	t.Logf("lease with TTL %v ended locally by %v after the grant", ttl, time.Since(start))
+	if err := lease.Err(); !errors.Is(err, dlock.ErrLeaseLost) {
+		t.Errorf("Err() of an expired lease = %v, want ErrLeaseLost", err)
+	}
+	if d := lease.TTL(); d != 0 {
+		t.Errorf("TTL() of an expired lease = %v, want 0", d)
+	}
+	if err := lease.Release(ctx); !errors.Is(err, dlock.ErrLeaseLost) {
+		t.Errorf("Release of an expired lease = %v, want ErrLeaseLost", err)
+	}
+	if err := lease.Extend(ctx, 0); !errors.Is(err, dlock.ErrLeaseLost) {
+		t.Errorf("Extend of an expired lease = %v, want ErrLeaseLost", err)
 	}
 }
 

@@ -22,6 +22,7 @@ func testMutexStore(t *testing.T, h Harness) {
 	}{
 		{"MutualExclusion", storeMutualExclusion},
 		{"TTLExpiry", storeTTLExpiry},
+		{"ExpiredHoldNotExtended", storeExpiredNotExtended},
 		{"OnlyHolderReleasesAndExtends", storeOnlyHolder},
 		{"ReleaseUnknownToken", storeReleaseUnknown},
 		{"FencesIncrease", storeFencesIncrease},
@@ -172,6 +173,25 @@ func storeTTLExpiry(t *testing.T, s dlock.Store) {
 	if err := s.Release(ctx, b); err != nil {
 		t.Errorf("Release by the new holder = %v, want nil", err)
 	}
+}
+
+// storeExpiredNotExtended checks that a hold whose TTL ran out cannot be
+// brought back by Extend, even when nobody took the lock meanwhile.
+func storeExpiredNotExtended(t *testing.T, s dlock.Store) {
+	ctx := testContext(t)
+	name := lockName(t)
+	const ttl = 100 * time.Millisecond
+	a := mutexReq(name, newToken(), ttl)
+	mustAcquire(t, s, a)
+	time.Sleep(ttl + 50*time.Millisecond) // let the hold run out
+	a.TTL = longTTL
+	if errs := s.Extend(ctx, []dlock.Request{a}); len(errs) != 1 || !errors.Is(errs[0], dlock.ErrNotHeld) {
+		t.Errorf("Extend of an expired hold = %v, want [ErrNotHeld]", errs)
+	}
+	if err := s.Release(ctx, a); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Release of an expired hold = %v, want ErrNotHeld", err)
+	}
+	mustAcquire(t, s, mutexReq(name, newToken(), time.Second))
 }
 
 // storeOnlyHolder checks that other tokens can neither release nor extend
