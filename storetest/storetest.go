@@ -8,11 +8,28 @@
 //		})
 //	}
 //
-// The suite checks safety properties exactly: mutual exclusion, fences
-// strictly increasing, only the token holder releases or extends, a lock
-// never free before its TTL. Timing properties (expiry, wake-ups,
-// RetryAfter) are checked with tolerances generous enough for a loaded
-// machine, and no speed is asserted; latencies are logged with t.Logf.
+// The mutex suites check, on the Store itself and through a [dlock.Locker]
+// on it: mutual exclusion among 16 goroutines (and among several Lockers),
+// with strictly increasing fences in grant order; expiry at the TTL and not
+// before; that an expired hold cannot be extended back; release and extend
+// only by the token holder, leaving the holder's lease untouched; ErrNotHeld
+// for unknown tokens; Extend batches answered request by request; the same
+// fence and a refreshed TTL for a retried Acquire; RetryAfter within the
+// holder's real remaining time; Watch woken by a release; waiters woken on
+// release and on expiry; Lock ending with its ctx as an error matching both
+// ErrLocked and ctx.Err(), leaving nothing behind; lease loss (Extend,
+// auto-renewal, Locker.Do's ctx); an auto-renewed lease outliving its TTL;
+// Inspector state without tokens; names of every valid shape (including
+// shared Redis Cluster hash tags) as distinct locks; invalid names refused
+// before the store is asked. With [Harness.Restart], fences stay above
+// every earlier fence across a restart that loses all data. Further suites
+// cover the reentrant, read-write, fair and semaphore modes; a store lists
+// the modes it does not support in [Harness.Unsupported].
+//
+// Safety properties are checked exactly. Timing properties (expiry,
+// wake-ups, RetryAfter) are checked with tolerances generous enough for a
+// loaded machine, and no speed is asserted; latencies are logged with
+// t.Logf (go test -v shows them).
 //
 // Suites run one after another; the tests of one suite run in parallel on
 // lock names no other test uses (unique across runs too), so a Harness may
