@@ -16,7 +16,7 @@ func TestFaultsPatterns(t *testing.T) {
 	for _, seed := range seeds() {
 		t.Run(fmt.Sprintf("T17_rw_under_pauses/seed%d", seed), func(t *testing.T) { testRWPauses(t, seed) })
 	}
-	t.Run("T18_fair_dead_head_waiter", testFairDeadHead)
+	repeat(t, "T18_fair_dead_head_waiter", testFairDeadHead)
 }
 
 // validEnd is when g's lease ended at the latest, as far as its holder could

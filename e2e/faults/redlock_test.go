@@ -10,14 +10,14 @@ import (
 )
 
 func TestFaultsRedlock(t *testing.T) {
-	t.Run("T5a_pause_during_acquire", testRedlockPauseAcquire)
+	repeat(t, "T5a_pause_during_acquire", testRedlockPauseAcquire)
 	t.Run("T5b_replies_delayed_past_ttl", testRedlockSlowReplies)
-	t.Run("T6_clock_jump_one_node_unfenced", func(t *testing.T) { testRedlockSplit(t, false, "jump") })
-	t.Run("T6_clock_jump_one_node_fenced", func(t *testing.T) { testRedlockSplit(t, true, "jump") })
-	t.Run("T7i_restart_at_once_unfenced", func(t *testing.T) { testRedlockSplit(t, false, "restart") })
-	t.Run("T7i_restart_at_once_fenced", func(t *testing.T) { testRedlockSplit(t, true, "restart") })
-	t.Run("T7ii_restart_after_ttl", testRedlockDelayedRestart)
-	t.Run("T7iii_restart_with_aof", testRedlockPersistentRestart)
+	repeat(t, "T6_clock_jump_one_node_unfenced", func(t *testing.T) { testRedlockSplit(t, false, "jump") })
+	repeat(t, "T6_clock_jump_one_node_fenced", func(t *testing.T) { testRedlockSplit(t, true, "jump") })
+	repeat(t, "T7i_restart_at_once_unfenced", func(t *testing.T) { testRedlockSplit(t, false, "restart") })
+	repeat(t, "T7i_restart_at_once_fenced", func(t *testing.T) { testRedlockSplit(t, true, "restart") })
+	repeat(t, "T7ii_restart_after_ttl", testRedlockDelayedRestart)
+	repeat(t, "T7iii_restart_with_aof", testRedlockPersistentRestart)
 	t.Run("T8_minority_then_majority_down", testRedlockNodesDown)
 }
 

@@ -62,19 +62,32 @@ func seeds() []uint64 {
 	return []uint64{1}
 }
 
+// repeat runs a deterministic scenario once, or five times in the long
+// profile (a negative control must bite every time, and a fenced run must
+// stay safe every time).
+func repeat(t *testing.T, name string, fn func(t *testing.T)) {
+	if !long() {
+		t.Run(name, fn)
+		return
+	}
+	for i := 1; i <= 5; i++ {
+		t.Run(fmt.Sprintf("%s/run%d", name, i), fn)
+	}
+}
+
 func TestFaults(t *testing.T) {
 	t.Run("T0_baseline", testBaseline)
-	t.Run("T1_pause_past_ttl_unfenced", func(t *testing.T) { testPause(t, false) })
-	t.Run("T2_pause_past_ttl_fenced", func(t *testing.T) { testPause(t, true) })
-	t.Run("T3a_watchdog_paused_holder", testWatchdogPause)
-	t.Run("T3b_watchdog_blackholed_holder", testWatchdogBlackhole)
-	t.Run("T4_delayed_write_unfenced", func(t *testing.T) { testDelayedWrite(t, false) })
-	t.Run("T4_delayed_write_fenced", func(t *testing.T) { testDelayedWrite(t, true) })
-	t.Run("T13_server_stalled", testServerStall)
+	repeat(t, "T1_pause_past_ttl_unfenced", func(t *testing.T) { testPause(t, false) })
+	repeat(t, "T2_pause_past_ttl_fenced", func(t *testing.T) { testPause(t, true) })
+	repeat(t, "T3a_watchdog_paused_holder", testWatchdogPause)
+	repeat(t, "T3b_watchdog_blackholed_holder", testWatchdogBlackhole)
+	repeat(t, "T4_delayed_write_unfenced", func(t *testing.T) { testDelayedWrite(t, false) })
+	repeat(t, "T4_delayed_write_fenced", func(t *testing.T) { testDelayedWrite(t, true) })
+	repeat(t, "T13_server_stalled", testServerStall)
 	for _, seed := range seeds() {
 		t.Run(fmt.Sprintf("T14_resets_during_acquire/seed%d", seed), func(t *testing.T) { testResets(t, seed) })
 	}
-	t.Run("T19_fences_across_restart", testFenceRestart)
+	repeat(t, "T19_fences_across_restart", testFenceRestart)
 }
 
 // T0: no faults. Five workers take one lock in turn and increment the

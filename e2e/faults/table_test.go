@@ -78,17 +78,51 @@ func (e *env) record(r result) {
 	}
 }
 
-// printTable prints the results table of the run.
-func printTable(w io.Writer) {
+// scenarioID returns the number of a scenario name's T-ID ("T17_rw..." is
+// 17), for sorting the table.
+func scenarioID(name string) int {
+	i := strings.Index(name, "/T")
+	if i < 0 {
+		return 1 << 30
+	}
+	n := 0
+	for _, c := range name[i+2:] {
+		if c < '0' || c > '9' {
+			break
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n
+}
+
+// shortName drops the top-level test's name from a scenario's name.
+func shortName(name string) string {
+	if i := strings.Index(name, "/"); i >= 0 {
+		return name[i+1:]
+	}
+	return name
+}
+
+// printTable prints the results table of the run, by scenario ID; as a
+// Markdown table when markdown is set.
+func printTable(w io.Writer, markdown bool) {
 	tableMu.Lock()
 	defer tableMu.Unlock()
 	if len(table) == 0 {
 		return
 	}
-	fmt.Fprintln(w, "\nfault-injection results:")
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "scenario\tfenced\tgrants\toverlaps\tstale accepted\tstale rejected\tlost updates\tfence dup/order\tregister\tverdict\tfaults; notes")
-	for _, r := range table {
+	rows := append([]result(nil), table...)
+	sort.SliceStable(rows, func(i, j int) bool { return scenarioID(rows[i].Scenario) < scenarioID(rows[j].Scenario) })
+	header := []string{"scenario", "fenced", "grants", "overlaps", "stale accepted", "stale rejected", "lost updates", "fence dup/order", "register", "verdict", "faults; notes"}
+	var tw *tabwriter.Writer
+	if markdown {
+		fmt.Fprintf(w, "| %s |\n|%s\n", strings.Join(header, " | "), strings.Repeat(" --- |", len(header)))
+	} else {
+		fmt.Fprintln(w, "\nfault-injection results:")
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, strings.Join(header, "\t"))
+	}
+	for _, r := range rows {
 		fenced := "no"
 		if r.Fenced {
 			fenced = "yes"
@@ -104,9 +138,15 @@ func printTable(w io.Writer) {
 		if r.Extra != "" {
 			note += "; " + r.Extra
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%s\t%d/%d\t%s\t%s\t%s\n",
-			strings.TrimPrefix(r.Scenario, "TestFaults/"), fenced, r.Grants, r.Overlaps, r.StaleAccepted, r.StaleRejected,
-			lost, r.FenceDups, r.FenceOrder, r.Register, r.Verdict, note)
+		cells := []string{shortName(r.Scenario), fenced, fmt.Sprint(r.Grants), fmt.Sprint(r.Overlaps), fmt.Sprint(r.StaleAccepted),
+			fmt.Sprint(r.StaleRejected), lost, fmt.Sprintf("%d/%d", r.FenceDups, r.FenceOrder), string(r.Register), r.Verdict, note}
+		if markdown {
+			fmt.Fprintf(w, "| %s |\n", strings.Join(cells, " | "))
+		} else {
+			fmt.Fprintln(tw, strings.Join(cells, "\t"))
+		}
 	}
-	tw.Flush()
+	if tw != nil {
+		tw.Flush()
+	}
 }
