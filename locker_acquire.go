@@ -5,7 +5,8 @@ import "context"
 // Acquire is the low-level form of every pattern's TryLock and Lock, for
 // code that forwards requests it did not build itself (the HTTP service, a
 // remote store). It takes the lock req describes (its Name, Mode, Owner,
-// Limit and Queue) with a lease of req.TTL (0: the Locker's TTL); with
+// Limit and Queue) with a lease of req.TTL (0: the Locker's TTL) and a
+// queue entry of req.QueueTTL (0: see [WithQueueTTL]); with
 // wait it waits as [Mutex.Lock] does, otherwise it fails fast as
 // [Mutex.TryLock] does. Options override the Locker's settings as in the
 // pattern constructors.
@@ -21,8 +22,12 @@ import "context"
 // It returns what [Mutex.TryLock] and [Mutex.Lock] return, and an error
 // wrapping [ErrNotSupported] for a mode the store cannot provide.
 func (l *Locker) Acquire(ctx context.Context, req Request, wait bool, opts ...Option) (*Lease, error) {
+	opts = opts[:len(opts):len(opts)]
 	if req.TTL != 0 {
-		opts = append(opts[:len(opts):len(opts)], WithTTL(req.TTL))
+		opts = append(opts, WithTTL(req.TTL))
+	}
+	if req.QueueTTL != 0 {
+		opts = append(opts, WithQueueTTL(req.QueueTTL))
 	}
 	c := l.lockConfig(opts)
 	if len(req.Token) > 256 {

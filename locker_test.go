@@ -415,3 +415,17 @@ func TestObserverSeesLifecycle(t *testing.T) {
 		}
 	}
 }
+
+func TestAcquireHonoursRequestQueueTTL(t *testing.T) {
+	ctx := context.Background()
+	mem := memory.New()
+	l := newLocker(t, mem, dlock.WithTTL(10*time.Second))
+	holder, err := l.Fair("q").TryLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Release(ctx)
+	if _, err := l.Acquire(ctx, dlock.Request{Name: "q", Mode: dlock.ModeFair, Queue: true, QueueTTL: time.Millisecond}, false); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("Acquire with QueueTTL 1ms = %v, want ErrInvalid (the request's queue TTL is used)", err)
+	}
+}
