@@ -10,15 +10,20 @@
 //   - Acquire: POST /v1/locks/{name}/acquire with the caller's token, so a
 //     retried acquire is idempotent; 200 is a grant, 409 a refusal with the
 //     holder's remaining time.
+//
 //   - Extend and Release: POST .../extend and .../release; 410 means the
 //     token no longer holds the lock ([dlock.ErrNotHeld]).
+//
 //   - State and List: GET /v1/locks/{name} and GET /v1/locks.
+//
 //   - Ping: GET /health.
 //
+//   - Watch: GET /v1/events, the server-sent event stream, filtered to
+//     the lock's release and loss events and to snapshots in which the
+//     lock is free.
+//
 // Only exclusive locks ([dlock.ModeMutex]) are supported; other modes return
-// an error wrapping [dlock.ErrNotSupported]. Watch is not supported either,
-// so a waiting Locker falls back to retrying at the holder's remaining time
-// and on capped backoff.
+// an error wrapping [dlock.ErrNotSupported].
 package httpstore
 
 import (
@@ -55,6 +60,9 @@ type Store struct {
 	hc    *http.Client
 	ua    string
 	owned bool // hc was created by New and is closed by Close
+
+	watchMu sync.Mutex
+	stream  *eventStream // shared by every Watch; nil when none
 }
 
 // Option configures a Store.
@@ -109,8 +117,16 @@ func New(baseURL string, opts ...Option) (*Store, error) {
 	return s, nil
 }
 
-// Close closes the idle connections of the Store's own HTTP client.
+// Close ends the event stream of watches still running (their channels
+// receive a last wake-up) and closes the idle connections of the Store's
+// own HTTP client.
 func (s *Store) Close() error {
+	s.watchMu.Lock()
+	if s.stream != nil {
+		s.stream.close()
+		s.stream = nil
+	}
+	s.watchMu.Unlock()
 	if s.owned {
 		s.hc.CloseIdleConnections()
 	}
@@ -228,13 +244,6 @@ func (s *Store) tokenOp(ctx context.Context, op string, req dlock.Request, ttl b
 	return s.statusError(op, status, er)
 }
 
-// Watch implements [dlock.Store]. The /v1 API has no per-lock wake-ups, so
-// it returns an error wrapping [dlock.ErrNotSupported] and waiting Lockers
-// retry on timers.
-func (s *Store) Watch(ctx context.Context, name string, mode dlock.Mode) (<-chan struct{}, func(), error) {
-	return nil, nil, fmt.Errorf("%w: remote store watch", dlock.ErrNotSupported)
-}
-
 type stateReply struct {
 	Name    string `json:"name"`
 	Mode    string `json:"mode"`
@@ -348,6 +357,14 @@ func (s *Store) statusError(op string, status int, er errorReply) error {
 	return &dlock.StoreError{Op: op, Node: -1, Err: fmt.Errorf("server said %d %s", status, msg)}
 }
 
+// url returns the URL of path, an escaped path below the base URL.
+func (s *Store) url(path string) string {
+	u := *s.base
+	u.Path, u.RawPath = "", ""
+	return u.String() + s.base.EscapedPath() + path
+}
+
+// lockPath returns the escaped path of a lock's resource.
 func lockPath(name, op string) string {
 	p := "/v1/locks/" + url.PathEscape(name)
 	if op != "" {
@@ -369,13 +386,7 @@ func (s *Store) do(ctx context.Context, method, path string, in, out any) (int, 
 		}
 		rd = bytes.NewReader(b)
 	}
-	u := *s.base
-	u.RawPath = ""
-	u.Path = s.base.Path + path
-	if esc := s.base.EscapedPath() + path; esc != u.EscapedPath() {
-		u.RawPath = esc
-	}
-	req, err := http.NewRequestWithContext(ctx, method, u.String(), rd)
+	req, err := http.NewRequestWithContext(ctx, method, s.url(path), rd)
 	if err != nil {
 		return 0, er, nil, err
 	}
