@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -31,19 +32,30 @@ func (s *storeFlags) dialValkey(ctx context.Context, url string, log *slog.Logge
 }
 
 // openRedlock opens a store/redlock Store over one valkey Store per URL.
+// Nodes that cannot be reached now are dialled again later (see
+// lazyNode), as long as a majority answers at start.
 func (s *storeFlags) openRedlock(ctx context.Context, urls []string, log *slog.Logger) (dlock.Store, func(), error) {
 	ctx, cancel := context.WithTimeout(ctx, dialTimeout)
 	defer cancel()
 	var closers []io.Closer
-	nodes := make([]dlock.Store, 0, len(urls))
+	nodes := make([]dlock.Store, len(urls))
+	var failed []error
 	for i, u := range urls {
-		st, err := valkey.Dial(ctx, u, s.valkeyOptions(log)...)
-		if err != nil {
-			closeAll(closers)()
-			return nil, nil, fmt.Errorf("node %d (%s): %w", i, redactURL(u), err)
+		n := &lazyNode{url: u, opts: s.valkeyOptions(log), log: log}
+		closers = append(closers, n)
+		nodes[i] = n
+		if _, err := n.get(ctx); err != nil {
+			if !errors.Is(err, dlock.ErrUnavailable) { // a bad URL or option
+				closeAll(closers)()
+				return nil, nil, fmt.Errorf("node %d (%s): %w", i, redactURL(u), err)
+			}
+			log.Warn("dlock: redlock node unreachable; retrying in the background", "node", i, "url", redactURL(u), "err", err)
+			failed = append(failed, fmt.Errorf("node %d (%s): %w", i, redactURL(u), err))
 		}
-		closers = append(closers, st)
-		nodes = append(nodes, st)
+	}
+	if len(urls)-len(failed) < len(urls)/2+1 {
+		closeAll(closers)()
+		return nil, nil, fmt.Errorf("%w: only %d of %d nodes reachable: %w", dlock.ErrNoQuorum, len(urls)-len(failed), len(urls), errors.Join(failed...))
 	}
 	rl, err := redlock.New(nodes, redlock.WithLogger(log))
 	if err != nil {

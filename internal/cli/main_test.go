@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -65,7 +66,7 @@ type dlockProc struct {
 	lines  chan string
 	mu     sync.Mutex
 	out    []string
-	stderr bytes.Buffer
+	stderr lockedBuffer
 	done   chan struct{}
 	code   int
 }
@@ -178,4 +179,42 @@ func (p *dlockProc) exited() bool {
 // uniqueName returns a lock name unique to the test.
 func uniqueName(t *testing.T) string {
 	return strings.NewReplacer("/", "-", " ", "_").Replace(t.Name()) + "-" + fmt.Sprint(time.Now().UnixNano())
+}
+
+var sigterm = syscall.SIGTERM
+
+// serveAddr waits for a `dlock serve` process to log the address it
+// listens on, by polling its stderr until the process exits or the test
+// times out.
+func serveAddr(t *testing.T, p *dlockProc) string {
+	t.Helper()
+	re := regexp.MustCompile(`msg="dlock: serving" addr=(\S+)`)
+	for {
+		if m := re.FindStringSubmatch(p.stderr.String()); m != nil {
+			return m[1]
+		}
+		select {
+		case <-p.done:
+			t.Fatalf("dlock serve exited %d; stderr:\n%s", p.code, p.stderr.String())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for one writer and concurrent readers.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

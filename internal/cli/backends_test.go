@@ -1,0 +1,82 @@
+package cli
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/dlock-dev/dlock/internal/runner"
+	"github.com/dlock-dev/dlock/internal/testredis"
+)
+
+func TestRunOnRedlock(t *testing.T) {
+	var urls []string
+	var nodes []*testredis.Server
+	for range 3 {
+		n := testredis.Start(t)
+		nodes = append(nodes, n)
+		urls = append(urls, n.URL())
+	}
+	env := []string{"DLOCK_REDLOCK_URLS=" + strings.Join(urls, ",")}
+	name := uniqueName(t)
+	holder := startDlock(t, env, "run", name, "--", "sh", "-c", holdScript)
+	if l := holder.line(); !strings.HasPrefix(l, "started ") {
+		t.Fatalf("command printed %q", l)
+	}
+	// A majority of the nodes has the key (the grant needs no more).
+	held := 0
+	for _, n := range nodes {
+		if v, err := n.Do("EXISTS", "lock:"+name); err == nil && v == "1" {
+			held++
+		}
+	}
+	if held < 2 {
+		t.Errorf("lock:%s is on %d of 3 nodes, want at least 2", name, held)
+	}
+	if code, _, stderr := runDlock(t, env, "run", name, "--", "echo", "ran"); code != runner.ExitLocked {
+		t.Errorf("second dlock run --redlock-urls = %d, want %d; stderr:\n%s", code, runner.ExitLocked, stderr)
+	}
+	// One node down: a majority is left, so a new lock is still granted.
+	nodes[2].Kill()
+	other := name + "-other"
+	if code, out, stderr := runDlock(t, env, "run", other, "--", "echo", "ran"); code != 0 || out != "ran" {
+		t.Errorf("dlock run with 2 of 3 nodes = %d, %q; want 0, ran; stderr:\n%s", code, out, stderr)
+	}
+	// Two nodes down: no quorum.
+	nodes[1].Kill()
+	if code, _, stderr := runDlock(t, env, "run", other, "--", "echo", "ran"); code != runner.ExitUnavailable || !strings.Contains(stderr, "quorum") {
+		t.Errorf("dlock run with 1 of 3 nodes = %d, want %d and a message about the quorum; stderr:\n%s", code, runner.ExitUnavailable, stderr)
+	}
+	holder.stdin.Close()
+	holder.wait()
+}
+
+func TestRedlockNeedsThreeNodes(t *testing.T) {
+	srv := testredis.Start(t)
+	code, _, stderr := runDlock(t, []string{"DLOCK_REDLOCK_URLS=" + srv.URL()}, "run", "x", "--", "true")
+	if code != runner.ExitUsage || !strings.Contains(stderr, "odd number") {
+		t.Errorf("dlock run --redlock-urls with one node = %d, stderr %q; want %d", code, stderr, runner.ExitUsage)
+	}
+}
+
+// TestServeOnRedis starts the dlock binary's service on a Redis store and
+// uses it with the CLI's --server.
+func TestServeOnRedis(t *testing.T) {
+	srv := testredis.Start(t)
+	serve := startDlock(t, []string{"DLOCK_REDIS_URL=" + srv.URL(), "DLOCK_ADDR=127.0.0.1:0"}, "serve")
+	addr := serveAddr(t, serve)
+	name := uniqueName(t)
+	env := []string{"DLOCK_SERVER=http://" + addr}
+	code, out, stderr := runDlock(t, env, "run", name, "--", "sh", "-c", "echo $DLOCK_FENCE")
+	if code != 0 || out == "" {
+		t.Fatalf("dlock run --server = %d, %q; stderr:\n%s", code, out, stderr)
+	}
+	// The fence came from Redis.
+	if v, err := srv.Do("EXISTS", "{lock:"+name+"}:fence"); err != nil || v != "1" {
+		keys, _ := srv.Do("KEYS", "*")
+		t.Logf("fence key not where expected (%q, %v); keys: %s", v, err, keys)
+	}
+	serve.signal(sigterm)
+	if code := serve.wait(); code != 0 {
+		t.Errorf("dlock serve exited %d after SIGTERM, want 0; stderr:\n%s", code, serve.stderr.String())
+	}
+}
