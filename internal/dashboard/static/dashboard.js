@@ -317,7 +317,7 @@
       const yy = Math.round(pad.t + ch - f * ch) + 0.5;
       ctx.beginPath(); ctx.moveTo(pad.l, yy); ctx.lineTo(w - pad.r, yy); ctx.stroke();
       ctx.textAlign = "right"; ctx.textBaseline = "middle";
-      ctx.fillText(String(Math.round(top * f)), pad.l - 6, yy);
+      if (Number.isInteger(top * f)) ctx.fillText(String(top * f), pad.l - 6, yy);
     }
     ctx.textAlign = "left"; ctx.textBaseline = "alphabetic";
     ctx.fillText("-5m", pad.l, h - 3);
@@ -348,7 +348,7 @@
 
   function niceCeil(v) {
     const p = Math.pow(10, Math.floor(Math.log10(v)));
-    for (const m of [1, 2, 2.5, 5, 10]) if (m * p >= v) return m * p;
+    for (const m of [1, 2, 4, 5, 10]) if (m * p >= v) return m * p;
     return 10 * p;
   }
   function hex(c) { return /^#[0-9a-f]{6}$/i.test(c) ? c : "#4f9dff"; }
@@ -373,6 +373,7 @@
   window.addEventListener("resize", drawAll);
   window.matchMedia("(prefers-color-scheme: light)").addEventListener("change", drawAll);
   $("events").appendChild(el("li", "none", "Waiting for lock activity…"));
+  $("try").textContent = "curl -X POST " + location.origin + "/api/locks/simple/resource1";
   drawAll();
   ttlLoop();
   connect();
