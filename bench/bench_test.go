@@ -147,3 +147,27 @@ func BenchmarkW3(b *testing.B) {
 		})
 	}
 }
+
+func BenchmarkW1(b *testing.B) {
+	for _, c := range oneNode() {
+		b.Run(c.name, func(b *testing.B) {
+			one := startCluster(b, 1)
+			lk, err := c.open(b.Context(), one.addrs())
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer lk.Close()
+			ctx := context.Background()
+			b.ResetTimer()
+			for i := 0; b.Loop(); i++ {
+				unlock, err := lk.Lock(ctx, "b"+strconv.Itoa(i))
+				if err == nil {
+					err = unlock(ctx)
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

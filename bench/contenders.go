@@ -63,6 +63,14 @@ func oneNode() []contender {
 	}
 }
 
+// diagnostics are extra W1/W2 rows that explain a difference rather than
+// compete.
+func diagnostics() []contender {
+	return []contender{
+		{name: "raw-valkeygo-pipelined", nodes: 1, open: openRawPipelined, note: "diagnostic: the raw baseline on a valkey-go client that always pipelines (AlwaysPipelining, what a client with an invalidation hook does, as dlock's and valkeylock's do): every round trip goes through valkey-go's writer and reader goroutines"},
+	}
+}
+
 func fairContender() contender {
 	return contender{name: "dlock-fair", nodes: 1, open: openDlock(true), note: "store/valkey, Locker.Fair(name).Lock: FIFO queue, the release hands the lock to the head"}
 }
@@ -113,9 +121,17 @@ type rawLocker struct {
 }
 
 func openRaw(ctx context.Context, addrs []string) (locker, error) {
+	return openRawOpt(addrs, false)
+}
+
+func openRawPipelined(ctx context.Context, addrs []string) (locker, error) {
+	return openRawOpt(addrs, true)
+}
+
+func openRawOpt(addrs []string, pipelined bool) (locker, error) {
 	r := &rawLocker{quorum: len(addrs)/2 + 1}
 	for _, a := range addrs {
-		c, err := vk.NewClient(vk.ClientOption{InitAddress: []string{a}, DisableCache: true})
+		c, err := vk.NewClient(vk.ClientOption{InitAddress: []string{a}, DisableCache: true, AlwaysPipelining: pipelined})
 		if err != nil {
 			r.Close()
 			return nil, err

@@ -45,7 +45,7 @@ func defaultConfig() config {
 	return config{
 		runs: 3, warm: 300 * time.Millisecond, dur: 2 * time.Second,
 		w3Workers: 16, w3Hold: time.Millisecond,
-		w6N: 100000, w6TTL: 3 * time.Second, w6Window: 5 * time.Second,
+		w6N: 100000, w6TTL: 6 * time.Second, w6Window: 8 * time.Second,
 		out: "results",
 	}
 }
@@ -66,8 +66,8 @@ func main() {
 	dur := flag.Duration("dur", 0, "measured time per cell (default 2s, quick 300ms)")
 	warm := flag.Duration("warm", 0, "warm-up per cell (default 300ms, quick 100ms)")
 	w6n := flag.Int("w6-leases", 0, "W6 leases (default 100000, quick 5000)")
-	w6ttl := flag.Duration("w6-ttl", 0, "W6 lease TTL, renewed every TTL/3 (default 3s, quick 1s)")
-	w6win := flag.Duration("w6-window", 0, "W6 measured window (default 5s, quick 1.5s)")
+	w6ttl := flag.Duration("w6-ttl", 0, "W6 lease TTL, renewed every TTL/3 (default 6s, quick 1s)")
+	w6win := flag.Duration("w6-window", 0, "W6 measured window (default 8s, quick 1.5s)")
 	out := flag.String("out", "results", "output directory")
 	only := flag.String("only", "", "run only cells whose id (workload/contender, e.g. W3/dlock) matches this regexp")
 	flag.Parse()

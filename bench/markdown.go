@@ -141,6 +141,7 @@ func (r *report) markdown() string {
 		{"srv CPU µs/op", num("srv_cpu_us_op", "%.0f")},
 		{"client CPU µs/op", num("client_cpu_us_op", "%.0f")},
 		{"errors", num("errors", "%.0f")},
+		{"stuck", num("stuck", "%.0f")},
 	}
 	thr := []col{
 		{"acq+rel/s", num("ops_per_s", "%.0f")},
@@ -151,6 +152,7 @@ func (r *report) markdown() string {
 		{"srv CPU µs/op", num("srv_cpu_us_op", "%.0f")},
 		{"client CPU µs/op", num("client_cpu_us_op", "%.0f")},
 		{"errors", num("errors", "%.0f")},
+		{"stuck", num("stuck", "%.0f")},
 	}
 	sb.WriteString("## W1 uncontended latency (1 goroutine, fresh name per acquire+release, 1 node)\n\n")
 	r.table(&sb, "W1", latency)

@@ -209,8 +209,8 @@ func (r *report) targets() []target {
 		if !ok || rtt == 0 || load == 0 {
 			return
 		}
-		x := g / load
-		add(name, fmt.Sprintf("≤ %.1f RTT", limit), x, fmt.Sprintf("%.2f RTT in cell (%.0f µs / %.0f µs); %.2f idle RTT (%.0f µs)", x, g, load, g/rtt, rtt), x <= limit)
+		x := g / rtt
+		add(name, fmt.Sprintf("≤ %.1f RTT", limit), x, fmt.Sprintf("%.1f RTT (%.0f µs / idle PING %.0f µs); %.2f of the PING measured during the cell (%.0f µs)", x, g, rtt, g/load, load), x <= limit)
 	}
 	gapTarget("W3/dlock", "W3 mutex gap p50", 1.5)
 	if n, ok := r.med("W3/dlock", "srv_cmds_per_cs"); ok {

@@ -36,12 +36,12 @@ func spec(cfg config, one, five cluster) []*cell {
 		}
 		return one
 	}
-	for _, c := range oneNode() {
+	for _, c := range append(oneNode(), diagnostics()...) {
 		add("W1", c, func(ctx context.Context) (metrics, error) {
 			return throughput(ctx, c, one, 1, cfg.warm, cfg.dur)
 		})
 	}
-	for _, c := range oneNode() {
+	for _, c := range append(oneNode(), diagnostics()...) {
 		add("W2", c, func(ctx context.Context) (metrics, error) {
 			return throughput(ctx, c, one, 64, cfg.warm, cfg.dur)
 		})
@@ -186,7 +186,7 @@ func median(runs []metrics) metrics {
 		}
 	}
 	// Violations and errors are totals, not medians.
-	for _, k := range []string{"violations", "errors", "lost"} {
+	for _, k := range []string{"violations", "errors", "lost", "stuck"} {
 		if _, ok := runs[0][k]; ok {
 			sum := 0.0
 			for _, r := range runs {

@@ -102,8 +102,14 @@ func throughput(ctx context.Context, c contender, nodes cluster, goroutines int,
 		errs  atomic.Int64
 		first atomic.Value
 		seq   atomic.Int64
-		cctx  = context.WithoutCancel(ctx)
+		stuck atomic.Int64
+		// Lock runs under cctx, cancelled only when the window is over and a
+		// goroutine still has not come back (a Lock that never returns is
+		// counted as stuck, not waited for forever); unlock never is.
+		cctx, cancel = context.WithCancel(context.WithoutCancel(ctx))
+		uctx         = context.WithoutCancel(ctx)
 	)
+	defer cancel()
 	for range goroutines {
 		wg.Go(func() {
 			lat := make([]time.Duration, 0, 1<<14)
@@ -112,9 +118,13 @@ func throughput(ctx context.Context, c contender, nodes cluster, goroutines int,
 				t0 := time.Now()
 				unlock, err := lk.Lock(cctx, name)
 				if err == nil {
-					err = unlock(cctx)
+					err = unlock(uctx)
 				}
 				d := time.Since(t0)
+				if err != nil && cctx.Err() != nil {
+					stuck.Add(1)
+					continue
+				}
 				if err != nil {
 					errs.Add(1)
 					first.CompareAndSwap(nil, err.Error())
@@ -130,12 +140,14 @@ func throughput(ctx context.Context, c contender, nodes cluster, goroutines int,
 		})
 	}
 	werr := w.run(ctx, warm, dur)
+	waitGrace(&wg, 5*time.Second)
+	cancel()
 	wg.Wait()
 	if werr != nil {
 		return nil, werr
 	}
 	if len(all) == 0 {
-		return nil, fmt.Errorf("%s: no operation completed (%d errors, first: %v)", c.name, errs.Load(), first.Load())
+		return nil, fmt.Errorf("%s: no operation completed (%d errors, %d stuck, first: %v)", c.name, errs.Load(), stuck.Load(), first.Load())
 	}
 	slices.Sort(all)
 	n := float64(len(all))
@@ -147,7 +159,20 @@ func throughput(ctx context.Context, c contender, nodes cluster, goroutines int,
 		"srv_cpu_us_op":    w.srv.cpu * 1e6 / n,
 		"client_cpu_us_op": float64(w.client) / float64(time.Microsecond) / n,
 		"errors":           float64(errs.Load()),
+		"stuck":            float64(stuck.Load()),
 	}, nil
+}
+
+// waitGrace waits for wg, or at most d.
+func waitGrace(wg *sync.WaitGroup, d time.Duration) {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
 }
 
 // contention runs W3 for one contender: workers goroutines, each with its
