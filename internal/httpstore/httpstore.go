@@ -103,9 +103,11 @@ func New(baseURL string, opts ...Option) (*Store, error) {
 	}
 	u.Path = strings.TrimRight(u.Path, "/")
 	u.RawQuery, u.Fragment = "", ""
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = 64 // one server: keep connections for concurrent renewals
 	s := &Store{
 		base:  u,
-		hc:    &http.Client{Timeout: 10 * time.Second, Transport: http.DefaultTransport.(*http.Transport).Clone()},
+		hc:    &http.Client{Timeout: 10 * time.Second, Transport: tr},
 		ua:    "dlock",
 		owned: true,
 	}

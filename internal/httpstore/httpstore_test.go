@@ -20,7 +20,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // serve runs a dlock server on backend until the test ends and returns its
 // URL.
-func serve(t *testing.T, backend dlock.Store, authToken string) string {
+func serve(t testing.TB, backend dlock.Store, authToken string) string {
 	t.Helper()
 	m := dlockprom.New()
 	locker, err := dlock.New(backend, dlock.WithObserver(m.Observe))
@@ -123,3 +123,7 @@ func TestErrors(t *testing.T) {
 		t.Errorf("Ping on a closed port = %v, want ErrUnavailable", err)
 	}
 }
+
+func serveB(b *testing.B) string { return serve(b, memory.New(), "") }
+
+func newBenchStore(url string) (*httpstore.Store, error) { return httpstore.New(url) }
