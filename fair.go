@@ -65,6 +65,13 @@ func (f *Fair) Lock(ctx context.Context) (*Lease, error) {
 // queue place every QueueTTL/3, or at the holder's expiry when it is next in
 // line.
 func (l *Locker) waitFair(ctx context.Context, c *config, req Request) (*Lease, error) {
+	return l.waitGrant(ctx, c, req, nil, nil)
+}
+
+// waitGrant is waitFair for the fair lock and for a mutex whose store hands
+// it to registered waiters (waitHandoff). first and firstStop, when set, are
+// a grant watch already made for req.
+func (l *Locker) waitGrant(ctx context.Context, c *config, req Request, first <-chan Grant, firstStop func()) (*Lease, error) {
 	var (
 		grants <-chan Grant
 		wake   <-chan struct{}
@@ -88,7 +95,11 @@ func (l *Locker) waitFair(ctx context.Context, c *config, req Request) (*Lease, 
 		}
 		wake, stop = ch, st
 	}
-	watch()
+	if first != nil {
+		grants, stop = first, firstStop
+	} else {
+		watch()
+	}
 	defer func() { stop() }()
 
 	bo := backoff{min: c.minBackoff, max: c.maxBackoff}
@@ -119,13 +130,15 @@ func (l *Locker) waitFair(ctx context.Context, c *config, req Request) (*Lease, 
 			watch()
 		} else {
 			bo.reset()
-			if g.Position != lastPos {
+			if req.Mode == ModeFair && g.Position != lastPos {
 				lastPos = g.Position
 				if c.onPosition != nil {
 					c.onPosition(g.Position)
 				}
 			}
-			if g.Position == 0 && g.RetryAfter > 0 {
+			// A mutex waiter is not in line: any may take the lock when
+			// the holder's lease runs out.
+			if (g.Position == 0 || req.Mode == ModeMutex) && g.RetryAfter > 0 {
 				delay = min(delay, g.RetryAfter+time.Millisecond)
 			}
 		}

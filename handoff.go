@@ -3,7 +3,8 @@ package dlock
 import "context"
 
 // GrantWatcher is implemented by stores that hand a released lock straight
-// to a queued waiter inside the release (the fair lock, [ModeFair]). The
+// to a queued waiter inside the release (the fair lock, [ModeFair], and on
+// some stores the mutex, [ModeMutex], to a registered waiter). The
 // waiter learns of its grant from the wake-up itself, so the handoff costs
 // one trip from the releaser to the store and one from the store to the
 // waiter, with no acquire round trip in between, and one release wakes one

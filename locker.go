@@ -150,7 +150,8 @@ func (l *Locker) acquire(ctx context.Context, c *config, req Request, wait bool)
 		return nil, err
 	}
 	req.TTL = c.ttl
-	if req.Token == "" {
+	ownToken := req.Token == ""
+	if ownToken {
 		req.Token = newToken()
 	}
 	if req.Queue {
@@ -191,6 +192,11 @@ func (l *Locker) acquire(ctx context.Context, c *config, req Request, wait bool)
 		return result(ls, nil)
 	} else if err != nil && !errors.Is(err, ErrUnavailable) {
 		return result(nil, err)
+	}
+	if req.Mode == ModeMutex && ownToken {
+		if ls, err, ok := l.waitHandoff(ctx, c, req); ok {
+			return result(ls, err)
+		}
 	}
 	wake, stopWatch, err := l.store.Watch(ctx, req.Name, req.Mode)
 	if err != nil {

@@ -70,6 +70,11 @@ func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, er
 	if err := checkMode(req.Mode); err != nil {
 		return dlock.Grant{}, err
 	}
+	if req.Mode == dlock.ModeMutex {
+		// A node that handed the mutex to a registered waiter would give
+		// it a grant on that node alone, not a quorum: never register.
+		req.Queue = false
+	}
 	if err := ctx.Err(); err != nil {
 		return dlock.Grant{}, err
 	}

@@ -100,6 +100,10 @@ func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, er
 	if err := ctx.Err(); err != nil {
 		return dlock.Grant{}, err
 	}
+	if req.Mode == dlock.ModeMutex && req.Queue && !s.watching(req.Name, req.Mode, req.Token) {
+		// Register only a waiter that listens for its handoff (WatchGrant).
+		req.Queue = false
+	}
 	keys, args := o.keys(s, req.Name), o.argv(req)
 	// While this Store has waiters on the lock, the attempt is a tracked
 	// read of the watch key (see hub): CLIENT CACHING YES just before the
@@ -213,6 +217,9 @@ func held(op string, r vk.ValkeyResult) error {
 // Release implements [dlock.Store]: one script, one round trip. It returns
 // [dlock.ErrNotHeld] when req.Token holds nothing, so a foreign holder's key
 // is never touched. Waiters of this Store on the lock are woken at once.
+// Releasing a mutex that has live registered waiters hands it to one of
+// them in the same script (see [Store.WatchGrant]); a Release by a
+// registered waiter's token drops its registration.
 func (s *Store) Release(ctx context.Context, req dlock.Request) error {
 	o, err := s.ops(req.Mode)
 	if err != nil {

@@ -87,7 +87,7 @@ func fairKeys(s *Store, name string) []string {
 	return []string{
 		s.aux(name, "fair"), s.aux(name, "fence"), s.aux(name, "fair:queue"),
 		s.aux(name, "fair:deadlines"), s.aux(name, "fair:waiters"), s.aux(name, "fair:audit"),
-		s.grantChannel(name),
+		s.grantChannel(name, dlock.ModeFair),
 	}
 }
 

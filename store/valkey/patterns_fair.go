@@ -19,17 +19,18 @@ import (
 
 var _ dlock.GrantWatcher = (*Store)(nil)
 
-// grantSubs delivers fair-lock handoffs to the waiters of one Store. Each
-// Store has a random ID, and a waiter queues with the name of its Store's
-// channel for the lock, "{tag}:fair:ch:<ID>". The release script that hands
-// the lock to the head waiter publishes "<sha1hex(token)> <fence>" on that
+// grantSubs delivers handoffs (of the fair lock, and of the mutex to a
+// registered waiter) to the waiters of one Store. Each Store has a random
+// ID, and a waiter queues with the name of its Store's channel for the lock,
+// "{tag}:fair:ch:<ID>" or "{tag}:mutex:ch:<ID>". The release script that
+// hands the lock to a waiter publishes "<sha1hex(token)> <fence>" on that
 // channel (SPUBLISH; PUBLISH before Redis 7), so only the waiter's Store
-// hears of it. The Store keeps one subscription per lock name with local
-// waiters, on valkey-go's shared connection (RESP3 push), and passes each
-// message to the one waiter whose token it names: a release wakes one
-// waiter, which learns its grant without another round trip. A subscription
-// outlives its last waiter by grantLinger, so a process that takes the same
-// fair lock again and again subscribes once.
+// hears of it. The Store keeps one subscription per lock name (and mode)
+// with local waiters, on valkey-go's shared connection (RESP3 push), and
+// passes each message to the one waiter whose token it names: a release
+// wakes one waiter, which learns its grant without another round trip. A
+// subscription outlives its last waiter by grantLinger, so a process that
+// takes the same lock again and again subscribes once.
 type grantSubs struct {
 	idOnce sync.Once
 	id     string // random, names this Store's channels
@@ -58,21 +59,26 @@ const (
 	subscribeWait = time.Second
 )
 
-// WatchGrant implements [dlock.GrantWatcher] for the fair lock: the channel
-// receives the Grant when a release (or an acquire finding the holder's
-// lease run out) hands the lock to req.Token. It waits, up to a second or
-// until ctx ends, for the lock's subscription to be confirmed, so that a
-// handoff right after the caller queues is not missed. It returns an error
-// wrapping [dlock.ErrNotSupported] for modes other than ModeFair.
+// WatchGrant implements [dlock.GrantWatcher] for the fair lock and the
+// mutex: the channel receives the Grant when a release (or, for the fair
+// lock, an acquire finding the holder's lease run out) hands the lock to
+// req.Token. It waits, up to a second or until ctx ends, for the lock's
+// subscription to be confirmed, so that a handoff right after the caller
+// queues is not missed. It returns an error wrapping [dlock.ErrNotSupported]
+// for the other modes.
+//
+// A mutex Acquire with req.Queue registers its token as a waiter only while
+// a WatchGrant of this Store waits for that token; otherwise Queue is
+// ignored, so that no lock is handed to a token nobody listens for.
 func (s *Store) WatchGrant(ctx context.Context, req dlock.Request) (<-chan dlock.Grant, func(), error) {
-	if req.Mode != dlock.ModeFair {
+	if req.Mode != dlock.ModeFair && req.Mode != dlock.ModeMutex {
 		return nil, nil, fmt.Errorf("%w: valkey store grant watch for mode %v", dlock.ErrNotSupported, req.Mode)
 	}
-	if err := dlock.ValidName(req.Name); err != nil {
+	if err := s.checkName(req.Name); err != nil {
 		return nil, nil, err
 	}
 	g := &s.grants
-	channel := s.grantChannel(req.Name)
+	channel := s.grantChannel(req.Name, req.Mode)
 	id := tokenID(req.Token)
 	ch := make(chan dlock.Grant, 1)
 	g.mu.Lock()
@@ -116,16 +122,39 @@ func (s *Store) WatchGrant(ctx context.Context, req dlock.Request) (<-chan dlock
 	return ch, stop, nil
 }
 
-// grantChannel is the channel of lock name on which this Store hears of
-// handoffs to its waiters.
-func (s *Store) grantChannel(name string) string {
+// grantChannel is the channel of lock name (of mode m, ModeFair or
+// ModeMutex) on which this Store hears of handoffs to its waiters.
+func (s *Store) grantChannel(name string, m dlock.Mode) string {
 	g := &s.grants
 	g.idOnce.Do(func() {
 		var b [8]byte
 		rand.Read(b[:])
 		g.id = hex.EncodeToString(b[:])
 	})
+	if m == dlock.ModeMutex {
+		return s.aux(name, "mutex:ch:"+g.id)
+	}
 	return s.aux(name, "fair:ch:"+g.id)
+}
+
+// watching reports whether a WatchGrant of this Store waits for a handoff
+// of lock name (mode m) to token, on a confirmed subscription.
+func (s *Store) watching(name string, m dlock.Mode, token string) bool {
+	channel := s.grantChannel(name, m)
+	g := &s.grants
+	g.mu.Lock()
+	sub := g.subs[channel]
+	ok := sub != nil && sub.waiters[tokenID(token)] != nil
+	g.mu.Unlock()
+	if !ok {
+		return false
+	}
+	select {
+	case <-sub.ready:
+		return true
+	default:
+		return false
+	}
 }
 
 // tokenID is what a handoff message names a waiter by.

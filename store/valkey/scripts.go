@@ -89,7 +89,7 @@ var modes = map[dlock.Mode]*modeOps{
 		acquire: loadScript("scripts/mutex_acquire.lua"),
 		extend:  loadScript("scripts/mutex_extend.lua"),
 		release: loadScript("scripts/mutex_release.lua"),
-		keys:    fenceKeys,
+		keys:    mutexKeys,
 		args:    mutexArgs,
 		// The script GETs KEYS[1], the watch key, first thing.
 		readsWatchKey: true,
@@ -112,9 +112,20 @@ func fenceKeys(s *Store, name string) []string {
 	return []string{s.key(name), s.aux(name, "fence")}
 }
 
-// mutexArgs is ARGV = {token, TTL ms}.
+// mutexKeys is KEYS = {main key, fence counter, waiters, this Store's
+// handoff channel}. The channel is a channel, not a key, declared among the
+// keys so that it routes to the lock's slot (see grantSubs).
+func mutexKeys(s *Store, name string) []string {
+	return []string{s.key(name), s.aux(name, "fence"), s.aux(name, "waiters"), s.grantChannel(name, dlock.ModeMutex)}
+}
+
+// mutexArgs is ARGV = {token, TTL ms, queue (0|1), queue TTL ms}.
 func mutexArgs(req dlock.Request) []string {
-	return []string{req.Token, millis(req.TTL)}
+	queue := "0"
+	if req.Queue {
+		queue = "1"
+	}
+	return []string{req.Token, millis(req.TTL), queue, millis(req.QueueTTL)}
 }
 
 // stdArgs is ARGV = {token, TTL ms, owner, limit, queue (0|1), queue TTL ms}.

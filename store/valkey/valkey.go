@@ -26,7 +26,21 @@
 // written, deleted or expires, whoever did it. A waiter's refused attempt
 // is itself the tracked read (CLIENT CACHING YES rides along in the same
 // round trip), and one push serves every waiter of the process. A holder's
-// renewal also wakes waiters, who find the lock still held. A Store made
+// renewal also wakes waiters, who find the lock still held.
+//
+// A contended mutex or fair lock is handed over instead: a refused waiter of
+// [dlock.Mutex.Lock] registers its token in the sorted set
+// "{lock:<name>}:waiters" (a lease of its queue TTL, judged by the server's
+// clock), and the release script that finds a live registration sets the
+// lock key to that waiter's token (so the key still holds exactly the
+// holder's token, and SET NX clients stay excluded), issues the fence, and
+// publishes the grant on the waiter's Store's shard channel (see
+// [Store.WatchGrant]). One release wakes one waiter, already holding the
+// lock: about one round trip from release to grant. Registered waiters
+// still retry at the holder's expiry, and a lock freed by expiry goes to
+// whoever asks first: the mutex is not fair (the fair lock is).
+//
+// A Store made
 // by [New] over a client
 // the caller built cannot receive those pushes (the hook must be set when
 // the client is made); its waiters are woken by releases made through the

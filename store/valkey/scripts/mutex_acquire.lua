@@ -1,21 +1,33 @@
 -- mutex_acquire: grant the plain mutex key to a token, or refresh it for the
--- token that already holds it. Interoperates with "SET key token NX PX ttl".
+-- token that already holds it; when refused, optionally register the caller
+-- as a waiter that a release may hand the lock to. Interoperates with
+-- "SET key token NX PX ttl".
 --
 -- KEYS[1]  lock key: holds the holder's token, nothing else
 -- KEYS[2]  fence counter: the last fence issued for this lock name
+-- KEYS[3]  waiters: sorted set, "<ttl ms> <#channel> <channel><token>" ->
+--          deadline in server ms (the registration's lease)
+-- KEYS[4]  the caller's wake-up channel: a shard channel in this slot on
+--          which the caller's store listens for handoffs to its waiters (a
+--          channel name, declared as a key so that it routes like one)
 -- ARGV[1]  token
 -- ARGV[2]  TTL in milliseconds
+-- ARGV[3]  queue: "1" to register (or refresh) the caller as a waiter when
+--          refused
+-- ARGV[4]  queue TTL in milliseconds: a registration not refreshed by then
+--          is skipped, judged by this server's clock
 --
 -- Reply: {1, fence, 0} when ARGV[1] holds the lock after the call; a repeat
--- by the holder refreshes the TTL and returns the fence it was granted with.
--- {0, 0, pttl} when another token holds it (pttl -1: the key has no TTL;
--- otherwise at least 1).
+-- by the holder (or by a waiter the lock was handed to) refreshes the TTL
+-- and returns the fence it was granted with. {0, 0, pttl} when another
+-- token holds it (pttl -1: the key has no TTL; otherwise at least 1).
 --
 -- A new fence is max(last + 1, server time in ms * 1000): a node that lost
 -- its data in a restart still issues fences above every earlier one, and the
 -- counter may expire a day after the last grant.
+local me = ARGV[1]
 local cur = redis.call('GET', KEYS[1])
-if cur == ARGV[1] then
+if cur == me then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   local f = tonumber(redis.call('GET', KEYS[2]))
   if f then
@@ -23,16 +35,29 @@ if cur == ARGV[1] then
   end
   -- The counter is gone (deleted by hand): issue a fresh fence below.
 elseif cur then
+  if ARGV[3] == '1' then
+    local t = redis.call('TIME')
+    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    local qttl = tonumber(ARGV[4])
+    redis.call('ZADD', KEYS[3], now + qttl, ARGV[2] .. ' ' .. #KEYS[4] .. ' ' .. KEYS[4] .. me)
+    -- The set outlives every live registration.
+    if redis.call('PTTL', KEYS[3]) < qttl + 30000 then
+      redis.call('PEXPIRE', KEYS[3], qttl + 60000)
+    end
+  end
   -- PTTL is 0 in the last millisecond of a hold: report at least 1.
   local left = redis.call('PTTL', KEYS[1])
   if left == 0 then
     left = 1
   end
   return {0, 0, left}
+elseif ARGV[3] == '1' then
+  -- Free: a registered waiter takes it itself and is no longer waiting.
+  redis.call('ZREM', KEYS[3], ARGV[2] .. ' ' .. #KEYS[4] .. ' ' .. KEYS[4] .. me)
 end
 local now = redis.call('TIME')
 local floor = tonumber(now[1]) * 1000000 + math.floor(tonumber(now[2]) / 1000) * 1000
 local f = math.max((tonumber(redis.call('GET', KEYS[2])) or 0) + 1, floor)
 redis.call('SET', KEYS[2], string.format('%.0f', f), 'PX', 86400000)
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+redis.call('SET', KEYS[1], me, 'PX', ARGV[2])
 return {1, f, 0}
