@@ -95,7 +95,10 @@ func runRun(ctx context.Context, x *cmd, pos, tail []string) int {
 		level = slog.LevelInfo
 	}
 	log := x.logger(level)
-	locker, err := dlock.New(b.store, dlock.WithLogger(log))
+	// No store call outlives a lease: a store that stops answering delays
+	// dlock's exit (releasing a lost lease) by at most that long.
+	opTimeout := min(max(f.ttl, time.Second), 5*time.Second)
+	locker, err := dlock.New(b.store, dlock.WithLogger(log), dlock.WithOpTimeout(opTimeout))
 	if err != nil {
 		return x.fail(err)
 	}

@@ -299,3 +299,24 @@ func TestRunSignalWhileWaiting(t *testing.T) {
 		t.Errorf("holder exited %d", code)
 	}
 }
+
+// TestRunStoreUnreachableStopsTheCommand pauses the store (SIGSTOP) under
+// a running command: renewals go unanswered, the lease runs out on dlock's
+// clock, and the command is stopped before the store could give the lock
+// to someone else.
+func TestRunStoreUnreachableStopsTheCommand(t *testing.T) {
+	srv := testredis.Start(t)
+	p := startDlock(t, []string{"DLOCK_REDIS_URL=" + srv.URL()}, "run", "--ttl", "1s", "--grace", "5s", uniqueName(t), "--",
+		"sh", "-c", `trap 'echo terminated; exit 0' TERM; echo started; while :; do sleep 0.05; done`)
+	if l := p.line(); l != "started" {
+		t.Fatalf("command printed %q, want started", l)
+	}
+	srv.Pause()
+	defer srv.Resume()
+	if code := p.wait(); code != runner.ExitLeaseLost {
+		t.Fatalf("dlock run exited %d with the store paused, want %d; stderr:\n%s", code, runner.ExitLeaseLost, p.stderr.String())
+	}
+	if got := p.stdout(); got != "started\nterminated" {
+		t.Errorf("stdout = %q, want the command terminated", got)
+	}
+}
