@@ -109,3 +109,26 @@ func TestStoreUnavailable(t *testing.T) {
 		}
 	}
 }
+
+func TestAcquireWaitsForRelease(t *testing.T) {
+	srv := testredis.Start(t)
+	env := []string{"DLOCK_REDIS_URL=" + srv.URL()}
+	name := uniqueName(t)
+	code, out, stderr := runDlock(t, env, "acquire", "--json", name)
+	var first grantJSON
+	if err := json.Unmarshal([]byte(out), &first); code != 0 || err != nil {
+		t.Fatalf("dlock acquire = %d, %q; stderr:\n%s", code, out, stderr)
+	}
+	waiter := startDlock(t, env, "acquire", "--json", "--wait", "1m", name)
+	waiter.stdin.Close()
+	if code, _, stderr := runDlock(t, env, "release", "--token", first.Token, name); code != 0 {
+		t.Fatalf("dlock release = %d; stderr:\n%s", code, stderr)
+	}
+	if code := waiter.wait(); code != 0 {
+		t.Fatalf("waiting dlock acquire = %d; stderr:\n%s", code, waiter.stderr.String())
+	}
+	var second grantJSON
+	if err := json.Unmarshal([]byte(waiter.stdout()), &second); err != nil || second.Fence <= first.Fence || second.Token == first.Token {
+		t.Errorf("waiting dlock acquire printed %q (%v); want a new token and a fence above %d", waiter.stdout(), err, first.Fence)
+	}
+}
