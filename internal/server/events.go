@@ -141,6 +141,14 @@ const eventBuffer = 512
 // handleEvents streams lock events and periodic snapshots as server-sent
 // events until the client goes away or the server shuts down.
 func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
+	if n := s.streams.Add(1); n > int64(s.cfg.MaxEventStreams) {
+		s.streams.Add(-1)
+		w.Header().Set("Retry-After", "5")
+		writeError(w, http.StatusServiceUnavailable, "too many streams",
+			fmt.Sprintf("at most %d event streams at once", s.cfg.MaxEventStreams))
+		return
+	}
+	defer s.streams.Add(-1)
 	rc := http.NewResponseController(w)
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")

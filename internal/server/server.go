@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlock-dev/dlock"
@@ -69,6 +70,10 @@ type Config struct {
 	// SnapshotInterval is how often /v1/events sends the list of locks.
 	// Default 1s.
 	SnapshotInterval time.Duration
+	// MaxEventStreams bounds the concurrent /v1/events streams (each one
+	// lists the store's locks every SnapshotInterval); more get 503.
+	// Default 64.
+	MaxEventStreams int
 }
 
 // Server serves the HTTP API of one Locker. Create it with New.
@@ -86,6 +91,7 @@ type Server struct {
 	httpDuration *prometheus.HistogramVec
 
 	leases  leaseTable
+	streams atomic.Int64 // open /v1/events streams
 	demo    demoSet
 	history *history
 	unsub   func()
@@ -117,6 +123,9 @@ func New(locker *dlock.Locker, cfg Config) (*Server, error) {
 	}
 	if cfg.SnapshotInterval <= 0 {
 		cfg.SnapshotInterval = time.Second
+	}
+	if cfg.MaxEventStreams <= 0 {
+		cfg.MaxEventStreams = 64
 	}
 	if cfg.StoreName == "" {
 		cfg.StoreName = "unknown"

@@ -646,6 +646,24 @@ func TestEvents(t *testing.T) {
 	}
 }
 
+// TestEventStreamLimit: streams beyond MaxEventStreams get a JSON 503.
+func TestEventStreamLimit(t *testing.T) {
+	e := newEnv(t, memory.New(), Config{MaxEventStreams: 1, SnapshotInterval: time.Hour})
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, e.ts.URL+"/v1/events", nil)
+	resp, err := e.ts.Client().Do(req)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("first stream: %v %v", resp, err)
+	}
+	defer resp.Body.Close()
+	r := e.get("/v1/events")
+	wantCode(t, "second stream", r, http.StatusServiceUnavailable)
+	if r.json(t)["error"] != "too many streams" {
+		t.Errorf("503 body = %s", r.body)
+	}
+}
+
 // TestAuth: with a token configured, /api and /v1 need it; /health,
 // /metrics and the dashboard do not.
 func TestAuth(t *testing.T) {
