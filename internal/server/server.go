@@ -290,10 +290,12 @@ func (s *Server) unrouted(w http.ResponseWriter, r *http.Request) {
 }
 
 // ListenAndServe listens on Config.Addr and serves until ctx ends, then
-// shuts down gracefully (see [Server.Serve]).
+// shuts down gracefully (see [Server.Serve]). Like Serve, it closes the
+// server when it returns, also when it cannot listen.
 func (s *Server) ListenAndServe(ctx context.Context) error {
 	ln, err := net.Listen("tcp", s.cfg.Addr)
 	if err != nil {
+		s.Close()
 		return fmt.Errorf("dlock: server: %w", err)
 	}
 	return s.Serve(ctx, ln)
