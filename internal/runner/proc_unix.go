@@ -1,3 +1,5 @@
+//go:build linux || darwin || freebsd || netbsd || openbsd || dragonfly
+
 package runner
 
 import (
@@ -12,13 +14,6 @@ import (
 // ForwardedSignals are the signals `dlock run` passes on to the command.
 var ForwardedSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2}
 
-// sysProcAttr puts the command in a process group of its own when group is
-// set, so that signals reach every process of a pipeline, and kills it if
-// dlock dies (its lease then ends without anyone stopping the command).
-func sysProcAttr(group bool) *syscall.SysProcAttr {
-	return &syscall.SysProcAttr{Setpgid: group, Pdeathsig: syscall.SIGKILL}
-}
-
 // isForegroundTTY reports whether r is a terminal whose foreground process
 // group is dlock's. The command then stays in dlock's group so that it can
 // read the terminal, and the terminal's own signals reach it directly.
@@ -27,11 +22,7 @@ func isForegroundTTY(r io.Reader) bool {
 	if !ok {
 		return false
 	}
-	fd := int(f.Fd())
-	if _, err := unix.IoctlGetTermios(fd, unix.TCGETS); err != nil {
-		return false
-	}
-	pgrp, err := unix.IoctlGetInt(fd, unix.TIOCGPGRP)
+	pgrp, err := unix.IoctlGetInt(int(f.Fd()), unix.TIOCGPGRP) // ENOTTY when not a terminal
 	return err == nil && pgrp == unix.Getpgrp()
 }
 
