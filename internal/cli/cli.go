@@ -66,7 +66,9 @@ func lookup(name string) *command {
 }
 
 // Main runs the dlock command line with args (without the program name)
-// and returns the process exit code.
+// and returns the process exit code: the command's own for `dlock run`,
+// else 0 or one of the runner.Exit* codes (docs/cli.md lists them). ctx
+// ends `dlock serve` gracefully and bounds the other commands' store calls.
 func Main(ctx context.Context, args []string, env Env) int {
 	if env.Getenv == nil {
 		env.Getenv = func(string) string { return "" }
@@ -190,6 +192,7 @@ error, 64 usage, 69 store unavailable, 70 lease lost or token not holding the lo
 Examples:
   dlock serve                                  # HTTP lock service on :3009, in-memory store
   dlock run --redis-url redis://localhost:6379 nightly-report -- ./report.sh
-  eval "$(dlock acquire --server http://locks:3009 deploy --ttl 5m)"; ...; dlock release deploy
+  eval "$(dlock acquire --server http://locks:3009 --ttl 5m deploy)"
+  ...; dlock release --server http://locks:3009 --token "$DLOCK_TOKEN" deploy
 `)
 }
