@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/dlock-dev/dlock"
@@ -45,17 +46,23 @@ func (s *storeFlags) openRedlock(ctx context.Context, urls []string, log *slog.L
 		closers = append(closers, n)
 		nodes[i] = n
 		if _, err := n.get(ctx); err != nil {
-			if !errors.Is(err, dlock.ErrUnavailable) { // a bad URL or option
+			err = &codedError{msg: fmt.Sprintf("node %d (%s): %s", i, redactURL(u), strings.TrimPrefix(err.Error(), "dlock: ")), err: err}
+			if errors.Is(err, dlock.ErrInvalid) { // a bad URL or option
 				closeAll(closers)()
-				return nil, nil, fmt.Errorf("node %d (%s): %w", i, redactURL(u), err)
+				return nil, nil, err
 			}
-			log.Warn("dlock: redlock node unreachable; retrying in the background", "node", i, "url", redactURL(u), "err", err)
-			failed = append(failed, fmt.Errorf("node %d (%s): %w", i, redactURL(u), err))
+			failed = append(failed, err)
 		}
 	}
-	if len(urls)-len(failed) < len(urls)/2+1 {
+	if up := len(urls) - len(failed); up < len(urls)/2+1 {
 		closeAll(closers)()
-		return nil, nil, fmt.Errorf("%w: only %d of %d nodes reachable: %w", dlock.ErrNoQuorum, len(urls)-len(failed), len(urls), errors.Join(failed...))
+		return nil, nil, &codedError{
+			msg: fmt.Sprintf("no quorum: only %d of %d nodes reachable; %v", up, len(urls), errors.Join(failed...)),
+			err: dlock.ErrNoQuorum,
+		}
+	}
+	for _, err := range failed {
+		log.Warn("dlock: redlock node unreachable; dialling it again on use", "err", err)
 	}
 	rl, err := redlock.New(nodes, redlock.WithLogger(log))
 	if err != nil {

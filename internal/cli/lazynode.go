@@ -53,7 +53,7 @@ func (n *lazyNode) get(ctx context.Context) (*valkey.Store, error) {
 	n.tried = time.Now()
 	st, err := valkey.Dial(ctx, n.url, n.opts...)
 	if err != nil {
-		if !errors.Is(err, dlock.ErrUnavailable) {
+		if !errors.Is(err, dlock.ErrUnavailable) && !errors.Is(err, dlock.ErrInvalid) {
 			err = &dlock.StoreError{Op: "dial", Node: -1, Err: err}
 		}
 		n.err = err

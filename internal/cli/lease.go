@@ -324,3 +324,9 @@ type codedError struct {
 
 func (e *codedError) Error() string { return e.msg }
 func (e *codedError) Unwrap() error { return e.err }
+
+// wrap prefixes err's message with what dlock was doing, keeping one
+// "dlock:" in front and err in the chain.
+func wrap(doing string, err error) error {
+	return &codedError{msg: "dlock: " + doing + ": " + strings.TrimPrefix(err.Error(), "dlock: "), err: err}
+}

@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"os/signal"
 	"strings"
@@ -82,7 +81,7 @@ func runServe(ctx context.Context, x *cmd, _, _ []string) int {
 
 	b, err := x.store.open(ctx, log)
 	if err != nil {
-		return x.fail(fmt.Errorf("dlock: opening the %s store: %w", storeKind(&x.store), err))
+		return x.fail(wrap("opening the "+storeKind(&x.store)+" store", err))
 	}
 	if b == nil {
 		b = &backend{store: memory.New(), name: "memory", desc: "in-process memory", close: func() {}}

@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"strings"
@@ -143,7 +142,7 @@ func (x *cmd) openClient(ctx context.Context) (*backend, int) {
 	}
 	b, err := x.store.open(ctx, x.logger(slog.LevelWarn))
 	if err != nil {
-		return nil, x.fail(fmt.Errorf("dlock: opening the %s store: %w", storeKind(&x.store), err))
+		return nil, x.fail(wrap("opening the "+storeKind(&x.store)+" store", err))
 	}
 	return b, 0
 }
