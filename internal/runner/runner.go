@@ -97,7 +97,7 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 		return code, fmt.Errorf("dlock: %v", err)
 	}
 
-	lease, code, err := acquire(ctx, cfg)
+	lease, code, err := acquire(ctx, cfg, log)
 	if err != nil {
 		return code, err
 	}
@@ -123,7 +123,7 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 }
 
 // acquire takes the lease, giving up on a signal.
-func acquire(ctx context.Context, cfg Config) (*dlock.Lease, int, error) {
+func acquire(ctx context.Context, cfg Config, log *slog.Logger) (*dlock.Lease, int, error) {
 	opts := []dlock.Option{dlock.WithAutoRenew()}
 	if cfg.TTL != 0 {
 		opts = append(opts, dlock.WithTTL(cfg.TTL))
@@ -145,12 +145,12 @@ func acquire(ctx context.Context, cfg Config) (*dlock.Lease, int, error) {
 	}()
 	var lease *dlock.Lease
 	var err error
-	if cfg.Wait > 0 {
+	lease, err = m.TryLock(actx)
+	if cfg.Wait > 0 && errors.Is(err, dlock.ErrLocked) {
+		log.Info("dlock: lock held by someone else; waiting", "name", cfg.Name, "wait", cfg.Wait)
 		wctx, wcancel := context.WithTimeoutCause(actx, cfg.Wait, errWaitOver)
 		lease, err = m.Lock(wctx)
 		wcancel()
-	} else {
-		lease, err = m.TryLock(actx)
 	}
 	close(stopped)
 	<-watching
@@ -161,6 +161,9 @@ func acquire(ctx context.Context, cfg Config) (*dlock.Lease, int, error) {
 		return nil, 128 + signalNumber(sig), fmt.Errorf("dlock: %v while acquiring %q", sig, cfg.Name)
 	}
 	code, err := ExitCode(err)
+	if code == ExitLocked && cfg.Wait > 0 {
+		err = fmt.Errorf("%v; gave up after waiting %v", err, cfg.Wait)
+	}
 	return nil, code, err
 }
 
