@@ -270,7 +270,7 @@ func lockerWokenOnRelease(t *testing.T, s dlock.Store) {
 		t.Fatalf("TryLock(%q) = %v", name, err)
 	}
 	spy := newSpy(s)
-	m := newLocker(t, spy, dlock.WithTTL(longTTL)).Mutex(name)
+	m := newLocker(t, spy.store(), dlock.WithTTL(longTTL)).Mutex(name)
 	type result struct {
 		lease *dlock.Lease
 		err   error
@@ -281,7 +281,7 @@ func lockerWokenOnRelease(t *testing.T, s dlock.Store) {
 		lease, err := m.Lock(ctx)
 		done <- result{lease, err, time.Now()}
 	}()
-	spy.waitRefused(t) // the waiter asked and is waiting now
+	spy.waitWaiting(t) // the waiter asked and is waiting now
 	released := time.Now()
 	if err := holder.Release(ctx); err != nil {
 		t.Fatalf("Release = %v, want nil", err)
@@ -333,7 +333,7 @@ func lockerContextEnds(t *testing.T, s dlock.Store) {
 		t.Fatalf("TryLock(%q) = %v", name, err)
 	}
 	spy := newSpy(s)
-	m := newLocker(t, spy).Mutex(name)
+	m := newLocker(t, spy.store()).Mutex(name)
 
 	dctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	lease, err := m.Lock(dctx)
@@ -352,7 +352,7 @@ func lockerContextEnds(t *testing.T, s dlock.Store) {
 		}
 		done <- err
 	}()
-	spy.waitRefused(t)
+	spy.waitWaiting(t)
 	cancel()
 	if err := <-done; !errors.Is(err, dlock.ErrLocked) || !errors.Is(err, context.Canceled) {
 		t.Errorf("Lock cancelled on a held lock = %v; want an error matching ErrLocked and Canceled", err)
@@ -555,7 +555,7 @@ func lockerDo(t *testing.T, s dlock.Store) {
 func lockerBadNames(t *testing.T, s dlock.Store) {
 	ctx := testContext(t)
 	spy := newSpy(s)
-	l := newLocker(t, spy)
+	l := newLocker(t, spy.store())
 	for _, name := range []string{"", strings.Repeat("x", 257), "a\x00b", "a\nb", "\xff\xfe", "a\u0085b"} {
 		var ie *dlock.InvalidError
 		if lease, err := l.Mutex(name).TryLock(ctx); lease != nil || !errors.As(err, &ie) {

@@ -32,6 +32,7 @@ func testMutexStore(t *testing.T, h Harness) {
 		{"WatchWokenOnRelease", storeWatchRelease},
 		{"Inspector", storeInspector},
 		{"Names", storeNames},
+		{"Ping", storePing},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -356,6 +357,30 @@ func storeExtendBatch(t *testing.T, s dlock.Store) {
 	}
 	s.Release(ctx, a1)
 	s.Release(ctx, a2)
+
+	// A batch as large as a busy Locker's renewals, over many names (on
+	// a cluster, many slots): every other lock is held.
+	const n = 64
+	big := make([]dlock.Request, n)
+	for i := range big {
+		big[i] = mutexReq(lockName(t), newToken(), 5*time.Second)
+		if i%2 == 0 {
+			mustAcquire(t, s, big[i])
+		}
+		big[i].TTL = ttl
+	}
+	errs = s.Extend(ctx, big)
+	if len(errs) != n {
+		t.Fatalf("Extend of %d requests returned %d errors", n, len(errs))
+	}
+	for i, err := range errs {
+		if i%2 == 0 && err != nil || i%2 == 1 && !errors.Is(err, dlock.ErrNotHeld) {
+			t.Errorf("Extend of %d: error %d = %v, want %v", n, i, err, []error{nil, dlock.ErrNotHeld}[i%2])
+		}
+	}
+	for i := 0; i < n; i += 2 {
+		s.Release(ctx, big[i])
+	}
 }
 
 // storeWatchRelease checks that a release wakes a watcher.
@@ -484,5 +509,16 @@ func storeNames(t *testing.T, s dlock.Store) {
 				t.Fatalf("Acquire(%q) after Release(%q) = %+v, %v; want a refusal", held.Name, name, g, err)
 			}
 		}
+	}
+}
+
+// storePing checks Ping, when the store implements dlock.Pinger.
+func storePing(t *testing.T, s dlock.Store) {
+	p, ok := s.(dlock.Pinger)
+	if !ok {
+		t.Skip("store does not implement dlock.Pinger")
+	}
+	if err := p.Ping(testContext(t)); err != nil {
+		t.Errorf("Ping = %v, want nil", err)
 	}
 }

@@ -340,10 +340,31 @@ type spyStore struct {
 	dlock.Store
 	calls   atomic.Int64
 	refused chan struct{} // receives after each refused Acquire (never blocks)
+	queued  chan struct{} // receives after each refused Acquire with Queue set
 }
 
 func newSpy(s dlock.Store) *spyStore {
-	return &spyStore{Store: s, refused: make(chan struct{}, 1)}
+	return &spyStore{Store: s, refused: make(chan struct{}, 1), queued: make(chan struct{}, 1)}
+}
+
+// store returns the spy as a Store with the optional interfaces of the
+// wrapped store that change how a Locker waits, so that tests through the
+// spy take the same paths as tests on the store itself.
+func (s *spyStore) store() dlock.Store {
+	if gw, ok := s.Store.(dlock.GrantWatcher); ok {
+		return spyGrantStore{s, gw}
+	}
+	return s
+}
+
+type spyGrantStore struct {
+	*spyStore
+	gw dlock.GrantWatcher
+}
+
+func (s spyGrantStore) WatchGrant(ctx context.Context, req dlock.Request) (<-chan dlock.Grant, func(), error) {
+	s.calls.Add(1)
+	return s.gw.WatchGrant(ctx, req)
 }
 
 func (s *spyStore) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, error) {
@@ -353,6 +374,12 @@ func (s *spyStore) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant,
 		select {
 		case s.refused <- struct{}{}:
 		default:
+		}
+		if req.Queue {
+			select {
+			case s.queued <- struct{}{}:
+			default:
+			}
 		}
 	}
 	return g, err
@@ -373,11 +400,32 @@ func (s *spyStore) Watch(ctx context.Context, name string, mode dlock.Mode) (<-c
 	return s.Store.Watch(ctx, name, mode)
 }
 
-// drain forgets a refusal seen earlier.
+// drain forgets refusals seen earlier.
 func (s *spyStore) drain() {
+	for _, ch := range []chan struct{}{s.refused, s.queued} {
+		select {
+		case <-ch:
+		default:
+		}
+	}
+}
+
+// waitWaiting waits until a waiter has been refused and, on a store that
+// hands locks to registered waiters (dlock.GrantWatcher), until it has
+// registered (a refused Acquire with Queue set; up to 2s, since a Locker
+// may wait without registering).
+func (s *spyStore) waitWaiting(t *testing.T) {
+	t.Helper()
+	s.waitRefused(t)
+	if _, ok := s.Store.(dlock.GrantWatcher); !ok {
+		return
+	}
+	timer := time.NewTimer(2 * time.Second)
+	defer timer.Stop()
 	select {
-	case <-s.refused:
-	default:
+	case <-s.queued:
+	case <-timer.C:
+		t.Logf("the waiter did not register as a queued waiter within 2s")
 	}
 }
 
