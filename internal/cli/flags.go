@@ -63,6 +63,20 @@ func (f *flagSet) Duration(p *time.Duration, name, env string, def time.Duration
 	f.doc(name, "DURATION", env, def.String(), usage)
 }
 
+func (f *flagSet) Int(p *int, name, arg, env string, def int, usage string) {
+	v := def
+	if e := f.getenv(env); e != "" {
+		n, err := strconv.Atoi(e)
+		if err != nil {
+			f.envFail(env, e, errors.New("not an integer"))
+		} else {
+			v = n
+		}
+	}
+	f.fs.IntVar(p, name, v, usage)
+	f.doc(name, arg, env, strconv.Itoa(def), usage)
+}
+
 func (f *flagSet) Bool(p *bool, name, env, usage string) {
 	v := false
 	if e := f.getenv(env); e != "" {

@@ -126,6 +126,8 @@ func TestMainUsage(t *testing.T) {
 		{args: []string{"run", "job"}, code: runner.ExitUsage, stderr: "missing the command"},
 		{args: []string{"run", "job", "--", "true"}, code: runner.ExitUsage, stderr: "shared store"},
 		{args: []string{"run", "--ttl", "1ms", "job", "true"}, env: []string{"DLOCK_SERVER=http://127.0.0.1:1"}, code: runner.ExitUsage, stderr: "--ttl"},
+		{args: []string{"run", "--conflict-exit-code", "256", "job", "true"}, env: []string{"DLOCK_SERVER=http://127.0.0.1:1"}, code: runner.ExitUsage, stderr: "--conflict-exit-code"},
+		{args: []string{"run", "job", "true"}, env: []string{"DLOCK_SERVER=http://127.0.0.1:1", "DLOCK_CONFLICT_EXIT_CODE=zero"}, code: runner.ExitUsage, stderr: "DLOCK_CONFLICT_EXIT_CODE"},
 		{args: []string{"run", "--grace", "-1s", "job", "true"}, env: []string{"DLOCK_SERVER=http://127.0.0.1:1"}, code: runner.ExitUsage, stderr: "--grace"},
 		{args: []string{"run", "job", "true"}, env: []string{"DLOCK_SERVER=http://a", "DLOCK_REDIS_URL=redis://b"}, code: runner.ExitUsage, stderr: "only one"},
 		{args: []string{"run", "job", "true"}, env: []string{"DLOCK_SERVER=ftp://a"}, code: runner.ExitUsage, stderr: "http"},

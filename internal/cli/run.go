@@ -40,26 +40,31 @@ Exit status: COMMAND's own, or 128+N if it was killed by signal N; else
   64  usage error or no shared store configured
   69  store unavailable
   70  lease lost while COMMAND ran (COMMAND was stopped)
-  75  lock held by someone else (after --wait, if given)
+  75  lock held by someone else (after --wait, if given; see --conflict-exit-code)
   126 COMMAND could not be executed; 127 COMMAND not found
 
 Examples:
   dlock run --redis-url redis://127.0.0.1:6379 nightly -- ./report.sh --full
+  dlock run --quiet --conflict-exit-code 0 hourly -- ./sync.sh   # cron: skip silently if running
   DLOCK_SERVER=http://locks:3009 dlock run --wait 5m deploy -- make deploy
   dlock run --ttl 10s --grace 30s migrate -- sh -c 'exec ./migrate --fence "$DLOCK_FENCE"'`,
 }
 
 type runFlags struct {
 	ttl, wait, grace time.Duration
-	verbose          bool
+	verbose, quiet   bool
+	conflictCode     int
 }
 
 func init() {
 	runCmd.flags = func(x *cmd) any {
 		f := &runFlags{}
 		x.fs.Duration(&f.ttl, "ttl", "DLOCK_TTL", 30*time.Second, "lease length; renewed at about TTL/3 (100ms to 24h)")
-		x.fs.Duration(&f.wait, "wait", "DLOCK_WAIT", 0, "how long to wait for a held lock; 0 fails at once with exit code 75")
+		x.fs.Duration(&f.wait, "wait", "DLOCK_WAIT", 0, "how long to wait for a held lock; 0 gives up at once")
 		x.fs.Duration(&f.grace, "grace", "DLOCK_GRACE", 10*time.Second, "after losing the lease, time between SIGTERM and SIGKILL")
+		x.fs.Int(&f.conflictCode, "conflict-exit-code", "N", "DLOCK_CONFLICT_EXIT_CODE", runner.ExitLocked,
+			"exit code when the lock is held by someone else (0-255); 0 makes a skipped run a success")
+		x.fs.Bool(&f.quiet, "quiet", "DLOCK_QUIET", "print nothing when the lock is held by someone else")
 		x.fs.Bool(&f.verbose, "verbose", "DLOCK_VERBOSE", "log acquire and release on stderr")
 		x.store.register(x.fs, true)
 		return f
@@ -78,6 +83,9 @@ func runRun(ctx context.Context, x *cmd, pos, tail []string) int {
 	}
 	if f.wait < 0 || f.grace < 0 {
 		return x.usageFail("--wait and --grace must not be negative")
+	}
+	if f.conflictCode < 0 || f.conflictCode > 255 {
+		return x.usageFail("--conflict-exit-code must be between 0 and 255")
 	}
 	// Catch signals from the start: one that arrives while the lock is
 	// being acquired cancels the acquisition.
@@ -117,6 +125,12 @@ func runRun(ctx context.Context, x *cmd, pos, tail []string) int {
 		Signals: sigs,
 		Logger:  log,
 	})
+	if err != nil && code == runner.ExitLocked { // dlock's outcome, not the command's
+		code = f.conflictCode
+		if f.quiet {
+			return code
+		}
+	}
 	if err != nil {
 		fmt.Fprintln(x.env.Stderr, errorLine(err))
 	}

@@ -322,3 +322,37 @@ func TestRunStoreUnreachableStopsTheCommand(t *testing.T) {
 		t.Errorf("stdout = %q, want the command terminated", got)
 	}
 }
+
+func TestRunConflictExitCode(t *testing.T) {
+	srv := testredis.Start(t)
+	env := []string{"DLOCK_REDIS_URL=" + srv.URL()}
+	name := uniqueName(t)
+	holder := startDlock(t, env, "run", name, "--", "sh", "-c", holdScript)
+	if l := holder.line(); !strings.HasPrefix(l, "started") {
+		t.Fatalf("holder printed %q", l)
+	}
+	tests := []struct {
+		args   []string
+		env    []string
+		code   int
+		stderr bool
+	}{
+		{[]string{"--conflict-exit-code", "3"}, nil, 3, true},
+		{[]string{"--quiet", "--conflict-exit-code=0"}, nil, 0, false},
+		{nil, []string{"DLOCK_QUIET=1", "DLOCK_CONFLICT_EXIT_CODE=0"}, 0, false},
+	}
+	for _, tt := range tests {
+		args := append(append([]string{"run"}, tt.args...), name, "--", "echo", "ran")
+		code, out, stderr := runDlock(t, append(env, tt.env...), args...)
+		if code != tt.code || out != "" || (stderr != "") != tt.stderr {
+			t.Errorf("dlock %q (env %q) on a held lock = %d, stdout %q, stderr %q; want %d, no output, stderr %v",
+				args, tt.env, code, out, stderr, tt.code, tt.stderr)
+		}
+	}
+	// The command's own exit code is passed through unchanged.
+	holder.stdin.Close()
+	holder.wait()
+	if code, _, _ := runDlock(t, env, "run", "--conflict-exit-code", "0", name, "--", "sh", "-c", "exit 75"); code != 75 {
+		t.Errorf("dlock run of a command exiting 75 = %d, want 75", code)
+	}
+}
