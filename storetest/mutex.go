@@ -33,6 +33,7 @@ func testMutexStore(t *testing.T, h Harness) {
 		{"Inspector", storeInspector},
 		{"Names", storeNames},
 		{"Ping", storePing},
+		{"Handoff", storeMutexHandoff},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -521,4 +522,90 @@ func storePing(t *testing.T, s dlock.Store) {
 	if err := p.Ping(testContext(t)); err != nil {
 		t.Errorf("Ping = %v, want nil", err)
 	}
+}
+
+// storeMutexHandoff checks, on a store that hands a released mutex to a
+// registered waiter (dlock.GrantWatcher for ModeMutex), that a live
+// registered waiter gets the lock with a new fence, and that a waiter
+// that gave up (Release of its registration) or died (its registration's
+// QueueTTL ran out) is skipped: the lock is then free for anyone.
+func storeMutexHandoff(t *testing.T, s dlock.Store) {
+	gw, ok := s.(dlock.GrantWatcher)
+	if !ok {
+		t.Skip("store does not implement dlock.GrantWatcher")
+	}
+	ctx := testContext(t)
+	queued := func(name string, queueTTL time.Duration) (dlock.Request, <-chan dlock.Grant, func()) {
+		t.Helper()
+		req := mutexReq(name, newToken(), longTTL)
+		req.Queue, req.QueueTTL = true, queueTTL
+		grants, stop, err := gw.WatchGrant(ctx, req)
+		if errors.Is(err, dlock.ErrNotSupported) {
+			t.Skipf("WatchGrant(mode mutex) = %v", err)
+		}
+		if err != nil {
+			t.Fatalf("WatchGrant(%q) = %v", name, err)
+		}
+		t.Cleanup(stop)
+		mustRefuse(t, s, req) // registers
+		return req, grants, stop
+	}
+
+	// A live waiter.
+	name := lockName(t)
+	h := mutexReq(name, newToken(), longTTL)
+	gh := mustAcquire(t, s, h)
+	w, grants, _ := queued(name, 10*time.Second)
+	released := time.Now()
+	if err := s.Release(ctx, h); err != nil {
+		t.Fatalf("Release by the holder = %v, want nil", err)
+	}
+	var pushed int64
+	timer := time.NewTimer(2 * time.Second)
+	select {
+	case g := <-grants:
+		t.Logf("handoff pushed %v after the release call", time.Since(released))
+		if !g.Acquired || g.Fence <= gh.Fence {
+			t.Errorf("pushed grant = %+v, want Acquired with a fence > %d", g, gh.Fence)
+		}
+		pushed = g.Fence
+	case <-timer.C:
+		t.Logf("no handoff pushed within 2s (deliveries are best effort)")
+	}
+	timer.Stop()
+	// Handed over or free, the lock is the waiter's on its next Acquire.
+	gw2 := mustAcquire(t, s, w)
+	if gw2.Fence <= gh.Fence || pushed != 0 && gw2.Fence != pushed {
+		t.Errorf("waiter's Acquire after the release: fence %d, want > %d and equal to the pushed fence (%d) if any", gw2.Fence, gh.Fence, pushed)
+	}
+	if err := s.Release(ctx, w); err != nil {
+		t.Errorf("Release by the waiter = %v, want nil", err)
+	}
+
+	// A waiter that gave up.
+	name = lockName(t)
+	h = mutexReq(name, newToken(), longTTL)
+	mustAcquire(t, s, h)
+	gone, _, stop := queued(name, 10*time.Second)
+	if err := s.Release(ctx, gone); err != nil && !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Release of a waiter's registration = %v, want nil or ErrNotHeld", err)
+	}
+	stop()
+	if err := s.Release(ctx, h); err != nil {
+		t.Fatalf("Release by the holder = %v, want nil", err)
+	}
+	mustAcquire(t, s, mutexReq(name, newToken(), time.Second)) // not handed to the waiter that left
+
+	// A waiter that died: its registration is not refreshed.
+	name = lockName(t)
+	h = mutexReq(name, newToken(), longTTL)
+	mustAcquire(t, s, h)
+	const queueTTL = 150 * time.Millisecond
+	_, _, stop = queued(name, queueTTL)
+	stop()
+	time.Sleep(2 * queueTTL) // let the registration run out
+	if err := s.Release(ctx, h); err != nil {
+		t.Fatalf("Release by the holder = %v, want nil", err)
+	}
+	mustAcquire(t, s, mutexReq(name, newToken(), time.Second)) // not handed to the dead waiter
 }
