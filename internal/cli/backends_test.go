@@ -81,3 +81,30 @@ func TestServeOnRedis(t *testing.T) {
 		t.Errorf("dlock serve exited %d after SIGTERM, want 0; stderr:\n%s", code, serve.stderr.String())
 	}
 }
+
+func TestRunOnCluster(t *testing.T) {
+	c := testredis.StartCluster(t, 3)
+	env := []string{"DLOCK_REDIS_URL=redis://" + strings.Join(c.Addrs(), ",")}
+	// Names on several slots: {tag} names land where their tag hashes.
+	for _, name := range []string{uniqueName(t) + "-a", uniqueName(t) + "-b", "{" + uniqueName(t) + "}:c"} {
+		holder := startDlock(t, env, "run", name, "--", "sh", "-c", holdScript)
+		if l := holder.line(); !strings.HasPrefix(l, "started ") {
+			t.Fatalf("command printed %q", l)
+		}
+		if code, _, stderr := runDlock(t, env, "run", name, "--", "echo", "ran"); code != runner.ExitLocked {
+			t.Errorf("second dlock run on %q = %d, want %d; stderr:\n%s", name, code, runner.ExitLocked, stderr)
+		}
+		code, out, stderr := runDlock(t, env, "status", name)
+		if code != 0 || !strings.Contains(out, "held") {
+			t.Errorf("dlock status %q on the cluster = %d, %q; stderr:\n%s", name, code, out, stderr)
+		}
+		holder.stdin.Close()
+		if code := holder.wait(); code != 0 {
+			t.Errorf("holder of %q exited %d; stderr:\n%s", name, code, holder.stderr.String())
+		}
+	}
+	code, out, stderr := runDlock(t, env, "list")
+	if code != 0 || out != "no locks held" {
+		t.Errorf("dlock list on the cluster = %d, %q, want no locks; stderr:\n%s", code, out, stderr)
+	}
+}
