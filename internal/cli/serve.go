@@ -7,6 +7,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/store/memory"
@@ -36,6 +37,7 @@ Examples:
 
 type serveFlags struct {
 	addr, logLevel, logFormat string
+	shutdownTimeout           time.Duration
 }
 
 func init() {
@@ -45,6 +47,8 @@ func init() {
 		x.store.register(x.fs, false)
 		x.fs.String(&x.store.authToken, "auth-token", "TOKEN", "DLOCK_AUTH_TOKEN", "",
 			"require 'Authorization: Bearer TOKEN' on /api and /v1 (never logged)")
+		x.fs.Duration(&f.shutdownTimeout, "shutdown-timeout", "DLOCK_SHUTDOWN_TIMEOUT", 25*time.Second,
+			"on SIGTERM, how long requests in flight may take to finish")
 		x.fs.String(&f.logLevel, "log-level", "LEVEL", "DLOCK_LOG_LEVEL", "info", "debug, info, warn or error")
 		x.fs.String(&f.logFormat, "log-format", "FORMAT", "DLOCK_LOG_FORMAT", "text", "text or json")
 		return f
@@ -75,6 +79,9 @@ func runServe(ctx context.Context, x *cmd, _, _ []string) int {
 	}
 	if _, err := x.store.configured(); err != nil {
 		return x.usageFail("%v", err)
+	}
+	if f.shutdownTimeout <= 0 {
+		return x.usageFail("--shutdown-timeout must be positive")
 	}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()

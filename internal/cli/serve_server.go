@@ -30,6 +30,8 @@ func serve(ctx context.Context, x *cmd, f *serveFlags, b *backend, log *slog.Log
 		Metrics:   m,
 		StoreName: storeName,
 		Version:   buildVersion().Version,
+
+		ShutdownTimeout: f.shutdownTimeout,
 	})
 	if err != nil {
 		locker.Close()
