@@ -8,6 +8,7 @@
 //	cd bench && go run .            # full run: 3 runs of every cell, a few minutes
 //	cd bench && go run . -quick     # smoke run: 1 short run, seconds
 //	cd bench && go run . -only 'W3/dlock'   # just the cells whose id matches
+//	cd bench && go run . -docs ../docs/benchmarks.md   # also refresh the tables there
 //
 // Workloads (see docs/benchmarks.md): W1 one goroutine, fresh name per
 // acquire+release; W2 the same on 64 goroutines; W3 16 clients on one lock
@@ -69,6 +70,8 @@ func main() {
 	w6ttl := flag.Duration("w6-ttl", 0, "W6 lease TTL, renewed every TTL/3 (default 6s, quick 1s)")
 	w6win := flag.Duration("w6-window", 0, "W6 measured window (default 8s, quick 1.5s)")
 	out := flag.String("out", "results", "output directory")
+	render := flag.String("render", "", "run nothing: re-render results.md, chart.svg (and -docs) from this results.json")
+	docs := flag.String("docs", "", "also replace the generated tables in this Markdown file (docs/benchmarks.md)")
 	only := flag.String("only", "", "run only cells whose id (workload/contender, e.g. W3/dlock) matches this regexp")
 	flag.Parse()
 	if *quick {
@@ -103,7 +106,13 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	rep, err := run(ctx, cfg, os.Stderr)
+	var rep *report
+	var err error
+	if *render != "" {
+		rep, err = load(*render)
+	} else {
+		rep, err = run(ctx, cfg, os.Stderr)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
@@ -111,6 +120,12 @@ func main() {
 	if err := rep.write(cfg.out); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
+	}
+	if *docs != "" {
+		if err := rep.updateDocs(*docs, cfg.out); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
 	}
 	abs, _ := filepath.Abs(cfg.out)
 	fmt.Fprintf(os.Stderr, "bench: wrote %s/{results.md,results.json,chart.svg}\n", abs)

@@ -228,7 +228,10 @@ func (r *report) markdown() string {
 		{"srv cmds/renewal", num("srv_cmds_per_renew", "%.1f")},
 		{"srv CPU %", num("srv_cpu_pct", "%.0f")},
 		{"acquire all s", num("acquire_s", "%.1f")},
+		{"renewals failed", num("renewals_failed", "%.0f")},
+		{"longest Extend ms", num("longest_extend_ms", "%.0f")},
 		{"leases lost", num("lost", "%.0f")},
+		{"held but not on the store at release", num("not_held_at_release", "%.0f")},
 	})
 	sb.WriteString("Heap per lease is the live heap after a forced GC with every lease held, minus the live heap before, over the number of leases. CPU is the whole process (getrusage) over the window: with nothing else running, that is the renewal cost. One Extend call is one pipelined round trip.\n\n")
 

@@ -160,7 +160,7 @@ func headline(workload string, m metrics) string {
 	case "W3":
 		return fmt.Sprintf("%.0f CS/s  gap p50 %.0f µs (RTT in cell %.0f µs)  %.1f cmds/CS  violations %.0f", m["cs_per_s"], m["gap_p50_us"], m["rtt_load_p50_us"], m["srv_cmds_per_cs"], m["violations"])
 	case "W6":
-		return fmt.Sprintf("%.0f B/lease  cpu %.0f%%  %.0f leases/Extend  lost %.0f", m["heap_per_lease_b"], m["cpu_pct_one_core"], m["leases_per_extend"], m["lost"])
+		return fmt.Sprintf("%.0f B/lease  cpu %.0f%%  %.0f leases/Extend  lost %.0f  not held at release %.0f", m["heap_per_lease_b"], m["cpu_pct_one_core"], m["leases_per_extend"], m["lost"], m["not_held_at_release"])
 	case "RTT":
 		return fmt.Sprintf("PING p50 %.0f µs (valkey-go %.0f µs)", m["plain_p50_us"], m["valkeygo_p50_us"])
 	}
@@ -186,7 +186,7 @@ func median(runs []metrics) metrics {
 		}
 	}
 	// Violations and errors are totals, not medians.
-	for _, k := range []string{"violations", "errors", "lost", "stuck"} {
+	for _, k := range []string{"violations", "errors", "lost", "stuck", "not_held_at_release", "renewals_failed"} {
 		if _, ok := runs[0][k]; ok {
 			sum := 0.0
 			for _, r := range runs {

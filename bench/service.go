@@ -137,18 +137,32 @@ type countingStore struct {
 	dlock.Store
 	calls, reqs atomic.Int64
 	maxBatch    atomic.Int64
+	failed      atomic.Int64 // renewals that returned an error other than ErrNotHeld
+	maxCall     atomic.Int64 // longest Extend call, ns
+}
+
+func storeMax(a *atomic.Int64, v int64) {
+	for {
+		m := a.Load()
+		if v <= m || a.CompareAndSwap(m, v) {
+			return
+		}
+	}
 }
 
 func (c *countingStore) Extend(ctx context.Context, reqs []dlock.Request) []error {
 	c.calls.Add(1)
 	c.reqs.Add(int64(len(reqs)))
-	for {
-		m := c.maxBatch.Load()
-		if int64(len(reqs)) <= m || c.maxBatch.CompareAndSwap(m, int64(len(reqs))) {
-			break
+	storeMax(&c.maxBatch, int64(len(reqs)))
+	t0 := time.Now()
+	errs := c.Store.Extend(ctx, reqs)
+	storeMax(&c.maxCall, int64(time.Since(t0)))
+	for _, err := range errs {
+		if err != nil && !errors.Is(err, dlock.ErrNotHeld) {
+			c.failed.Add(1)
 		}
 	}
-	return c.Store.Extend(ctx, reqs)
+	return errs
 }
 
 // parallelDo runs fn(i) for i in [0, n) on 64 goroutines.
@@ -246,13 +260,21 @@ func manyLeases(ctx context.Context, nodes cluster, n int, ttl, window time.Dura
 		default:
 		}
 	}
-	// Release in parallel (Locker.Close would release one by one).
+	// Release in parallel (Locker.Close would release one by one). A
+	// lease the Locker still held but the store no longer did is counted:
+	// it should never happen.
 	rctx := context.WithoutCancel(ctx)
+	var notHeld atomic.Int64
 	relErr := parallelDo(n, func(i int) error {
-		if err := leases[i].Release(rctx); err != nil && !errors.Is(err, dlock.ErrLeaseLost) {
-			return err
+		err := leases[i].Release(rctx)
+		switch {
+		case err == nil, errors.Is(err, dlock.ErrLeaseLost):
+			return nil
+		case errors.Is(err, dlock.ErrNotHeld):
+			notHeld.Add(1)
+			return nil
 		}
-		return nil
+		return err
 	})
 	if relErr != nil {
 		return nil, fmt.Errorf("w6: release: %w", relErr)
@@ -274,5 +296,7 @@ func manyLeases(ctx context.Context, nodes cluster, n int, ttl, window time.Dura
 		"srv_cpu_pct":        srv.cpu / wall.Seconds() * 100,
 		"cpu_us_per_renewal": float64(cpu) / float64(time.Microsecond) / float64(max(renewed, 1)),
 		"lost":               float64(lost),
+		"renewals_failed":    float64(cs.failed.Load()),
+		"longest_extend_ms":  float64(cs.maxCall.Load()) / 1e6,
 	}, nil
 }
