@@ -47,10 +47,13 @@ type acquireReply struct {
 //   - a grant, once a majority granted, the fence was written back to a
 //     majority (see the package doc) and validity remains;
 //   - a refusal (Grant.Acquired false) when the lock is held by another
-//     token on enough nodes to deny a majority. RetryAfter is the time after
-//     which a majority of nodes may be free, by their clocks;
+//     token on enough nodes to deny a majority, or on some nodes while the
+//     nodes that answered could still make a majority once it is free.
+//     RetryAfter is the time after which a majority of nodes may be free,
+//     by their clocks;
 //   - a [*QuorumError] (wrapping [dlock.ErrNoQuorum]) when too many nodes
-//     failed or did not answer within the node timeout, with each node's
+//     failed or did not answer within the node timeout to make a majority
+//     (N−quorum+1 or more), whatever the others answered, with each node's
 //     failure as a [*dlock.StoreError] naming its index;
 //   - a [*dlock.StoreError] when a majority granted but no validity was
 //     left;
@@ -106,7 +109,12 @@ func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, er
 	prev := s.prevFence(req)
 	all := req.Mode == dlock.ModeWrite || prev > 0
 	answered := 0
-	for answered < n && (nGranted < q || all) && nRefused+nFailed <= n-q {
+	// Once refusals and failures together deny a majority, no grant is
+	// possible, but what to report is not decided until the refusals alone
+	// deny a majority (the lock is held: a refusal) or the failures do (no
+	// quorum, whatever the holders do): read on until one of them does or
+	// every node answered (see the end of Acquire).
+	for answered < n && (nGranted < q || all) && nRefused <= n-q && nFailed <= n-q {
 		r := <-ch
 		answered++
 		switch {
@@ -150,6 +158,8 @@ func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, er
 	case fatal != nil:
 		return dlock.Grant{}, fatal
 	case nFailed > n-q:
+		// Too few nodes answered to make a majority even if every holder
+		// released: no quorum, even when the nodes that answered refused.
 		s.cfg.logger.Debug("dlock: redlock acquire without quorum", "name", req.Name, "failed", nFailed)
 		return dlock.Grant{}, &QuorumError{Op: "acquire", OK: answered - nFailed, Quorum: q, Nodes: errs}
 	}
@@ -370,13 +380,22 @@ func (s *Store) Extend(ctx context.Context, reqs []dlock.Request) []error {
 }
 
 // Release implements [dlock.Store]: it releases req on every node at once.
-// It returns nil as soon as a majority released the token (the remaining
-// nodes finish in the background, bounded by the node timeout, and later
-// operations of the token wait for them); [dlock.ErrNotHeld] once more than
-// N−quorum nodes report that the token holds nothing there (it did not
-// hold the lock any more; it is gone from the nodes that still had it);
-// otherwise a [*QuorumError] (the nodes that did not answer free the lock
-// when its TTL runs out).
+// It returns nil as soon as a majority released the token;
+// [dlock.ErrNotHeld] once more than N−quorum nodes report that the token
+// holds nothing there (it did not hold the lock any more; it is gone from
+// the nodes that still had it); otherwise a [*QuorumError] (the nodes that
+// did not answer free the lock when its TTL runs out).
+//
+// The release to each node is not cut short by ctx: ctx only bounds how
+// long Release waits for its outcome (when ctx ends first, it returns a
+// [*QuorumError] wrapping ctx's error). Each node's release runs to its
+// end in the background, after the earlier operations of this Store on
+// that node and lock (waiting for them at most the node timeout), and is
+// itself bounded by the node timeout; [Store.Close] waits for it, and later operations on
+// the lock through this Store reach that node after it. A caller that
+// cancels its context as soon as Release returns (as a request handler
+// does) so does not leave its token holding the nodes that had not
+// answered yet.
 func (s *Store) Release(ctx context.Context, req dlock.Request) error {
 	if err := s.enter(); err != nil {
 		return err
@@ -385,9 +404,18 @@ func (s *Store) Release(ctx context.Context, req dlock.Request) error {
 	n, q := len(s.nodes), s.quorum
 	s.forget(req)
 	fl := s.flightsOf(req.Name)
-	ch := fan(s, ctx, s.nodeTimeout(req.TTL), s.all, func(ctx context.Context, i int) error {
-		if err := fl.wait(ctx, i); err != nil {
-			return err
+	timeout := s.nodeTimeout(req.TTL)
+	ch := fan(s, context.WithoutCancel(ctx), 2*timeout, s.all, func(ctx context.Context, i int) error {
+		// ctx ends 2×timeout from now: waiting for the earlier operations
+		// may take one node timeout and leaves the release at least one.
+		wctx, cancel := context.WithTimeout(ctx, timeout)
+		err := fl.wait(wctx, i)
+		cancel()
+		if err != nil {
+			// An earlier request to this node is still unanswered. Release
+			// anyway: one that reached the node is answered in order on
+			// its connection, and a hold left behind expires with its TTL.
+			s.cfg.logger.Debug("dlock: redlock release does not wait any longer for an earlier request", "name", req.Name, "node", i, "err", err)
 		}
 		return s.nodes[i].Release(ctx, req)
 	})
@@ -395,7 +423,18 @@ func (s *Store) Release(ctx context.Context, req dlock.Request) error {
 	var errs []error
 	answered := make([]bool, n)
 	for k := range n {
-		r := <-ch
+		var r result[error]
+		select {
+		case r = <-ch:
+		case <-ctx.Done():
+			for i, a := range answered {
+				if !a {
+					errs = append(errs, nodeErr("release", i, ctx.Err()))
+				}
+			}
+			s.trackRest(req, answered, ch, n-k)
+			return &QuorumError{Op: "release", OK: released, Quorum: q, Nodes: errs}
+		}
 		answered[r.node] = true
 		switch {
 		case r.val == nil:
@@ -413,13 +452,19 @@ func (s *Store) Release(ctx context.Context, req dlock.Request) error {
 		default:
 			continue
 		}
-		for i := range answered {
-			answered[i] = !answered[i]
-		}
-		track(s, req, answered, ch, n-k-1)
+		s.trackRest(req, answered, ch, n-k-1)
 		return err
 	}
 	return &QuorumError{Op: "release", OK: released, Quorum: q, Nodes: errs}
+}
+
+// trackRest tracks the left nodes of a release that have not answered yet.
+func (s *Store) trackRest(req dlock.Request, answered []bool, ch <-chan result[error], left int) {
+	late := make([]bool, len(answered))
+	for i, a := range answered {
+		late[i] = !a
+	}
+	track(s, req, late, ch, left)
 }
 
 // Ping implements [dlock.Pinger]: nil when a majority of the nodes answer

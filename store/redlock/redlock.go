@@ -7,8 +7,15 @@
 // DriftFactor × TTL + 2ms. Requests go to every node at once; Acquire
 // returns as soon as its outcome is decided, and when it fails it releases
 // whatever it was granted on every node before returning, rather than
-// leaving those keys to expire. Extend needs a majority too; Release goes to
-// every node.
+// leaving those keys to expire. It fails for lack of quorum, not as
+// refused, whenever too few nodes answered to make a majority even if the
+// lock were free. Extend needs a majority too. Release goes to every node
+// and returns once a majority released; the releases to the other nodes
+// run to their end in the background whatever the caller's context does
+// (Close waits for them). A release still on its way to a minority does not
+// make the next Acquire of the lock refused: through the same Store, that
+// Acquire reaches the slow node after the release; through another, it
+// finds the old token on a minority of the nodes only.
 //
 // Every grant carries a fence. After winning its majority, Acquire writes
 // the fence it will return back to the nodes it holds that issued a lower
@@ -171,7 +178,8 @@ func (s *Store) Nodes() int { return len(s.nodes) }
 func (s *Store) Quorum() int { return s.quorum }
 
 // Close waits for the requests still running on slow nodes (each bounded by
-// the node timeout) and makes later calls fail with [dlock.ErrClosed]. It
+// the node timeout; a release may first wait one node timeout for the
+// earlier requests on its node) and makes later calls fail with [dlock.ErrClosed]. It
 // does not close the nodes.
 func (s *Store) Close() error {
 	s.mu.Lock()
