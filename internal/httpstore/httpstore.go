@@ -277,19 +277,14 @@ func (s *Store) State(ctx context.Context, name string) (dlock.State, error) {
 	if err != nil {
 		return dlock.State{}, &dlock.StoreError{Op: "state", Node: -1, Err: err}
 	}
-	switch status {
-	case http.StatusOK:
-		st := r.state()
-		if st.Name == "" {
-			st.Name = name
-		}
-		return st, nil
-	case http.StatusNotFound:
-		if er.Error == "" || strings.Contains(strings.ToLower(er.Error+er.Message), "lock") {
-			return dlock.State{Name: name}, nil
-		}
+	if status != http.StatusOK {
+		return dlock.State{}, s.statusError("state", status, er)
 	}
-	return dlock.State{}, s.statusError("state", status, er)
+	st := r.state()
+	if st.Name == "" {
+		st.Name = name
+	}
+	return st, nil
 }
 
 // List implements [dlock.Inspector]. It accepts either a JSON array of
@@ -334,7 +329,8 @@ func (s *Store) Ping(ctx context.Context) error {
 
 // statusError turns an unexpected status into an error: 400 is an
 // [*dlock.InvalidError], 401 and 403 an [*dlock.InvalidError] about the
-// auth token, anything else a [*dlock.StoreError] (wrapping
+// auth token, 501 wraps [dlock.ErrNotSupported] (the server's store cannot
+// do it), anything else is a [*dlock.StoreError] (wrapping
 // [dlock.ErrNoQuorum] when the server says so).
 func (s *Store) statusError(op string, status int, er errorReply) error {
 	msg := er.Error
@@ -353,6 +349,8 @@ func (s *Store) statusError(op string, status int, er errorReply) error {
 		return &dlock.InvalidError{Field: field, Reason: fmt.Sprintf("server said %d %s", status, msg)}
 	case status == http.StatusUnauthorized || status == http.StatusForbidden:
 		return &dlock.InvalidError{Field: "auth token", Reason: fmt.Sprintf("server said %d %s", status, msg)}
+	case status == http.StatusNotImplemented:
+		return fmt.Errorf("%w: server said %d %s", dlock.ErrNotSupported, status, msg)
 	case status == http.StatusServiceUnavailable && strings.Contains(strings.ToLower(msg), "quorum"):
 		return &dlock.StoreError{Op: op, Node: -1, Err: fmt.Errorf("%w: server said %d %s", dlock.ErrNoQuorum, status, msg)}
 	}
