@@ -230,7 +230,7 @@ func lockerTTLExpiry(t *testing.T, s dlock.Store) {
 func lockerReleaseTwice(t *testing.T, s dlock.Store) {
 	ctx := testContext(t)
 	name := lockName(t)
-	lease, err := newLocker(t, s, dlock.WithTTL(3*time.Second)).Mutex(name).TryLock(ctx)
+	lease, err := newLocker(t, s, dlock.WithTTL(10*time.Second)).Mutex(name).TryLock(ctx)
 	if err != nil {
 		t.Fatalf("TryLock = %v", err)
 	}

@@ -300,7 +300,7 @@ func storeIdempotentAcquire(t *testing.T, s dlock.Store) {
 // remaining time, as far as the test can measure it from outside.
 func storeRetryAfter(t *testing.T, s dlock.Store) {
 	name := lockName(t)
-	const ttl = 2 * time.Second
+	const ttl = 5 * time.Second
 	sent := time.Now()
 	mustAcquire(t, s, mutexReq(name, newToken(), ttl))
 	granted := time.Now()
@@ -364,7 +364,7 @@ func storeExtendBatch(t *testing.T, s dlock.Store) {
 	const n = 64
 	big := make([]dlock.Request, n)
 	for i := range big {
-		big[i] = mutexReq(lockName(t), newToken(), 5*time.Second)
+		big[i] = mutexReq(lockName(t), newToken(), longTTL)
 		if i%2 == 0 {
 			mustAcquire(t, s, big[i])
 		}
