@@ -130,6 +130,9 @@ func (l *Locker) waitGrant(ctx context.Context, c *config, req Request, first <-
 			watch()
 		} else {
 			bo.reset()
+			if req.Mode == ModeMutex {
+				l.contended.mark(req.Name)
+			}
 			if req.Mode == ModeFair && g.Position != lastPos {
 				lastPos = g.Position
 				if c.onPosition != nil {

@@ -19,6 +19,8 @@ type Locker struct {
 	closed bool
 	held   map[*Lease]struct{} // every lease not yet ended
 
+	contended hotNames // mutexes waited for lately (mutex_handoff.go)
+
 	stop chan struct{}
 	wg   sync.WaitGroup // the scheduler, renewal batches, background releases
 }
@@ -183,6 +185,12 @@ func (l *Locker) acquire(ctx context.Context, c *config, req Request, wait bool)
 
 	if req.Mode == ModeFair {
 		return result(l.waitFair(ctx, c, req))
+	}
+	if req.Mode == ModeMutex && ownToken && l.contended.has(req.Name) {
+		// Lately contended: register at the first attempt.
+		if ls, err, ok := l.waitHandoff(ctx, c, req); ok {
+			return result(ls, err)
+		}
 	}
 	// A free lock is taken without watching it: watching costs the store
 	// work (a tracked key, a push per change), which only a waiter needs.

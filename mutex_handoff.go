@@ -3,6 +3,8 @@ package dlock
 import (
 	"context"
 	"errors"
+	"sync"
+	"time"
 )
 
 // waitHandoff waits for a mutex as a registered waiter, on a store that
@@ -19,6 +21,11 @@ import (
 // waits as before, by Watch. Only a Locker's own tokens wait this way: a
 // waiter whose store calls fail waits on under a fresh token (see
 // waitGrant), which a caller-chosen token must not be.
+//
+// A mutex that was refused to a waiter of this Locker lately (see
+// hotNames) is waited for this way from the first attempt, which then
+// registers the caller at once; otherwise the first attempt is a plain one,
+// so an uncontended lock costs no grant watch.
 func (l *Locker) waitHandoff(ctx context.Context, c *config, req Request) (ls *Lease, err error, ok bool) {
 	gw, ok := l.store.(GrantWatcher)
 	if !ok {
@@ -35,4 +42,46 @@ func (l *Locker) waitHandoff(ctx context.Context, c *config, req Request) (ls *L
 	}
 	ls, err = l.waitGrant(ctx, c, req, grants, stop)
 	return ls, err, true
+}
+
+// hotWindow is how long a mutex counts as contended after a waiter of the
+// Locker was refused it; shorter than the Valkey store's subscription
+// linger, so the grant watch of a contended mutex is usually ready.
+const hotWindow = 5 * time.Second
+
+// hotCap bounds the names remembered.
+const hotCap = 1024
+
+// hotNames remembers the mutexes that a Locker's waiters were refused
+// lately. The zero value is ready to use.
+type hotNames struct {
+	mu sync.Mutex
+	m  map[string]time.Time // name -> last refusal
+}
+
+func (h *hotNames) has(name string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	t, ok := h.m[name]
+	return ok && time.Since(t) < hotWindow
+}
+
+func (h *hotNames) mark(name string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	now := time.Now()
+	if h.m == nil {
+		h.m = make(map[string]time.Time)
+	}
+	if _, ok := h.m[name]; !ok && len(h.m) >= hotCap {
+		for k, t := range h.m {
+			if now.Sub(t) >= hotWindow {
+				delete(h.m, k)
+			}
+		}
+		if len(h.m) >= hotCap {
+			return
+		}
+	}
+	h.m[name] = now
 }

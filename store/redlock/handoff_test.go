@@ -35,9 +35,12 @@ func TestMutexNeverRegistersWaiters(t *testing.T) {
 			t.Errorf("node %d: EXISTS %s = %q, %v; want 0", i, key, v, err)
 		}
 	}
+	// Release returns once a majority released; the last node's release
+	// runs on in the background and Close waits for it.
 	if err := s.Release(ctx, holder); err != nil {
 		t.Fatal(err)
 	}
+	s.Close()
 	for i := range c.srvs {
 		if v := c.get(t, i, "lock:x"); v != "" {
 			t.Errorf("node %d: lock:x = %q after the release, want none", i, v)
