@@ -376,3 +376,46 @@ func TestMutexAbandonedRegistration(t *testing.T) {
 	}
 	r.lease.Release(ctx)
 }
+
+// TestMutexWaiterNotHandedOver checks that registered waiters still get a
+// lock that no handoff gives them: released by a foreign client (a plain
+// DEL, which hands nothing over; noticed at the waiter's next refresh, a
+// third of its queue TTL) or expired (noticed at the holder's expiry).
+func TestMutexWaiterNotHandedOver(t *testing.T) {
+	srv := testredis.Start(t)
+	s := dial(t, srv.URL())
+	ctx := testContext(t)
+	for _, tc := range []struct {
+		name string
+		opts []dlock.Option
+		hold string // ms
+		end  func(key string)
+	}{
+		{"foreign release", []dlock.Option{dlock.WithQueueTTL(300 * time.Millisecond)}, "60000", func(key string) { mustDo(t, srv, "DEL", key) }},
+		{"expiry", []dlock.Option{dlock.WithQueueTTL(time.Minute)}, "2000", func(string) {}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			name := strings.ReplaceAll(tc.name, " ", "-")
+			key := "lock:" + name
+			mustDo(t, srv, "SET", key, "foreign", "NX", "PX", tc.hold)
+			results := make(chan lockResult, 1)
+			go func() {
+				ls, err := newLocker(t, dial(t, srv.URL()), tc.opts...).Mutex(name).Lock(ctx)
+				results <- lockResult{0, ls, err}
+			}()
+			waitFor(t, "the waiter registered", func() bool { return rawZcard(t, s, s.AuxKey(name, "waiters")) == 1 })
+			tc.end(key)
+			r := <-results
+			if r.err != nil {
+				t.Fatalf("Lock = %v", r.err)
+			}
+			if got := rawGet(t, s, key); got != r.lease.Token() {
+				t.Errorf("GET %s = %q, want the waiter's token", key, got)
+			}
+			if n := rawZcard(t, s, s.AuxKey(name, "waiters")); n != 0 {
+				t.Errorf("%d registrations left, want 0", n)
+			}
+			r.lease.Release(ctx)
+		})
+	}
+}

@@ -38,7 +38,14 @@
 // [Store.WatchGrant]). One release wakes one waiter, already holding the
 // lock: about one round trip from release to grant. Registered waiters
 // still retry at the holder's expiry, and a lock freed by expiry goes to
-// whoever asks first: the mutex is not fair (the fair lock is).
+// whoever asks first: the mutex is not fair (the fair lock is). A
+// registered waiter is not woken by the server's push when another
+// library's client releases the key (its DEL hands nothing over): it finds
+// the lock free when it refreshes its registration, every third of its
+// queue TTL ([dlock.WithQueueTTL]), or at the holder's expiry. A waiter
+// whose process dies keeps its registration until its queue TTL runs out;
+// a release within that time may hand it the lock, which then stays taken
+// until the lease TTL it asked for runs out.
 //
 // A Store made
 // by [New] over a client
