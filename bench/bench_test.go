@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strconv"
 	"sync/atomic"
@@ -54,6 +55,9 @@ func TestDriverSmoke(t *testing.T) {
 	cfg.w3Workers = 4
 	cfg.w6N, cfg.w6TTL, cfg.w6Window = 300, 600*time.Millisecond, 400*time.Millisecond
 	cfg.out = t.TempDir()
+	if o := os.Getenv("BENCH_ONLY"); o != "" {
+		cfg.only = regexp.MustCompile(o)
+	}
 	rep, err := run(t.Context(), cfg, testWriter{t})
 	if err != nil {
 		t.Fatalf("run = %v", err)

@@ -45,6 +45,7 @@ func httpService(ctx context.Context, nodes cluster, clients int, warm, dur time
 	if err != nil {
 		return nil, err
 	}
+	defer srv.Close() // its own Locker for /v1 leases (Handler without Serve)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -281,22 +282,23 @@ func manyLeases(ctx context.Context, nodes cluster, n int, ttl, window time.Dura
 	}
 	rounds := float64(renewed) / float64(n)
 	return metrics{
-		"leases":             float64(n),
-		"ttl_ms":             float64(ttl.Milliseconds()),
-		"window_s":           wall.Seconds(),
-		"acquire_s":          acquireTime.Seconds(),
-		"heap_per_lease_b":   float64(int64(h1)-int64(h0)) / float64(n),
-		"cpu_pct_one_core":   float64(cpu) / float64(wall) * 100,
-		"renewals_per_s":     float64(renewed) / wall.Seconds(),
-		"renewal_rounds":     rounds,
-		"extend_calls":       float64(batches),
-		"leases_per_extend":  float64(renewed) / float64(max(batches, 1)),
-		"max_batch":          float64(cs.maxBatch.Load()),
-		"srv_cmds_per_renew": float64(srv.calls) / float64(max(renewed, 1)),
-		"srv_cpu_pct":        srv.cpu / wall.Seconds() * 100,
-		"cpu_us_per_renewal": float64(cpu) / float64(time.Microsecond) / float64(max(renewed, 1)),
-		"lost":               float64(lost),
-		"renewals_failed":    float64(cs.failed.Load()),
-		"longest_extend_ms":  float64(cs.maxCall.Load()) / 1e6,
+		"leases":              float64(n),
+		"ttl_ms":              float64(ttl.Milliseconds()),
+		"window_s":            wall.Seconds(),
+		"acquire_s":           acquireTime.Seconds(),
+		"heap_per_lease_b":    float64(int64(h1)-int64(h0)) / float64(n),
+		"cpu_pct_one_core":    float64(cpu) / float64(wall) * 100,
+		"renewals_per_s":      float64(renewed) / wall.Seconds(),
+		"renewal_rounds":      rounds,
+		"extend_calls":        float64(batches),
+		"leases_per_extend":   float64(renewed) / float64(max(batches, 1)),
+		"max_batch":           float64(cs.maxBatch.Load()),
+		"srv_cmds_per_renew":  float64(srv.calls) / float64(max(renewed, 1)),
+		"srv_cpu_pct":         srv.cpu / wall.Seconds() * 100,
+		"cpu_us_per_renewal":  float64(cpu) / float64(time.Microsecond) / float64(max(renewed, 1)),
+		"lost":                float64(lost),
+		"not_held_at_release": float64(notHeld.Load()),
+		"renewals_failed":     float64(cs.failed.Load()),
+		"longest_extend_ms":   float64(cs.maxCall.Load()) / 1e6,
 	}, nil
 }
