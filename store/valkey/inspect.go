@@ -13,13 +13,15 @@ import (
 
 // State implements [dlock.Inspector] in one round trip. A free lock has no
 // holders; Fence is the last fence issued (0 once the counter expired, a day
-// after the last grant). A mutex is a string key; a key of another type is
-// reported with its holder count and Mode left to the pattern that owns it.
+// after the last grant). A mutex is a string key, and its Queue counts the
+// waiters registered for a handoff whose registration is live; a key of
+// another type is reported with its holder count and Mode left to the
+// pattern that owns it.
 func (s *Store) State(ctx context.Context, name string) (dlock.State, error) {
 	if err := s.checkName(name); err != nil {
 		return dlock.State{}, err
 	}
-	keys := fenceKeys(s, name)
+	keys := append(fenceKeys(s, name), s.aux(name, "waiters"))
 	res := s.do(ctx, 1, func(_ int, eval bool) vk.Completed {
 		return stateScript.cmd(s.client, keys, nil, eval)
 	})
@@ -44,6 +46,10 @@ func (s *Store) State(ctx context.Context, name string) (dlock.State, error) {
 	}
 	if typ == "string" {
 		st.Mode = dlock.ModeMutex
+		if len(v) > 4 {
+			waiters, _ := v[4].AsInt64()
+			st.Queue = int(waiters)
+		}
 	}
 	return st, nil
 }

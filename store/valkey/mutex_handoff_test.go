@@ -238,6 +238,9 @@ func TestMutexHandoffStore(t *testing.T) {
 	if n := rawZcard(t, s, wkey); n != 1 {
 		t.Fatalf("%d registrations after a refresh, want 1", n)
 	}
+	if st, err := s.State(ctx, "store"); err != nil || st.Mode != dlock.ModeMutex || st.Holders != 1 || st.Queue != 1 {
+		t.Errorf("State = %+v, %v; want a held mutex with 1 waiter", st, err)
+	}
 	if err := s.Release(ctx, hold); err != nil {
 		t.Fatal(err)
 	}

@@ -2,16 +2,20 @@
 --
 -- KEYS[1]  lock key
 -- KEYS[2]  fence counter
+-- KEYS[3]  the mutex's registered waiters (see mutex_acquire)
 --
--- Reply: {type, holders, pttl, fence}: type is the Redis type of the lock
--- key ("none" when free); holders counts its holders by type (a string is
--- one holder, a hash/set/sorted set has one per field/member); pttl is the
--- lock key's remaining TTL in ms (-2 none, -1 no TTL); fence is the last
--- fence issued (0 when the counter is gone).
+-- Reply: {type, holders, pttl, fence, waiters}: type is the Redis type of
+-- the lock key ("none" when free); holders counts its holders by type (a
+-- string is one holder, a hash/set/sorted set has one per field/member);
+-- pttl is the lock key's remaining TTL in ms (-2 none, -1 no TTL); fence is
+-- the last fence issued (0 when the counter is gone); waiters counts the
+-- live registrations of mutex waiters (0 unless type is "string").
 local t = redis.call('TYPE', KEYS[1])['ok']
-local holders = 0
+local holders, waiters = 0, 0
 if t == 'string' then
   holders = 1
+  local now = redis.call('TIME')
+  waiters = redis.call('ZCOUNT', KEYS[3], '(' .. (tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)), '+inf')
 elseif t == 'hash' then
   holders = redis.call('HLEN', KEYS[1])
 elseif t == 'set' then
@@ -19,4 +23,4 @@ elseif t == 'set' then
 elseif t == 'zset' then
   holders = redis.call('ZCARD', KEYS[1])
 end
-return {t, holders, redis.call('PTTL', KEYS[1]), tonumber(redis.call('GET', KEYS[2])) or 0}
+return {t, holders, redis.call('PTTL', KEYS[1]), tonumber(redis.call('GET', KEYS[2])) or 0, waiters}
