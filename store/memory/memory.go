@@ -35,6 +35,7 @@ type Store struct {
 	mu       sync.Mutex
 	locks    map[key]*lock
 	fences   map[string]int64
+	issued   int // fences issued since the last prune
 	watchers map[key]map[chan struct{}]struct{}
 	grants   map[grantKey]chan dlock.Grant
 }
@@ -101,7 +102,27 @@ func nextFence(last int64, now time.Time) int64 {
 func (s *Store) issue(name string, now time.Time) int64 {
 	f := nextFence(s.fences[name], now)
 	s.fences[name] = f
+	if s.issued++; s.issued >= max(1024, len(s.fences)) {
+		s.pruneFences(now)
+	}
 	return f
+}
+
+// fenceIdle is how long after its last grant a fence counter is forgotten.
+// The clock floor of nextFence is then far above it, so forgetting it
+// cannot make a fence go down (unless the clock steps back a day).
+const fenceIdle = 24 * time.Hour
+
+// pruneFences forgets counters whose last fence is below the clock floor of
+// a day ago, so that unique lock names do not pile up. Caller holds s.mu.
+func (s *Store) pruneFences(now time.Time) {
+	s.issued = 0
+	floor := now.Add(-fenceIdle).UnixMilli() * 1000
+	for name, f := range s.fences {
+		if f < floor {
+			delete(s.fences, name)
+		}
+	}
 }
 
 // live returns the lock at k with expired holders and queue entries removed,

@@ -2,6 +2,7 @@ package memory_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -50,6 +51,38 @@ func TestFenceAboveEarlierStore(t *testing.T) {
 		}
 		if g.Fence <= last {
 			t.Errorf("first fence of a new store = %d, want > %d (the old store's last)", g.Fence, last)
+		}
+	})
+}
+
+// Idle fence counters are forgotten a day after their last grant, and the
+// next grant of a forgotten name still gets a higher fence.
+func TestIdleFencesArePruned(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		s := memory.New()
+		grant := func(name string) int64 {
+			t.Helper()
+			tok := fmt.Sprintf("%s-%d", name, time.Now().UnixNano())
+			g, err := s.Acquire(ctx, dlock.Request{Name: name, Token: tok, TTL: time.Second})
+			if err != nil || !g.Acquired {
+				t.Fatalf("Acquire(%q) = %+v, %v", name, g, err)
+			}
+			if err := s.Release(ctx, dlock.Request{Name: name, Token: tok}); err != nil {
+				t.Fatal(err)
+			}
+			return g.Fence
+		}
+		old := grant("old")
+		time.Sleep(25 * time.Hour)
+		for i := range 2048 {
+			grant(fmt.Sprintf("n%d", i))
+		}
+		if st, _ := s.State(ctx, "old"); st.Fence != 0 {
+			t.Errorf("fence of a name idle for 25h = %d, want forgotten (0)", st.Fence)
+		}
+		if f := grant("old"); f <= old {
+			t.Errorf("fence after pruning = %d, want above %d", f, old)
 		}
 	})
 }
