@@ -422,3 +422,14 @@ func TestMutexWaiterNotHandedOver(t *testing.T) {
 		})
 	}
 }
+
+// TestMutexHandoffNotWithWaitReplicas: a handoff is not confirmed by
+// replicas, so a Store that waits for them does not hand the mutex over.
+func TestMutexHandoffNotWithWaitReplicas(t *testing.T) {
+	srv := testredis.Start(t)
+	s := dial(t, srv.URL(), valkey.WithWaitReplicas(1, 100*time.Millisecond))
+	req := dlock.Request{Name: "replicated", Token: "w", TTL: time.Minute, Queue: true, QueueTTL: time.Minute}
+	if _, _, err := s.WatchGrant(testContext(t), req); !errors.Is(err, dlock.ErrNotSupported) {
+		t.Errorf("WatchGrant(mutex) with WithWaitReplicas = %v, want ErrNotSupported", err)
+	}
+}

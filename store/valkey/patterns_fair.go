@@ -65,7 +65,8 @@ const (
 // req.Token. It waits, up to a second or until ctx ends, for the lock's
 // subscription to be confirmed, so that a handoff right after the caller
 // queues is not missed. It returns an error wrapping [dlock.ErrNotSupported]
-// for the other modes.
+// for the other modes, and for the mutex under [WithWaitReplicas] (a
+// handoff is not confirmed by replicas, so waiters then retry instead).
 //
 // A mutex Acquire with req.Queue registers its token as a waiter only while
 // a WatchGrant of this Store waits for that token; otherwise Queue is
@@ -73,6 +74,11 @@ const (
 func (s *Store) WatchGrant(ctx context.Context, req dlock.Request) (<-chan dlock.Grant, func(), error) {
 	if req.Mode != dlock.ModeFair && req.Mode != dlock.ModeMutex {
 		return nil, nil, fmt.Errorf("%w: valkey store grant watch for mode %v", dlock.ErrNotSupported, req.Mode)
+	}
+	if req.Mode == dlock.ModeMutex && s.cfg.waitReplicas > 0 {
+		// A handoff is not followed by WAIT: its waiter would hold a grant
+		// no replica confirmed.
+		return nil, nil, fmt.Errorf("%w: valkey store mutex handoff with WithWaitReplicas", dlock.ErrNotSupported)
 	}
 	if err := s.checkName(req.Name); err != nil {
 		return nil, nil, err
