@@ -38,7 +38,9 @@
 //   - [Mutex.TryLock]: fail fast when the lock is held; the error carries how
 //     long the holder has left ([LockedError]).
 //   - [Mutex.Lock]: wait for the lock; waiters are woken by the store when it
-//     is released or expires, with capped backoff only as a fallback.
+//     is released or expires, with capped backoff only as a fallback. On
+//     Valkey a release hands a contended lock to one waiter, which wakes
+//     holding it.
 //   - [WithAutoRenew] or [Locker.Do]: long or unpredictable work (the watchdog).
 //   - Reentrant, read-write, fair (FIFO) and semaphore locks: see the
 //     Locker's constructors for each.

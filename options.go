@@ -118,8 +118,8 @@ func WithDriftFactor(f float64) Option {
 }
 
 // WithQueueTTL sets how long a waiting entry (fair-lock ticket, writer
-// intent) lives on the store without being refreshed by its waiter, so a
-// dead waiter is pruned. Default: the lease TTL, capped at 10s; at least 100ms.
+// intent, a mutex waiter's registration for a handoff) lives on the store
+// without being refreshed by its waiter, so a dead waiter is pruned. Default: the lease TTL, capped at 10s; at least 100ms.
 func WithQueueTTL(d time.Duration) Option {
 	return func(c *config) {
 		if d < MinTTL || d > MaxTTL {
