@@ -159,7 +159,7 @@ func (r *report) markdown() string {
 	sb.WriteString("## W2 uncontended throughput (64 goroutines, one client, fresh names, 1 node)\n\n")
 	r.table(&sb, "W2", thr)
 	fmt.Fprintf(&sb, "## W3 contended handoff (%s clients, one lock, %s hold, 1 node)\n\n", r.Config["W3 workers"], r.Config["W3 hold"])
-	sb.WriteString("Each client has its own connection and Locker (a separate process, as far as the lock can tell). *gap* = next successful acquire return − previous release call; *→other* = the next holder was another client; *wait* = how long one blocking acquire took. Violations are summed over all runs. *RTT idle* is the PING p50 measured before the cells; *RTT in cell* is the PING p50 of a probe connection during the cell's measured interval, under the same load as the handoffs.\n\n")
+	sb.WriteString("Each client has its own connection and Locker (a separate process, as far as the lock can tell). *gap* = next successful acquire return − previous release call; *→other* = the next holder was another client; *wait* = how long one blocking acquire took. Violations are summed over all runs. *RTT idle* is the PING p50 measured before the cells; *RTT in cell* is the PING p50 of a probe connection during the cell's measured interval, under the same load as the handoffs; it also grows with the contender's own load (pollers keep the cores busy), so compare contenders on the gap in µs or in idle RTTs.\n\n")
 	r.table(&sb, "W3", []col{
 		{"CS/s", num("cs_per_s", "%.0f")},
 		{"× raw", ratio("cs_per_s")},

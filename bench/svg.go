@@ -27,12 +27,12 @@ func (r *report) svg() string {
 			}
 			w2 = append(w2, bar{c.Contender, c.Median["ops_per_s"], l})
 		case "W3":
-			rtt := c.Median["rtt_load_p50_us"]
-			if rtt == 0 {
-				continue
+			g := c.Median["gap_p50_us"]
+			l := fmt.Sprintf("%.0f µs", g)
+			if rtt := r.rtt(); rtt > 0 {
+				l += fmt.Sprintf(" (%.1f RTT)", g/rtt)
 			}
-			g := c.Median["gap_p50_us"] / rtt
-			w3 = append(w3, bar{c.Contender, g, fmt.Sprintf("%.2f RTT · %.0f CS/s · %.0f cmds/CS", g, c.Median["cs_per_s"], c.Median["srv_cmds_per_cs"])})
+			w3 = append(w3, bar{c.Contender, g, fmt.Sprintf("%s · %.0f CS/s · %.0f cmds/CS", l, c.Median["cs_per_s"], c.Median["srv_cmds_per_cs"])})
 		}
 	}
 	const (
@@ -69,7 +69,7 @@ func (r *report) svg() string {
 		for _, m := range marks {
 			x := float64(left) + plotW*m/maxV
 			fmt.Fprintf(&sb, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#dc2626" stroke-dasharray="4 3"/>`+"\n", x, top-4, x, top+len(bars)*(barH+gapH))
-			fmt.Fprintf(&sb, `<text x="%.1f" y="%d" fill="#dc2626" font-size="11" text-anchor="middle">%.1f</text>`+"\n", x, top+len(bars)*(barH+gapH)+12, m)
+			fmt.Fprintf(&sb, `<text x="%.1f" y="%d" fill="#dc2626" font-size="11" text-anchor="middle">%g</text>`+"\n", x, top+len(bars)*(barH+gapH)+12, m)
 		}
 		for i, b := range bars {
 			by := top + i*(barH+gapH)
@@ -89,8 +89,8 @@ func (r *report) svg() string {
 	}
 	y := panel(8, "W2: acquire+release per second (64 goroutines, fresh names, 1 node) — longer is better",
 		"median of "+r.Config["runs"]+" runs; "+r.Date, w2, maxOf(w2, 0), nil)
-	panel(y+panelG, "W3: release → next grant, p50, in round trips (16 clients, one lock, 1 ms hold) — shorter is better",
-		fmt.Sprintf("RTT = PING p50 of a probe during each cell (idle PING p50 %.0f µs); dashed: 1.0 and 1.5 RTT", r.rtt()), w3, maxOf(w3, 1.6), []float64{1.0, 1.5})
+	panel(y+panelG, "W3: release → next grant, p50 (16 clients, one lock, 1 ms hold) — shorter is better",
+		fmt.Sprintf("RTT = idle PING p50, %.0f µs; labels: gap, critical sections per second, server commands per critical section", r.rtt()), w3, maxOf(w3, 0), nil)
 	sb.WriteString("</svg>\n")
 	return sb.String()
 }
