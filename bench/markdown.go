@@ -160,7 +160,7 @@ func (r *report) markdown() string {
 	r.table(&sb, "W2", thr)
 	fmt.Fprintf(&sb, "## W3 contended handoff (%s clients, one lock, %s hold, 1 node)\n\n", r.Config["W3 workers"], r.Config["W3 hold"])
 	sb.WriteString("Each client has its own connection and Locker (a separate process, as far as the lock can tell). *gap* = next successful acquire return − previous release call; *→other* = the next holder was another client; *wait* = how long one blocking acquire took. Violations are summed over all runs. *RTT idle* is the PING p50 measured before the cells; *RTT in cell* is the PING p50 of a probe connection during the cell's measured interval, under the same load as the handoffs; it also grows with the contender's own load (pollers keep the cores busy), so compare contenders on the gap in µs or in idle RTTs.\n\n")
-	r.table(&sb, "W3", []col{
+	w3cols := []col{
 		{"CS/s", num("cs_per_s", "%.0f")},
 		{"× raw", ratio("cs_per_s")},
 		{"lock busy", func(c *cell) string { return fmt.Sprintf("%.0f%%", c.Median["busy"]*100) }},
@@ -182,7 +182,11 @@ func (r *report) markdown() string {
 			return fmt.Sprintf("%.0f–%.0f", c.Median["cs_worker_min"], c.Median["cs_worker_max"])
 		}},
 		{"violations", num("violations", "%.0f")},
-	})
+	}
+	r.table(&sb, "W3", w3cols)
+	fmt.Fprintf(&sb, "## W3-shared: the same with one client for all %s goroutines (one process)\n\n", r.Config["W3 workers"])
+	sb.WriteString("One Locker (or client) shared by every goroutine: waiters in the same process can be served without the server's help (valkeylock's in-process gate), and the releasing goroutine competes with its own process's waiters. *→other* and *CS per client* count goroutines.\n\n")
+	r.table(&sb, "W3-shared", w3cols)
 	sb.WriteString("## W4 Redlock on 5 nodes, W1 (1 goroutine)\n\n")
 	r.table(&sb, "W4-W1", latency)
 	sb.WriteString("## W4 Redlock on 5 nodes, W2 (64 goroutines)\n\n")

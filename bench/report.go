@@ -172,12 +172,13 @@ func rawOf(workload string) string {
 
 // ratioKeys are the figures given as ratios to the raw baseline.
 var ratioKeys = map[string][]string{
-	"W1":    {"p50_us", "p99_us", "ops_per_s", "srv_cmds_per_op"},
-	"W2":    {"ops_per_s", "p50_us", "p99_us", "srv_cmds_per_op"},
-	"W3":    {"cs_per_s", "busy", "gap_p50_us", "gap_p99_us", "srv_cmds_per_cs", "wait_p99_ms"},
-	"W4-W1": {"p50_us", "p99_us", "ops_per_s", "srv_cmds_per_op"},
-	"W4-W2": {"ops_per_s", "p50_us", "p99_us", "srv_cmds_per_op"},
-	"W5":    {"ops_per_s", "p50_us", "p99_us"},
+	"W1":        {"p50_us", "p99_us", "ops_per_s", "srv_cmds_per_op"},
+	"W2":        {"ops_per_s", "p50_us", "p99_us", "srv_cmds_per_op"},
+	"W3":        {"cs_per_s", "busy", "gap_p50_us", "gap_p99_us", "srv_cmds_per_cs", "wait_p99_ms"},
+	"W3-shared": {"cs_per_s", "busy", "gap_p50_us", "gap_p99_us", "srv_cmds_per_cs", "wait_p99_ms"},
+	"W4-W1":     {"p50_us", "p99_us", "ops_per_s", "srv_cmds_per_op"},
+	"W4-W2":     {"ops_per_s", "p50_us", "p99_us", "srv_cmds_per_op"},
+	"W5":        {"ops_per_s", "p50_us", "p99_us"},
 }
 
 // finish computes medians, ratios to the raw baseline and the targets.

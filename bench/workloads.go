@@ -179,19 +179,26 @@ func waitGrace(wg *sync.WaitGroup, d time.Duration) {
 // own client (one process each, as far as the lock can tell), take one
 // lock in turn and hold it for hold. An in-process holder count checks
 // mutual exclusion.
-func contention(ctx context.Context, c contender, nodes cluster, workers int, hold, warm, dur time.Duration) (metrics, error) {
+//
+// With shared set, all workers use one client instead (one process with
+// workers goroutines).
+func contention(ctx context.Context, c contender, nodes cluster, workers int, shared bool, hold, warm, dur time.Duration) (metrics, error) {
 	if err := nodes.flush(ctx); err != nil {
 		return nil, err
 	}
 	lockers := make([]locker, workers)
 	defer func() {
-		for _, lk := range lockers {
-			if lk != nil {
+		for i, lk := range lockers {
+			if lk != nil && (!shared || i == 0) {
 				lk.Close()
 			}
 		}
 	}()
 	for i := range lockers {
+		if shared && i > 0 {
+			lockers[i] = lockers[0]
+			continue
+		}
 		lk, err := c.open(ctx, nodes.addrs())
 		if err != nil {
 			return nil, fmt.Errorf("%s: open: %w", c.name, err)
