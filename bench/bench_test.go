@@ -52,9 +52,11 @@ func TestDriverSmoke(t *testing.T) {
 		t.Skip(err)
 	}
 	cfg := quickConfig()
-	cfg.warm, cfg.dur = 20*time.Millisecond, 80*time.Millisecond
+	// Long enough that a loaded CI machine (-race) still completes critical
+	// sections in every cell and renews W6's leases in time.
+	cfg.warm, cfg.dur = 30*time.Millisecond, 200*time.Millisecond
 	cfg.w3Workers = 4
-	cfg.w6N, cfg.w6TTL, cfg.w6Window = 300, 600*time.Millisecond, 400*time.Millisecond
+	cfg.w6N, cfg.w6TTL, cfg.w6Window = 300, 1500*time.Millisecond, 600*time.Millisecond
 	cfg.out = t.TempDir()
 	if o := os.Getenv("BENCH_ONLY"); o != "" {
 		cfg.only = regexp.MustCompile(o)
