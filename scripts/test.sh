@@ -53,6 +53,12 @@ have redis-server || apt_install redis-server
 # --- chromium (browser tests of the dashboard, e2e/) ---------------------------
 # e2e/dashboard drives it with chromedp over the DevTools protocol (no driver needed).
 have chromium || apt_install chromium
+
+# --- coordination-service stores (store/etcd, store/postgres, store/zookeeper) --
+# Their tests start these servers from Debian's packages on loopback ports.
+compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || apt_install postgresql
+have etcd || apt_install etcd-server
+[ -f /usr/share/java/zookeeper.jar ] && have java || apt_install zookeeper
 # -------------------------------------------------------------------------------
 
 log "$(go version)"
