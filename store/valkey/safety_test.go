@@ -116,22 +116,27 @@ func TestAmbiguousAcquire(t *testing.T) {
 		t.Fatalf("Acquire(warm) = %v", err)
 	}
 
-	srv.Pause()
+	// CLIENT PAUSE holds write commands on the server (the connection
+	// stays up), so the call is received and runs after our deadline:
+	// exactly a reply lost to a timeout. (SIGSTOP would not do: the client
+	// may drop the connection before the command leaves it.)
+	if _, err := srv.Do("CLIENT", "PAUSE", "1000", "WRITE"); err != nil {
+		t.Fatalf("CLIENT PAUSE: %v", err)
+	}
 	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	g, err := s.Acquire(short, req)
 	cancel()
-	srv.Resume()
 	if err == nil {
-		t.Fatalf("Acquire(x) with the server paused = %+v, nil; want an error", g)
+		t.Fatalf("Acquire(x) with writes paused = %+v, nil; want an error", g)
 	}
 	if !errors.Is(err, dlock.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
-		t.Errorf("Acquire(x) with the server paused = %v; want a *StoreError wrapping the deadline", err)
+		t.Errorf("Acquire(x) with writes paused = %v; want a *StoreError wrapping the deadline", err)
 	}
 	// The server runs the lost call once resumed.
 	deadline := time.Now().Add(10 * time.Second)
 	for mustDo(t, srv, "GET", "lock:x") != req.Token {
 		if time.Now().After(deadline) {
-			t.Fatal("the lost Acquire did not run within 10s of the server's resumption")
+			t.Fatal("the lost Acquire did not run within 10s of the pause")
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
