@@ -101,8 +101,8 @@ func TestWaitReplicas(t *testing.T) {
 	}
 }
 
-// TestAmbiguousAcquire: an Acquire whose reply is lost (the server paused
-// past the caller's deadline, then resumed, so the script did run) is
+// TestAmbiguousAcquire: an Acquire whose reply is lost (the server holds it
+// past the caller's deadline, then runs it) is
 // resolved by asking again with the same token: the same grant, the same
 // fence.
 func TestAmbiguousAcquire(t *testing.T) {
