@@ -182,6 +182,9 @@ Commands:
 Stores (every command but serve and version needs a shared one):
   --redis-url URL          one Valkey/Redis node or cluster      (env DLOCK_REDIS_URL)
   --redlock-urls URL,...   Redlock quorum over independent nodes (env DLOCK_REDLOCK_URLS)
+  --etcd-endpoints H:P,... etcd                                  (env DLOCK_ETCD_ENDPOINTS)
+  --postgres-url URL       PostgreSQL                            (env DLOCK_POSTGRES_URL)
+  --zookeeper-servers H:P  ZooKeeper                             (env DLOCK_ZOOKEEPER_SERVERS)
   --server URL             a remote dlock serve                  (env DLOCK_SERVER)
 
 Exit codes: the command's own code for run; otherwise 0 success, 1 unexpected

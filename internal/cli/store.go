@@ -15,6 +15,9 @@ import (
 type storeFlags struct {
 	redisURL    string
 	redlockURLs string
+	etcd        string // comma-separated etcd endpoints
+	postgresURL string
+	zookeeper   string // comma-separated ZooKeeper servers
 	server      string // remote dlock serve; not for serve itself
 	authToken   string
 	prefix      string
@@ -27,6 +30,12 @@ func (s *storeFlags) register(fs *flagSet, client bool) {
 		"Valkey/Redis URL: redis://[user:pass@]host:port[/db], rediss:// for TLS; a cluster node works too")
 	fs.String(&s.redlockURLs, "redlock-urls", "URL,...", "DLOCK_REDLOCK_URLS", "",
 		"comma-separated URLs of independent Valkey/Redis nodes for Redlock (a majority must agree)")
+	fs.String(&s.etcd, "etcd-endpoints", "HOST:PORT,...", "DLOCK_ETCD_ENDPOINTS", "",
+		"comma-separated etcd endpoints (store/etcd: fences are key revisions, loss when the session ends)")
+	fs.String(&s.postgresURL, "postgres-url", "URL", "DLOCK_POSTGRES_URL", "",
+		"PostgreSQL URL, postgres://user:pass@host:5432/db (store/postgres: a lease table judged by the database clock)")
+	fs.String(&s.zookeeper, "zookeeper-servers", "HOST:PORT,...", "DLOCK_ZOOKEEPER_SERVERS", "",
+		"comma-separated ZooKeeper servers (store/zookeeper: ephemeral-sequential nodes, fences from czxid)")
 	fs.String(&s.prefix, "key-prefix", "PREFIX", "DLOCK_KEY_PREFIX", "lock:",
 		"prefix of the Valkey/Redis keys: the mutex on NAME is the key PREFIX+NAME")
 	if client {
@@ -38,8 +47,9 @@ func (s *storeFlags) register(fs *flagSet, client bool) {
 }
 
 // errNoStore is the usage error of a client command without a shared store.
-var errNoStore = errors.New("needs a shared store: set --redis-url, --redlock-urls or --server " +
-	"(env DLOCK_REDIS_URL, DLOCK_REDLOCK_URLS, DLOCK_SERVER); a lock that lives only in this process would protect nothing")
+var errNoStore = errors.New("needs a shared store: set --redis-url, --redlock-urls, --etcd-endpoints, --postgres-url, " +
+	"--zookeeper-servers or --server (env DLOCK_REDIS_URL, DLOCK_REDLOCK_URLS, DLOCK_ETCD_ENDPOINTS, DLOCK_POSTGRES_URL, " +
+	"DLOCK_ZOOKEEPER_SERVERS, DLOCK_SERVER); a lock that lives only in this process would protect nothing")
 
 // backend is an open store.
 type backend struct {
@@ -53,13 +63,13 @@ type backend struct {
 // than one is.
 func (s *storeFlags) configured() (bool, error) {
 	n := 0
-	for _, v := range []string{s.redisURL, s.redlockURLs, s.server} {
+	for _, v := range []string{s.redisURL, s.redlockURLs, s.etcd, s.postgresURL, s.zookeeper, s.server} {
 		if v != "" {
 			n++
 		}
 	}
 	if n > 1 {
-		return false, errors.New("set only one of --redis-url, --redlock-urls and --server")
+		return false, errors.New("set only one of --redis-url, --redlock-urls, --etcd-endpoints, --postgres-url, --zookeeper-servers and --server")
 	}
 	return n == 1, nil
 }
@@ -95,6 +105,12 @@ func (s *storeFlags) open(ctx context.Context, log *slog.Logger) (*backend, erro
 			descs[i] = redactURL(u)
 		}
 		return &backend{store: st, name: "redlock", desc: strings.Join(descs, ","), close: closeFn}, nil
+	case s.etcd != "":
+		return s.openCoordination(ctx, "etcd", s.etcd, log)
+	case s.postgresURL != "":
+		return s.openCoordination(ctx, "postgres", s.postgresURL, log)
+	case s.zookeeper != "":
+		return s.openCoordination(ctx, "zookeeper", s.zookeeper, log)
 	case s.server != "":
 		st, err := httpstore.New(s.server, httpstore.WithAuthToken(s.authToken), httpstore.WithUserAgent("dlock-cli"))
 		if err != nil {
@@ -153,6 +169,12 @@ func storeKind(s *storeFlags) string {
 		return "valkey"
 	case s.redlockURLs != "":
 		return "redlock"
+	case s.etcd != "":
+		return "etcd"
+	case s.postgresURL != "":
+		return "postgres"
+	case s.zookeeper != "":
+		return "zookeeper"
 	case s.server != "":
 		return "remote"
 	}
