@@ -6,10 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlock-dev/dlock"
@@ -55,9 +57,66 @@ type Store struct {
 	local   map[string]*local // nodes created through this store, by path
 	dirs    map[string]bool   // kind directories known to exist
 	closed  bool
+	nets    map[*netConn]struct{} // the client's TCP connections
 	kick    chan struct{}
 	stop    chan struct{}
 	wg      sync.WaitGroup // event pump, reaper, watchers
+}
+
+// handshakeTimeout bounds the wait for a server's answer to a new
+// connection. go-zookeeper waits ten receive timeouts (4.4 minutes with a
+// 40s session) for it, so a server that accepts a connection while it is
+// not serving yet (during a restart) would stall the store that long.
+const handshakeTimeout = 3 * time.Second
+
+// netConn is a connection of the ZooKeeper client: its reads are bounded by
+// handshakeTimeout until the server has answered, and Close of the store
+// closes it, so no read of the client outlives the store.
+type netConn struct {
+	net.Conn
+	s        *Store
+	answered atomic.Bool
+}
+
+func (c *netConn) SetReadDeadline(t time.Time) error {
+	if !c.answered.Load() {
+		if lim := time.Now().Add(handshakeTimeout); t.IsZero() || t.After(lim) {
+			t = lim
+		}
+	}
+	return c.Conn.SetReadDeadline(t)
+}
+
+func (c *netConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if n > 0 {
+		c.answered.Store(true)
+	}
+	return n, err
+}
+
+func (c *netConn) Close() error {
+	c.s.mu.Lock()
+	delete(c.s.nets, c)
+	c.s.mu.Unlock()
+	return c.Conn.Close()
+}
+
+func (s *Store) dial(network, addr string, timeout time.Duration) (net.Conn, error) {
+	nc, err := net.DialTimeout(network, addr, timeout)
+	if err != nil {
+		return nil, err
+	}
+	c := &netConn{Conn: nc, s: s}
+	c.Conn.SetReadDeadline(time.Now().Add(handshakeTimeout))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		nc.Close()
+		return nil, net.ErrClosed
+	}
+	s.nets[c] = struct{}{}
+	return c, nil
 }
 
 // local is a node created through this store: its TTL deadline on this
@@ -76,14 +135,14 @@ func New(ctx context.Context, servers []string, opts ...Option) (*Store, error) 
 	}
 	s := &Store{
 		root: DefaultRoot, askTimeout: DefaultSessionTimeout, acl: zk.WorldACL(zk.PermAll),
-		local: map[string]*local{}, dirs: map[string]bool{},
+		local: map[string]*local{}, dirs: map[string]bool{}, nets: map[*netConn]struct{}{},
 		kick: make(chan struct{}, 1), stop: make(chan struct{}),
 	}
 	for _, o := range opts {
 		o(s)
 	}
 	s.timeout = s.askTimeout
-	conn, events, err := zk.Connect(servers, s.askTimeout, zk.WithLogger(sessionLogger{s}))
+	conn, events, err := zk.Connect(servers, s.askTimeout, zk.WithLogger(sessionLogger{s}), zk.WithDialer(s.dial))
 	if err != nil {
 		return nil, storeErr("connect", err)
 	}
@@ -149,6 +208,13 @@ func (s *Store) Close() error {
 	close(s.stop)
 	s.mu.Unlock()
 	s.conn.Close()
+	// Unblock the client's reads at once (it may be waiting for a server
+	// that does not answer).
+	s.mu.Lock()
+	for c := range s.nets {
+		c.Conn.Close()
+	}
+	s.mu.Unlock()
 	s.wg.Wait()
 	return nil
 }
@@ -234,9 +300,25 @@ func parse(name string) (entry, bool) {
 	return entry{name: name, mode: parts[0][0], owner: string(owner), token: string(token), seq: seq}, true
 }
 
-// list returns the lock's nodes in sequence order (empty when the lock's
-// znode does not exist).
+// list returns the lock's live nodes in sequence order (empty when the
+// lock's znode does not exist). Nodes of this store whose TTL passed are
+// deleted on the way, as every operation on a lock prunes it, without
+// waiting for the reaper.
 func (s *Store) list(dir string) ([]entry, error) {
+	es, err := s.listAll(dir)
+	if err != nil {
+		return nil, err
+	}
+	kept := es[:0]
+	for _, e := range es {
+		if !s.lapsed(dir + "/" + e.name) {
+			kept = append(kept, e)
+		}
+	}
+	return kept, nil
+}
+
+func (s *Store) listAll(dir string) ([]entry, error) {
 	names, _, err := s.conn.Children(dir)
 	if errors.Is(err, zk.ErrNoNode) {
 		return nil, nil

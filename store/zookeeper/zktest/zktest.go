@@ -4,7 +4,7 @@
 //
 // Each server keeps its data in t.TempDir(), listens on 127.0.0.1 only,
 // runs with tickTime 100ms and allows session timeouts from 200ms to 60s,
-// with the admin server off and the "ruok" command on (for readiness). On
+// with the admin server off and the "srvr" command on (for readiness). On
 // Linux the server is killed when the test binary dies.
 //
 // When java or Debian's zookeeper.jar is missing, [Start] skips the test, or
@@ -15,6 +15,7 @@ package zktest
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -85,7 +86,7 @@ type Server struct {
 }
 
 // Start starts a standalone ZooKeeper on a free port of 127.0.0.1 and
-// returns once it answers "ruok". A t.Cleanup kills it by PID.
+// returns once it serves requests. A t.Cleanup kills it by PID.
 func Start(tb testing.TB, opts ...Option) *Server {
 	tb.Helper()
 	java, jar := Require(tb)
@@ -130,7 +131,7 @@ dataDir=%s
 clientPort=%d
 clientPortAddress=127.0.0.1
 admin.enableServer=false
-4lw.commands.whitelist=ruok,srvr
+4lw.commands.whitelist=srvr
 forceSync=%s
 `, filepath.Join(s.dir, "data"), s.port, map[bool]string{false: "no", true: "yes"}[s.sync])
 	if err := os.WriteFile(cfg, []byte(conf), 0o644); err != nil {
@@ -164,7 +165,7 @@ forceSync=%s
 			return fmt.Errorf("zookeeper exited:\n%s", s.logTail())
 		default:
 		}
-		if s.ruok() {
+		if s.serving() {
 			return nil
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -173,20 +174,24 @@ forceSync=%s
 	return fmt.Errorf("zookeeper not ready after %v:\n%s", readyTimeout, s.logTail())
 }
 
-func (s *Server) ruok() bool {
+// serving reports whether the server serves requests: "srvr" answers with
+// its mode only then ("ruok" answers imok earlier, while it still loads).
+func (s *Server) serving() bool {
 	c, err := net.DialTimeout("tcp", s.Addr(), time.Second)
 	if err != nil {
 		return false
 	}
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(2 * time.Second))
-	if _, err := c.Write([]byte("ruok")); err != nil {
+	if _, err := c.Write([]byte("srvr")); err != nil {
 		return false
 	}
-	b := make([]byte, 4)
-	n, _ := c.Read(b)
-	return strings.HasPrefix(string(b[:n]), "imok")
+	b, _ := io.ReadAll(c)
+	return strings.Contains(string(b), "Mode: ")
 }
+
+// LogTail returns the last few kilobytes of the server's log.
+func (s *Server) LogTail() string { return s.logTail() }
 
 func (s *Server) logTail() string {
 	b, _ := os.ReadFile(filepath.Join(s.dir, "zookeeper.log"))
@@ -233,11 +238,16 @@ func (s *Server) Restart(tb testing.TB) {
 	defer s.mu.Unlock()
 	s.killLocked()
 	var err error
-	deadline := time.Now().Add(readyTimeout)
+	start := time.Now()
+	deadline := start.Add(readyTimeout)
 	for {
 		if err = s.launch(); err == nil {
+			if d := time.Since(start); d > 10*time.Second {
+				tb.Logf("zktest: restart took %v; log:\n%s", d, s.logTail())
+			}
 			return
 		}
+		tb.Logf("zktest: restart attempt failed: %v", err)
 		if time.Now().After(deadline) {
 			break
 		}
