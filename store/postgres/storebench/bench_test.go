@@ -13,6 +13,7 @@ package storebench
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"strconv"
 	"sync"
@@ -36,9 +37,7 @@ import (
 func TestMain(m *testing.M) {
 	code := m.Run()
 	pgtest.Cleanup()
-	if code != 0 {
-		panic(code)
-	}
+	os.Exit(code)
 }
 
 type backend struct {
