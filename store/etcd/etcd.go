@@ -269,6 +269,16 @@ func (s *Store) read(ctx context.Context, kind, name string) (*view, error) {
 		return nil, err
 	}
 	vw := parseView(pfx, resp.Header.Revision, resp.Responses[0].GetResponseRange().Kvs)
+	// Holds and queue places of this store whose TTL passed are revoked on
+	// the way, as every operation on a lock prunes it, without waiting for
+	// the reaper.
+	kept := vw.entries[:0]
+	for _, e := range vw.entries {
+		if !s.lapsed(string(e.kv.Key)) {
+			kept = append(kept, e)
+		}
+	}
+	vw.entries = kept
 	if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) > 0 {
 		vw.fence = kvs[0]
 	}
