@@ -80,6 +80,12 @@ func New(ctx context.Context, endpoints []string, opts ...Option) (*Store, error
 	}
 	s := NewWithClient(cli, opts...)
 	s.own = true
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := s.Ping(pctx); err != nil {
+		s.Close()
+		return nil, err
+	}
 	return s, nil
 }
 
