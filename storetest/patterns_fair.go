@@ -469,7 +469,11 @@ func fairLockerWoken(t *testing.T, s, peer dlock.Store) {
 // fairLockerLongWait checks that waiters keep their places while they wait
 // many queue TTLs (they refresh them), and are served in arrival order.
 func fairLockerLongWait(t *testing.T, s dlock.Store) {
-	const waiters, queueTTL = 3, 300 * time.Millisecond
+	// The queue TTL is short against the wait, not against a stall of the
+	// test process: a waiter refreshes its place every queueTTL/3, and under
+	// -race on a loaded machine a refresh can come 200ms late, which with
+	// 300ms dropped the place (order [1 2 0] seen on the memory store).
+	const waiters, queueTTL = 3, time.Second
 	ctx := testContext(t)
 	name := lockName(t)
 	holder := fairReq(name, longTTL)
@@ -501,7 +505,7 @@ func fairLockerLongWait(t *testing.T, s dlock.Store) {
 			t.Fatalf("waiter %d not queued within %v", i, waitTimeout)
 		}
 	}
-	sleepUntil(time.Now().Add(5 * queueTTL)) // the waiters outlive their queue TTL several times
+	sleepUntil(time.Now().Add(3 * queueTTL)) // the waiters outlive their queue TTL several times
 	if g := mustRefuse(t, s, fairWaiter(name, longTTL)); g.Position != waiters {
 		t.Errorf("a newcomer's position after the wait = %d, want %d (every waiter kept its place)", g.Position, waiters)
 	}

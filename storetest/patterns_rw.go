@@ -561,7 +561,9 @@ func rwLockerWoken(t *testing.T, s, peer dlock.Store) {
 // as long as it waits, however short its queue TTL, so that readers stay
 // out until it has had its turn.
 func rwLockerLongWait(t *testing.T, s dlock.Store) {
-	const queueTTL = 300 * time.Millisecond
+	// Short against the wait, not against a stall of the test process (the
+	// writer refreshes every queueTTL/3; see fairLockerLongWait).
+	const queueTTL = time.Second
 	ctx := testContext(t)
 	name := lockName(t)
 	r := readReq(name, longTTL)
@@ -576,7 +578,7 @@ func rwLockerLongWait(t *testing.T, s dlock.Store) {
 		done <- err
 	}()
 	spy.waitRefused(t)
-	sleepUntil(time.Now().Add(5 * queueTTL))
+	sleepUntil(time.Now().Add(3 * queueTTL))
 	mustRefuse(t, s, readReq(name, longTTL)) // the writer's intent still keeps readers out
 	mustRelease(t, s, r)
 	if err := <-done; err != nil {
