@@ -239,13 +239,17 @@ func testWatchdogPause(t *testing.T) {
 // next holder's begins.
 func testWatchdogBlackhole(t *testing.T) {
 	e := newEnv(t, 1, true)
-	a := e.spawn(1, "-ttl", "1s", "-autorenew", "-careful", "-drift", "0.05", "-op-timeout", "200ms", "-iters", "1", "-hold", "4s")
+	// The margin between the holder's local expiry and the server's is the
+	// drift allowance (0.1 × 2s + 2ms): it must exceed how late a loaded
+	// machine may run the holder's goroutines (over 100ms was seen under
+	// -race with other suites running; with 1s and 0.05 the margin was 52ms).
+	a := e.spawn(1, "-ttl", "2s", "-autorenew", "-careful", "-drift", "0.1", "-op-timeout", "200ms", "-iters", "1", "-hold", "6s")
 	if _, ok := a.waitEvent(10*time.Second, isKind(wire.KindEnter)); !ok {
 		t.Fatalf("worker 1 never entered\n%s", a.stderrText())
 	}
 	e.toxic(a.links[0], "blackhole", "timeout", "upstream", map[string]any{"timeout": 0})
 	e.fault("blackhole the holder's link to the node (timeout 0, upstream)")
-	b := e.spawn(2, "-ttl", "1s", "-wait", "10s", "-iters", "1", "-rmw", "-hold", "10ms")
+	b := e.spawn(2, "-ttl", "2s", "-wait", "10s", "-iters", "1", "-rmw", "-hold", "10ms")
 	e.waitAll(30 * time.Second)
 	evs := a.snapshot()
 	var lost, exit int64
