@@ -106,7 +106,10 @@ func WithBackoff(min, max time.Duration) Option {
 
 // WithDriftFactor sets the share of the TTL assumed lost to clock drift
 // between client and store; a lease's local validity is TTL - elapsed -
-// (factor*TTL + 2ms). Default 0.01; from 0 to 0.5.
+// (factor*TTL + 2ms). Default 0.01; from 0 to 0.5. The margin is also all
+// the time a holder has to notice [Lease.Done] before the store may grant
+// the lock again: on a loaded machine, where goroutines can run 100ms late,
+// make factor*TTL larger than that.
 func WithDriftFactor(f float64) Option {
 	return func(c *config) {
 		if !(f >= 0 && f <= 0.5) {
