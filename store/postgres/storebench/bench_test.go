@@ -5,7 +5,7 @@
 // commit, their defaults); Valkey runs without persistence, as the tests
 // do. It is its own module so that the stores' modules do not
 // depend on each other. Results and the command are in
-// docs/benchmarks-stores.md.
+// docs/benchmarks.md ("Stores compared").
 //
 //	cd store/postgres/storebench && go test -run '^$' -bench . -benchtime 2000x
 package storebench
