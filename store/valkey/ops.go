@@ -137,13 +137,15 @@ func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, er
 	if err := res[at].Error(); err != nil {
 		return dlock.Grant{}, fail("acquire", err)
 	}
-	if watchKey != "" && res[0].Error() == nil {
-		s.hub.armed(watchKey)
-	}
-	res = res[at:]
+	res, caching := res[at:], res[0]
 	g, err := parseGrant(res[0])
 	if err != nil {
 		return dlock.Grant{}, fmt.Errorf("dlock: valkey acquire: %w", err)
+	}
+	// Only a refusal is sure to have read the key (readsWatchKey); a grant
+	// wrote it, which ends its tracking anyway.
+	if watchKey != "" && caching.Error() == nil && !g.Acquired {
+		s.hub.armed(watchKey)
 	}
 	if !g.Acquired || !wait {
 		return g, nil

@@ -76,9 +76,10 @@ type modeOps struct {
 	// lock name, the key that Watch tracks; nil means the main key.
 	watch func(s *Store, name string) string
 	// readsWatchKey declares that the acquire script reads the watch key
-	// with a read command (GET, HGET, EXISTS, ...) on every path, refusals
-	// included. The Store then makes its waiters' attempts tracked reads
-	// and needs no extra read to keep the key tracked (see hub).
+	// with a read command (GET, HGET, EXISTS, PTTL, ...; not SET ... GET,
+	// which the server does not track) on every path that refuses. The
+	// Store then makes its waiters' attempts tracked reads and needs no
+	// extra read to keep the key tracked (see hub).
 	readsWatchKey bool
 }
 
@@ -91,7 +92,7 @@ var modes = map[dlock.Mode]*modeOps{
 		release: loadScript("scripts/mutex_release.lua"),
 		keys:    mutexKeys,
 		args:    mutexArgs,
-		// The script GETs KEYS[1], the watch key, first thing.
+		// Every refusal reads KEYS[1], the watch key, with PTTL.
 		readsWatchKey: true,
 	},
 }
@@ -113,10 +114,13 @@ func fenceKeys(s *Store, name string) []string {
 }
 
 // mutexKeys is KEYS = {main key, fence counter, waiters, this Store's
-// handoff channel}. The channel is a channel, not a key, declared among the
-// keys so that it routes to the lock's slot (see grantSubs).
+// handoff channel, waiters flag}. The channel is a channel, not a key,
+// declared among the keys so that it routes to the lock's slot (see
+// grantSubs). The flag, a string that outlives the waiters set, lets the
+// release script learn whether there may be waiters from the MGET that
+// reads the main key.
 func mutexKeys(s *Store, name string) []string {
-	return []string{s.key(name), s.aux(name, "fence"), s.aux(name, "waiters"), s.grantChannel(name, dlock.ModeMutex)}
+	return []string{s.key(name), s.aux(name, "fence"), s.aux(name, "waiters"), s.grantChannel(name, dlock.ModeMutex), s.aux(name, "waiters:flag")}
 }
 
 // mutexArgs is ARGV = {token, TTL ms, queue (0|1), queue TTL ms}.

@@ -31,7 +31,9 @@
 // A contended mutex or fair lock is handed over instead: a refused waiter of
 // [dlock.Mutex.Lock] registers its token in the sorted set
 // "{lock:<name>}:waiters" (a lease of its queue TTL, judged by the server's
-// clock), and the release script that finds a live registration sets the
+// clock; a string "{lock:<name>}:waiters:flag" outlives the set, so that a
+// release learns whether to look for waiters from the read that compares
+// the token), and the release script that finds a live registration sets the
 // lock key to that waiter's token (so the key still holds exactly the
 // holder's token, and SET NX clients stay excluded), issues the fence, and
 // publishes the grant on the waiter's Store's shard channel (see

@@ -10,6 +10,9 @@
 -- KEYS[4]  the caller's wake-up channel: a shard channel in this slot on
 --          which the caller's store listens for handoffs to its waiters (a
 --          channel name, declared as a key so that it routes like one)
+-- KEYS[5]  waiters flag: a string that outlives the waiters set, so that a
+--          release learns from the read it makes anyway whether there may
+--          be waiters to hand over to
 -- ARGV[1]  token
 -- ARGV[2]  TTL in milliseconds
 -- ARGV[3]  queue: "1" to register (or refresh) the caller as a waiter when
@@ -25,24 +28,39 @@
 -- A new fence is max(last + 1, server time in ms * 1000): a node that lost
 -- its data in a restart still issues fences above every earlier one, and the
 -- counter may expire a day after the last grant.
+--
+-- The free lock costs three calls: SET NX (which also tells a refusal from
+-- a repeat by the holder), TIME and SET GET on the counter. Every refusal
+-- reads the lock key with PTTL, a read that client-side caching tracks.
 local me = ARGV[1]
-local cur = redis.call('GET', KEYS[1])
+local cur = redis.pcall('SET', KEYS[1], me, 'NX', 'PX', ARGV[2], 'GET')
+if type(cur) == 'table' and cur.err then
+  -- Before Redis 7.0 SET cannot combine NX with GET (a key of another type
+  -- fails here too: the GET below raises its error).
+  cur = redis.call('GET', KEYS[1])
+  if not cur then
+    redis.call('SET', KEYS[1], me, 'PX', ARGV[2])
+  end
+end
+local fresh = not cur -- the SET granted it just now
 if cur == me then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   local f = tonumber(redis.call('GET', KEYS[2]))
   if f then
     return {1, f, 0}
   end
-  -- The counter is gone (deleted by hand): issue a fresh fence below.
+  -- The counter is gone (deleted by hand): issue a fresh fence below (the
+  -- key is the holder's already, its TTL refreshed).
 elseif cur then
   if ARGV[3] == '1' then
     local t = redis.call('TIME')
     local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
     local qttl = tonumber(ARGV[4])
     redis.call('ZADD', KEYS[3], now + qttl, ARGV[2] .. ' ' .. #KEYS[4] .. ' ' .. KEYS[4] .. me)
-    -- The set outlives every live registration.
+    -- The set outlives every live registration, and the flag the set.
     if redis.call('PTTL', KEYS[3]) < qttl + 30000 then
       redis.call('PEXPIRE', KEYS[3], qttl + 60000)
+      redis.call('SET', KEYS[5], '1', 'PX', qttl + 61000)
     end
   end
   -- PTTL is 0 in the last millisecond of a hold: report at least 1.
@@ -51,13 +69,26 @@ elseif cur then
     left = 1
   end
   return {0, 0, left}
-elseif ARGV[3] == '1' then
+end
+if ARGV[3] == '1' then
   -- Free: a registered waiter takes it itself and is no longer waiting.
   redis.call('ZREM', KEYS[3], ARGV[2] .. ' ' .. #KEYS[4] .. ' ' .. KEYS[4] .. me)
 end
+-- SET GET writes the floor and returns the last fence in one call; only a
+-- last fence at or above the floor needs the second SET.
 local now = redis.call('TIME')
-local floor = tonumber(now[1]) * 1000000 + math.floor(tonumber(now[2]) / 1000) * 1000
-local f = math.max((tonumber(redis.call('GET', KEYS[2])) or 0) + 1, floor)
-redis.call('SET', KEYS[2], string.format('%.0f', f), 'PX', 86400000)
-redis.call('SET', KEYS[1], me, 'PX', ARGV[2])
+local f = tonumber(now[1]) * 1000000 + math.floor(tonumber(now[2]) / 1000) * 1000
+local last = redis.pcall('SET', KEYS[2], string.format('%.0f', f), 'PX', 86400000, 'GET')
+if type(last) == 'table' and last.err then
+  -- The counter is not a string: undo the grant, fail as before.
+  if fresh then
+    redis.call('DEL', KEYS[1])
+  end
+  return last
+end
+last = tonumber(last)
+if last and last >= f then
+  f = last + 1
+  redis.call('SET', KEYS[2], string.format('%.0f', f), 'PX', 86400000)
+end
 return {1, f, 0}

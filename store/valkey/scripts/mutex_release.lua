@@ -5,6 +5,7 @@
 -- KEYS[2]  fence counter (kept: fences stay monotonic)
 -- KEYS[3]  waiters (see mutex_acquire)
 -- KEYS[4]  the caller's wake-up channel (see mutex_acquire)
+-- KEYS[5]  waiters flag (see mutex_acquire): absent, there is no waiter
 -- ARGV[1]  token
 -- ARGV[2]  TTL in milliseconds (names the caller's registration)
 --
@@ -19,14 +20,23 @@
 -- "<sha1hex(token)> <fence>" on the waiter's channel (SPUBLISH; PUBLISH on
 -- servers before Redis 7), so only the waiter's store hears of it and the
 -- token itself never travels.
+--
+-- Without waiters this costs two calls: MGET of the lock key and the flag
+-- (the compare, and whether there may be waiters), then DEL.
 local me = ARGV[1]
-if redis.call('GET', KEYS[1]) ~= me then
+local v = redis.call('MGET', KEYS[1], KEYS[5])
+if v[1] ~= me then
+  if not v[2] then
+    return 0
+  end
   return redis.call('ZREM', KEYS[3], ARGV[2] .. ' ' .. #KEYS[4] .. ' ' .. KEYS[4] .. me)
 end
 local now
-while true do
+while v[2] do
   local e = redis.call('ZPOPMIN', KEYS[3])
   if #e == 0 then
+    -- No waiter left: the next release need not look.
+    redis.call('DEL', KEYS[5])
     break
   end
   if not now then
@@ -38,10 +48,14 @@ while true do
     n = tonumber(n)
     if ttl and n and #rest > n then
       local ch, tok = string.sub(rest, 1, n), string.sub(rest, n + 1)
-      local floor = now[1] * 1000000 + math.floor(now[2] / 1000) * 1000
-      local f = math.max((tonumber(redis.call('GET', KEYS[2])) or 0) + 1, floor)
+      -- The fence as in mutex_acquire: SET GET writes the floor.
+      local f = now[1] * 1000000 + math.floor(now[2] / 1000) * 1000
+      local last = tonumber(redis.call('SET', KEYS[2], string.format('%.0f', f), 'PX', 86400000, 'GET'))
+      if last and last >= f then
+        f = last + 1
+        redis.call('SET', KEYS[2], string.format('%.0f', f), 'PX', 86400000)
+      end
       local fs = string.format('%.0f', f)
-      redis.call('SET', KEYS[2], fs, 'PX', 86400000)
       redis.call('SET', KEYS[1], tok, 'PX', ttl)
       local msg = redis.sha1hex(tok) .. ' ' .. fs
       local r = redis.pcall('SPUBLISH', ch, msg)

@@ -1,0 +1,172 @@
+package valkey_test
+
+import (
+	"errors"
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/testredis"
+)
+
+// callsByCommand returns the calls per command (lower case) from INFO
+// commandstats.
+func callsByCommand(t *testing.T, srv *testredis.Server) map[string]int64 {
+	t.Helper()
+	re := regexp.MustCompile(`(?m)^cmdstat_([a-z|]+):calls=(\d+)`)
+	out := make(map[string]int64)
+	for _, m := range re.FindAllStringSubmatch(mustDo(t, srv, "INFO", "commandstats"), -1) {
+		n, _ := strconv.ParseInt(m[2], 10, 64)
+		out[m[1]] = n
+	}
+	return out
+}
+
+// TestMutexFastPathCommands pins the cost of an uncontended mutex on the
+// server: the acquire script makes three calls (SET NX GET, TIME, SET GET
+// on the fence counter), the release two (MGET, DEL).
+func TestMutexFastPathCommands(t *testing.T) {
+	srv := testredis.Start(t)
+	s := dial(t, srv.URL())
+	ctx := testContext(t)
+	req := dlock.Request{Name: "warm", Token: "a", TTL: 10 * time.Second, Mode: dlock.ModeMutex}
+	// Load the scripts first: a NOSCRIPT round costs an EVAL.
+	if g, err := s.Acquire(ctx, req); err != nil || !g.Acquired {
+		t.Fatalf("Acquire = %+v, %v", g, err)
+	}
+	if err := s.Release(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	mustDo(t, srv, "CONFIG", "RESETSTAT")
+	req.Name = "fast"
+	g, err := s.Acquire(ctx, req)
+	if err != nil || !g.Acquired {
+		t.Fatalf("Acquire = %+v, %v", g, err)
+	}
+	if err := s.Release(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	calls := callsByCommand(t, srv)
+	want := map[string]int64{"evalsha": 2, "set": 2, "time": 1, "mget": 1, "del": 1}
+	for cmd, n := range want {
+		if calls[cmd] != n {
+			t.Errorf("%s: %d calls, want %d", cmd, calls[cmd], n)
+		}
+	}
+	for _, cmd := range []string{"get", "zpopmin", "zrem", "pexpire", "pttl", "eval"} {
+		if calls[cmd] != 0 {
+			t.Errorf("%s: %d calls, want none on the fast path", cmd, calls[cmd])
+		}
+	}
+	if t.Failed() {
+		t.Logf("commandstats: %v", calls)
+	}
+}
+
+// TestMutexFenceSameMillisecond checks the fence when the counter is at or
+// above the time floor: grants faster than one per millisecond, and a
+// counter set far ahead by hand, each get last + 1.
+func TestMutexFenceSameMillisecond(t *testing.T) {
+	srv := testredis.Start(t)
+	s := dial(t, srv.URL())
+	ctx := testContext(t)
+	req := dlock.Request{Name: "fast", Token: "a", TTL: 10 * time.Second, Mode: dlock.ModeMutex}
+	var last int64
+	for i := range 300 {
+		req.Token = "t" + strconv.Itoa(i)
+		g, err := s.Acquire(ctx, req)
+		if err != nil || !g.Acquired {
+			t.Fatalf("Acquire %d = %+v, %v", i, g, err)
+		}
+		if g.Fence <= last {
+			t.Fatalf("grant %d: fence %d after %d, want strictly more", i, g.Fence, last)
+		}
+		last = g.Fence
+		if err := s.Release(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	high := last + 5_000_000_000
+	mustDo(t, srv, "SET", s.AuxKey("fast", "fence"), strconv.FormatInt(high, 10))
+	g, err := s.Acquire(ctx, req)
+	if err != nil || g.Fence != high+1 {
+		t.Fatalf("Acquire after the counter was set to %d = %+v, %v; want fence %d", high, g, err, high+1)
+	}
+	if got := mustDo(t, srv, "GET", s.AuxKey("fast", "fence")); got != strconv.FormatInt(high+1, 10) {
+		t.Errorf("counter = %s, want %d", got, high+1)
+	}
+	if ttl, _ := strconv.Atoi(mustDo(t, srv, "PTTL", s.AuxKey("fast", "fence"))); ttl <= 0 {
+		t.Errorf("counter PTTL = %d, want the one-day expiry", ttl)
+	}
+	// A repeat by the holder returns the same fence.
+	if g2, err := s.Acquire(ctx, req); err != nil || g2.Fence != g.Fence {
+		t.Errorf("repeated Acquire = %+v, %v; want fence %d", g2, err, g.Fence)
+	}
+}
+
+// TestMutexFenceCounterWrongType checks that an acquire whose fence counter
+// cannot be read fails without leaving the lock key set.
+func TestMutexFenceCounterWrongType(t *testing.T) {
+	srv := testredis.Start(t)
+	s := dial(t, srv.URL())
+	ctx := testContext(t)
+	mustDo(t, srv, "RPUSH", s.AuxKey("bad", "fence"), "x")
+	req := dlock.Request{Name: "bad", Token: "a", TTL: 10 * time.Second, Mode: dlock.ModeMutex}
+	if g, err := s.Acquire(ctx, req); err == nil {
+		t.Fatalf("Acquire with a list as fence counter = %+v, want an error", g)
+	}
+	if n := mustDo(t, srv, "EXISTS", "lock:bad"); n != "0" {
+		t.Errorf("lock key exists after the failed acquire")
+	}
+}
+
+// TestMutexWaitersFlag checks the flag that lets a release skip the
+// waiters set: a registration sets it with an expiry past the set's, a
+// release by a registered waiter drops its registration, and the release
+// that finds no waiter left deletes the flag.
+func TestMutexWaitersFlag(t *testing.T) {
+	srv := testredis.Start(t)
+	s := dial(t, srv.URL())
+	ctx := testContext(t)
+	flag, wkey := s.AuxKey("flag", "waiters:flag"), s.AuxKey("flag", "waiters")
+	hold := dlock.Request{Name: "flag", Token: "holder", TTL: time.Minute}
+	if g, err := s.Acquire(ctx, hold); err != nil || !g.Acquired {
+		t.Fatalf("Acquire = %+v, %v", g, err)
+	}
+	if n := mustDo(t, srv, "EXISTS", flag); n != "0" {
+		t.Fatalf("flag set by an uncontended acquire")
+	}
+	w := dlock.Request{Name: "flag", Token: "waiter", TTL: 30 * time.Second, Queue: true, QueueTTL: time.Minute}
+	_, stop, err := s.WatchGrant(ctx, w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	if g, err := s.Acquire(ctx, w); err != nil || g.Acquired {
+		t.Fatalf("Acquire(waiter) = %+v, %v; want refused", g, err)
+	}
+	fttl, _ := strconv.Atoi(mustDo(t, srv, "PTTL", flag))
+	wttl, _ := strconv.Atoi(mustDo(t, srv, "PTTL", wkey))
+	if wttl <= 0 || fttl <= wttl {
+		t.Fatalf("PTTL flag %d, waiters %d; want the flag to outlive the set", fttl, wttl)
+	}
+	// A registered waiter gives up: its registration goes, the flag stays
+	// (a later release finds the set empty).
+	if err := s.Release(ctx, w); err != nil {
+		t.Fatalf("Release by the registered waiter = %v", err)
+	}
+	if n := mustDo(t, srv, "EXISTS", wkey); n != "0" {
+		t.Fatalf("registration kept after the waiter's Release")
+	}
+	if err := s.Release(ctx, w); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("second Release by the waiter = %v, want ErrNotHeld", err)
+	}
+	if err := s.Release(ctx, hold); err != nil {
+		t.Fatal(err)
+	}
+	if n := mustDo(t, srv, "EXISTS", flag, "lock:flag"); n != "0" {
+		t.Errorf("flag or lock key left after the release that found no waiter (EXISTS = %s)", n)
+	}
+}
