@@ -258,10 +258,18 @@ func (l *Locker) dropQueued(ctx context.Context, req Request) {
 	l.store.Release(rctx, req)
 }
 
-// tryOnce makes one acquire attempt. A reply lost to a network error or to
-// ctx is resolved by asking again with the same token (Acquire is
-// idempotent per token); if that fails too, the token's hold is released so
-// that no lock is left behind that nobody knows of.
+// tryOnce makes one acquire attempt. A reply lost to a network error is
+// resolved by asking again with the same token (Acquire is idempotent per
+// token); if that fails too, the token's hold is released so that no lock
+// is left behind that nobody knows of.
+//
+// The attempt is not abandoned when ctx ends: it gets its reply, or is cut
+// short opTimeout later (see attemptContext). A call abandoned to ctx can
+// still reach the store after the Release that cleans up behind the caller
+// (a client that spreads calls over several connections, as valkey-go does,
+// sends the two on different ones) and re-create what the Release removed:
+// a queue place or write intent that keeps others out until its queue TTL,
+// or a grant that nobody knows of.
 func (l *Locker) tryOnce(ctx context.Context, c *config, req Request) (*Lease, Grant, error) {
 	l.mu.Lock()
 	closed := l.closed
@@ -270,7 +278,9 @@ func (l *Locker) tryOnce(ctx context.Context, c *config, req Request) (*Lease, G
 		return nil, Grant{}, ErrClosed
 	}
 	sent := time.Now()
-	g, err := l.store.Acquire(ctx, req)
+	actx, acancel := attemptContext(ctx, c.opTimeout)
+	g, err := l.store.Acquire(actx, req)
+	acancel()
 	if err != nil {
 		if errors.Is(err, ErrInvalid) || errors.Is(err, ErrNotSupported) || errors.Is(err, ErrUpgrade) {
 			return nil, Grant{}, err
