@@ -39,7 +39,8 @@ func (m *Mutex) TryLock(ctx context.Context) (*Lease, error) {
 // whoever asks first; use [Fair] for arrival order. Store failures
 // while waiting are retried. When ctx ends it returns an error matching
 // both ctx.Err() and the last outcome ([ErrLocked] or [ErrUnavailable]),
-// and leaves nothing behind on the store (no key, no registration).
+// and leaves nothing behind on the store (no key, no registration); a call
+// in flight when ctx ends is given up to [WithOpTimeout] to answer first.
 func (m *Mutex) Lock(ctx context.Context) (*Lease, error) {
 	return m.l.acquire(ctx, &m.cfg, Request{Name: m.name, Mode: ModeMutex}, true)
 }

@@ -134,7 +134,12 @@ func WithQueueTTL(d time.Duration) Option {
 }
 
 // WithOpTimeout bounds each store call made without a caller's deadline
-// (renewals, the ownership re-check after a lost reply, releases). Default 5s.
+// (renewals, the ownership re-check after a lost reply, releases), and how
+// long an acquire call still in flight when the caller's ctx ends may take
+// to answer: it is not abandoned at once, so that the cleanup that follows
+// cannot overtake it and leave a grant or queue place behind. A store that
+// stalls can therefore delay the return of an ended Lock or TryLock by up
+// to this long. Default 5s.
 func WithOpTimeout(d time.Duration) Option {
 	return func(c *config) {
 		if d <= 0 {
