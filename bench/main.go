@@ -69,7 +69,7 @@ func main() {
 	w6n := flag.Int("w6-leases", 0, "W6 leases (default 100000, quick 5000)")
 	w6ttl := flag.Duration("w6-ttl", 0, "W6 lease TTL, renewed every TTL/3 (default 6s, quick 1s)")
 	w6win := flag.Duration("w6-window", 0, "W6 measured window (default 8s, quick 1.5s)")
-	out := flag.String("out", "results", "output directory")
+	out := flag.String("out", defaultOut(), "output directory")
 	render := flag.String("render", "", "run nothing: re-render results.md, chart.svg (and -docs) from this results.json")
 	docs := flag.String("docs", "", "also replace the generated tables in this Markdown file (docs/benchmarks.md)")
 	only := flag.String("only", "", "run only cells whose id (workload/contender, e.g. W3/dlock) matches this regexp")
@@ -133,4 +133,13 @@ func main() {
 		fmt.Fprintf(os.Stderr, "bench: %d mutual-exclusion violations\n", n)
 		os.Exit(1)
 	}
+}
+
+// defaultOut is bench/results when run from the repository root (`go run
+// ./bench`, through go.work), else results.
+func defaultOut() string {
+	if _, err := os.Stat(filepath.Join("bench", "go.mod")); err == nil {
+		return filepath.Join("bench", "results")
+	}
+	return "results"
 }
