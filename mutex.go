@@ -36,7 +36,11 @@ func (m *Mutex) TryLock(ctx context.Context) (*Lease, error) {
 // [WithQueueTTL]), and a release hands the lock to one live registered
 // waiter, which wakes already holding it. The mutex is not fair: which
 // waiter gets it is not arrival order, and a lock freed by expiry goes to
-// whoever asks first; use [Fair] for arrival order. Store failures
+// whoever asks first; use [Fair] for arrival order. A registered waiter
+// is not woken by a release that does not hand over (another library's
+// compare-and-delete, a DEL by hand): it finds the lock free at its next
+// queue refresh (every QueueTTL/3) or at the holder's expiry, whichever
+// comes first. Store failures
 // while waiting are retried. When ctx ends it returns an error matching
 // both ctx.Err() and the last outcome ([ErrLocked] or [ErrUnavailable]),
 // and leaves nothing behind on the store (no key, no registration); a call
