@@ -11,7 +11,10 @@ import (
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/fence"
 	"github.com/dlock-dev/dlock/store/memory"
+	"go.uber.org/goleak"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestGuardRefusesLowerFences(t *testing.T) {
 	var rejected int
