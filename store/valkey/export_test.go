@@ -10,3 +10,8 @@ func (s *Store) AuxKey(name, suffix string) string { return s.aux(name, suffix) 
 
 // ParseURL exposes parseURL to the tests.
 var ParseURL = parseURL
+
+// KeySet exposes Store.keySet to the tests.
+func (s *Store) KeySet(withMain bool, name string, suffixes ...string) []string {
+	return s.keySet(withMain, name, suffixes...)
+}

@@ -21,7 +21,7 @@ func (s *Store) State(ctx context.Context, name string) (dlock.State, error) {
 	if err := s.checkName(name); err != nil {
 		return dlock.State{}, err
 	}
-	keys := append(fenceKeys(s, name), s.aux(name, "waiters"))
+	keys := s.keySet(true, name, "fence", "waiters")
 	res := s.do(ctx, 1, func(_ int, eval bool) vk.Completed {
 		return stateScript.cmd(s.client, keys, nil, eval)
 	})

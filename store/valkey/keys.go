@@ -23,11 +23,52 @@ func (s *Store) key(name string) string { return s.prefix + name }
 // two locks must never share an auxiliary key. Auxiliary keys start with
 // "{", so they never match the default prefix.
 func (s *Store) aux(name, suffix string) string {
-	main := s.key(name)
+	return s.keySet(false, name, suffix)[0]
+}
+
+// keySet returns the auxiliary keys of lock name with the given suffixes
+// (see aux), preceded by its main key when withMain is set. The keys are
+// substrings of one string: two allocations however many keys.
+func (s *Store) keySet(withMain bool, name string, suffixes ...string) []string {
+	main := s.prefix + name // the main key, when withMain
+	pre, post := "{", "}:"
 	if tag, ok := hashTag(main); ok {
-		return "{" + tag + "}:" + main + ":" + suffix
+		// "{tag}:<main>:"
+		pre, post = "{"+tag+"}:", ":"
 	}
-	return "{" + main + "}:" + suffix
+	// Every auxiliary key is pre + main + post + suffix.
+	stem := len(pre) + len(main) + len(post)
+	n := 0
+	if withMain {
+		n = len(main)
+	}
+	for _, sfx := range suffixes {
+		n += stem + len(sfx)
+	}
+	var b strings.Builder
+	b.Grow(n)
+	if withMain {
+		b.WriteString(main)
+	}
+	for _, sfx := range suffixes {
+		b.WriteString(pre)
+		b.WriteString(main)
+		b.WriteString(post)
+		b.WriteString(sfx)
+	}
+	all := b.String()
+	keys := make([]string, 0, len(suffixes)+1)
+	at := 0
+	if withMain {
+		keys = append(keys, all[:len(main)])
+		at = len(main)
+	}
+	for _, sfx := range suffixes {
+		end := at + stem + len(sfx)
+		keys = append(keys, all[at:end])
+		at = end
+	}
+	return keys
 }
 
 // hashTag returns the hash tag of key by the Redis Cluster rule: the bytes

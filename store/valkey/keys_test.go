@@ -30,6 +30,32 @@ func TestAuxKeys(t *testing.T) {
 	}
 }
 
+// TestKeySet: the keys built in one string are the main key and the
+// auxiliary keys, each exactly as on its own.
+func TestKeySet(t *testing.T) {
+	srv := testredis.Start(t)
+	tests := []struct {
+		prefix, name string
+		want         []string
+	}{
+		{"lock:", "x", []string{"lock:x", "{lock:x}:fence", "{lock:x}:waiters"}},
+		{"lock:", "{user:1}:job", []string{"lock:{user:1}:job", "{user:1}:lock:{user:1}:job:fence", "{user:1}:lock:{user:1}:job:waiters"}},
+		{"", "é", []string{"é", "{é}:fence", "{é}:waiters"}},
+	}
+	for _, tt := range tests {
+		s := dial(t, srv.URL(), valkey.WithPrefix(tt.prefix))
+		if got := s.KeySet(true, tt.name, "fence", "waiters"); !reflect.DeepEqual(got, tt.want) {
+			t.Errorf("prefix %q: KeySet(true, %q) = %q, want %q", tt.prefix, tt.name, got, tt.want)
+		}
+		if got := s.KeySet(false, tt.name, "fence", "waiters"); !reflect.DeepEqual(got, tt.want[1:]) {
+			t.Errorf("prefix %q: KeySet(false, %q) = %q, want %q", tt.prefix, tt.name, got, tt.want[1:])
+		}
+		if got := s.KeySet(true, tt.name); !reflect.DeepEqual(got, tt.want[:1]) {
+			t.Errorf("prefix %q: KeySet(true, %q) with no suffix = %q, want %q", tt.prefix, tt.name, got, tt.want[:1])
+		}
+	}
+}
+
 // TestKeysShareSlot checks with the server's own hash that a lock's
 // auxiliary keys live in its main key's slot.
 func TestKeysShareSlot(t *testing.T) {

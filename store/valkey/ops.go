@@ -58,6 +58,14 @@ func fail(op string, err error) error {
 // set) in one round trip, and again with EVAL for those that the server
 // did not know by SHA.
 func (s *Store) do(ctx context.Context, n int, build func(i int, eval bool) vk.Completed) []vk.ValkeyResult {
+	if n == 1 {
+		// One command: Do, which costs less than a DoMulti of one.
+		r := s.client.Do(ctx, build(0, false))
+		if isNoScript(r.Error()) {
+			r = s.client.Do(ctx, build(0, true))
+		}
+		return []vk.ValkeyResult{r}
+	}
 	cmds := make(vk.Commands, n)
 	for i := range cmds {
 		cmds[i] = build(i, false)
@@ -130,9 +138,16 @@ func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, er
 	if watchKey != "" {
 		at = 1
 	}
-	res := s.client.DoMulti(ctx, build(false)...)
+	run := func(eval bool) []vk.ValkeyResult {
+		cmds := build(eval)
+		if len(cmds) == 1 {
+			return []vk.ValkeyResult{s.client.Do(ctx, cmds[0])}
+		}
+		return s.client.DoMulti(ctx, cmds...)
+	}
+	res := run(false)
 	if isNoScript(res[at].Error()) {
-		res = s.client.DoMulti(ctx, build(true)...)
+		res = run(true)
 	}
 	if err := res[at].Error(); err != nil {
 		return dlock.Grant{}, fail("acquire", err)

@@ -70,29 +70,22 @@ func loadJoined(lib, path string) *script {
 }
 
 func reentrantKeys(s *Store, name string) []string {
-	return []string{s.aux(name, "reentrant"), s.aux(name, "fence"), s.aux(name, "reentrant:gate")}
+	return s.keySet(false, name, "reentrant", "fence", "reentrant:gate")
 }
 
 func rwKeys(s *Store, name string) []string {
-	return []string{
-		s.aux(name, "rw"), s.aux(name, "fence"), s.aux(name, "rw:meta"),
-		s.aux(name, "rw:intents"), s.aux(name, "rw:deadlines"), s.aux(name, "rw:gate"),
-	}
+	return s.keySet(false, name, "rw", "fence", "rw:meta", "rw:intents", "rw:deadlines", "rw:gate")
 }
 
 // fairKeys ends with the channel on which this Store hears of handoffs to
 // its waiters (see grantSubs); it is a channel, not a key, declared among
 // the keys so that it routes to the lock's slot.
 func fairKeys(s *Store, name string) []string {
-	return []string{
-		s.aux(name, "fair"), s.aux(name, "fence"), s.aux(name, "fair:queue"),
-		s.aux(name, "fair:deadlines"), s.aux(name, "fair:waiters"), s.aux(name, "fair:audit"),
-		s.grantChannel(name, dlock.ModeFair),
-	}
+	return s.keySet(false, name, "fair", "fence", "fair:queue", "fair:deadlines", "fair:waiters", "fair:audit", s.grantSuffix(dlock.ModeFair))
 }
 
 func semaphoreKeys(s *Store, name string) []string {
-	return []string{s.aux(name, "semaphore"), s.aux(name, "fence"), s.aux(name, "semaphore:meta"), s.aux(name, "semaphore:gate")}
+	return s.keySet(false, name, "semaphore", "fence", "semaphore:meta", "semaphore:gate")
 }
 
 // AuditKey returns the key of the fair lock's audit stream: the last 1000 or

@@ -34,6 +34,8 @@ var _ dlock.GrantWatcher = (*Store)(nil)
 type grantSubs struct {
 	idOnce sync.Once
 	id     string // random, names this Store's channels
+	// mutexSuffix and fairSuffix end the channels' names (see grantChannel).
+	mutexSuffix, fairSuffix string
 
 	mu     sync.Mutex
 	subs   map[string]*grantSub // by channel
@@ -131,16 +133,22 @@ func (s *Store) WatchGrant(ctx context.Context, req dlock.Request) (<-chan dlock
 // grantChannel is the channel of lock name (of mode m, ModeFair or
 // ModeMutex) on which this Store hears of handoffs to its waiters.
 func (s *Store) grantChannel(name string, m dlock.Mode) string {
+	return s.aux(name, s.grantSuffix(m))
+}
+
+// grantSuffix is the auxiliary key suffix of grantChannel.
+func (s *Store) grantSuffix(m dlock.Mode) string {
 	g := &s.grants
 	g.idOnce.Do(func() {
 		var b [8]byte
 		rand.Read(b[:])
 		g.id = hex.EncodeToString(b[:])
+		g.mutexSuffix, g.fairSuffix = "mutex:ch:"+g.id, "fair:ch:"+g.id
 	})
 	if m == dlock.ModeMutex {
-		return s.aux(name, "mutex:ch:"+g.id)
+		return g.mutexSuffix
 	}
-	return s.aux(name, "fair:ch:"+g.id)
+	return g.fairSuffix
 }
 
 // watching reports whether a WatchGrant of this Store waits for a handoff

@@ -110,7 +110,7 @@ var stateScript = loadScript("scripts/state.lua")
 
 // fenceKeys is KEYS = {main key, fence counter}.
 func fenceKeys(s *Store, name string) []string {
-	return []string{s.key(name), s.aux(name, "fence")}
+	return s.keySet(true, name, "fence")
 }
 
 // mutexKeys is KEYS = {main key, fence counter, waiters, this Store's
@@ -120,7 +120,7 @@ func fenceKeys(s *Store, name string) []string {
 // release script learn whether there may be waiters from the MGET that
 // reads the main key.
 func mutexKeys(s *Store, name string) []string {
-	return []string{s.key(name), s.aux(name, "fence"), s.aux(name, "waiters"), s.grantChannel(name, dlock.ModeMutex), s.aux(name, "waiters:flag")}
+	return s.keySet(true, name, "fence", "waiters", s.grantSuffix(dlock.ModeMutex), "waiters:flag")
 }
 
 // mutexArgs is ARGV = {token, TTL ms, queue (0|1), queue TTL ms}.
