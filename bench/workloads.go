@@ -23,9 +23,10 @@ type window struct {
 	measuring atomic.Bool
 	stopped   atomic.Bool
 
-	wall   time.Duration
-	srv    serverStats
-	client time.Duration // process CPU time (user+sys) over the interval
+	wall       time.Duration
+	start, end time.Time // the measured interval (wall clock for W3-procs)
+	srv        serverStats
+	client     time.Duration // process CPU time (user+sys) over the interval
 }
 
 func processCPU() time.Duration {
@@ -50,7 +51,8 @@ func (w *window) run(ctx context.Context, warm, dur time.Duration) error {
 		return err
 	}
 	w.measuring.Store(false)
-	w.wall, w.client = time.Since(t0), processCPU()-c0
+	w.start, w.end = t0, time.Now()
+	w.wall, w.client = w.end.Sub(t0), processCPU()-c0
 	s1, err := w.nodes.stats(ctx)
 	if err != nil {
 		return err
@@ -296,48 +298,74 @@ func contention(ctx context.Context, c contender, nodes cluster, workers int, sh
 	if werr != nil {
 		return nil, werr
 	}
-	var waits, gaps, otherGaps, holds []time.Duration
-	var busy time.Duration
-	cs, other, minCS, maxCS := 0, 0, -1, 0
+	sm := w3Sample{violations: violations.Load(), errors: errs.Load(), pendingMax: pendingMax}
+	sm.firstErr, _ = first.Load().(string)
 	for _, st := range stats {
-		waits = append(waits, st.waits...)
-		gaps = append(gaps, st.gaps...)
-		otherGaps = append(otherGaps, st.otherGaps...)
-		holds = append(holds, st.holds...)
-		busy += st.busy
-		cs += st.cs
-		other += st.other
-		if minCS < 0 || st.cs < minCS {
-			minCS = st.cs
+		sm.waits = append(sm.waits, st.waits...)
+		sm.gaps = append(sm.gaps, st.gaps...)
+		sm.otherGaps = append(sm.otherGaps, st.otherGaps...)
+		sm.holds = append(sm.holds, st.holds...)
+		sm.busy += st.busy
+		sm.other += st.other
+		sm.perWorker = append(sm.perWorker, st.cs)
+	}
+	return sm.metrics(c.name, w, rttLoad)
+}
+
+// w3Sample is what one W3 cell recorded over its measured interval, before
+// it is summed up: the critical sections whose grant fell inside it.
+type w3Sample struct {
+	waits     []time.Duration // Lock call → grant
+	gaps      []time.Duration // previous release call → grant
+	otherGaps []time.Duration // the gaps where the previous holder was another worker
+	holds     []time.Duration // grant → release call
+	busy      time.Duration   // sum of holds
+	other     int             // len(otherGaps)
+	perWorker []int           // critical sections by worker
+	// pendingMax is the longest wait still pending when the interval closed.
+	pendingMax time.Duration
+	violations int64 // mutual-exclusion violations (whole cell)
+	errors     int64 // failed Lock and unlock calls (whole cell)
+	firstErr   string
+}
+
+// metrics sums s up into the W3 figures; w is the cell's window and
+// rttLoad the probe's PING p50 during it, in µs.
+func (s *w3Sample) metrics(name string, w *window, rttLoad float64) (metrics, error) {
+	cs, minCS, maxCS := 0, -1, 0
+	for _, n := range s.perWorker {
+		cs += n
+		if minCS < 0 || n < minCS {
+			minCS = n
 		}
-		maxCS = max(maxCS, st.cs)
+		maxCS = max(maxCS, n)
 	}
 	if cs == 0 {
-		return nil, fmt.Errorf("%s: no critical section completed (%d errors, first: %v)", c.name, errs.Load(), first.Load())
+		return nil, fmt.Errorf("%s: no critical section completed (%d errors, first: %v)", name, s.errors, s.firstErr)
 	}
-	for _, s := range [][]time.Duration{waits, gaps, otherGaps} {
-		slices.Sort(s)
+	for _, d := range [][]time.Duration{s.waits, s.gaps, s.otherGaps} {
+		slices.Sort(d)
 	}
-	waitMax := max(pendingMax, slices.Max(waits))
+	waitMax := max(s.pendingMax, slices.Max(s.waits))
 	return metrics{
 		"cs_per_s":        float64(cs) / w.wall.Seconds(),
-		"busy":            float64(busy) / float64(w.wall),
-		"hold_us":         meanUS(holds),
-		"gap_p50_us":      pct(gaps, 50),
-		"gap_p99_us":      pct(gaps, 99),
-		"gap_mean_us":     meanUS(gaps),
-		"other_share":     float64(other) / float64(max(len(gaps), 1)),
-		"other_gap_p50":   pct(otherGaps, 50),
-		"wait_p50_ms":     pct(waits, 50) / 1000,
-		"wait_p99_ms":     pct(waits, 99) / 1000,
+		"busy":            float64(s.busy) / float64(w.wall),
+		"hold_us":         meanUS(s.holds),
+		"gap_p50_us":      pct(s.gaps, 50),
+		"gap_p99_us":      pct(s.gaps, 99),
+		"gap_mean_us":     meanUS(s.gaps),
+		"other_share":     float64(s.other) / float64(max(len(s.gaps), 1)),
+		"other_gap_p50":   pct(s.otherGaps, 50),
+		"wait_p50_ms":     pct(s.waits, 50) / 1000,
+		"wait_p99_ms":     pct(s.waits, 99) / 1000,
 		"wait_max_ms":     float64(waitMax) / float64(time.Millisecond),
 		"srv_cmds_per_cs": float64(w.srv.calls) / float64(cs),
 		"srv_cpu_pct":     w.srv.cpu / w.wall.Seconds() * 100,
 		"cs_worker_min":   float64(minCS),
 		"cs_worker_max":   float64(maxCS),
-		"violations":      float64(violations.Load()),
+		"violations":      float64(s.violations),
 		"rtt_load_p50_us": rttLoad,
-		"errors":          float64(errs.Load()),
+		"errors":          float64(s.errors),
 	}, nil
 }
 
