@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -15,7 +16,12 @@ import (
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if workerMode() { // a W3-procs worker re-executed by a test
+		os.Exit(workerMain())
+	}
+	goleak.VerifyTestMain(m)
+}
 
 // startCluster starts n servers for a test or benchmark and stops them when
 // it ends. Under CI=true a missing redis-server fails the test.
@@ -176,5 +182,114 @@ func BenchmarkW1(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestW3Procs runs W3-procs (one OS process per client, the test binary
+// re-executed) briefly for dlock and the raw baseline, and checks that
+// critical sections completed, none overlapped, and every worker process
+// is gone when it returns.
+func TestW3Procs(t *testing.T) {
+	one := startCluster(t, 1)
+	for _, name := range []string{"dlock", "raw-valkeygo"} {
+		t.Run(name, func(t *testing.T) {
+			c, ok := contenderByName(name)
+			if !ok {
+				t.Fatalf("no contender %q", name)
+			}
+			m, pids, err := runContentionProcs(t.Context(), c, one, 16, time.Millisecond, 100*time.Millisecond, 300*time.Millisecond)
+			if err != nil {
+				t.Fatalf("runContentionProcs = %v", err)
+			}
+			t.Logf("%s", headline("W3-procs", m))
+			if len(pids) != 16 {
+				t.Errorf("%d worker processes, want 16", len(pids))
+			}
+			if m["cs_per_s"] <= 0 || m["cs_worker_max"] <= 0 {
+				t.Errorf("no critical section: %v", m)
+			}
+			if m["violations"] != 0 {
+				t.Errorf("violations = %v, want 0", m["violations"])
+			}
+			if m["errors"] != 0 {
+				t.Errorf("errors = %v, want 0", m["errors"])
+			}
+			for _, pid := range pids {
+				if isChild(pid) {
+					t.Errorf("worker pid %d still a child of this process", pid)
+				}
+			}
+		})
+	}
+}
+
+// isChild reports whether pid is a process (a zombie included) whose
+// parent is this process.
+func isChild(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:]) // state, ppid, ...
+	return len(f) > 1 && f[1] == strconv.Itoa(os.Getpid())
+}
+
+func TestOverlaps(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		in   []held // sorted by grant
+		want int
+	}{
+		{"none", nil, 0},
+		{"one", []held{{0, 0, 10, 20}}, 0},
+		{"back to back", []held{{0, 0, 10, 20}, {1, 5, 21, 30}, {0, 25, 31, 40}}, 0},
+		{"grant at the release call", []held{{0, 0, 10, 20}, {1, 5, 20, 30}}, 0},
+		{"overlap", []held{{0, 0, 10, 20}, {1, 5, 15, 30}}, 1},
+		{"inside a long one", []held{{0, 0, 10, 100}, {1, 0, 20, 30}, {2, 0, 40, 50}, {1, 60, 110, 120}}, 2},
+		{"same grant", []held{{0, 0, 10, 20}, {1, 0, 10, 20}}, 1},
+	} {
+		if got := overlaps(tc.in); got != tc.want {
+			t.Errorf("%s: overlaps = %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestSampleRecords checks the W3-procs figures on hand-made records of two
+// workers, one critical section of which overlaps another.
+func TestSampleRecords(t *testing.T) {
+	recs := [][]lockRecord{
+		{
+			{Call: 0, Return: 10, Release: 20},   // before the window
+			{Call: 21, Return: 40, Release: 50},  // gap 5 after worker 1's release at 35
+			{Call: 60, Return: 70, Release: 200}, // overlaps worker 1's next
+		},
+		{
+			{Call: 5, Return: 30, Release: 35}, // gap 10
+			{Call: 36, Return: 55, Release: 65},
+			{Call: 66, Return: 80, Release: 90}, // granted inside worker 0's hold: the violation
+			{Call: 91, Return: 300, Err: "stopped"},
+		},
+	}
+	var sm w3Sample
+	sampleRecords(&sm, recs, 25, 150)
+	if sm.violations != 1 {
+		t.Errorf("violations = %d, want 1", sm.violations)
+	}
+	if want := []int{2, 3}; !slices.Equal(sm.perWorker, want) {
+		t.Errorf("per worker = %v, want %v", sm.perWorker, want)
+	}
+	// Grants in the window, in order: 30 (w1), 40 (w0), 55 (w1), 70 (w0), 80 (w1).
+	if want := []time.Duration{10, 5, 5, 5, -120}; !slices.Equal(sm.gaps, want) {
+		t.Errorf("gaps = %v, want %v", sm.gaps, want)
+	}
+	if sm.other != 5 {
+		t.Errorf("→other = %d, want 5", sm.other)
+	}
+	if want := []time.Duration{25, 19, 19, 10, 14}; !slices.Equal(sm.waits, want) {
+		t.Errorf("waits = %v, want %v", sm.waits, want)
+	}
+	if sm.pendingMax != 150-91 {
+		t.Errorf("pending max = %v, want %v", sm.pendingMax, time.Duration(150-91))
 	}
 }

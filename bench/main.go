@@ -12,7 +12,8 @@
 //
 // Workloads (see docs/benchmarks.md): W1 one goroutine, fresh name per
 // acquire+release; W2 the same on 64 goroutines; W3 16 clients on one lock
-// holding it 1 ms; W4 W1 and W2 on 5 nodes; W5 the /v1 HTTP API of
+// holding it 1 ms (W3-shared: one client for all; W3-procs: one OS process
+// per client, the driver re-executing itself); W4 W1 and W2 on 5 nodes; W5 the /v1 HTTP API of
 // `dlock serve` with 64 keep-alive clients; W6 100 000 auto-renewed leases
 // in one process. Every cell runs -runs times, interleaved, and the
 // tables show the medians.
@@ -61,6 +62,9 @@ func quickConfig() config {
 }
 
 func main() {
+	if workerMode() {
+		os.Exit(workerMain())
+	}
 	cfg := defaultConfig()
 	quick := flag.Bool("quick", false, "smoke run: 1 run, 0.3 s cells, W6 with 5 000 leases")
 	runs := flag.Int("runs", 0, "runs of every cell; the tables show medians (default 3, quick 1)")
