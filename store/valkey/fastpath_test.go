@@ -170,3 +170,42 @@ func TestMutexWaitersFlag(t *testing.T) {
 		t.Errorf("flag or lock key left after the release that found no waiter (EXISTS = %s)", n)
 	}
 }
+
+// TestFairQueueExpiryToppedUpRarely checks that a fair-lock waiter's
+// repeated attempts do not rewrite the queue keys' expiry every time: the
+// first registration sets it (queue TTL plus a minute), and later ones
+// leave it until it falls below queue TTL plus half a minute.
+func TestFairQueueExpiryToppedUpRarely(t *testing.T) {
+	srv := testredis.Start(t)
+	s := dial(t, srv.URL())
+	ctx := testContext(t)
+	hold := dlock.Request{Name: "fq", Token: "holder", TTL: time.Minute, Mode: dlock.ModeFair}
+	if g, err := s.Acquire(ctx, hold); err != nil || !g.Acquired {
+		t.Fatalf("Acquire = %+v, %v", g, err)
+	}
+	w := dlock.Request{Name: "fq", Token: "waiter", TTL: 30 * time.Second, Mode: dlock.ModeFair, Queue: true, QueueTTL: 10 * time.Second}
+	if g, err := s.Acquire(ctx, w); err != nil || g.Acquired {
+		t.Fatalf("Acquire(waiter) = %+v, %v; want refused", g, err)
+	}
+	qkey := s.AuxKey("fq", "fair:queue")
+	if ttl, _ := strconv.Atoi(mustDo(t, srv, "PTTL", qkey)); ttl <= 60_000 || ttl > 70_000 {
+		t.Fatalf("queue PTTL after the first registration = %d ms, want about 70 000", ttl)
+	}
+	mustDo(t, srv, "CONFIG", "RESETSTAT")
+	for range 3 {
+		if g, err := s.Acquire(ctx, w); err != nil || g.Acquired {
+			t.Fatalf("Acquire(waiter) again = %+v, %v; want refused", g, err)
+		}
+	}
+	if n := callsByCommand(t, srv)["pexpire"]; n != 0 {
+		t.Errorf("%d PEXPIRE calls for 3 refreshes within seconds of the first, want none", n)
+	}
+	// Below queue TTL plus half a minute, a refresh tops it up.
+	mustDo(t, srv, "PEXPIRE", qkey, "35000")
+	if g, err := s.Acquire(ctx, w); err != nil || g.Acquired {
+		t.Fatalf("Acquire(waiter) again = %+v, %v; want refused", g, err)
+	}
+	if ttl, _ := strconv.Atoi(mustDo(t, srv, "PTTL", qkey)); ttl <= 60_000 {
+		t.Errorf("queue PTTL after a refresh at 35 s = %d ms, want it topped up to about 70 000", ttl)
+	}
+}

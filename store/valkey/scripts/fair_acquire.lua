@@ -32,8 +32,9 @@ if ARGV[5] == '1' then
   redis.call('ZADD', Q, 'NX', redis.call('HINCRBY', W, 'seq', 1), me)
   redis.call('ZADD', QX, now() + qttl, me)
   redis.call('HSET', W, 't:' .. me, ARGV[2] .. ' ' .. KEYS[7])
-  -- The queue's keys outlive every live entry.
-  if redis.call('PTTL', Q) < qttl + 60000 then
+  -- The queue's keys outlive every live entry: their TTL, set to the queue
+  -- TTL plus a minute, is topped up once it falls below plus half a minute.
+  if redis.call('PTTL', Q) < qttl + 30000 then
     for _, k in ipairs({Q, QX, W}) do
       redis.call('PEXPIRE', k, qttl + 60000)
     end
