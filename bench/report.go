@@ -117,17 +117,7 @@ func versions() map[string]string {
 	}
 	// The library as built: the commit of the working tree, and which of
 	// its Go files differed from it.
-	if out, err := exec.Command("git", "-C", "..", "rev-parse", "--short", "HEAD").Output(); err == nil {
-		d := strings.TrimSpace(string(out))
-		if st, err := exec.Command("git", "-C", "..", "status", "--porcelain", "--untracked-files=no", "--", "*.go", "*.lua").Output(); err == nil && len(st) > 0 {
-			var dirty []string
-			for line := range strings.Lines(string(st)) {
-				if f := strings.Fields(line); len(f) > 1 {
-					dirty = append(dirty, f[len(f)-1])
-				}
-			}
-			d += " + uncommitted changes in " + strings.Join(dirty, ", ")
-		}
+	if d, ok := libraryCommit(); ok {
 		v["dlock"] = d
 	}
 	if bi, ok := debug.ReadBuildInfo(); ok {
@@ -139,6 +129,76 @@ func versions() map[string]string {
 		}
 	}
 	return v
+}
+
+// libraryCommit is the commit of the library's working tree, with the Go
+// and Lua files that differ from it, if any.
+func libraryCommit() (string, bool) {
+	root, ok := repoRoot()
+	if !ok {
+		return "", false
+	}
+	out, err := exec.Command("git", "-C", root, "rev-parse", "--short", "HEAD").Output()
+	if err != nil {
+		return "", false
+	}
+	d := strings.TrimSpace(string(out))
+	if st, err := exec.Command("git", "-C", root, "status", "--porcelain", "--untracked-files=no", "--", "*.go", "*.lua").Output(); err == nil && len(st) > 0 {
+		var dirty []string
+		for line := range strings.Lines(string(st)) {
+			if f := strings.Fields(line); len(f) > 1 {
+				dirty = append(dirty, f[len(f)-1])
+			}
+		}
+		d += " + uncommitted changes in " + strings.Join(dirty, ", ")
+	}
+	return d, true
+}
+
+// rootModule is the module path of the library the driver measures.
+const rootModule = "github.com/dlock-dev/dlock"
+
+// repoRoot finds the directory of the library's module (the repository
+// root, whose go.mod says module rootModule), whatever the working
+// directory: it walks up from this source file's directory (where the
+// driver was built from; bench/go.mod replaces the library with ../), then
+// from the working directory.
+func repoRoot() (string, bool) {
+	var starts []string
+	if _, file, _, ok := runtime.Caller(0); ok && filepath.IsAbs(file) {
+		starts = append(starts, filepath.Dir(file))
+	}
+	if wd, err := os.Getwd(); err == nil {
+		starts = append(starts, wd)
+	}
+	for _, dir := range starts {
+		for {
+			if modulePath(filepath.Join(dir, "go.mod")) == rootModule {
+				return dir, true
+			}
+			up := filepath.Dir(dir)
+			if up == dir {
+				break
+			}
+			dir = up
+		}
+	}
+	return "", false
+}
+
+// modulePath returns the module path declared by the go.mod file at path,
+// or "".
+func modulePath(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	for line := range strings.Lines(string(b)) {
+		if m, ok := strings.CutPrefix(strings.TrimSpace(line), "module "); ok {
+			return strings.Trim(strings.TrimSpace(m), `"`)
+		}
+	}
+	return ""
 }
 
 func (r *report) cell(id string) *cell {
