@@ -87,6 +87,10 @@ func TestDriverSmoke(t *testing.T) {
 		if strings.HasPrefix(c.Workload, "W3") && c.Median["cs_per_s"] == 0 {
 			t.Errorf("cell %s: no critical section", c.ID)
 		}
+		// The proxy holds every chunk D each way: a lower bound by design.
+		if c.Workload == "W3-net" && c.Median != nil && c.Median["net_idle_rtt_p50_us"] < 2*float64(cfg.netDelay/time.Microsecond) {
+			t.Errorf("cell %s: idle PING through the proxy %.0f µs, under 2 × %v", c.ID, c.Median["net_idle_rtt_p50_us"], cfg.netDelay)
+		}
 	}
 	if n := rep.violations(); n != 0 {
 		t.Errorf("violations = %d, want 0", n)

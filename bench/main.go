@@ -13,9 +13,10 @@
 // Workloads (see docs/benchmarks.md): W1 one goroutine, fresh name per
 // acquire+release; W2 the same on 64 goroutines; W3 16 clients on one lock
 // holding it 1 ms (W3-shared: one client for all; W3-procs: one OS process
-// per client, the driver re-executing itself); W4 W1 and W2 on 5 nodes; W5 the /v1 HTTP API of
-// `dlock serve` with 64 keep-alive clients; W6 100 000 auto-renewed leases
-// in one process. Every cell runs -runs times, interleaved, and the
+// per client, the driver re-executing itself; W3-net: every client through
+// a proxy in the driver that delays each direction by -net-delay); W4 W1
+// and W2 on 5 nodes; W5 the /v1 HTTP API of `dlock serve` with 64
+// keep-alive clients; W6 100 000 auto-renewed leases in one process. Every cell runs -runs times, interleaved, and the
 // tables show the medians.
 package main
 
@@ -35,6 +36,7 @@ type config struct {
 	warm, dur time.Duration
 	w3Workers int
 	w3Hold    time.Duration
+	netDelay  time.Duration // W3-net's one-way delay
 	w6N       int
 	w6TTL     time.Duration
 	w6Window  time.Duration
@@ -46,7 +48,7 @@ type config struct {
 func defaultConfig() config {
 	return config{
 		runs: 3, warm: 300 * time.Millisecond, dur: 2 * time.Second,
-		w3Workers: 16, w3Hold: time.Millisecond,
+		w3Workers: 16, w3Hold: time.Millisecond, netDelay: 500 * time.Microsecond,
 		w6N: 100000, w6TTL: 6 * time.Second, w6Window: 8 * time.Second,
 		out: "results",
 	}
@@ -57,6 +59,7 @@ func quickConfig() config {
 	c := defaultConfig()
 	c.runs, c.warm, c.dur = 1, 100*time.Millisecond, 300*time.Millisecond
 	c.w6N, c.w6TTL, c.w6Window = 5000, time.Second, 1500*time.Millisecond
+	c.netDelay = 100 * time.Microsecond
 	c.quick = true
 	return c
 }
@@ -73,6 +76,7 @@ func main() {
 	w6n := flag.Int("w6-leases", 0, "W6 leases (default 100000, quick 5000)")
 	w6ttl := flag.Duration("w6-ttl", 0, "W6 lease TTL, renewed every TTL/3 (default 6s, quick 1s)")
 	w6win := flag.Duration("w6-window", 0, "W6 measured window (default 8s, quick 1.5s)")
+	netDelay := flag.Duration("net-delay", 0, "W3-net one-way delay through the proxy, each direction (default 500µs, quick 100µs)")
 	out := flag.String("out", defaultOut(), "output directory")
 	render := flag.String("render", "", "run nothing: re-render results.md, chart.svg (and -docs) from this results.json")
 	docs := flag.String("docs", "", "also replace the generated tables in this Markdown file (docs/benchmarks.md)")
@@ -98,6 +102,9 @@ func main() {
 	}
 	if *w6win > 0 {
 		cfg.w6Window = *w6win
+	}
+	if *netDelay > 0 {
+		cfg.netDelay = *netDelay
 	}
 	cfg.out = *out
 	if *only != "" {

@@ -190,6 +190,12 @@ func (r *report) markdown() string {
 	sb.WriteString("## W3-procs: the same with one OS process per client\n\n")
 	fmt.Fprintf(&sb, "W3 again, but each of the %s clients is its own OS process (the driver re-executes itself), as real clients are: in W3 the %s clients share one Go process, whose scheduler can run the releasing goroutine's chain before the reader goroutine of the waiter the grant was pushed to. Each process records wall-clock times of its Lock calls, grants and release calls; the driver orders the critical sections by grant across processes: *gap* = grant − the previous critical section's release call, *violations* = critical sections whose [grant, release call] overlaps an earlier one (over the whole cell, warm-up included). The processes, the driver and redis-server share the same cores.\n\n", r.Config["W3 workers"], r.Config["W3 workers"])
 	r.table(&sb, "W3-procs", w3cols)
+	sb.WriteString("## W3-net: the same over a modelled network (one-way delay D through a user-space proxy)\n\n")
+	if slices.ContainsFunc(r.Cells, func(c *cell) bool { return c.Workload == "W3-net" }) {
+		fmt.Fprintf(&sb, "W3 again (one client each, the same contenders), but every client, and the probe that measures *RTT in cell*, reaches redis-server through a TCP proxy in the driver that writes every chunk of bytes D = %s after reading it, in each direction (this kernel has no netem): a model of Redis on another host, where the round trip is 0.2–2 ms rather than loopback's tens of µs, so the gap in RTTs shows the protocol's round trips more than this machine's wake-ups. %s The proxy's own goroutine wake-ups (a reader and a writer per direction, the writer woken by a timerfd) are included in both the gap and the RTT, and its goroutines share the cores with the clients and redis-server. Bandwidth and connection set-up are not modelled. Commands per CS are counted by INFO on the server itself, as in W3.\n\n",
+			r.Config["W3-net delay"], r.netIdleRTT())
+	}
+	r.table(&sb, "W3-net", r.w3netCols(w3cols))
 	sb.WriteString("## W4 Redlock on 5 nodes, W1 (1 goroutine)\n\n")
 	r.table(&sb, "W4-W1", latency)
 	sb.WriteString("## W4 Redlock on 5 nodes, W2 (64 goroutines)\n\n")
@@ -262,4 +268,50 @@ func sortedKeys(m map[string]string) []string {
 	}
 	slices.Sort(ks)
 	return ks
+}
+
+// netIdleRTT says what the idle PING through W3-net's proxy was (the median
+// over the W3-net cells of each cell's idle p50).
+func (r *report) netIdleRTT() string {
+	var vs []float64
+	for _, c := range r.Cells {
+		if v, ok := c.Median["net_idle_rtt_p50_us"]; ok && c.Workload == "W3-net" {
+			vs = append(vs, v)
+		}
+	}
+	if len(vs) == 0 {
+		return ""
+	}
+	slices.Sort(vs)
+	med := vs[len(vs)/2]
+	if len(vs)%2 == 0 {
+		med = (vs[len(vs)/2-1] + vs[len(vs)/2]) / 2
+	}
+	s := fmt.Sprintf("Idle PING through the proxy (measured in each cell before its clients open): p50 **%.0f µs** (median over the cells, %.0f–%.0f µs)", med, vs[0], vs[len(vs)-1])
+	if rtt := r.rtt(); rtt > 0 {
+		s += fmt.Sprintf(", against %.0f µs without it", rtt)
+	}
+	return s + "; *RTT idle* below is that cell's own."
+}
+
+// w3netCols are the W3 columns with the idle RTT taken through the proxy,
+// each cell's own, instead of the loopback PING.
+func (r *report) w3netCols(w3 []col) []col {
+	var cols []col
+	for _, c := range w3 {
+		if c.head == "gap p50 RTT idle" {
+			cols = append(cols,
+				col{"RTT idle µs", num("net_idle_rtt_p50_us", "%.0f")},
+				col{"gap p50 RTT idle", func(c *cell) string {
+					v, rtt := c.Median["gap_p50_us"], c.Median["net_idle_rtt_p50_us"]
+					if rtt == 0 {
+						return "–"
+					}
+					return fmt.Sprintf("%.2f", v/rtt)
+				}})
+			continue
+		}
+		cols = append(cols, c)
+	}
+	return cols
 }

@@ -5,6 +5,7 @@ package main
 // chunk of bytes by a fixed one-way delay in each direction.
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -264,3 +265,44 @@ func waitUntil(timer *os.File, rc syscall.RawConn, t time.Time) error {
 		}
 	}
 }
+
+// contentionNet runs W3-net for one contender: W3 (workers clients, each
+// with its own client) with every client and the RTT probe reaching the
+// servers through a delay proxy with one-way delay delay. Before the
+// clients open, it measures the idle PING round trip through the proxy.
+// The commands per critical section are still counted on the servers.
+func contentionNet(ctx context.Context, c contender, nodes cluster, delay time.Duration, workers int, hold, warm, dur time.Duration) (m metrics, err error) {
+	var via []string
+	var proxies []*delayProxy
+	defer func() {
+		for _, p := range proxies {
+			if perr := p.Close(); perr != nil && err == nil {
+				m, err = nil, fmt.Errorf("%s: %w", c.name, perr)
+			}
+		}
+	}()
+	for _, n := range nodes {
+		p, err := newDelayProxy(n.addr, delay)
+		if err != nil {
+			return nil, err
+		}
+		proxies = append(proxies, p)
+		via = append(via, p.addr())
+	}
+	idle, err := plainPing(ctx, via[0], netIdlePings)
+	if err != nil {
+		return nil, fmt.Errorf("%s: idle PING through the proxy: %w", c.name, err)
+	}
+	m, err = contentionVia(ctx, c, nodes, via, workers, false, hold, warm, dur)
+	if err != nil {
+		return nil, err
+	}
+	m["net_delay_us"] = float64(delay) / float64(time.Microsecond)
+	m["net_idle_rtt_p50_us"] = pct(idle, 50)
+	m["net_idle_rtt_p99_us"] = pct(idle, 99)
+	return m, nil
+}
+
+// netIdlePings is how many PINGs measure the idle round trip through the
+// proxy in each W3-net cell (after a tenth more to warm up).
+const netIdlePings = 200

@@ -224,27 +224,10 @@ func (c cluster) stats(ctx context.Context) (serverStats, error) {
 // another on a plain TCP connection (no client library), and the same
 // through valkey-go. It returns the medians and the plain 99th percentile.
 func pingRTT(ctx context.Context, n *node, count int) (plainP50, plainP99, valkeyP50 time.Duration, err error) {
-	c, err := net.Dial("tcp", n.addr)
+	lat, err := plainPing(ctx, n.addr, count)
 	if err != nil {
 		return 0, 0, 0, err
 	}
-	defer c.Close()
-	r := bufio.NewReader(c)
-	ping := []byte("*1\r\n$4\r\nPING\r\n")
-	lat := make([]time.Duration, 0, count)
-	for i := range count + count/10 {
-		t0 := time.Now()
-		if _, err := c.Write(ping); err != nil {
-			return 0, 0, 0, err
-		}
-		if _, err := r.ReadString('\n'); err != nil {
-			return 0, 0, 0, err
-		}
-		if i >= count/10 { // the first tenth warms up
-			lat = append(lat, time.Since(t0))
-		}
-	}
-	slices.Sort(lat)
 	plainP50, plainP99 = lat[len(lat)/2], lat[len(lat)*99/100]
 	lat = lat[:0]
 	for i := range count + count/10 {
@@ -258,4 +241,36 @@ func pingRTT(ctx context.Context, n *node, count int) (plainP50, plainP99, valke
 	}
 	slices.Sort(lat)
 	return plainP50, plainP99, lat[len(lat)/2], nil
+}
+
+// plainPing sends count PINGs one after another on a plain TCP connection
+// to addr (after count/10 more to warm up) and returns their round trips,
+// sorted.
+func plainPing(ctx context.Context, addr string, count int) ([]time.Duration, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	r := bufio.NewReader(c)
+	ping := []byte("*1\r\n$4\r\nPING\r\n")
+	lat := make([]time.Duration, 0, count)
+	for i := range count + count/10 {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		t0 := time.Now()
+		if _, err := c.Write(ping); err != nil {
+			return nil, err
+		}
+		if _, err := r.ReadString('\n'); err != nil {
+			return nil, err
+		}
+		if i >= count/10 { // the first tenth warms up
+			lat = append(lat, time.Since(t0))
+		}
+	}
+	slices.Sort(lat)
+	return lat, nil
 }

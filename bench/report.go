@@ -45,6 +45,7 @@ func newReport(cfg config) *report {
 			"measured":      cfg.dur.String(),
 			"W3 workers":    fmt.Sprint(cfg.w3Workers),
 			"W3 hold":       cfg.w3Hold.String(),
+			"W3-net delay":  cfg.netDelay.String(),
 			"W6 leases":     fmt.Sprint(cfg.w6N),
 			"W6 TTL":        cfg.w6TTL.String(),
 			"W6 window":     cfg.w6Window.String(),
@@ -237,6 +238,7 @@ var ratioKeys = map[string][]string{
 	"W3":        {"cs_per_s", "busy", "gap_p50_us", "gap_p99_us", "srv_cmds_per_cs", "wait_p99_ms"},
 	"W3-shared": {"cs_per_s", "busy", "gap_p50_us", "gap_p99_us", "srv_cmds_per_cs", "wait_p99_ms"},
 	"W3-procs":  {"cs_per_s", "busy", "gap_p50_us", "gap_p99_us", "srv_cmds_per_cs", "wait_p99_ms"},
+	"W3-net":    {"cs_per_s", "busy", "gap_p50_us", "gap_p99_us", "srv_cmds_per_cs", "wait_p99_ms"},
 	"W4-W1":     {"p50_us", "p99_us", "ops_per_s", "srv_cmds_per_op"},
 	"W4-W2":     {"ops_per_s", "p50_us", "p99_us", "srv_cmds_per_op"},
 	"W5":        {"ops_per_s", "p50_us", "p99_us"},
@@ -293,6 +295,13 @@ func (r *report) targets() []target {
 		if pg, ok := r.med(procs, "gap_p50_us"); ok {
 			if pl, _ := r.med(procs, "rtt_load_p50_us"); pl > 0 {
 				got += fmt.Sprintf("; W3-procs: %.2f RTT in cell (%.0f µs)", pg/pl, pg)
+			}
+		}
+		// For reference only: the same contender over the modelled network.
+		net := "W3-net" + id[strings.Index(id, "/"):]
+		if ng, ok := r.med(net, "gap_p50_us"); ok {
+			if nl, _ := r.med(net, "rtt_load_p50_us"); nl > 0 {
+				got += fmt.Sprintf("; W3-net: %.2f RTT in cell (%.0f µs / %.0f µs)", ng/nl, ng, nl)
 			}
 		}
 		add(name, fmt.Sprintf("≤ %.1f RTT", limit), x, got, x <= limit)

@@ -61,6 +61,11 @@ func spec(cfg config, one, five cluster) []*cell {
 			return contentionProcs(ctx, c, one, cfg.w3Workers, cfg.w3Hold, cfg.warm, cfg.dur)
 		})
 	}
+	for _, c := range append(oneNode(), fairContender()) {
+		add("W3-net", c, func(ctx context.Context) (metrics, error) {
+			return contentionNet(ctx, c, one, cfg.netDelay, cfg.w3Workers, cfg.w3Hold, cfg.warm, cfg.dur)
+		})
+	}
 	for _, c := range fiveNodes() {
 		add("W4-W1", c, func(ctx context.Context) (metrics, error) {
 			return throughput(ctx, c, nodesFor(c), 1, cfg.warm, cfg.dur)
@@ -169,6 +174,8 @@ func headline(workload string, m metrics) string {
 		return fmt.Sprintf("%.0f ops/s  %.1f cmds/op", m["ops_per_s"], m["srv_cmds_per_op"])
 	case "W3", "W3-shared", "W3-procs":
 		return fmt.Sprintf("%.0f CS/s  gap p50 %.0f µs (RTT in cell %.0f µs)  %.1f cmds/CS  violations %.0f", m["cs_per_s"], m["gap_p50_us"], m["rtt_load_p50_us"], m["srv_cmds_per_cs"], m["violations"])
+	case "W3-net":
+		return fmt.Sprintf("%.0f CS/s  gap p50 %.0f µs (RTT in cell %.0f µs, idle %.0f µs)  %.1f cmds/CS  violations %.0f", m["cs_per_s"], m["gap_p50_us"], m["rtt_load_p50_us"], m["net_idle_rtt_p50_us"], m["srv_cmds_per_cs"], m["violations"])
 	case "W6":
 		return fmt.Sprintf("%.0f B/lease  cpu %.0f%%  %.0f leases/Extend  lost %.0f  not held at release %.0f", m["heap_per_lease_b"], m["cpu_pct_one_core"], m["leases_per_extend"], m["lost"], m["not_held_at_release"])
 	case "RTT":

@@ -185,6 +185,13 @@ func waitGrace(wg *sync.WaitGroup, d time.Duration) {
 // With shared set, all workers use one client instead (one process with
 // workers goroutines).
 func contention(ctx context.Context, c contender, nodes cluster, workers int, shared bool, hold, warm, dur time.Duration) (metrics, error) {
+	return contentionVia(ctx, c, nodes, nodes.addrs(), workers, shared, hold, warm, dur)
+}
+
+// contentionVia is contention with the clients and the RTT probe
+// connecting to via (one address per node, e.g. a delay proxy's) instead of
+// the nodes' own addresses; the server counters are still read on nodes.
+func contentionVia(ctx context.Context, c contender, nodes cluster, via []string, workers int, shared bool, hold, warm, dur time.Duration) (metrics, error) {
 	if err := nodes.flush(ctx); err != nil {
 		return nil, err
 	}
@@ -201,7 +208,7 @@ func contention(ctx context.Context, c contender, nodes cluster, workers int, sh
 			lockers[i] = lockers[0]
 			continue
 		}
-		lk, err := c.open(ctx, nodes.addrs())
+		lk, err := c.open(ctx, via)
 		if err != nil {
 			return nil, fmt.Errorf("%s: open: %w", c.name, err)
 		}
@@ -282,7 +289,7 @@ func contention(ctx context.Context, c contender, nodes cluster, workers int, sh
 			}
 		})
 	}
-	probe := startProbe(nodes[0].addr, w)
+	probe := startProbe(via[0], w)
 	werr := w.run(ctx, warm, dur)
 	rttLoad := probe.stop()
 	// Waits still pending when the window closed count towards wait max.
