@@ -87,6 +87,11 @@ func TestDriverSmoke(t *testing.T) {
 		if strings.HasPrefix(c.Workload, "W3") && c.Median["cs_per_s"] == 0 {
 			t.Errorf("cell %s: no critical section", c.ID)
 		}
+		if strings.HasPrefix(c.Workload, "W3") && c.Median != nil {
+			if _, ok := c.Median["overtaken_max"]; !ok || c.Median["release_p50_us"] <= 0 {
+				t.Errorf("cell %s: overtaken max %v (present %v), release p50 %v µs", c.ID, c.Median["overtaken_max"], ok, c.Median["release_p50_us"])
+			}
+		}
 		// The proxy holds every chunk D each way: a lower bound by design.
 		if c.Workload == "W3-net" && c.Median != nil && c.Median["net_idle_rtt_p50_us"] < 2*float64(cfg.netDelay/time.Microsecond) {
 			t.Errorf("cell %s: idle PING through the proxy %.0f µs, under 2 × %v", c.ID, c.Median["net_idle_rtt_p50_us"], cfg.netDelay)
@@ -264,13 +269,13 @@ func TestOverlaps(t *testing.T) {
 func TestSampleRecords(t *testing.T) {
 	recs := [][]lockRecord{
 		{
-			{Call: 0, Return: 10, Release: 20},   // before the window
-			{Call: 21, Return: 40, Release: 50},  // gap 5 after worker 1's release at 35
-			{Call: 60, Return: 70, Release: 200}, // overlaps worker 1's next
+			{Call: 0, Return: 10, Release: 20, Unlock: 25},  // before the window
+			{Call: 21, Return: 40, Release: 50, Unlock: 53}, // gap 5 after worker 1's release at 35
+			{Call: 60, Return: 70, Release: 200},            // overlaps worker 1's next; its release failed
 		},
 		{
-			{Call: 5, Return: 30, Release: 35}, // gap 10
-			{Call: 36, Return: 55, Release: 65},
+			{Call: 5, Return: 30, Release: 35, Unlock: 37}, // gap 10
+			{Call: 36, Return: 55, Release: 65, Unlock: 69},
 			{Call: 66, Return: 80, Release: 90}, // granted inside worker 0's hold: the violation
 			{Call: 91, Return: 300, Err: "stopped"},
 		},
@@ -295,5 +300,133 @@ func TestSampleRecords(t *testing.T) {
 	}
 	if sm.pendingMax != 150-91 {
 		t.Errorf("pending max = %v, want %v", sm.pendingMax, time.Duration(150-91))
+	}
+	// Release round trips of the measured critical sections whose release
+	// succeeded, worker by worker.
+	if want := []time.Duration{3, 2, 4}; !slices.Equal(sm.releases, want) {
+		t.Errorf("releases = %v, want %v", sm.releases, want)
+	}
+	// Every grant (the one before the window too) against the measured
+	// waits: w1 (5,30) has w0's grant at 10; w0 (21,40) w1's at 30; w1
+	// (36,55) w0's at 40; w0 (60,70) none; w1 (66,80) w0's at 70.
+	if len(sm.grantLog) != 6 {
+		t.Errorf("%d grants logged, want 6", len(sm.grantLog))
+	}
+	if got, want := overtakes(sm.grantLog, sm.spans), []int{1, 1, 1, 0, 1}; !slices.Equal(got, want) {
+		t.Errorf("overtakes = %v, want %v", got, want)
+	}
+}
+
+// fifoRounds is n workers taking a lock in strict turn for rounds rounds,
+// one grant every 10 ns; each worker calls Lock again 5 ns after its grant
+// (the first time at -1).
+func fifoRounds(n, rounds int) ([]grantAt, []waitSpan) {
+	var gs []grantAt
+	var ws []waitSpan
+	call := make([]int64, n)
+	for i := range call {
+		call[i] = -1
+	}
+	for k := range n * rounds {
+		w, at := k%n, int64(10*k)
+		gs = append(gs, grantAt{worker: w, at: at})
+		ws = append(ws, waitSpan{worker: w, call: call[w], grant: at})
+		call[w] = at + 5
+	}
+	return gs, ws
+}
+
+func TestOvertakes(t *testing.T) {
+	t.Run("fifo", func(t *testing.T) {
+		gs, ws := fifoRounds(16, 5)
+		got := overtakes(gs, ws)
+		// The first round: worker w waits behind the w before it; then
+		// every wait has the 15 others ahead, once each.
+		for i, n := range got {
+			want := 15
+			if i < 16 {
+				want = i
+			}
+			if n != want {
+				t.Fatalf("wait %d (worker %d): overtaken %d times, want %d", i, ws[i].worker, n, want)
+			}
+		}
+		if m := slices.Max(got); m != 15 {
+			t.Errorf("max = %d, want 15", m)
+		}
+	})
+	t.Run("fifo, grants unsorted", func(t *testing.T) {
+		gs, ws := fifoRounds(16, 3)
+		slices.Reverse(gs)
+		if m := slices.Max(overtakes(gs, ws)); m != 15 {
+			t.Errorf("max = %d, want 15", m)
+		}
+	})
+	t.Run("poller overtaken", func(t *testing.T) {
+		// Worker 0 waits from 0 to 1000 while workers 1 and 2 trade the
+		// lock 10 times: 10 overtakes with 3 workers (FIFO would allow 2).
+		gs := []grantAt{{0, 1000}}
+		ws := []waitSpan{{0, 0, 1000}}
+		for k := range 10 {
+			w, at := 1+k%2, int64(50+50*k)
+			gs = append(gs, grantAt{w, at})
+			ws = append(ws, waitSpan{w, at - 60, at}) // the other's grant at at-50 inside
+		}
+		got := overtakes(gs, ws)
+		if got[0] != 10 {
+			t.Errorf("worker 0 overtaken %d times, want 10", got[0])
+		}
+		// Worker 1's and 2's waits each have the other's previous grant
+		// inside, but the first.
+		want := []int{10, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1}
+		if !slices.Equal(got, want) {
+			t.Errorf("overtakes = %v, want %v", got, want)
+		}
+	})
+	t.Run("bounds and own grants", func(t *testing.T) {
+		gs := []grantAt{
+			{1, 10}, // at the call: not inside
+			{1, 20}, // inside
+			{0, 25}, // the waiter's own grant: not counted
+			{2, 30}, // at the grant: not inside
+			{0, 30}, // the wait's own grant
+		}
+		ws := []waitSpan{{0, 10, 30}, {2, 30, 30}}
+		if got, want := overtakes(gs, ws), []int{1, 0}; !slices.Equal(got, want) {
+			t.Errorf("overtakes = %v, want %v", got, want)
+		}
+	})
+	t.Run("empty", func(t *testing.T) {
+		if got := overtakes(nil, nil); len(got) != 0 {
+			t.Errorf("overtakes = %v", got)
+		}
+		if got := overtakes(nil, []waitSpan{{3, 0, 10}}); !slices.Equal(got, []int{0}) {
+			t.Errorf("overtakes = %v, want [0]", got)
+		}
+	})
+}
+
+// TestW3SampleOvertakeMetrics checks the figures metrics gives from the
+// grants and waits: max and p99 of the overtakes, p50 of the releases.
+func TestW3SampleOvertakeMetrics(t *testing.T) {
+	gs, ws := fifoRounds(16, 10) // 160 waits, none overtaken more than 15 times
+	sm := w3Sample{grantLog: gs, spans: ws, perWorker: []int{1}, waits: []time.Duration{1}}
+	sm.releases = []time.Duration{30 * time.Microsecond, 10 * time.Microsecond, 20 * time.Microsecond}
+	m, err := sm.metrics("test", &window{wall: time.Second}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m["overtaken_max"] != 15 || m["overtaken_p99"] != 15 {
+		t.Errorf("FIFO: overtaken max %v, p99 %v, want 15, 15", m["overtaken_max"], m["overtaken_p99"])
+	}
+	if m["release_p50_us"] != 20 {
+		t.Errorf("release p50 = %v µs, want 20", m["release_p50_us"])
+	}
+	// One more wait, as a starved poller's: a 17th worker from 0 to after
+	// the last grant (1590), through every grant but the one at 0.
+	sm.grantLog = append(sm.grantLog, grantAt{worker: 16, at: 2000})
+	sm.spans = append(sm.spans, waitSpan{worker: 16, call: 0, grant: 2000})
+	if m, _ = sm.metrics("test", &window{wall: time.Second}, 0); m["overtaken_max"] != 159 || m["overtaken_p99"] != 15 {
+		t.Errorf("with a poller: overtaken max %v, p99 %v, want 159, 15", m["overtaken_max"], m["overtaken_p99"])
 	}
 }

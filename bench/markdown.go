@@ -159,7 +159,7 @@ func (r *report) markdown() string {
 	sb.WriteString("## W2 uncontended throughput (64 goroutines, one client, fresh names, 1 node)\n\n")
 	r.table(&sb, "W2", thr)
 	fmt.Fprintf(&sb, "## W3 contended handoff (%s clients, one lock, %s hold, 1 node)\n\n", r.Config["W3 workers"], r.Config["W3 hold"])
-	sb.WriteString("Each client has its own connection and Locker (a separate process, as far as the lock can tell). *gap* = next successful acquire return − previous release call; *→other* = the next holder was another client; *wait* = how long one blocking acquire took. Violations are summed over all runs. *RTT idle* is the PING p50 measured before the cells; *RTT in cell* is the PING p50 of a probe connection during the cell's measured interval, under the same load as the handoffs; it also grows with the contender's own load (pollers keep the cores busy), so compare contenders on the gap in µs or in idle RTTs.\n\n")
+	sb.WriteString("Each client has its own connection and Locker (a separate process, as far as the lock can tell). *gap* = next successful acquire return − previous release call; *→other* = the next holder was another client; *wait* = how long one blocking acquire took; *overtaken* = how many critical sections were granted to other clients while one acquire waited (the largest over the waits; with FIFO order at most clients − 1); *release* = the releaser's own unlock call → return (the gap adds the push to the next holder). Violations are summed over all runs. *RTT idle* is the PING p50 measured before the cells; *RTT in cell* is the PING p50 of a probe connection during the cell's measured interval, under the same load as the handoffs; it also grows with the contender's own load (pollers keep the cores busy), so compare contenders on the gap in µs or in idle RTTs.\n\n")
 	w3cols := []col{
 		{"CS/s", num("cs_per_s", "%.0f")},
 		{"× raw", ratio("cs_per_s")},
@@ -171,11 +171,13 @@ func (r *report) markdown() string {
 		{"gap p50 RTT in cell", inLoadRTT("gap_p50_us")},
 		{"gap p99 µs", num("gap_p99_us", "%.0f")},
 		{"gap p99 RTT in cell", inLoadRTT("gap_p99_us")},
+		{"release p50 µs", num("release_p50_us", "%.0f")},
 		{"→other", func(c *cell) string { return fmt.Sprintf("%.0f%%", c.Median["other_share"]*100) }},
 		{"→other gap p50 µs", num("other_gap_p50", "%.0f")},
 		{"wait p50 ms", num("wait_p50_ms", "%.1f")},
 		{"wait p99 ms", num("wait_p99_ms", "%.1f")},
 		{"wait max ms", num("wait_max_ms", "%.0f")},
+		{"overtaken max", num("overtaken_max", "%.0f")},
 		{"srv cmds/CS", num("srv_cmds_per_cs", "%.1f")},
 		{"srv CPU %", num("srv_cpu_pct", "%.0f")},
 		{"CS per client min–max", func(c *cell) string {

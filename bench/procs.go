@@ -51,6 +51,7 @@ type lockRecord struct {
 	Call    int64  `json:"c"`           // Lock called
 	Return  int64  `json:"g"`           // Lock returned: the grant, if Err is empty
 	Release int64  `json:"r,omitempty"` // release called (after the hold); 0 if Lock failed
+	Unlock  int64  `json:"u,omitempty"` // release returned; 0 if Lock or the release failed
 	Err     string `json:"e,omitempty"`
 }
 
@@ -151,10 +152,12 @@ func workerMain() int {
 		}
 		time.Sleep(a.Hold)
 		r.Release = now()
-		res.Records = append(res.Records, r)
 		if err := unlock(context.WithoutCancel(ctx)); err != nil {
 			fail(err)
+		} else {
+			r.Unlock = now()
 		}
+		res.Records = append(res.Records, r)
 	}
 	lk.Close()
 	if err := json.NewEncoder(os.Stdout).Encode(&res); err != nil {
@@ -356,8 +359,9 @@ type held struct {
 // sampleRecords fills sm from the workers' records (by worker) for the
 // measured interval [start, end) in UnixNano: the critical sections whose
 // grant falls inside it, with the gap to the release call of the critical
-// section granted just before (by any worker); the waits pending at end;
-// and the violations over the whole cell.
+// section granted just before (by any worker) and the release round trip;
+// the waits pending at end; the violations over the whole cell; and every
+// grant of the cell with the measured waits, for the overtakes.
 func sampleRecords(sm *w3Sample, recs [][]lockRecord, start, end int64) {
 	var all []held
 	sm.perWorker = make([]int, len(recs))
@@ -368,6 +372,10 @@ func sampleRecords(sm *w3Sample, recs [][]lockRecord, start, end int64) {
 			}
 			if r.Err == "" {
 				all = append(all, held{worker: id, call: r.Call, grant: r.Return, release: r.Release})
+				sm.grantLog = append(sm.grantLog, grantAt{worker: id, at: r.Return})
+				if r.Unlock != 0 && r.Return >= start && r.Return < end {
+					sm.releases = append(sm.releases, time.Duration(r.Unlock-r.Release))
+				}
 			}
 		}
 	}
@@ -378,6 +386,7 @@ func sampleRecords(sm *w3Sample, recs [][]lockRecord, start, end int64) {
 			continue
 		}
 		sm.waits = append(sm.waits, time.Duration(h.grant-h.call))
+		sm.spans = append(sm.spans, waitSpan{worker: h.worker, call: h.call, grant: h.grant})
 		if i > 0 {
 			prev := all[i-1]
 			gap := time.Duration(h.grant - prev.release)

@@ -173,9 +173,9 @@ func headline(workload string, m metrics) string {
 	case "W2", "W4-W2", "W5":
 		return fmt.Sprintf("%.0f ops/s  %.1f cmds/op", m["ops_per_s"], m["srv_cmds_per_op"])
 	case "W3", "W3-shared", "W3-procs":
-		return fmt.Sprintf("%.0f CS/s  gap p50 %.0f µs (RTT in cell %.0f µs)  %.1f cmds/CS  violations %.0f", m["cs_per_s"], m["gap_p50_us"], m["rtt_load_p50_us"], m["srv_cmds_per_cs"], m["violations"])
+		return fmt.Sprintf("%.0f CS/s  gap p50 %.0f µs (RTT in cell %.0f µs)  %.1f cmds/CS  overtaken max %.0f  violations %.0f", m["cs_per_s"], m["gap_p50_us"], m["rtt_load_p50_us"], m["srv_cmds_per_cs"], m["overtaken_max"], m["violations"])
 	case "W3-net":
-		return fmt.Sprintf("%.0f CS/s  gap p50 %.0f µs (RTT in cell %.0f µs, idle %.0f µs)  %.1f cmds/CS  violations %.0f", m["cs_per_s"], m["gap_p50_us"], m["rtt_load_p50_us"], m["net_idle_rtt_p50_us"], m["srv_cmds_per_cs"], m["violations"])
+		return fmt.Sprintf("%.0f CS/s  gap p50 %.0f µs (RTT in cell %.0f µs, idle %.0f µs)  %.1f cmds/CS  overtaken max %.0f  violations %.0f", m["cs_per_s"], m["gap_p50_us"], m["rtt_load_p50_us"], m["net_idle_rtt_p50_us"], m["srv_cmds_per_cs"], m["overtaken_max"], m["violations"])
 	case "W6":
 		return fmt.Sprintf("%.0f B/lease  cpu %.0f%%  %.0f leases/Extend  lost %.0f  not held at release %.0f", m["heap_per_lease_b"], m["cpu_pct_one_core"], m["leases_per_extend"], m["lost"], m["not_held_at_release"])
 	case "RTT":

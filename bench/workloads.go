@@ -223,8 +223,10 @@ func contentionVia(ctx context.Context, c contender, nodes cluster, via []string
 	type workerStats struct {
 		waits, gaps, otherGaps []time.Duration
 		busy                   time.Duration
-		holds                  []time.Duration
+		holds, releases        []time.Duration
 		cs, other              int
+		grants                 []int64    // every grant of the cell, warm-up included
+		spans                  []waitSpan // the measured waits
 	}
 	var (
 		wg          sync.WaitGroup
@@ -256,6 +258,7 @@ func contentionVia(ctx context.Context, c contender, nodes cluster, via []string
 					continue
 				}
 				tg := now()
+				st.grants = append(st.grants, tg)
 				if holders.Add(1) != 1 {
 					violations.Add(1)
 				}
@@ -263,6 +266,7 @@ func contentionVia(ctx context.Context, c contender, nodes cluster, via []string
 				m := w.measuring.Load()
 				if m {
 					st.waits = append(st.waits, time.Duration(tg-tw))
+					st.spans = append(st.spans, waitSpan{worker: id, call: tw, grant: tg})
 					if prev >= 0 {
 						gap := time.Duration(tg - rel)
 						st.gaps = append(st.gaps, gap)
@@ -285,6 +289,8 @@ func contentionVia(ctx context.Context, c contender, nodes cluster, via []string
 				if err := unlock(context.WithoutCancel(ctx)); err != nil {
 					errs.Add(1)
 					first.CompareAndSwap(nil, err.Error())
+				} else if m {
+					st.releases = append(st.releases, time.Duration(now()-th))
 				}
 			}
 		})
@@ -307,7 +313,12 @@ func contentionVia(ctx context.Context, c contender, nodes cluster, via []string
 	}
 	sm := w3Sample{violations: violations.Load(), errors: errs.Load(), pendingMax: pendingMax}
 	sm.firstErr, _ = first.Load().(string)
-	for _, st := range stats {
+	for id, st := range stats {
+		for _, g := range st.grants {
+			sm.grantLog = append(sm.grantLog, grantAt{worker: id, at: g})
+		}
+		sm.spans = append(sm.spans, st.spans...)
+		sm.releases = append(sm.releases, st.releases...)
 		sm.waits = append(sm.waits, st.waits...)
 		sm.gaps = append(sm.gaps, st.gaps...)
 		sm.otherGaps = append(sm.otherGaps, st.otherGaps...)
@@ -326,11 +337,17 @@ type w3Sample struct {
 	gaps      []time.Duration // previous release call → grant
 	otherGaps []time.Duration // the gaps where the previous holder was another worker
 	holds     []time.Duration // grant → release call
+	releases  []time.Duration // release call → its return (successful releases only)
 	busy      time.Duration   // sum of holds
 	other     int             // len(otherGaps)
 	perWorker []int           // critical sections by worker
 	// pendingMax is the longest wait still pending when the interval closed.
 	pendingMax time.Duration
+	// grantLog is every grant of the cell, warm-up included, and spans the
+	// measured waits (the same as waits), both on one clock in ns: what
+	// the overtakes are counted on.
+	grantLog   []grantAt
+	spans      []waitSpan
 	violations int64 // mutual-exclusion violations (whole cell)
 	errors     int64 // failed Lock and unlock calls (whole cell)
 	firstErr   string
@@ -350,10 +367,16 @@ func (s *w3Sample) metrics(name string, w *window, rttLoad float64) (metrics, er
 	if cs == 0 {
 		return nil, fmt.Errorf("%s: no critical section completed (%d errors, first: %v)", name, s.errors, s.firstErr)
 	}
-	for _, d := range [][]time.Duration{s.waits, s.gaps, s.otherGaps} {
+	for _, d := range [][]time.Duration{s.waits, s.gaps, s.otherGaps, s.releases} {
 		slices.Sort(d)
 	}
 	waitMax := max(s.pendingMax, slices.Max(s.waits))
+	over := overtakes(s.grantLog, s.spans)
+	slices.Sort(over)
+	overMax, overP99 := 0, 0
+	if len(over) > 0 {
+		overMax, overP99 = over[len(over)-1], over[(len(over)-1)*99/100]
+	}
 	return metrics{
 		"cs_per_s":        float64(cs) / w.wall.Seconds(),
 		"busy":            float64(s.busy) / float64(w.wall),
@@ -366,6 +389,9 @@ func (s *w3Sample) metrics(name string, w *window, rttLoad float64) (metrics, er
 		"wait_p50_ms":     pct(s.waits, 50) / 1000,
 		"wait_p99_ms":     pct(s.waits, 99) / 1000,
 		"wait_max_ms":     float64(waitMax) / float64(time.Millisecond),
+		"overtaken_max":   float64(overMax),
+		"overtaken_p99":   float64(overP99),
+		"release_p50_us":  pct(s.releases, 50),
 		"srv_cmds_per_cs": float64(w.srv.calls) / float64(cs),
 		"srv_cpu_pct":     w.srv.cpu / w.wall.Seconds() * 100,
 		"cs_worker_min":   float64(minCS),
@@ -374,6 +400,61 @@ func (s *w3Sample) metrics(name string, w *window, rttLoad float64) (metrics, er
 		"rtt_load_p50_us": rttLoad,
 		"errors":          float64(s.errors),
 	}, nil
+}
+
+// grantAt is one grant: the worker (client) it went to, and when.
+type grantAt struct {
+	worker int
+	at     int64
+}
+
+// waitSpan is one completed wait of a worker: Lock called, Lock returned
+// with the grant.
+type waitSpan struct {
+	worker      int
+	call, grant int64
+}
+
+// overtakes counts, for each wait, the grants to other workers strictly
+// inside (call, grant): how many critical sections went ahead of the
+// waiter while it waited. With n workers, a FIFO lock keeps every count
+// at most n-1 (each other worker ahead at most once); pollers and herd
+// wake-ups can exceed it. The counts are in the order of waits. It sorts
+// the grants, overall and by worker, and binary-searches each wait in
+// both: O((g + w) log g).
+func overtakes(grants []grantAt, waits []waitSpan) []int {
+	workers := 0
+	for _, g := range grants {
+		workers = max(workers, g.worker+1)
+	}
+	all := make([]int64, 0, len(grants))
+	own := make([][]int64, workers)
+	for _, g := range grants {
+		all = append(all, g.at)
+		own[g.worker] = append(own[g.worker], g.at)
+	}
+	slices.Sort(all)
+	for _, ts := range own {
+		slices.Sort(ts)
+	}
+	// inside counts the times of sorted ts in (a, b).
+	inside := func(ts []int64, a, b int64) int {
+		if b <= a+1 {
+			return 0
+		}
+		lo, _ := slices.BinarySearch(ts, a+1) // first > a
+		hi, _ := slices.BinarySearch(ts, b)   // first >= b
+		return hi - lo
+	}
+	out := make([]int, len(waits))
+	for i, w := range waits {
+		n := inside(all, w.call, w.grant)
+		if w.worker >= 0 && w.worker < workers {
+			n -= inside(own[w.worker], w.call, w.grant)
+		}
+		out[i] = n
+	}
+	return out
 }
 
 // probe measures the PING round trip on its own plain connection while a
