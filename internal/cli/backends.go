@@ -18,7 +18,7 @@ import (
 const dialTimeout = 10 * time.Second
 
 func (s *storeFlags) valkeyOptions(log *slog.Logger) []valkey.Option {
-	return []valkey.Option{valkey.WithLogger(log), valkey.WithPrefix(s.prefix)}
+	return []valkey.Option{valkey.WithLogger(log), valkey.WithPrefix(s.prefix), valkey.WithFenceRetention(s.fenceRetention)}
 }
 
 // dialValkey opens a store/valkey Store on url.

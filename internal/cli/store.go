@@ -6,9 +6,11 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/internal/httpstore"
+	"github.com/dlock-dev/dlock/store/valkey"
 )
 
 // storeFlags select the store a command works on.
@@ -21,6 +23,9 @@ type storeFlags struct {
 	server      string // remote dlock serve; not for serve itself
 	authToken   string
 	prefix      string
+	// fenceRetention: how long a Valkey/Redis fence counter outlives its
+	// name's last grant.
+	fenceRetention time.Duration
 }
 
 // register defines the store flags; client adds --server and makes
@@ -38,6 +43,8 @@ func (s *storeFlags) register(fs *flagSet, client bool) {
 		"comma-separated ZooKeeper servers (store/zookeeper: ephemeral-sequential nodes, fences from czxid)")
 	fs.String(&s.prefix, "key-prefix", "PREFIX", "DLOCK_KEY_PREFIX", "lock:",
 		"prefix of the Valkey/Redis keys: the mutex on NAME is the key PREFIX+NAME")
+	fs.Duration(&s.fenceRetention, "fence-retention", "DLOCK_FENCE_RETENTION", valkey.DefaultFenceRetention,
+		"how long a Valkey/Redis lock name's fence counter is kept after its last grant (at least the grant's TTL + 1m): one key per name")
 	if client {
 		fs.String(&s.server, "server", "URL", "DLOCK_SERVER", "",
 			"URL of a remote dlock serve, e.g. http://locks.internal:3009")
@@ -78,6 +85,9 @@ func (s *storeFlags) configured() (bool, error) {
 func (s *storeFlags) open(ctx context.Context, log *slog.Logger) (*backend, error) {
 	if s.server != "" && s.prefix != "lock:" {
 		return nil, &dlock.InvalidError{Field: "key-prefix", Reason: "is set by the server, not its clients"}
+	}
+	if s.redisURL == "" && s.redlockURLs == "" && s.fenceRetention != valkey.DefaultFenceRetention {
+		return nil, &dlock.InvalidError{Field: "fence-retention", Reason: "applies to Valkey/Redis stores only (--redis-url, --redlock-urls)"}
 	}
 	switch {
 	case s.redisURL != "":

@@ -49,7 +49,7 @@ func (s *Store) RaiseFence(ctx context.Context, req dlock.Request, fence int64) 
 		return err
 	}
 	keys := o.keys(s, req.Name)
-	args := []string{req.Token, strconv.FormatInt(fence, 10)}
+	args := []string{req.Token, strconv.FormatInt(fence, 10), s.retention}
 	res := s.do(ctx, 1, func(_ int, eval bool) vk.Completed {
 		return sc.cmd(s.client, keys, args, eval)
 	})

@@ -112,7 +112,7 @@ func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, er
 		// Register only a waiter that listens for its handoff (WatchGrant).
 		req.Queue = false
 	}
-	keys, args := o.keys(s, req.Name), o.argv(req)
+	keys, args := o.keys(s, req.Name), o.argv(s, req)
 	// While this Store has waiters on the lock, the attempt is a tracked
 	// read of the watch key (see hub): CLIENT CACHING YES just before the
 	// script, on the same connection, in the same round trip.
@@ -204,7 +204,7 @@ func (s *Store) Extend(ctx context.Context, reqs []dlock.Request) []error {
 			errs[i] = err
 			continue
 		}
-		calls = append(calls, call{i, o, o.keys(s, req.Name), o.argv(req)})
+		calls = append(calls, call{i, o, o.keys(s, req.Name), o.argv(s, req)})
 	}
 	if len(calls) == 0 {
 		return errs
@@ -251,7 +251,7 @@ func (s *Store) Release(ctx context.Context, req dlock.Request) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	keys, args := o.keys(s, req.Name), o.argv(req)
+	keys, args := o.keys(s, req.Name), o.argv(s, req)
 	res := s.do(ctx, 1, func(_ int, eval bool) vk.Completed {
 		return o.release.cmd(s.client, keys, args, eval)
 	})

@@ -12,16 +12,17 @@ import (
 type Option func(*config)
 
 type config struct {
-	prefix       string
-	waitReplicas int
-	waitTimeout  time.Duration
-	strictEvict  bool
-	logger       *slog.Logger
-	err          error
+	prefix         string
+	fenceRetention time.Duration
+	waitReplicas   int
+	waitTimeout    time.Duration
+	strictEvict    bool
+	logger         *slog.Logger
+	err            error
 }
 
 func defaultConfig() config {
-	return config{prefix: DefaultPrefix, logger: slog.New(slog.DiscardHandler)}
+	return config{prefix: DefaultPrefix, fenceRetention: DefaultFenceRetention, logger: slog.New(slog.DiscardHandler)}
 }
 
 func (c *config) fail(field, reason string) {
@@ -39,6 +40,32 @@ const DefaultPrefix = "lock:"
 // empty. A hash tag in it ("{locks}:") puts every lock in one cluster slot.
 func WithPrefix(p string) Option {
 	return func(c *config) { c.prefix = p }
+}
+
+// DefaultFenceRetention is [WithFenceRetention]'s default.
+const DefaultFenceRetention = 24 * time.Hour
+
+// WithFenceRetention sets how long a lock name's fence counter is kept after
+// its last grant (or extension of a mutex): d, but never less than the
+// grant's TTL plus a minute, so the counter outlives every hold it fenced.
+// Default a day.
+//
+// Each name has one counter, so a workload that locks many distinct names
+// (one per order, per job) keeps one small key per name for this long. The
+// counter is what keeps fences rising when the server's clock steps back:
+// without it, a name's next fence is the server time (the clock floor, see
+// the package doc), which is above every earlier fence of the name unless
+// the clock stepped back meanwhile. A shorter retention trades that
+// protection, after the counter is gone, for memory. d must be at least a
+// second (rounded up to whole milliseconds).
+func WithFenceRetention(d time.Duration) Option {
+	return func(c *config) {
+		if d < time.Second {
+			c.fail("fence retention", "must be at least 1s")
+			return
+		}
+		c.fenceRetention = d
+	}
 }
 
 // WithWaitReplicas makes every grant wait, in the same round trip, until n

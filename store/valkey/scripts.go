@@ -71,7 +71,7 @@ type modeOps struct {
 	// keys returns KEYS for the scripts of lock name.
 	keys func(s *Store, name string) []string
 	// args returns ARGV for the scripts of req; nil means stdArgs.
-	args func(req dlock.Request) []string
+	args func(s *Store, req dlock.Request) []string
 	// watch returns the key whose change (write, delete, expiry) may free
 	// lock name, the key that Watch tracks; nil means the main key.
 	watch func(s *Store, name string) string
@@ -123,18 +123,19 @@ func mutexKeys(s *Store, name string) []string {
 	return s.keySet(true, name, "fence", "waiters", s.grantSuffix(dlock.ModeMutex), "waiters:flag")
 }
 
-// mutexArgs is ARGV = {token, TTL ms, queue (0|1), queue TTL ms}.
-func mutexArgs(req dlock.Request) []string {
+// mutexArgs is ARGV = {token, TTL ms, queue (0|1), queue TTL ms, fence
+// retention ms}.
+func mutexArgs(s *Store, req dlock.Request) []string {
 	queue := "0"
 	if req.Queue {
 		queue = "1"
 	}
-	return []string{req.Token, millis(req.TTL), queue, millis(req.QueueTTL)}
+	return []string{req.Token, millis(req.TTL), queue, millis(req.QueueTTL), s.retention}
 }
 
-// stdArgs is ARGV = {token, TTL ms, owner, limit, queue (0|1), queue TTL ms}.
-// Owner defaults to the token.
-func stdArgs(req dlock.Request) []string {
+// stdArgs is ARGV = {token, TTL ms, owner, limit, queue (0|1), queue TTL ms,
+// fence retention ms}. Owner defaults to the token.
+func stdArgs(s *Store, req dlock.Request) []string {
 	owner := req.Owner
 	if owner == "" {
 		owner = req.Token
@@ -143,7 +144,7 @@ func stdArgs(req dlock.Request) []string {
 	if req.Queue {
 		queue = "1"
 	}
-	return []string{req.Token, millis(req.TTL), owner, strconv.Itoa(req.Limit), queue, millis(req.QueueTTL)}
+	return []string{req.Token, millis(req.TTL), owner, strconv.Itoa(req.Limit), queue, millis(req.QueueTTL), s.retention}
 }
 
 // millis renders d in whole milliseconds, rounded up so that a positive
@@ -155,11 +156,11 @@ func millis(d time.Duration) string {
 	return strconv.FormatInt(int64((d+time.Millisecond-1)/time.Millisecond), 10)
 }
 
-func (o *modeOps) argv(req dlock.Request) []string {
+func (o *modeOps) argv(s *Store, req dlock.Request) []string {
 	if o.args != nil {
-		return o.args(req)
+		return o.args(s, req)
 	}
-	return stdArgs(req)
+	return stdArgs(s, req)
 }
 
 func (o *modeOps) watchKey(s *Store, name string) string {

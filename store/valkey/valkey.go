@@ -16,7 +16,7 @@
 // Every grant issues max(last+1, server time in ms*1000) atomically with the
 // grant, so fences stay monotonic even across a restart of a node that kept
 // nothing on disk (unless its clock stepped back). The counter expires a
-// day after the last grant.
+// day after the last grant ([WithFenceRetention]).
 //
 // # Wake-ups
 //
@@ -128,7 +128,10 @@ type Store struct {
 	own    bool // Close closes client
 	prefix string
 	cfg    config
-	hub    *hub
+	// retention is cfg.fenceRetention in milliseconds, an ARGV of the
+	// scripts that issue or raise fences.
+	retention string
+	hub       *hub
 	// trackAcquire: the client tracks keys in OPTIN mode with this Store's
 	// hook, so acquire attempts can be tracked reads (see hub).
 	trackAcquire bool
@@ -238,7 +241,7 @@ func newStore(opts []Option) (*Store, error) {
 	if cfg.err != nil {
 		return nil, cfg.err
 	}
-	s := &Store{prefix: cfg.prefix, cfg: cfg}
+	s := &Store{prefix: cfg.prefix, cfg: cfg, retention: millis(cfg.fenceRetention)}
 	s.hub = newHub(s)
 	return s, nil
 }

@@ -20,6 +20,8 @@
 -- ARGV[5]  queue: "1" to join (or stay in) the queue when refused
 -- ARGV[6]  queue TTL in milliseconds: a waiter not refreshed by then is
 --          dropped, judged by this server's clock
+-- ARGV[7]  fence retention in milliseconds: a grant of TTL t keeps the fence
+--          counter for max(ARGV[7], t + 1 min)
 --
 -- A handoff publishes "<sha1hex(token)> <fence>" on the channel the waiter
 -- queued with (SPUBLISH; PUBLISH on servers before Redis 7), so only the
@@ -36,10 +38,12 @@ local function now()
   return now_ms
 end
 
--- fence issues max(last + 1, server time in ms * 1000).
-local function fence()
+-- fence issues max(last + 1, server time in ms * 1000) for a grant of TTL
+-- ttl ms.
+local function fence(ttl)
   local f = math.max((tonumber(redis.call('GET', F)) or 0) + 1, now() * 1000)
-  redis.call('SET', F, string.format('%.0f', f), 'PX', 86400000)
+  local keep = math.max(tonumber(ARGV[7]), ttl + 60000)
+  redis.call('SET', F, string.format('%.0f', f), 'PX', string.format('%.0f', keep))
   return f
 end
 
@@ -65,7 +69,7 @@ local function audit(event, f, tok)
 end
 
 local function grant(tok, ttl)
-  local f = fence()
+  local f = fence(ttl)
   redis.call('SET', H, string.format('%.0f', f) .. '|' .. tok, 'PX', ttl)
   audit('grant', f, tok)
   redis.call('PEXPIRE', LOG, 86400000)

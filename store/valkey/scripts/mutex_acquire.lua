@@ -19,6 +19,8 @@
 --          refused
 -- ARGV[4]  queue TTL in milliseconds: a registration not refreshed by then
 --          is skipped, judged by this server's clock
+-- ARGV[5]  fence retention in milliseconds: a grant keeps the counter for
+--          max(ARGV[5], TTL + 1 min)
 --
 -- Reply: {1, fence, 0} when ARGV[1] holds the lock after the call; a repeat
 -- by the holder (or by a waiter the lock was handed to) refreshes the TTL
@@ -27,7 +29,7 @@
 --
 -- A new fence is max(last + 1, server time in ms * 1000): a node that lost
 -- its data in a restart still issues fences above every earlier one, and the
--- counter may expire a day after the last grant.
+-- counter may expire (ARGV[5]) after the last grant.
 --
 -- The free lock costs three calls: SET NX (which also tells a refusal from
 -- a repeat by the holder), TIME and SET GET on the counter. Every refusal
@@ -78,7 +80,8 @@ end
 -- last fence at or above the floor needs the second SET.
 local now = redis.call('TIME')
 local f = tonumber(now[1]) * 1000000 + math.floor(tonumber(now[2]) / 1000) * 1000
-local last = redis.pcall('SET', KEYS[2], string.format('%.0f', f), 'PX', 86400000, 'GET')
+local keep = string.format('%.0f', math.max(tonumber(ARGV[5]), tonumber(ARGV[2]) + 60000))
+local last = redis.pcall('SET', KEYS[2], string.format('%.0f', f), 'PX', keep, 'GET')
 if type(last) == 'table' and last.err then
   -- The counter is not a string: undo the grant, fail as before.
   if fresh then
@@ -89,6 +92,6 @@ end
 last = tonumber(last)
 if last and last >= f then
   f = last + 1
-  redis.call('SET', KEYS[2], string.format('%.0f', f), 'PX', 86400000)
+  redis.call('SET', KEYS[2], string.format('%.0f', f), 'PX', keep)
 end
 return {1, f, 0}

@@ -8,6 +8,7 @@
 -- KEYS[5]  waiters flag (see mutex_acquire): absent, there is no waiter
 -- ARGV[1]  token
 -- ARGV[2]  TTL in milliseconds (names the caller's registration)
+-- ARGV[5]  fence retention in milliseconds (see mutex_acquire)
 --
 -- Reply: 1 when ARGV[1] held the lock (now released, or handed to a
 -- waiter) or was registered as a waiter (now dropped); 0 when it had
@@ -50,10 +51,11 @@ while v[2] do
       local ch, tok = string.sub(rest, 1, n), string.sub(rest, n + 1)
       -- The fence as in mutex_acquire: SET GET writes the floor.
       local f = now[1] * 1000000 + math.floor(now[2] / 1000) * 1000
-      local last = tonumber(redis.call('SET', KEYS[2], string.format('%.0f', f), 'PX', 86400000, 'GET'))
+      local keep = string.format('%.0f', math.max(tonumber(ARGV[5]), tonumber(ttl) + 60000))
+      local last = tonumber(redis.call('SET', KEYS[2], string.format('%.0f', f), 'PX', keep, 'GET'))
       if last and last >= f then
         f = last + 1
-        redis.call('SET', KEYS[2], string.format('%.0f', f), 'PX', 86400000)
+        redis.call('SET', KEYS[2], string.format('%.0f', f), 'PX', keep)
       end
       local fs = string.format('%.0f', f)
       redis.call('SET', KEYS[1], tok, 'PX', ttl)

@@ -9,6 +9,8 @@
 -- ARGV[1]  token (one per acquisition)
 -- ARGV[2]  TTL in milliseconds
 -- ARGV[3]  owner (the token when not given)
+-- ARGV[7]  fence retention in milliseconds: a grant keeps the fence counter
+--          for max(ARGV[7], TTL + 1 min)
 --
 -- Reply: {1, fence, 0, count} when ARGV[1] holds an acquisition after the
 -- call: count is the owner's live acquisitions, fence that of the first
@@ -32,7 +34,7 @@ if redis.call('EXISTS', H) == 1 then
 end
 local t = redis.call('TIME')
 local f = math.max((tonumber(redis.call('GET', F)) or 0) + 1, tonumber(t[1]) * 1000000 + math.floor(tonumber(t[2]) / 1000) * 1000)
-redis.call('SET', F, string.format('%.0f', f), 'PX', 86400000)
+redis.call('SET', F, string.format('%.0f', f), 'PX', string.format('%.0f', math.max(tonumber(ARGV[7]), ttl + 60000)))
 redis.call('HSET', H, 'o', owner, 'f', string.format('%.0f', f), 't:' .. me, 1)
 redis.call('PEXPIRE', H, ttl)
 redis.call('SET', G, '1', 'PX', ttl)

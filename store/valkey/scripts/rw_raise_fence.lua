@@ -10,9 +10,11 @@
 -- KEYS[3]  meta: hash, "w" -> the writer's token
 -- ARGV[1]  token
 -- ARGV[2]  fence (a positive integer below 2^53)
+-- ARGV[3]  fence retention in milliseconds (see rw_lib)
 --
 -- Reply: 1 when ARGV[1] holds the write lease; the counter is then at least
--- ARGV[2] (it is never lowered, and keeps its one-day expiry). 0 when it
+-- ARGV[2] (it is never lowered; a raise keeps it for max(ARGV[3], the write
+-- lease's remaining TTL + 1 min)). 0 when it
 -- does not; nothing changed.
 local R, F, M = KEYS[1], KEYS[2], KEYS[3]
 if redis.call('HGET', M, 'w') ~= ARGV[1] then
@@ -25,6 +27,7 @@ if not exp or tonumber(exp) <= now then
   return 0
 end
 if tonumber(ARGV[2]) > (tonumber(redis.call('GET', F)) or 0) then
-  redis.call('SET', F, ARGV[2], 'PX', 86400000)
+  local keep = math.max(tonumber(ARGV[3]), tonumber(exp) - now + 60000)
+  redis.call('SET', F, ARGV[2], 'PX', string.format('%.0f', keep))
 end
 return 1

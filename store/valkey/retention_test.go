@@ -1,0 +1,146 @@
+package valkey_test
+
+import (
+	"errors"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/testredis"
+	"github.com/dlock-dev/dlock/store/valkey"
+)
+
+// counterTTL returns the PTTL of lock name's fence counter, in ms.
+func counterTTL(t *testing.T, srv *testredis.Server, s *valkey.Store, name string) int {
+	t.Helper()
+	n, err := strconv.Atoi(mustDo(t, srv, "PTTL", s.AuxKey(name, "fence")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// within reports whether got (a PTTL just read) is want or a little less.
+func within(got, want int) bool { return got > want-5000 && got <= want }
+
+// TestFenceRetention checks that every mode's grant keeps the fence counter
+// for max(retention, TTL + 1 min): the default day, a shorter retention, and
+// a hold longer than the retention.
+func TestFenceRetention(t *testing.T) {
+	srv := testredis.Start(t)
+	ctx := testContext(t)
+	def := dial(t, srv.URL(), valkey.WithPrefix("def:"))
+	short := dial(t, srv.URL(), valkey.WithPrefix("short:"), valkey.WithFenceRetention(2*time.Minute))
+	modes := []dlock.Mode{dlock.ModeMutex, dlock.ModeReentrant, dlock.ModeRead, dlock.ModeWrite, dlock.ModeFair, dlock.ModeSemaphore}
+	for _, m := range modes {
+		for _, tt := range []struct {
+			s    *valkey.Store
+			ttl  time.Duration
+			want int
+		}{
+			{def, 10 * time.Second, 86_400_000},
+			{short, 10 * time.Second, 120_000},
+			{short, 90 * time.Second, 150_000}, // the hold outlasts the retention
+		} {
+			name := m.String() + "-" + strconv.Itoa(int(tt.ttl/time.Second))
+			req := dlock.Request{Name: name, Token: "a", TTL: tt.ttl, Mode: m, Limit: 2}
+			if g, err := tt.s.Acquire(ctx, req); err != nil || !g.Acquired {
+				t.Fatalf("%v: Acquire = %+v, %v", m, g, err)
+			}
+			if got := counterTTL(t, srv, tt.s, name); !within(got, tt.want) {
+				t.Errorf("%v, TTL %v: counter PTTL = %d ms, want about %d", m, tt.ttl, got, tt.want)
+			}
+		}
+	}
+}
+
+// TestFenceRetentionMutexPaths covers the mutex's other writers of the
+// counter: a handoff to a registered waiter (the waiter's TTL), an
+// extension, and a fence write-back.
+func TestFenceRetentionMutexPaths(t *testing.T) {
+	srv := testredis.Start(t)
+	ctx := testContext(t)
+	s := dial(t, srv.URL(), valkey.WithFenceRetention(2*time.Minute))
+
+	hold := dlock.Request{Name: "m", Token: "holder", TTL: 10 * time.Second}
+	if g, err := s.Acquire(ctx, hold); err != nil || !g.Acquired {
+		t.Fatalf("Acquire = %+v, %v", g, err)
+	}
+	w := dlock.Request{Name: "m", Token: "waiter", TTL: 100 * time.Second, Queue: true, QueueTTL: time.Minute}
+	grants, stop, err := s.WatchGrant(ctx, w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	if g, err := s.Acquire(ctx, w); err != nil || g.Acquired {
+		t.Fatalf("Acquire(waiter) = %+v, %v; want refused", g, err)
+	}
+	mustDo(t, srv, "PEXPIRE", s.AuxKey("m", "fence"), "1000000")
+	if err := s.Release(ctx, hold); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case g := <-grants:
+		if !g.Acquired {
+			t.Fatalf("handoff = %+v", g)
+		}
+	case <-ctx.Done():
+		t.Fatal("no handoff")
+	}
+	if got := counterTTL(t, srv, s, "m"); !within(got, 160_000) {
+		t.Errorf("counter PTTL after a handoff of a 100 s hold = %d ms, want about 160 000", got)
+	}
+
+	// An extension tops the counter up once it is below TTL + 1 min.
+	mustDo(t, srv, "PEXPIRE", s.AuxKey("m", "fence"), "30000")
+	w.TTL = 30 * time.Second
+	if errs := s.Extend(ctx, []dlock.Request{w}); errs[0] != nil {
+		t.Fatalf("Extend = %v", errs[0])
+	}
+	if got := counterTTL(t, srv, s, "m"); !within(got, 120_000) {
+		t.Errorf("counter PTTL after an extension = %d ms, want about 120 000", got)
+	}
+
+	// A write-back keeps the counter for the hold's remaining TTL + 1 min
+	// at least.
+	fence, _ := strconv.ParseInt(mustDo(t, srv, "GET", s.AuxKey("m", "fence")), 10, 64)
+	if err := s.RaiseFence(ctx, w, fence+10); err != nil {
+		t.Fatalf("RaiseFence = %v", err)
+	}
+	if got := counterTTL(t, srv, s, "m"); !within(got, 120_000) {
+		t.Errorf("counter PTTL after a write-back = %d ms, want about 120 000", got)
+	}
+}
+
+// TestFenceRetentionExpiredCounter checks that fences keep rising after a
+// counter expired: the next grant takes the clock floor, server ms × 1000.
+// A counter expires at least a minute after its last grant; the test waits
+// 2 ms, so that the floor has moved past the last fence's millisecond.
+func TestFenceRetentionExpiredCounter(t *testing.T) {
+	srv := testredis.Start(t)
+	ctx := testContext(t)
+	s := dial(t, srv.URL(), valkey.WithFenceRetention(time.Second))
+	var last int64
+	for i := range 3 {
+		req := dlock.Request{Name: "x", Token: "t" + strconv.Itoa(i), TTL: time.Second}
+		g, err := s.Acquire(ctx, req)
+		if err != nil || !g.Acquired || g.Fence <= last {
+			t.Fatalf("grant %d = %+v, %v; want a fence above %d", i, g, err, last)
+		}
+		last = g.Fence
+		if err := s.Release(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+		mustDo(t, srv, "DEL", s.AuxKey("x", "fence")) // as if it expired
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func TestFenceRetentionValidated(t *testing.T) {
+	for _, d := range []time.Duration{0, -time.Second, 999 * time.Millisecond} {
+		if _, err := valkey.Dial(testContext(t), "redis://127.0.0.1:1", valkey.WithFenceRetention(d)); !errors.Is(err, dlock.ErrInvalid) {
+			t.Errorf("WithFenceRetention(%v) = %v, want ErrInvalid", d, err)
+		}
+	}
+}
