@@ -3,6 +3,7 @@
 package cli
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 
@@ -36,6 +37,15 @@ func TestRunOnRedlock(t *testing.T) {
 	}
 	if code, _, stderr := runDlock(t, env, "run", name, "--", "echo", "ran"); code != runner.ExitLocked {
 		t.Errorf("second dlock run --redlock-urls = %d, want %d; stderr:\n%s", code, runner.ExitLocked, stderr)
+	}
+	// status and list see the lock as a majority holds it.
+	code, out, stderr := runDlock(t, env, "status", "--json", name)
+	var st stateJSON
+	if err := json.Unmarshal([]byte(out), &st); code != 0 || err != nil || !st.Held || st.Holders != 1 || st.Fence <= 0 {
+		t.Errorf("dlock status --json --redlock-urls = %d, %q (%v); want held by one, with a fence; stderr:\n%s", code, out, err, stderr)
+	}
+	if code, out, stderr := runDlock(t, env, "list"); code != 0 || !strings.Contains(out, name) {
+		t.Errorf("dlock list --redlock-urls = %d, %q; want %s listed; stderr:\n%s", code, out, name, stderr)
 	}
 	// One node down: a majority is left, so a new lock is still granted.
 	nodes[2].Kill()

@@ -15,6 +15,7 @@ var (
 	_ dlock.Store       = (*lazyNode)(nil)
 	_ dlock.FenceRaiser = (*lazyNode)(nil)
 	_ dlock.Pinger      = (*lazyNode)(nil)
+	_ dlock.Inspector   = (*lazyNode)(nil)
 )
 
 // redialEvery is how often a Redlock node that could not be reached is
@@ -106,6 +107,22 @@ func (n *lazyNode) RaiseFence(ctx context.Context, req dlock.Request, fence int6
 		return err
 	}
 	return st.RaiseFence(ctx, req, fence)
+}
+
+func (n *lazyNode) State(ctx context.Context, name string) (dlock.State, error) {
+	st, err := n.get(ctx)
+	if err != nil {
+		return dlock.State{}, err
+	}
+	return st.State(ctx, name)
+}
+
+func (n *lazyNode) List(ctx context.Context) ([]dlock.State, error) {
+	st, err := n.get(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return st.List(ctx)
 }
 
 func (n *lazyNode) Ping(ctx context.Context) error {

@@ -39,6 +39,10 @@
 // semaphore and the reentrant lock cannot be kept consistent over a quorum
 // (a lost reply leaves a count or a queue place that a retry cannot
 // reconcile), so they return an error wrapping [dlock.ErrNotSupported].
+//
+// The Store is a [dlock.Inspector] when its nodes are: State and List (what
+// `dlock status`, `dlock list` and the dashboard show) combine the nodes'
+// answers as Redlock sees the lock, counting only what a majority holds.
 package redlock
 
 import (
