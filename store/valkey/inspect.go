@@ -12,8 +12,8 @@ import (
 )
 
 // State implements [dlock.Inspector] in one round trip. A free lock has no
-// holders; Fence is the last fence issued (0 once the counter expired, a day
-// after the last grant). A mutex is a string key, and its Queue counts the
+// holders; Fence is the last fence issued (0 once the counter expired, see
+// [WithFenceRetention]). A mutex is a string key, and its Queue counts the
 // waiters registered for a handoff whose registration is live; a key of
 // another type is reported with its holder count and Mode left to the
 // pattern that owns it.
