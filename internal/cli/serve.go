@@ -91,7 +91,7 @@ func runServe(ctx context.Context, x *cmd, _, _ []string) int {
 		return x.fail(wrap("opening the "+storeKind(&x.store)+" store", err))
 	}
 	if b == nil {
-		b = &backend{store: memory.New(), name: "memory", desc: "in-process memory", close: func() {}}
+		b = &backend{store: memory.New(memory.WithFenceRetention(x.store.fenceRetention)), name: "memory", desc: "in-process memory", close: func() {}}
 		log.Warn("dlock: no --redis-url or --redlock-urls: using the in-memory store; locks are local to this process and vanish when it exits")
 	}
 	defer b.close()

@@ -44,7 +44,7 @@ func (s *storeFlags) register(fs *flagSet, client bool) {
 	fs.String(&s.prefix, "key-prefix", "PREFIX", "DLOCK_KEY_PREFIX", "lock:",
 		"prefix of the Valkey/Redis keys: the mutex on NAME is the key PREFIX+NAME")
 	fs.Duration(&s.fenceRetention, "fence-retention", "DLOCK_FENCE_RETENTION", valkey.DefaultFenceRetention,
-		"how long a Valkey/Redis lock name's fence counter is kept after its last grant (at least the grant's TTL + 1m): one key per name")
+		"how long a lock name's fence counter is kept after its last grant (Valkey/Redis: at least the grant's TTL + 1m), one key per name; Valkey/Redis and serve's memory store")
 	if client {
 		fs.String(&s.server, "server", "URL", "DLOCK_SERVER", "",
 			"URL of a remote dlock serve, e.g. http://locks.internal:3009")
@@ -86,8 +86,11 @@ func (s *storeFlags) open(ctx context.Context, log *slog.Logger) (*backend, erro
 	if s.server != "" && s.prefix != "lock:" {
 		return nil, &dlock.InvalidError{Field: "key-prefix", Reason: "is set by the server, not its clients"}
 	}
-	if s.redisURL == "" && s.redlockURLs == "" && s.fenceRetention != valkey.DefaultFenceRetention {
-		return nil, &dlock.InvalidError{Field: "fence-retention", Reason: "applies to Valkey/Redis stores only (--redis-url, --redlock-urls)"}
+	if s.fenceRetention < time.Second {
+		return nil, &dlock.InvalidError{Field: "fence-retention", Reason: "must be at least 1s"}
+	}
+	if (s.etcd != "" || s.postgresURL != "" || s.zookeeper != "" || s.server != "") && s.fenceRetention != valkey.DefaultFenceRetention {
+		return nil, &dlock.InvalidError{Field: "fence-retention", Reason: "applies to the Valkey/Redis and memory stores only"}
 	}
 	switch {
 	case s.redisURL != "":

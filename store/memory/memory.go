@@ -32,12 +32,13 @@ var (
 // read-write lock of the same name do not exclude each other (use one
 // pattern per name). They share the name's fence counter.
 type Store struct {
-	mu       sync.Mutex
-	locks    map[key]*lock
-	fences   map[string]int64
-	issued   int // fences issued since the last prune
-	watchers map[key]map[chan struct{}]struct{}
-	grants   map[grantKey]chan dlock.Grant
+	retention time.Duration // see WithFenceRetention
+	mu        sync.Mutex
+	locks     map[key]*lock
+	fences    map[string]int64
+	issued    int // fences issued since the last prune
+	watchers  map[key]map[chan struct{}]struct{}
+	grants    map[grantKey]chan dlock.Grant
 }
 
 // key names the state of one pattern of one lock name. ModeWrite shares
@@ -83,13 +84,35 @@ type lock struct {
 }
 
 // New returns an empty store.
-func New() *Store {
-	return &Store{
-		locks:    make(map[key]*lock),
-		fences:   make(map[string]int64),
-		watchers: make(map[key]map[chan struct{}]struct{}),
-		grants:   make(map[grantKey]chan dlock.Grant),
+func New(opts ...Option) *Store {
+	s := &Store{
+		retention: DefaultFenceRetention,
+		locks:     make(map[key]*lock),
+		fences:    make(map[string]int64),
+		watchers:  make(map[key]map[chan struct{}]struct{}),
+		grants:    make(map[grantKey]chan dlock.Grant),
 	}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+// An Option configures a [Store] made by [New].
+type Option func(*Store)
+
+// DefaultFenceRetention is [WithFenceRetention]'s default.
+const DefaultFenceRetention = 24 * time.Hour
+
+// WithFenceRetention sets how long a lock name's fence counter is kept after
+// its last grant; default a day. Each name has one counter, so a workload
+// that locks many distinct names keeps one map entry per name for this
+// long. Once a counter is forgotten, the name's next fence is the clock
+// floor, above every earlier fence unless the wall clock stepped back
+// meanwhile: a shorter retention trades that protection for memory. A
+// value under a second counts as a second.
+func WithFenceRetention(d time.Duration) Option {
+	return func(s *Store) { s.retention = max(d, time.Second) }
 }
 
 // nextFence issues the fence after last: max(last+1, wall-clock µs floor), so
@@ -108,16 +131,14 @@ func (s *Store) issue(name string, now time.Time) int64 {
 	return f
 }
 
-// fenceIdle is how long after its last grant a fence counter is forgotten.
-// The clock floor of nextFence is then far above it, so forgetting it
-// cannot make a fence go down (unless the clock steps back a day).
-const fenceIdle = 24 * time.Hour
-
 // pruneFences forgets counters whose last fence is below the clock floor of
-// a day ago, so that unique lock names do not pile up. Caller holds s.mu.
+// the retention ago (WithFenceRetention), so that unique lock names do not
+// pile up. The clock floor of nextFence is then above them, so forgetting
+// them cannot make a fence go down (unless the clock steps back that far).
+// Caller holds s.mu.
 func (s *Store) pruneFences(now time.Time) {
 	s.issued = 0
-	floor := now.Add(-fenceIdle).UnixMilli() * 1000
+	floor := now.Add(-s.retention).UnixMilli() * 1000
 	for name, f := range s.fences {
 		if f < floor {
 			delete(s.fences, name)

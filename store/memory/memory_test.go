@@ -86,3 +86,40 @@ func TestIdleFencesArePruned(t *testing.T) {
 		}
 	})
 }
+
+// WithFenceRetention shortens how long an idle counter is kept: a name idle
+// for longer is forgotten, one idle for less is kept, and fences still rise.
+func TestFenceRetention(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		s := memory.New(memory.WithFenceRetention(time.Minute))
+		grant := func(name string) int64 {
+			t.Helper()
+			tok := fmt.Sprintf("%s-%d", name, time.Now().UnixNano())
+			g, err := s.Acquire(ctx, dlock.Request{Name: name, Token: tok, TTL: time.Second})
+			if err != nil || !g.Acquired {
+				t.Fatalf("Acquire(%q) = %+v, %v", name, g, err)
+			}
+			if err := s.Release(ctx, dlock.Request{Name: name, Token: tok}); err != nil {
+				t.Fatal(err)
+			}
+			return g.Fence
+		}
+		old := grant("old")
+		time.Sleep(50 * time.Second)
+		recent := grant("recent")
+		time.Sleep(20 * time.Second) // old idle 70 s, recent 20 s
+		for i := range 2048 {
+			grant(fmt.Sprintf("n%d", i))
+		}
+		if st, _ := s.State(ctx, "old"); st.Fence != 0 {
+			t.Errorf("fence of a name idle for 70 s = %d, want forgotten (0) with a 1 min retention", st.Fence)
+		}
+		if st, _ := s.State(ctx, "recent"); st.Fence != recent {
+			t.Errorf("fence of a name idle for 20 s = %d, want kept (%d)", st.Fence, recent)
+		}
+		if f := grant("old"); f <= old {
+			t.Errorf("fence after pruning = %d, want above %d", f, old)
+		}
+	})
+}
