@@ -61,10 +61,11 @@ func init() {
 	})
 }
 
-// loadJoined returns the script made of the shared functions in lib
-// followed by the operation in path: one script, one round trip.
+// loadJoined returns the script made of the shared functions in
+// clock_lib.lua and lib followed by the operation in path: one script, one
+// round trip.
 func loadJoined(lib, path string) *script {
-	src := loadScript(lib).src + "\n" + loadScript(path).src
+	src := loadScript("scripts/clock_lib.lua").src + "\n" + loadScript(lib).src + "\n" + loadScript(path).src
 	sum := sha1.Sum([]byte(src))
 	return &script{name: path, src: src, sha: hex.EncodeToString(sum[:])}
 }

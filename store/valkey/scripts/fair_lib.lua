@@ -20,32 +20,13 @@
 -- ARGV[5]  queue: "1" to join (or stay in) the queue when refused
 -- ARGV[6]  queue TTL in milliseconds: a waiter not refreshed by then is
 --          dropped, judged by this server's clock
--- ARGV[7]  fence retention in milliseconds: a grant of TTL t keeps the fence
---          counter for max(ARGV[7], t + 1 min)
+-- ARGV[7]  fence retention in milliseconds (see clock_lib)
 --
 -- A handoff publishes "<sha1hex(token)> <fence>" on the channel the waiter
 -- queued with (SPUBLISH; PUBLISH on servers before Redis 7), so only the
 -- waiter's store receives it, and the waiter learns its grant from the
 -- message; the token itself never travels.
 local H, F, Q, QX, W, LOG = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-
-local now_ms
-local function now()
-  if not now_ms then
-    local t = redis.call('TIME')
-    now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  end
-  return now_ms
-end
-
--- fence issues max(last + 1, server time in ms * 1000) for a grant of TTL
--- ttl ms.
-local function fence(ttl)
-  local f = math.max((tonumber(redis.call('GET', F)) or 0) + 1, now() * 1000)
-  local keep = math.max(tonumber(ARGV[7]), ttl + 60000)
-  redis.call('SET', F, string.format('%.0f', f), 'PX', string.format('%.0f', keep))
-  return f
-end
 
 -- holder returns the holding token and its fence, or nil.
 local function holder()

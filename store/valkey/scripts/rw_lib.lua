@@ -24,27 +24,8 @@
 -- ARGV[5]  queue: "1" for a writer that waits, leaving an intent
 -- ARGV[6]  queue TTL in milliseconds: an intent not refreshed by then is
 --          dropped, judged by this server's clock
--- ARGV[7]  fence retention in milliseconds (see fence)
+-- ARGV[7]  fence retention in milliseconds (see clock_lib)
 local R, F, M, Q, QX, G = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-
-local now_ms
-local function now()
-  if not now_ms then
-    local t = redis.call('TIME')
-    now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  end
-  return now_ms
-end
-
--- fence issues max(last + 1, server time in ms * 1000), and keeps the
--- counter for max(ARGV[7], TTL + 1 min): ARGV[7] is the fence retention in
--- milliseconds.
-local function fence()
-  local f = math.max((tonumber(redis.call('GET', F)) or 0) + 1, now() * 1000)
-  local keep = math.max(tonumber(ARGV[7]), tonumber(ARGV[2]) + 60000)
-  redis.call('SET', F, string.format('%.0f', f), 'PX', string.format('%.0f', keep))
-  return f
-end
 
 local function drop(tok)
   redis.call('ZREM', R, tok)

@@ -24,6 +24,6 @@ if not beside and (w or redis.call('ZCARD', Q) > 0) then
   end
   return {0, 0, ra}
 end
-f = tonumber(redis.call('GET', F)) or fence()
+f = tonumber(redis.call('GET', F)) or fence(ttl)
 hold(me, ttl, f)
 return {1, f, 0}

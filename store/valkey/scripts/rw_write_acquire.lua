@@ -36,7 +36,7 @@ if redis.call('ZCARD', R) > 0 or (head and head ~= me) then
   return {0, 0, longest(), 0, pos}
 end
 unqueue(me)
-f = fence()
+f = fence(ttl)
 redis.call('HSET', M, 'w', me)
 hold(me, ttl, f)
 return {1, f, 0}

@@ -15,27 +15,8 @@
 -- ARGV[2]  TTL in milliseconds
 -- ARGV[3]  owner (unused)
 -- ARGV[4]  limit: the number of permits, at least 1
--- ARGV[7]  fence retention in milliseconds (see fence)
+-- ARGV[7]  fence retention in milliseconds (see clock_lib)
 local R, F, M, G = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-
-local now_ms
-local function now()
-  if not now_ms then
-    local t = redis.call('TIME')
-    now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  end
-  return now_ms
-end
-
--- fence issues max(last + 1, server time in ms * 1000), and keeps the
--- counter for max(ARGV[7], TTL + 1 min): ARGV[7] is the fence retention in
--- milliseconds.
-local function fence()
-  local f = math.max((tonumber(redis.call('GET', F)) or 0) + 1, now() * 1000)
-  local keep = math.max(tonumber(ARGV[7]), tonumber(ARGV[2]) + 60000)
-  redis.call('SET', F, string.format('%.0f', f), 'PX', string.format('%.0f', keep))
-  return f
-end
 
 local function drop(tok)
   redis.call('ZREM', R, tok)
