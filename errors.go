@@ -39,13 +39,32 @@ type LockedError struct {
 	// RetryAfter is how long the current hold has left by the store's
 	// clock; 0 when unknown.
 	RetryAfter time.Duration
+	// Held is the mode of the hold that refused the request (a name is one
+	// lock whatever pattern holds it; see [Coexist]). A key set by a
+	// foreign library is reported as ModeMutex.
+	Held Mode
 }
 
 func (e *LockedError) Error() string {
-	return fmt.Sprintf("dlock: lock %q held (retry after %v)", e.Name, e.RetryAfter)
+	return fmt.Sprintf("dlock: lock %q held by a %v hold (retry after %v)", e.Name, e.Held, e.RetryAfter)
 }
 
 func (e *LockedError) Unwrap() error { return ErrLocked }
+
+// LimitError reports a semaphore request whose limit differs from the limit
+// that the name's permits are held with: every user of one name must agree
+// on it. It wraps [ErrInvalid].
+type LimitError struct {
+	Name  string
+	Held  int // the limit of the permits held now
+	Asked int // the limit of the request
+}
+
+func (e *LimitError) Error() string {
+	return fmt.Sprintf("dlock: invalid limit: semaphore %q is held with limit %d, not %d", e.Name, e.Held, e.Asked)
+}
+
+func (e *LimitError) Unwrap() error { return ErrInvalid }
 
 // InvalidError names the argument that was rejected. It wraps [ErrInvalid].
 type InvalidError struct {

@@ -168,7 +168,7 @@ func (l *Locker) waitGrant(ctx context.Context, c *config, req Request, first <-
 		case <-ctx.Done():
 			l.dropQueued(ctx, req)
 			if err == nil {
-				err = &LockedError{Name: req.Name, RetryAfter: g.RetryAfter}
+				err = &LockedError{Name: req.Name, RetryAfter: g.RetryAfter, Held: g.Held}
 			}
 			return nil, errors.Join(err, ctx.Err())
 		}

@@ -178,7 +178,7 @@ func (l *Locker) acquire(ctx context.Context, c *config, req Request, wait bool)
 	if !wait {
 		ls, g, err := l.tryOnce(ctx, c, req)
 		if ls == nil && err == nil {
-			err = &LockedError{Name: req.Name, RetryAfter: g.RetryAfter}
+			err = &LockedError{Name: req.Name, RetryAfter: g.RetryAfter, Held: g.Held}
 		}
 		return result(ls, err)
 	}
@@ -243,7 +243,7 @@ func (l *Locker) acquire(ctx context.Context, c *config, req Request, wait bool)
 				l.dropQueued(ctx, req)
 			}
 			if err == nil {
-				err = &LockedError{Name: req.Name, RetryAfter: g.RetryAfter}
+				err = &LockedError{Name: req.Name, RetryAfter: g.RetryAfter, Held: g.Held}
 			}
 			return result(nil, errors.Join(err, ctx.Err()))
 		}

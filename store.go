@@ -35,6 +35,20 @@ func (m Mode) String() string {
 	return "unknown"
 }
 
+// Shared reports whether holders of mode m may hold a name together with
+// other holders of the same mode: readers, and semaphore permits (of one
+// limit). Every other mode is exclusive.
+func (m Mode) Shared() bool { return m == ModeRead || m == ModeSemaphore }
+
+// Coexist is the rule that makes a name one lock, whatever pattern holds it:
+// a request in mode asked may share the name with a hold in mode held only
+// when both are the same shared mode (readers with readers, permits with
+// permits of the same limit, which the store checks). Exclusive modes
+// exclude every other holder of the name, of any mode; within its own mode
+// a pattern adds its own rules (a reentrant owner re-enters, a waiting
+// writer keeps new readers out, a fair queue goes in order).
+func Coexist(held, asked Mode) bool { return held == asked && held.Shared() }
+
 // ParseMode returns the Mode whose String is s.
 func ParseMode(s string) (Mode, bool) {
 	for i, n := range modeNames {
@@ -69,6 +83,13 @@ type Grant struct {
 	// RetryAfter is, when Acquired is false, how long the current hold has
 	// left by the store's clock (0 when unknown).
 	RetryAfter time.Duration
+	// Held is, when Acquired is false, the mode of the name's current hold:
+	// a name is one lock whatever pattern holds it (see [Coexist]). A key
+	// set by a foreign library on a Valkey/Redis store is reported as
+	// ModeMutex. When nobody holds the name and the refusal comes from the
+	// request's own mode (a fair queue or a waiting writer ahead of the
+	// caller), it is the request's mode.
+	Held Mode
 	// Count is the hold count of a reentrant grant.
 	Count int
 	// Position is the caller's place in a fair queue (0 is the head).
@@ -78,7 +99,12 @@ type Grant struct {
 // Store is the seam between the lockers and a backend. Every method is one
 // atomic operation (one round trip on a networked store) and idempotent per
 // Token: a retried Acquire with the same Token that already holds returns the
-// same Fence. Implementations must pass the storetest conformance suite.
+// same Fence. A name is one lock: whatever mode holds a name, a request in
+// another mode is decided by [Coexist] atomically, refused with the held
+// mode in [Grant.Held], and the name's one fence counter serves every mode.
+// A semaphore request whose Limit differs from the limit the name's permits
+// are held with fails with a [*LimitError]. Implementations must pass the
+// storetest conformance suite, including its cross-pattern suite.
 type Store interface {
 	// Acquire tries once to grant req. A refusal is a Grant with Acquired
 	// false, not an error; errors are for failures of the store itself.

@@ -1,0 +1,271 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dlock-dev/dlock"
+)
+
+// The cross-pattern suite: a name is one lock, whatever pattern holds it
+// (dlock.Coexist). It runs on every store over the modes the store
+// supports.
+
+func init() { register("CrossPattern", dlock.ModeMutex, testCrossPattern) }
+
+var allModes = []dlock.Mode{dlock.ModeMutex, dlock.ModeReentrant, dlock.ModeRead, dlock.ModeWrite, dlock.ModeFair, dlock.ModeSemaphore}
+
+// crossLimit is the semaphore limit the suite uses.
+const crossLimit = 2
+
+// crossReq returns a request in mode m on name with a fresh token (and a
+// fresh reentrant owner).
+func crossReq(name string, m dlock.Mode, ttl time.Duration) dlock.Request {
+	req := dlock.Request{Name: name, Token: newToken(), TTL: ttl, Mode: m}
+	switch m {
+	case dlock.ModeReentrant:
+		req.Owner = newToken()
+	case dlock.ModeSemaphore:
+		req.Limit = crossLimit
+	}
+	return req
+}
+
+func testCrossPattern(t *testing.T, h Harness) {
+	var modes []dlock.Mode
+	for _, m := range allModes {
+		if h.supports(m) {
+			modes = append(modes, m)
+		}
+	}
+	for _, held := range modes {
+		for _, asked := range modes {
+			t.Run(fmt.Sprintf("Pair/%v-then-%v", held, asked), func(t *testing.T) {
+				parallel(t)
+				s := h.New(t)
+				crossPair(t, s, peerStore(t, h, s), held, asked)
+			})
+		}
+	}
+	t.Run("FencesAcrossModes", func(t *testing.T) {
+		parallel(t)
+		crossFences(t, h.New(t), modes)
+	})
+	if h.supports(dlock.ModeSemaphore) {
+		t.Run("SemaphoreLimitMismatch", func(t *testing.T) {
+			parallel(t)
+			crossLimitMismatch(t, h.New(t))
+		})
+	}
+	t.Run("MixedGoroutines", func(t *testing.T) {
+		parallel(t)
+		crossMixed(t, h, modes)
+	})
+}
+
+// crossPair holds the name in mode held (through other, a second store on
+// the same backend when there is one), then asks for it in mode asked on s:
+// granted only when dlock.Coexist(held, asked), otherwise refused with
+// Held = held and RetryAfter the hold's remaining time. A watcher of the
+// asked mode on s is woken when the holder releases (through other), and
+// the asked request is then granted, with a fence above the holder's when
+// either is exclusive.
+func crossPair(t *testing.T, s, other dlock.Store, held, asked dlock.Mode) {
+	ctx := testContext(t)
+	name := lockName(t)
+	hreq := crossReq(name, held, longTTL)
+	start := time.Now()
+	hg := mustAcquire(t, other, hreq)
+	areq := crossReq(name, asked, longTTL)
+	g, err := s.Acquire(ctx, areq)
+	if err != nil {
+		t.Fatalf("Acquire(mode %v) while a %v hold has the name = %+v, %v; want a grant or a refusal", asked, held, g, err)
+	}
+	if dlock.Coexist(held, asked) {
+		if !g.Acquired {
+			t.Fatalf("Acquire(mode %v) while a %v hold has the name = %+v; want a grant (shared modes coexist)", asked, held, g)
+		}
+		if asked == dlock.ModeRead && g.Fence != hg.Fence {
+			t.Errorf("second reader's fence = %d, want the current fence %d", g.Fence, hg.Fence)
+		}
+		mustRelease(t, s, areq)
+		mustRelease(t, other, hreq)
+		return
+	}
+	if g.Acquired {
+		s.Release(ctx, areq)
+		t.Fatalf("Acquire(mode %v) while a %v hold has the name = %+v; want a refusal (a name is one lock)", asked, held, g)
+	}
+	if g.Held != held {
+		t.Errorf("refusal of mode %v: Held = %v, want %v (the mode holding the name)", asked, g.Held, held)
+	}
+	if elapsed := time.Since(start); g.RetryAfter <= 0 || g.RetryAfter > longTTL+clockSlack || g.RetryAfter < longTTL-elapsed-time.Second {
+		t.Errorf("refusal of mode %v by a %v hold: RetryAfter = %v, want the hold's remaining time, in [%v, %v]", asked, held, g.RetryAfter, longTTL-elapsed-time.Second, longTTL)
+	}
+	wake, stop, err := s.Watch(ctx, name, asked)
+	if err != nil {
+		t.Fatalf("Watch(mode %v) = %v", asked, err)
+	}
+	defer stop()
+	// A refusal of the asked mode, after the watch, arms it.
+	if g := mustRefuse(t, s, areq); g.Held != held {
+		t.Errorf("second refusal of mode %v: Held = %v, want %v", asked, g.Held, held)
+	}
+	for len(wake) > 0 {
+		<-wake
+	}
+	mustRelease(t, other, hreq)
+	select {
+	case <-wake:
+	case <-time.After(waitTimeout):
+		t.Errorf("a %v watcher was not woken within %v of the release of a %v hold", asked, waitTimeout, held)
+	}
+	g = mustAcquire(t, s, areq)
+	switch {
+	case asked == dlock.ModeRead && g.Fence < hg.Fence:
+		t.Errorf("read grant after a %v hold: fence %d, want at least %d (the current fence)", held, g.Fence, hg.Fence)
+	case asked != dlock.ModeRead && g.Fence <= hg.Fence:
+		t.Errorf("%v grant after a %v hold: fence %d, want > %d", asked, held, g.Fence, hg.Fence)
+	}
+	mustRelease(t, s, areq)
+}
+
+// crossFences takes exclusive grants of every supported mode in turn on
+// one name and checks that their fences strictly increase: one counter per
+// name serves every mode.
+func crossFences(t *testing.T, s dlock.Store, modes []dlock.Mode) {
+	name := lockName(t)
+	var last int64
+	var lastMode dlock.Mode
+	for range 3 {
+		for _, m := range modes {
+			if m == dlock.ModeRead {
+				continue // a reader gets the current fence
+			}
+			req := crossReq(name, m, longTTL)
+			g := mustAcquire(t, s, req)
+			if g.Fence <= last {
+				t.Errorf("%v grant fence %d after a %v grant's %d; want strictly increasing across modes", m, g.Fence, lastMode, last)
+			}
+			last, lastMode = g.Fence, m
+			mustRelease(t, s, req)
+		}
+	}
+}
+
+// crossLimitMismatch checks that a semaphore request whose limit differs
+// from the one the name's permits are held with fails with a
+// *dlock.LimitError naming both, and takes nothing.
+func crossLimitMismatch(t *testing.T, s dlock.Store) {
+	ctx := testContext(t)
+	name := lockName(t)
+	held := crossReq(name, dlock.ModeSemaphore, longTTL)
+	mustAcquire(t, s, held)
+	asked := crossReq(name, dlock.ModeSemaphore, longTTL)
+	asked.Limit = crossLimit + 3
+	g, err := s.Acquire(ctx, asked)
+	var le *dlock.LimitError
+	if !errors.As(err, &le) || g.Acquired {
+		if g.Acquired {
+			s.Release(ctx, asked)
+		}
+		t.Fatalf("Acquire(limit %d) while permits of limit %d are held = %+v, %v; want a *dlock.LimitError", asked.Limit, crossLimit, g, err)
+	}
+	if le.Held != crossLimit || le.Asked != asked.Limit || !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("LimitError = %+v (%v), want Held %d, Asked %d, wrapping ErrInvalid", le, err, crossLimit, asked.Limit)
+	}
+	mustRelease(t, s, held)
+	mustAcquire(t, s, asked)
+	mustRelease(t, s, asked)
+}
+
+// holdChecker records the holds that goroutines believe they have and
+// reports two that break dlock.Coexist. A hold is entered after its grant
+// returned and left before its release is sent, so it lies inside the
+// store's own hold: an overlap here is an overlap in the store.
+type holdChecker struct {
+	mu         sync.Mutex
+	holds      map[dlock.Mode]int // holds now, by mode
+	violations []string
+	grants     map[dlock.Mode]int
+}
+
+func (c *holdChecker) enter(m dlock.Mode, who int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for held, n := range c.holds {
+		if n > 0 && !dlock.Coexist(held, m) {
+			c.violations = append(c.violations, fmt.Sprintf("goroutine %d granted %v while %d %v hold(s) had the name", who, m, n, held))
+		}
+	}
+	if m == dlock.ModeSemaphore && c.holds[m] >= crossLimit {
+		c.violations = append(c.violations, fmt.Sprintf("goroutine %d granted permit %d of %d", who, c.holds[m]+1, crossLimit))
+	}
+	c.holds[m]++
+	c.grants[m]++
+}
+
+func (c *holdChecker) leave(m dlock.Mode) {
+	c.mu.Lock()
+	c.holds[m]--
+	c.mu.Unlock()
+}
+
+// crossMixed runs goroutines that each take the same name in a random
+// supported mode, through a Locker that waits (woken by the store), for
+// a fixed number of rounds, and checks that no two holds ever break the
+// rule and that every goroutine gets every lock it waits for.
+func crossMixed(t *testing.T, h Harness, modes []dlock.Mode) {
+	const goroutines, rounds = 6, 12
+	name := lockName(t)
+	c := &holdChecker{holds: make(map[dlock.Mode]int), grants: make(map[dlock.Mode]int)}
+	var failures errs
+	var wg sync.WaitGroup
+	s := h.New(t)
+	peer := peerStore(t, h, s)
+	for g := range goroutines {
+		on := s
+		if g%2 == 1 {
+			on = peer
+		}
+		l := newLocker(t, on, dlock.WithTTL(longTTL), dlock.WithBackoff(5*time.Millisecond, 200*time.Millisecond))
+		rnd := rand.New(rand.NewPCG(uint64(g), uint64(time.Now().UnixNano())))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for r := range rounds {
+				m := modes[rnd.IntN(len(modes))]
+				req := crossReq(name, m, 0)
+				req.Token = ""
+				req.TTL = 0
+				req.Queue = m == dlock.ModeWrite || m == dlock.ModeFair
+				ctx, cancel := context.WithTimeout(context.Background(), 3*waitTimeout)
+				lease, err := l.Acquire(ctx, req, true)
+				cancel()
+				if err != nil {
+					failures.add(fmt.Errorf("goroutine %d round %d: Acquire(mode %v) = %v", g, r, m, err))
+					return
+				}
+				c.enter(m, g)
+				time.Sleep(time.Duration(rnd.IntN(2000)) * time.Microsecond)
+				c.leave(m)
+				rctx, rcancel := context.WithTimeout(context.Background(), waitTimeout)
+				if err := lease.Release(rctx); err != nil {
+					failures.add(fmt.Errorf("goroutine %d round %d: Release(mode %v) = %v", g, r, m, err))
+				}
+				rcancel()
+			}
+		}()
+	}
+	wg.Wait()
+	failures.report(t)
+	for _, v := range c.violations {
+		t.Error(v)
+	}
+	t.Logf("grants by mode: %v", c.grants)
+}
