@@ -28,9 +28,11 @@ var (
 // dropped lazily, on the next operation on their lock; a fair lock whose
 // holder expired is handed to its head waiter then.
 //
-// As on the Valkey store, the patterns keep separate state: a mutex and a
-// read-write lock of the same name do not exclude each other (use one
-// pattern per name). They share the name's fence counter.
+// A name is one lock (see [dlock.Coexist]): each pattern keeps its own
+// state (holders, queue), and a request is refused while another pattern
+// holds the name. The patterns share the name's fence counter. When a name
+// frees, the waiters of every pattern are woken and a fair lock's queue is
+// served first.
 type Store struct {
 	retention time.Duration // see WithFenceRetention
 	mu        sync.Mutex
@@ -162,7 +164,7 @@ func (s *Store) live(k key, now time.Time) *lock {
 // settle hands a free fair lock to its head waiter and drops a lock with
 // nothing left. Caller holds s.mu.
 func (s *Store) settle(k key, lk *lock, now time.Time) *lock {
-	if k.mode == dlock.ModeFair && len(lk.holders) == 0 && len(lk.queue) > 0 {
+	if k.mode == dlock.ModeFair && len(lk.holders) == 0 && len(lk.queue) > 0 && !s.heldByOther(k, now) {
 		w := lk.queue[0]
 		lk.queue = lk.queue[1:]
 		f := s.issue(k.name, now)
@@ -182,6 +184,44 @@ func (s *Store) settle(k key, lk *lock, now time.Time) *lock {
 		return nil
 	}
 	return lk
+}
+
+// heldMode is the mode of the lock's holders: ModeWrite for a read-write
+// lock while its writer holds it.
+func (lk *lock) heldMode() dlock.Mode {
+	if lk.mode == dlock.ModeRead && lk.writer() != nil {
+		return dlock.ModeWrite
+	}
+	return lk.mode
+}
+
+// otherHold reports the hold of a pattern other than k's on k.name, if
+// any: its mode and remaining time. Caller holds s.mu.
+func (s *Store) otherHold(k key, now time.Time) (dlock.Mode, time.Duration, bool) {
+	for _, m := range modes {
+		if m == k.mode {
+			continue
+		}
+		if lk := s.live(key{m, k.name}, now); lk != nil && len(lk.holders) > 0 {
+			return lk.heldMode(), lk.remaining(now), true
+		}
+	}
+	return 0, 0, false
+}
+
+// freed wakes the waiters of every pattern of name once it may have become
+// free, after serving a fair lock's queue (whose head is then the holder).
+// Caller holds s.mu.
+func (s *Store) freed(name string, now time.Time) {
+	s.live(key{dlock.ModeFair, name}, now)
+	for _, m := range modes {
+		s.wakeLocked(key{m, name})
+	}
+}
+
+func (s *Store) heldByOther(k key, now time.Time) bool {
+	_, _, held := s.otherHold(k, now)
+	return held
 }
 
 func (lk *lock) find(token string) *holder {
@@ -296,6 +336,20 @@ func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, er
 	now := time.Now()
 	k := keyOf(req.Name, req.Mode)
 	lk := s.live(k, now)
+	if lk == nil || lk.find(req.Token) == nil {
+		if held, left, ok := s.otherHold(k, now); ok {
+			// A name is one lock: refused, keeping a queued caller's place.
+			g := dlock.Grant{RetryAfter: left, Held: held}
+			if req.Queue && (req.Mode == dlock.ModeFair || req.Mode == dlock.ModeWrite) {
+				if lk == nil {
+					lk = &lock{mode: k.mode}
+					s.locks[k] = lk
+				}
+				g.Position = lk.enqueue(req, now)
+			}
+			return g, nil
+		}
+	}
 	switch req.Mode {
 	case dlock.ModeReentrant:
 		return s.acquireReentrant(k, lk, req, now), nil
@@ -306,14 +360,14 @@ func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, er
 	case dlock.ModeFair:
 		return s.acquireFair(k, lk, req, now), nil
 	case dlock.ModeSemaphore:
-		return s.acquireSemaphore(k, lk, req, now), nil
+		return s.acquireSemaphore(k, lk, req, now)
 	}
 	if lk != nil {
 		if h := lk.find(req.Token); h != nil {
 			h.expires = now.Add(req.TTL)
 			return dlock.Grant{Acquired: true, Fence: h.fence, Count: 1}, nil
 		}
-		return dlock.Grant{RetryAfter: lk.remaining(now)}, nil
+		return dlock.Grant{RetryAfter: lk.remaining(now), Held: dlock.ModeMutex}, nil
 	}
 	f := s.issue(req.Name, now)
 	s.locks[k] = &lock{mode: k.mode, holders: []*holder{{token: req.Token, expires: now.Add(req.TTL), fence: f}}}
@@ -331,7 +385,7 @@ func (s *Store) acquireReentrant(k key, lk *lock, req dlock.Request, now time.Ti
 	}
 	if lk.find(req.Token) == nil {
 		if lk.owner != owner {
-			return dlock.Grant{RetryAfter: lk.remaining(now)}
+			return dlock.Grant{RetryAfter: lk.remaining(now), Held: dlock.ModeReentrant}
 		}
 		lk.holders = append(lk.holders, &holder{token: req.Token, expires: lk.holders[0].expires, fence: lk.holders[0].fence})
 	}
@@ -355,7 +409,7 @@ func (s *Store) acquireRead(k key, lk *lock, req dlock.Request, now time.Time) d
 			if ra == 0 && len(lk.queue) > 0 {
 				ra = lk.queue[0].expires.Sub(now)
 			}
-			return dlock.Grant{RetryAfter: ra}
+			return dlock.Grant{RetryAfter: ra, Held: lk.heldMode()}
 		}
 	} else {
 		lk = &lock{mode: k.mode}
@@ -386,7 +440,7 @@ func (s *Store) acquireWrite(k key, lk *lock, req dlock.Request, now time.Time) 
 		}
 		ahead := len(lk.queue) > 0 && lk.queue[0].token != req.Token
 		if len(lk.holders) > 0 || ahead {
-			g := dlock.Grant{RetryAfter: lk.remaining(now), Position: len(lk.queue)}
+			g := dlock.Grant{RetryAfter: lk.remaining(now), Position: len(lk.queue), Held: lk.heldMode()}
 			if req.Queue {
 				g.Position = lk.enqueue(req, now)
 			} else if i := lk.queued(req.Token); i >= 0 {
@@ -413,7 +467,7 @@ func (s *Store) acquireFair(k key, lk *lock, req dlock.Request, now time.Time) d
 			h.expires = now.Add(req.TTL)
 			return dlock.Grant{Acquired: true, Fence: h.fence, Count: 1}
 		}
-		g := dlock.Grant{RetryAfter: lk.remaining(now), Position: len(lk.queue)}
+		g := dlock.Grant{RetryAfter: lk.remaining(now), Position: len(lk.queue), Held: dlock.ModeFair}
 		if req.Queue {
 			g.Position = lk.enqueue(req, now)
 		} else if i := lk.queued(req.Token); i >= 0 {
@@ -427,14 +481,18 @@ func (s *Store) acquireFair(k key, lk *lock, req dlock.Request, now time.Time) d
 }
 
 // acquireSemaphore grants one of req.Limit permits, each with a new fence.
-func (s *Store) acquireSemaphore(k key, lk *lock, req dlock.Request, now time.Time) dlock.Grant {
+// A limit other than the held permits' is a *dlock.LimitError.
+func (s *Store) acquireSemaphore(k key, lk *lock, req dlock.Request, now time.Time) (dlock.Grant, error) {
 	if lk != nil {
 		if h := lk.find(req.Token); h != nil {
 			h.expires = now.Add(req.TTL)
-			return dlock.Grant{Acquired: true, Fence: h.fence, Count: 1}
+			return dlock.Grant{Acquired: true, Fence: h.fence, Count: 1}, nil
+		}
+		if len(lk.holders) > 0 && lk.limit != req.Limit {
+			return dlock.Grant{}, &dlock.LimitError{Name: req.Name, Held: lk.limit, Asked: req.Limit}
 		}
 		if len(lk.holders) >= req.Limit {
-			return dlock.Grant{RetryAfter: lk.soonest(now)}
+			return dlock.Grant{RetryAfter: lk.soonest(now), Held: dlock.ModeSemaphore}, nil
 		}
 	} else {
 		lk = &lock{mode: k.mode}
@@ -443,7 +501,7 @@ func (s *Store) acquireSemaphore(k key, lk *lock, req dlock.Request, now time.Ti
 	lk.limit = req.Limit
 	f := s.issue(req.Name, now)
 	lk.holders = append(lk.holders, &holder{token: req.Token, expires: now.Add(req.TTL), fence: f})
-	return dlock.Grant{Acquired: true, Fence: f, Count: 1}
+	return dlock.Grant{Acquired: true, Fence: f, Count: 1}, nil
 }
 
 // Extend implements [dlock.Store]. A reentrant hold's expiry is pushed out,
@@ -497,11 +555,14 @@ func (s *Store) Release(ctx context.Context, req dlock.Request) error {
 		// writer left readers behind after a downgrade, or a permit freed.
 		wake := lk.holders[i].write || k.mode == dlock.ModeSemaphore
 		lk.holders = slices.Delete(lk.holders, i, i+1)
-		wake = wake || len(lk.holders) == 0
-		if s.settle(k, lk, now) != nil && k.mode == dlock.ModeFair {
+		free := len(lk.holders) == 0
+		if s.settle(k, lk, now) != nil && k.mode == dlock.ModeFair && len(lk.holders) > 0 {
 			return nil // handed over: settle woke the new holder alone
 		}
-		if wake {
+		switch {
+		case free:
+			s.freed(req.Name, now)
+		case wake:
 			s.wakeLocked(k)
 		}
 		return nil
