@@ -39,6 +39,9 @@ var mutants = []struct {
 	{"extend-noop", "MutexLocker/WatchdogSurvives"},
 	{"extend-noop", "Mutex/ExtendBatch"},
 	{"state-none", "Mutex/Inspector"},
+	{"modes-apart", "CrossPattern/Pair/write-then-mutex"},
+	{"modes-apart", "CrossPattern/MixedGoroutines"},
+	{"held-as-mutex", "CrossPattern/Pair/read-then-write"},
 }
 
 const mutantEnv = "STORETEST_MUTANT"
@@ -99,7 +102,21 @@ type hold struct {
 	ttl   time.Duration
 }
 
+// apart gives each mode of a name its own name in the "modes-apart"
+// mutant: the patterns no longer exclude each other.
+func (m *mutant) apart(req dlock.Request) dlock.Request {
+	if m.kind == "modes-apart" {
+		req.Name += "#" + req.Mode.String()
+	}
+	return req
+}
+
+func (m *mutant) Watch(ctx context.Context, name string, mode dlock.Mode) (<-chan struct{}, func(), error) {
+	return m.Store.Watch(ctx, m.apart(dlock.Request{Name: name, Mode: mode}).Name, mode)
+}
+
 func (m *mutant) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, error) {
+	req = m.apart(req)
 	m.mu.Lock()
 	h, ok := m.held[req.Name]
 	m.mu.Unlock()
@@ -112,6 +129,9 @@ func (m *mutant) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, e
 	g, err := m.Store.Acquire(ctx, req)
 	if err != nil {
 		return g, err
+	}
+	if m.kind == "held-as-mutex" {
+		g.Held = dlock.ModeMutex
 	}
 	switch {
 	case g.Acquired:
@@ -138,14 +158,18 @@ func (m *mutant) Extend(ctx context.Context, reqs []dlock.Request) []error {
 	if m.kind == "extend-any" {
 		reqs = m.asHolder(reqs)
 	}
-	return m.Store.Extend(ctx, reqs)
+	apart := make([]dlock.Request, len(reqs))
+	for i, r := range reqs {
+		apart[i] = m.apart(r)
+	}
+	return m.Store.Extend(ctx, apart)
 }
 
 func (m *mutant) Release(ctx context.Context, req dlock.Request) error {
 	if m.kind == "release-any" {
 		req = m.asHolder([]dlock.Request{req})[0]
 	}
-	return m.Store.Release(ctx, req)
+	return m.Store.Release(ctx, m.apart(req))
 }
 
 func (m *mutant) State(ctx context.Context, name string) (dlock.State, error) {
