@@ -76,7 +76,7 @@ func spec(cfg config, one, five cluster) []*cell {
 			return throughput(ctx, c, nodesFor(c), 64, cfg.warm, cfg.dur)
 		})
 	}
-	add("W5", contender{name: "dlock-http", note: "POST /v1/locks/{name}/acquire + /release on internal/server over store/valkey, 64 keep-alive clients"},
+	add("W5", contender{name: "dlock-http", note: "POST /v1/locks/{name}/acquire + /release on a `dlock serve` process over store/valkey, 64 keep-alive clients"},
 		func(ctx context.Context) (metrics, error) {
 			return httpService(ctx, one, 64, cfg.warm, cfg.dur)
 		})

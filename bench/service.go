@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"runtime"
 	"slices"
@@ -17,44 +16,23 @@ import (
 	"time"
 
 	"github.com/dlock-dev/dlock"
-	"github.com/dlock-dev/dlock/dlockprom"
-	"github.com/dlock-dev/dlock/internal/server"
 	"github.com/dlock-dev/dlock/store/valkey"
 )
 
-// httpService runs W5: acquire+release pairs through the /v1 API of the
-// `dlock serve` handler (internal/server over a valkey store, in this
-// process, on a loopback listener), from clients goroutines each on its
-// own keep-alive connection, on fresh names.
+// httpService runs W5: acquire+release pairs through the /v1 API of a
+// `dlock serve` process (cmd/dlock, built once, over a valkey store, on a
+// loopback port), from clients goroutines each on its own keep-alive
+// connection, on fresh names.
 func httpService(ctx context.Context, nodes cluster, clients int, warm, dur time.Duration) (metrics, error) {
 	if err := nodes.flush(ctx); err != nil {
 		return nil, err
 	}
-	st, err := valkey.Dial(ctx, "redis://"+nodes[0].addr)
+	svc, err := startService(ctx, "--redis-url", "redis://"+nodes[0].addr)
 	if err != nil {
 		return nil, err
 	}
-	defer st.Close()
-	m := dlockprom.New()
-	l, err := dlock.New(st, dlock.WithObserver(m.Observe))
-	if err != nil {
-		return nil, err
-	}
-	defer l.Close()
-	srv, err := server.New(l, server.Config{Metrics: m, StoreName: "valkey"})
-	if err != nil {
-		return nil, err
-	}
-	defer srv.Close() // its own Locker for /v1 leases (Handler without Serve)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	hs := &http.Server{Handler: srv.Handler()}
-	served := make(chan struct{})
-	go func() { hs.Serve(ln); close(served) }()
-	defer func() { hs.Close(); <-served }()
-	base := "http://" + ln.Addr().String() + "/v1/locks/"
+	defer svc.stop()
+	base := "http://" + svc.addr + "/v1/locks/"
 
 	tr := &http.Transport{MaxIdleConns: clients * 2, MaxIdleConnsPerHost: clients * 2, MaxConnsPerHost: clients}
 	defer tr.CloseIdleConnections()
@@ -112,7 +90,9 @@ func httpService(ctx context.Context, nodes cluster, clients int, warm, dur time
 			mu.Unlock()
 		})
 	}
+	cpu0 := svc.cpu()
 	werr := w.run(ctx, warm, dur)
+	svcCPU := svc.cpu() - cpu0
 	wg.Wait()
 	if werr != nil {
 		return nil, werr
@@ -128,6 +108,7 @@ func httpService(ctx context.Context, nodes cluster, clients int, warm, dur time
 		"p99_us":           pct(all, 99),
 		"srv_cmds_per_op":  float64(w.srv.calls) / n,
 		"client_cpu_us_op": float64(w.client) / float64(time.Microsecond) / n,
+		"svc_cpu_us_op":    float64(svcCPU) / float64(time.Microsecond) / n,
 		"errors":           float64(errs.Load()),
 	}, nil
 }

@@ -51,7 +51,7 @@ have gcc || apt_install gcc libc6-dev
 have redis-server || apt_install redis-server
 
 # --- chromium (browser tests of the dashboard, e2e/) ---------------------------
-# e2e/dashboard drives it with chromedp over the DevTools protocol (no driver needed).
+# cmd/dlock/internal/dashboard (browser_test.go) drives it with chromedp over the DevTools protocol (no driver needed).
 have chromium || apt_install chromium
 
 # --- coordination-service stores (store/etcd, store/postgres, store/zookeeper) --

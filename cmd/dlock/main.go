@@ -8,7 +8,7 @@ import (
 	"context"
 	"os"
 
-	"github.com/dlock-dev/dlock/internal/cli"
+	"github.com/dlock-dev/dlock/cmd/dlock/internal/cli"
 )
 
 func main() {

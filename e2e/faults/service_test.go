@@ -25,13 +25,13 @@ var (
 	dlockErr  error
 )
 
-// dlockBinary builds cmd/dlock (of the root module) once.
+// dlockBinary builds cmd/dlock (its own module) once.
 func dlockBinary(t *testing.T) string {
 	t.Helper()
 	dlockOnce.Do(func() {
 		dlockBin = filepath.Join(filepath.Dir(workerBin), "dlock")
-		build := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", dlockBin, "./cmd/dlock")
-		build.Dir = filepath.Join("..", "..")
+		build := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", dlockBin, ".")
+		build.Dir = filepath.Join("..", "..", "cmd", "dlock")
 		out, err := build.CombinedOutput()
 		if err != nil {
 			dlockErr = fmt.Errorf("build cmd/dlock: %v\n%s", err, out)

@@ -12,7 +12,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/dlock-dev/dlock/internal/runner"
+	"github.com/dlock-dev/dlock/cmd/dlock/internal/runner"
 )
 
 // Env is the process environment a command runs in.

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dlock-dev/dlock/internal/runner"
+	"github.com/dlock-dev/dlock/cmd/dlock/internal/runner"
 	"github.com/dlock-dev/dlock/internal/testredis"
 )
 

@@ -7,7 +7,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/dlock-dev/dlock/internal/runner"
+	"github.com/dlock-dev/dlock/cmd/dlock/internal/runner"
 	"github.com/dlock-dev/dlock/store/etcd/etcdtest"
 	"github.com/dlock-dev/dlock/store/postgres/pgtest"
 	"github.com/dlock-dev/dlock/store/zookeeper/zktest"

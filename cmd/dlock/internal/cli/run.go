@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/dlock-dev/dlock"
-	"github.com/dlock-dev/dlock/internal/runner"
+	"github.com/dlock-dev/dlock/cmd/dlock/internal/runner"
 )
 
 var runCmd = &command{

@@ -15,9 +15,9 @@ import (
 	"testing"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/cmd/dlock/internal/runner"
+	"github.com/dlock-dev/dlock/cmd/dlock/internal/server"
 	"github.com/dlock-dev/dlock/dlockprom"
-	"github.com/dlock-dev/dlock/internal/runner"
-	"github.com/dlock-dev/dlock/internal/server"
 	"github.com/dlock-dev/dlock/store/memory"
 )
 

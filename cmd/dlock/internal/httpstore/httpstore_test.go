@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/cmd/dlock/internal/httpstore"
+	"github.com/dlock-dev/dlock/cmd/dlock/internal/server"
 	"github.com/dlock-dev/dlock/dlockprom"
-	"github.com/dlock-dev/dlock/internal/httpstore"
-	"github.com/dlock-dev/dlock/internal/server"
 	"github.com/dlock-dev/dlock/store/memory"
 	"github.com/dlock-dev/dlock/storetest"
 	"go.uber.org/goleak"

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/dlock-dev/dlock"
-	"github.com/dlock-dev/dlock/internal/dashboard"
+	"github.com/dlock-dev/dlock/cmd/dlock/internal/dashboard"
 )
 
 type healthBody struct {

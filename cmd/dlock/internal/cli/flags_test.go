@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlock-dev/dlock/internal/runner"
+	"github.com/dlock-dev/dlock/cmd/dlock/internal/runner"
 )
 
 func envMap(kv ...string) func(string) string {
@@ -173,7 +173,7 @@ func TestVersionJSON(t *testing.T) {
 // names its DLOCK_* env var, and that docs/cli.md mentions every command,
 // flag and env var.
 func TestHelpIsComplete(t *testing.T) {
-	docs, err := os.ReadFile("../../docs/cli.md")
+	docs, err := os.ReadFile("../../../../docs/cli.md")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,8 +6,8 @@ import (
 	"log/slog"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/cmd/dlock/internal/server"
 	"github.com/dlock-dev/dlock/dlockprom"
-	"github.com/dlock-dev/dlock/internal/server"
 	"github.com/dlock-dev/dlock/store/redlock"
 )
 

@@ -10,7 +10,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/dlock-dev/dlock/internal/runner"
+	"github.com/dlock-dev/dlock/cmd/dlock/internal/runner"
 	"github.com/dlock-dev/dlock/internal/testredis"
 )
 

@@ -1,8 +1,8 @@
-// Package dashboard tests the dlock dashboard in a real headless Chromium
+// These tests drive the dlock dashboard in a real headless Chromium
 // (Debian's chromium, driven over the DevTools protocol with chromedp): the
 // page loads without console errors, and a lock taken through the /v1 API
 // appears in the live table and disappears when released.
-package dashboard
+package dashboard_test
 
 import (
 	"bytes"
@@ -24,8 +24,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/cmd/dlock/internal/server"
 	"github.com/dlock-dev/dlock/dlockprom"
-	"github.com/dlock-dev/dlock/internal/server"
 	"github.com/dlock-dev/dlock/store/memory"
 )
 

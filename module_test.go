@@ -1,0 +1,83 @@
+package dlock_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+// TestConsumerModuleGraph builds a throwaway module outside the repository
+// that uses the library as a consumer would (dlock and store/valkey, the
+// root module through a replace to this checkout) and checks that its
+// module graph holds none of the heavy dependencies of the binary and the
+// other stores. It runs offline, against the module cache.
+func TestConsumerModuleGraph(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short")
+	}
+	root, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	write := func(name, text string) {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("go.mod", "module example.com/consumer\n\ngo 1.26.0\n\nrequire github.com/dlock-dev/dlock v0.0.0\n\nreplace github.com/dlock-dev/dlock => "+root+"\n")
+	write("main.go", `package main
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store/valkey"
+)
+
+func main() {
+	s, err := valkey.Dial(context.Background(), "redis://127.0.0.1:6379")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	l, _ := dlock.New(s)
+	fmt.Println(l.Mutex("job") != nil)
+}
+`)
+	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	run := func(args ...string) string {
+		cmd := exec.Command(goBin, args...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "GOWORK=off", "GOPROXY=off", "GOFLAGS=-mod=mod", "GOSUMDB=off", "GOTOOLCHAIN=local")
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("go %s: %v\n%s%s", strings.Join(args, " "), err, out, stderr.String())
+		}
+		if stderr.Len() > 0 {
+			t.Logf("go %s: %s", strings.Join(args, " "), stderr.String())
+		}
+		return string(out)
+	}
+	run("build", "./...")
+	// -e: offline, the go.mod files of modules that no package of the build
+	// needs may be missing from the cache; they are listed all the same.
+	graph := run("list", "-m", "-e", "all")
+	if !strings.Contains(graph, "github.com/valkey-io/valkey-go") {
+		t.Fatalf("go list -m -e all lacks valkey-go:\n%s", graph)
+	}
+	for _, heavy := range []string{"go.etcd.io/", "google.golang.org/grpc", "github.com/jackc/pgx", "github.com/go-zookeeper/", "go.uber.org/zap", "github.com/prometheus/", "github.com/redis/go-redis"} {
+		for line := range strings.SplitSeq(graph, "\n") {
+			if strings.HasPrefix(line, heavy) {
+				t.Errorf("a consumer of dlock + store/valkey has %s in its module graph (go list -m all)", line)
+			}
+		}
+	}
+	t.Logf("go list -m all: %d modules\n%s", strings.Count(strings.TrimSpace(graph), "\n")+1, graph)
+}
