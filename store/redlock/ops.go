@@ -163,7 +163,21 @@ func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, er
 		s.cfg.logger.Debug("dlock: redlock acquire without quorum", "name", req.Name, "failed", nFailed)
 		return dlock.Grant{}, &QuorumError{Op: "acquire", OK: answered - nFailed, Quorum: q, Nodes: errs}
 	}
-	return dlock.Grant{RetryAfter: retryAfter(state, grants, q)}, nil
+	return dlock.Grant{RetryAfter: retryAfter(state, grants, q), Held: heldMode(state, grants)}, nil
+}
+
+// heldMode is the mode that most refusing nodes report holding the name.
+func heldMode(state []uint8, grants []dlock.Grant) dlock.Mode {
+	var count [8]int
+	best := dlock.Mode(0)
+	for i, st := range state {
+		if m := grants[i].Held; st == refused && int(m) < len(count) {
+			if count[m]++; count[m] > count[best] {
+				best = m
+			}
+		}
+	}
+	return best
 }
 
 // settleNodes returns the granted nodes to settle the fence over: every

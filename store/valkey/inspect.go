@@ -37,7 +37,7 @@ func (s *Store) State(ctx context.Context, name string) (dlock.State, error) {
 	holders, _ := v[1].AsInt64()
 	pttl, _ := v[2].AsInt64()
 	st.Fence, _ = v[3].AsInt64()
-	if typ == "none" {
+	if typ == "none" || typ == "pattern" {
 		return s.patternState(ctx, name, st) // patterns.go
 	}
 	st.Holders = int(holders)

@@ -105,3 +105,63 @@ func TestInteropDlockBlocksForeign(t *testing.T) {
 	}
 	ls.Release(ctx)
 }
+
+// interopModes are the patterns whose holds foreign libraries must see.
+var interopModes = []dlock.Mode{dlock.ModeMutex, dlock.ModeReentrant, dlock.ModeRead, dlock.ModeWrite, dlock.ModeFair, dlock.ModeSemaphore}
+
+func interopReq(name string, m dlock.Mode, token string) dlock.Request {
+	return dlock.Request{Name: name, Token: token, TTL: 10 * time.Second, Mode: m, Owner: token, Limit: 2}
+}
+
+// TestInteropEveryPattern: whatever pattern holds a name, a foreign
+// library's SET lock:<name> NX PX is refused for the hold's lifetime and
+// succeeds once it is released; and a foreign key refuses every pattern
+// (Held mutex, RetryAfter its PTTL) until the foreign holder deletes it.
+func TestInteropEveryPattern(t *testing.T) {
+	srv := testredis.Start(t)
+	s := dial(t, srv.URL())
+	ctx := testContext(t)
+	for _, m := range interopModes {
+		t.Run(m.String()+"/BlocksForeign", func(t *testing.T) {
+			name := "every-" + m.String()
+			req := interopReq(name, m, "dlock-token")
+			if g, err := s.Acquire(ctx, req); err != nil || !g.Acquired {
+				t.Fatalf("Acquire(%s, %v) = %+v, %v; want a grant", name, m, g, err)
+			}
+			if got := mustDo(t, srv, "SET", "lock:"+name, "foreign", "NX", "PX", "10000"); got == "OK" {
+				t.Errorf("foreign SET lock:%s NX PX while a %v hold has the name = %q, want nil (refused)", name, m, got)
+			}
+			if pttl, _ := strconv.Atoi(mustDo(t, srv, "PTTL", "lock:"+name)); pttl <= 9000 || pttl > 10000 {
+				t.Errorf("PTTL lock:%s = %d, want the hold's remaining time, in (9000, 10000]", name, pttl)
+			}
+			if err := s.Release(ctx, req); err != nil {
+				t.Fatalf("Release = %v", err)
+			}
+			if got := mustDo(t, srv, "SET", "lock:"+name, "foreign", "NX", "PX", "10000"); got != "OK" {
+				t.Errorf("foreign SET lock:%s NX PX after the %v hold's release = %q, want OK", name, m, got)
+			}
+		})
+		t.Run(m.String()+"/BlockedByForeign", func(t *testing.T) {
+			name := "foreign-" + m.String()
+			mustDo(t, srv, "SET", "lock:"+name, "foreign", "NX", "PX", "10000")
+			req := interopReq(name, m, "dlock-token")
+			g, err := s.Acquire(ctx, req)
+			if err != nil || g.Acquired {
+				t.Fatalf("Acquire(%s, %v) over a foreign key = %+v, %v; want a refusal", name, m, g, err)
+			}
+			if g.Held != dlock.ModeMutex || g.RetryAfter <= 9*time.Second || g.RetryAfter > 10*time.Second {
+				t.Errorf("refusal = %+v, want Held mutex and RetryAfter the key's PTTL, in (9s, 10s]", g)
+			}
+			if got := mustDo(t, srv, "GET", "lock:"+name); got != "foreign" {
+				t.Errorf("GET lock:%s = %q, want the foreign token untouched", name, got)
+			}
+			mustDo(t, srv, "EVAL", foreignRelease, "1", "lock:"+name, "foreign")
+			if g, err := s.Acquire(ctx, req); err != nil || !g.Acquired {
+				t.Fatalf("Acquire(%s, %v) after the foreign release = %+v, %v; want a grant", name, m, g, err)
+			}
+			if err := s.Release(ctx, req); err != nil {
+				t.Errorf("Release = %v", err)
+			}
+		})
+	}
+}

@@ -154,6 +154,10 @@ func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, er
 	}
 	res, caching := res[at:], res[0]
 	g, err := parseGrant(res[0])
+	if le, ok := err.(*dlock.LimitError); ok {
+		le.Name, le.Asked = req.Name, req.Limit
+		return dlock.Grant{}, le
+	}
 	if err != nil {
 		return dlock.Grant{}, fmt.Errorf("dlock: valkey acquire: %w", err)
 	}
@@ -259,5 +263,8 @@ func (s *Store) Release(ctx context.Context, req dlock.Request) error {
 		return err
 	}
 	s.hub.wake(o.watchKey(s, req.Name))
+	if req.Mode != dlock.ModeMutex {
+		s.hub.wake(s.key(req.Name)) // waiters of every pattern watch the main key
+	}
 	return nil
 }

@@ -16,21 +16,27 @@ import (
 // The reentrant, read-write, fair and semaphore locks. Each keeps its state
 // in auxiliary keys of the lock name (Store.aux), all in the main key's hash
 // slot, and each has a string key that waiters watch, written by the scripts
-// when waiters may get in and expiring with the hold. The mutex key itself
-// is never touched, so a name's patterns do not exclude each other: use one
-// pattern per name. They share the name's fence counter.
+// when waiters may get in and expiring with the hold. A name is one lock
+// (see scripts/name_lib.lua): while one of these patterns holds the name,
+// the main key "lock:<name>" holds its marker ("dlock:<mode>",
+// "dlock:semaphore:<limit>"), expiring with its longest hold, so the mutex,
+// the other patterns and foreign libraries' SET NX are refused; and any
+// other value in the main key refuses these patterns. Every pattern shares
+// the name's fence counter.
 //
-//	reentrant  {t}:reentrant (hash), {t}:reentrant:gate
-//	read-write {t}:rw (holders), {t}:rw:meta, {t}:rw:intents, {t}:rw:deadlines, {t}:rw:gate
-//	fair       {t}:fair (holder), {t}:fair:queue, {t}:fair:deadlines, {t}:fair:waiters, {t}:fair:audit (stream),
+//	reentrant  lock:<name> marker, {t}:reentrant (hash), {t}:reentrant:gate
+//	read-write lock:<name> marker, {t}:rw (holders), {t}:rw:meta, {t}:rw:intents, {t}:rw:deadlines, {t}:rw:gate
+//	fair       lock:<name> marker, {t}:fair (holder), {t}:fair:queue, {t}:fair:deadlines, {t}:fair:waiters, {t}:fair:audit (stream),
 //	           and the shard channel {t}:fair:ch:<store ID> of each Store with waiters
-//	semaphore  {t}:semaphore (holders), {t}:semaphore:meta, {t}:semaphore:gate
+//	semaphore  lock:<name> marker, {t}:semaphore (holders), {t}:semaphore:meta, {t}:semaphore:gate
+//
+// The main key is each script's last key.
 
 func init() {
 	registerMode(dlock.ModeReentrant, &modeOps{
-		acquire: loadScript("scripts/reentrant_acquire.lua"),
-		extend:  loadScript("scripts/reentrant_extend.lua"),
-		release: loadScript("scripts/reentrant_release.lua"),
+		acquire: loadJoined("scripts/reentrant_acquire.lua"),
+		extend:  loadJoined("scripts/reentrant_extend.lua"),
+		release: loadJoined("scripts/reentrant_release.lua"),
 		keys:    reentrantKeys,
 		watch:   func(s *Store, name string) string { return s.aux(name, "reentrant:gate") },
 	})
@@ -62,31 +68,40 @@ func init() {
 }
 
 // loadJoined returns the script made of the shared functions in
-// clock_lib.lua and lib followed by the operation in path: one script, one
-// round trip.
-func loadJoined(lib, path string) *script {
-	src := loadScript("scripts/clock_lib.lua").src + "\n" + loadScript(lib).src + "\n" + loadScript(path).src
+// clock_lib.lua and name_lib.lua, then those of libs, then the operation
+// (the last path): one script, one round trip.
+func loadJoined(paths ...string) *script {
+	src := loadScript("scripts/clock_lib.lua").src + "\n" + loadScript("scripts/name_lib.lua").src
+	for _, p := range paths {
+		src += "\n" + loadScript(p).src
+	}
 	sum := sha1.Sum([]byte(src))
-	return &script{name: path, src: src, sha: hex.EncodeToString(sum[:])}
+	return &script{name: paths[len(paths)-1], src: src, sha: hex.EncodeToString(sum[:])}
+}
+
+// withMain appends the main key of lock name, the last key of every
+// pattern's scripts (see scripts/name_lib.lua).
+func withMain(s *Store, name string, keys []string) []string {
+	return append(keys, s.key(name))
 }
 
 func reentrantKeys(s *Store, name string) []string {
-	return s.keySet(false, name, "reentrant", "fence", "reentrant:gate")
+	return withMain(s, name, s.keySet(false, name, "reentrant", "fence", "reentrant:gate"))
 }
 
 func rwKeys(s *Store, name string) []string {
-	return s.keySet(false, name, "rw", "fence", "rw:meta", "rw:intents", "rw:deadlines", "rw:gate")
+	return withMain(s, name, s.keySet(false, name, "rw", "fence", "rw:meta", "rw:intents", "rw:deadlines", "rw:gate"))
 }
 
 // fairKeys ends with the channel on which this Store hears of handoffs to
 // its waiters (see grantSubs); it is a channel, not a key, declared among
 // the keys so that it routes to the lock's slot.
 func fairKeys(s *Store, name string) []string {
-	return s.keySet(false, name, "fair", "fence", "fair:queue", "fair:deadlines", "fair:waiters", "fair:audit", s.grantSuffix(dlock.ModeFair))
+	return withMain(s, name, s.keySet(false, name, "fair", "fence", "fair:queue", "fair:deadlines", "fair:waiters", "fair:audit", s.grantSuffix(dlock.ModeFair)))
 }
 
 func semaphoreKeys(s *Store, name string) []string {
-	return s.keySet(false, name, "semaphore", "fence", "semaphore:meta", "semaphore:gate")
+	return withMain(s, name, s.keySet(false, name, "semaphore", "fence", "semaphore:meta", "semaphore:gate"))
 }
 
 // AuditKey returns the key of the fair lock's audit stream: the last 1000 or
@@ -104,6 +119,8 @@ func replyError(code int64) error {
 		return dlock.ErrUpgrade
 	case -2:
 		return &dlock.InvalidError{Field: "limit", Reason: "must be at least 1"}
+	case -3:
+		return &dlock.LimitError{} // Acquire fills it in
 	}
 	return fmt.Errorf("dlock: acquire script replied status %d", code)
 }

@@ -180,7 +180,11 @@ func parseGrant(r vk.ValkeyResult) (dlock.Grant, error) {
 		return dlock.Grant{}, fmt.Errorf("dlock: acquire script replied %v, want at least 3 integers", v)
 	}
 	if v[0] < 0 {
-		return dlock.Grant{}, replyError(v[0]) // patterns.go
+		err := replyError(v[0]) // patterns.go
+		if le, ok := err.(*dlock.LimitError); ok {
+			le.Held = int(v[1])
+		}
+		return dlock.Grant{}, err
 	}
 	g := dlock.Grant{Acquired: v[0] == 1, Fence: v[1]}
 	if g.Acquired {
@@ -193,6 +197,9 @@ func parseGrant(r vk.ValkeyResult) (dlock.Grant, error) {
 	}
 	if len(v) > 4 {
 		g.Position = int(v[4])
+	}
+	if len(v) > 5 && !g.Acquired {
+		g.Held = dlock.Mode(v[5])
 	}
 	return g, nil
 }

@@ -120,10 +120,22 @@ func (s *Store) Watch(ctx context.Context, name string, mode dlock.Mode) (<-chan
 		return nil, nil, err
 	}
 	ch := make(chan struct{}, 1)
-	key := o.watchKey(s, name)
+	key, main := o.watchKey(s, name), s.key(name)
 	s.hub.add(key, ch, s.trackAcquire && o.readsWatchKey)
+	if key != main {
+		// A name is one lock: whatever pattern holds it, its main key
+		// changes when the name frees.
+		s.hub.add(main, ch, false)
+	}
 	var once sync.Once
-	return ch, func() { once.Do(func() { s.hub.remove(key, ch) }) }, nil
+	return ch, func() {
+		once.Do(func() {
+			s.hub.remove(key, ch)
+			if key != main {
+				s.hub.remove(main, ch)
+			}
+		})
+	}, nil
 }
 
 func (h *hub) add(key string, ch chan struct{}, selfArmed bool) {

@@ -3,9 +3,10 @@
 --
 -- Reply: {1, fence, 0, 1, 0} when ARGV[1] holds the lock after the call (a
 -- repeat by the holder, or by a waiter it was handed to, refreshes the TTL
--- and returns the fence of the grant); {0, 0, pttl, 0, position} when
+-- and returns the fence of the grant); {0, 0, pttl, 0, position, held} when
 -- refused: pttl is the holder's remaining TTL, position the caller's place
--- in the queue (0 is next), or the queue length when it did not queue.
+-- in the queue (0 is next), or the queue length when it did not queue, held
+-- the mode holding the name (4, or another pattern's: see name_lib).
 --
 -- Dead waiters are dropped first, and a lock that is free (its holder's
 -- lease ran out) goes to the head waiter before the caller is considered,
@@ -18,11 +19,16 @@ if not tok then
 end
 if tok == me then
   redis.call('PEXPIRE', H, ttl)
+  mark('dlock:fair', ttl, own)
   return {1, f, 0, 1, 0}
 end
+local held, left
 if not tok then
-  -- Free, and (after promote) nobody queued.
-  return {1, grant(me, ttl), 0, 1, 0}
+  held, left = blocker(own)
+  if not held then
+    -- Free, and (after promote) nobody queued.
+    return {1, grant(me, ttl), 0, 1, 0}
+  end
 end
 local pos
 if ARGV[5] == '1' then
@@ -43,4 +49,7 @@ if ARGV[5] == '1' then
 else
   pos = redis.call('ZRANK', Q, me) or redis.call('ZCARD', Q)
 end
-return {0, 0, redis.call('PTTL', H), 0, pos}
+if held then
+  return {0, 0, left, 0, pos, held}
+end
+return {0, 0, redis.call('PTTL', H), 0, pos, 4}

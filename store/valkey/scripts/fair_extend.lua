@@ -7,4 +7,5 @@ if holder() ~= ARGV[1] then
   return 0
 end
 redis.call('PEXPIRE', H, ARGV[2])
+mark('dlock:fair', tonumber(ARGV[2]), own)
 return 1

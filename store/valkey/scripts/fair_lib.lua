@@ -14,6 +14,8 @@
 -- KEYS[7]  the caller's wake-up channel: a shard channel in this slot on
 --          which the caller's store listens for the handoffs to its waiters
 --          (a channel name, declared as a key so that it routes like one)
+-- KEYS[8]  main key "lock:<name>": "dlock:fair" while the lock is held
+--          (see name_lib)
 -- ARGV[1]  token
 -- ARGV[2]  TTL in milliseconds
 -- ARGV[3..4] owner, limit (unused)
@@ -49,9 +51,14 @@ local function audit(event, f, tok)
     'holder', string.sub(redis.sha1hex(tok), 1, 12))
 end
 
+local function own(v)
+  return v == 'dlock:fair'
+end
+
 local function grant(tok, ttl)
   local f = fence(ttl)
   redis.call('SET', H, string.format('%.0f', f) .. '|' .. tok, 'PX', ttl)
+  mark('dlock:fair', ttl, own)
   audit('grant', f, tok)
   redis.call('PEXPIRE', LOG, 86400000)
   return f
@@ -65,8 +72,12 @@ local function prune()
 end
 
 -- promote hands the free lock to the head waiter, tells the waiter's store,
--- and returns the new holder and fence (nil when nobody waits).
+-- and returns the new holder and fence (nil when nobody waits, or while
+-- another pattern holds the name).
 local function promote()
+  if blocker(own) then
+    return nil, nil
+  end
   local head = redis.call('ZRANGE', Q, 0, 0)[1]
   if not head then
     return nil, nil

@@ -9,8 +9,9 @@ prune()
 local tok, f = holder()
 if tok == me then
   audit('release', f, me)
-  if not promote() then -- a handoff overwrites the holder
-    redis.call('DEL', H)
+  redis.call('DEL', H)
+  if not promote() then -- a handoff writes the holder and the main key
+    mark('dlock:fair', 0, own)
   end
   return 1
 end

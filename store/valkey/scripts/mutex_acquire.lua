@@ -24,8 +24,10 @@
 --
 -- Reply: {1, fence, 0} when ARGV[1] holds the lock after the call; a repeat
 -- by the holder (or by a waiter the lock was handed to) refreshes the TTL
--- and returns the fence it was granted with. {0, 0, pttl} when another
--- token holds it (pttl -1: the key has no TTL; otherwise at least 1).
+-- and returns the fence it was granted with. {0, 0, pttl, 0, 0, held} when
+-- another token or pattern holds it (pttl -1: the key has no TTL; otherwise
+-- at least 1; held the dlock.Mode number: 0 for a token, another pattern's
+-- from its marker, see name_lib).
 --
 -- A new fence is max(last + 1, server time in ms * 1000): a node that lost
 -- its data in a restart still issues fences above every earlier one, and the
@@ -70,7 +72,14 @@ elseif cur then
   if left == 0 then
     left = 1
   end
-  return {0, 0, left}
+  -- Another pattern's marker (see name_lib) names the mode holding the
+  -- name; a token is a mutex (0), dlock's or a foreign library's.
+  local held = 0
+  local m = string.match(cur, '^dlock:(%a+)')
+  if m then
+    held = ({reentrant = 1, read = 2, write = 3, fair = 4, semaphore = 5})[m] or 0
+  end
+  return {0, 0, left, 0, 0, held}
 end
 if ARGV[3] == '1' then
   -- Free: a registered waiter takes it itself and is no longer waiting.

@@ -6,6 +6,8 @@
 -- KEYS[2]  fence counter: the last fence issued for this lock name
 -- KEYS[3]  gate: string with the hold's TTL, deleted with the hold; the key
 --          waiters watch (CLIENT TRACKING)
+-- KEYS[4]  main key "lock:<name>": "dlock:reentrant" while the hold lasts
+--          (see name_lib)
 -- ARGV[1]  token (one per acquisition)
 -- ARGV[2]  TTL in milliseconds
 -- ARGV[3]  owner (the token when not given)
@@ -15,27 +17,39 @@
 -- Reply: {1, fence, 0, count} when ARGV[1] holds an acquisition after the
 -- call: count is the owner's live acquisitions, fence that of the first
 -- grant; a repeat by the same token changes nothing but the TTL. The hold's
--- TTL is raised to ARGV[2], never lowered. {0, 0, pttl} when another owner
--- holds the lock.
-local H, F, G = KEYS[1], KEYS[2], KEYS[3]
+-- TTL is raised to ARGV[2], never lowered. {0, 0, pttl, 0, 0, held} when
+-- another owner (held 1) or another pattern (see name_lib) holds the name.
+local H, G = KEYS[1], KEYS[3]
 local me, ttl, owner = ARGV[1], tonumber(ARGV[2]), ARGV[3]
-if redis.call('EXISTS', H) == 1 then
-  if redis.call('HEXISTS', H, 't:' .. me) == 0 then
-    if redis.call('HGET', H, 'o') ~= owner then
-      return {0, 0, redis.call('PTTL', H)}
-    end
-    redis.call('HSET', H, 't:' .. me, 1)
-  end
+local function own(v) return v == 'dlock:reentrant' end
+if redis.call('EXISTS', H) == 1 and redis.call('HEXISTS', H, 't:' .. me) == 1 then
+  -- A repeat by a live acquisition.
   if redis.call('PTTL', H) < ttl then
     redis.call('PEXPIRE', H, ttl)
     redis.call('SET', G, '1', 'PX', ttl)
+    mark('dlock:reentrant', ttl, own)
   end
   return {1, tonumber(redis.call('HGET', H, 'f')), 0, redis.call('HLEN', H) - 2}
 end
-local t = redis.call('TIME')
-local f = math.max((tonumber(redis.call('GET', F)) or 0) + 1, tonumber(t[1]) * 1000000 + math.floor(tonumber(t[2]) / 1000) * 1000)
-redis.call('SET', F, string.format('%.0f', f), 'PX', string.format('%.0f', math.max(tonumber(ARGV[7]), ttl + 60000)))
+local held, left = blocker(own)
+if held then
+  return {0, 0, left, 0, 0, held}
+end
+if redis.call('EXISTS', H) == 1 then
+  if redis.call('HGET', H, 'o') ~= owner then
+    return {0, 0, redis.call('PTTL', H), 0, 0, 1}
+  end
+  redis.call('HSET', H, 't:' .. me, 1)
+  if redis.call('PTTL', H) < ttl then
+    redis.call('PEXPIRE', H, ttl)
+    redis.call('SET', G, '1', 'PX', ttl)
+    mark('dlock:reentrant', ttl, own)
+  end
+  return {1, tonumber(redis.call('HGET', H, 'f')), 0, redis.call('HLEN', H) - 2}
+end
+local f = fence(ttl)
 redis.call('HSET', H, 'o', owner, 'f', string.format('%.0f', f), 't:' .. me, 1)
 redis.call('PEXPIRE', H, ttl)
 redis.call('SET', G, '1', 'PX', ttl)
+mark('dlock:reentrant', ttl, own)
 return {1, f, 0, 1}

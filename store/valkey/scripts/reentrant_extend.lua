@@ -4,6 +4,7 @@
 -- KEYS[1]  hold (see reentrant_acquire)
 -- KEYS[2]  fence counter
 -- KEYS[3]  gate
+-- KEYS[4]  main key (see name_lib)
 -- ARGV[1]  token
 -- ARGV[2]  TTL in milliseconds
 --
@@ -13,9 +14,14 @@
 if redis.call('HEXISTS', KEYS[1], 't:' .. ARGV[1]) == 0 then
   return 0
 end
+local function own(v) return v == 'dlock:reentrant' end
+if blocker(own) then
+  return 0 -- another holder has the name: this hold is not the lock's
+end
 local ttl = tonumber(ARGV[2])
 if redis.call('PTTL', KEYS[1]) < ttl then
   redis.call('PEXPIRE', KEYS[1], ttl)
   redis.call('SET', KEYS[3], '1', 'PX', ttl)
+  mark('dlock:reentrant', ttl, own)
 end
 return 1

@@ -4,6 +4,7 @@
 -- KEYS[1]  hold (see reentrant_acquire)
 -- KEYS[2]  fence counter (kept: fences stay monotonic)
 -- KEYS[3]  gate
+-- KEYS[4]  main key (see name_lib): deleted with the hold
 -- ARGV[1]  token
 --
 -- Reply: 1 when ARGV[1] was a live acquisition (now released; when it was
@@ -14,5 +15,6 @@ if redis.call('HDEL', KEYS[1], 't:' .. ARGV[1]) == 0 then
 end
 if redis.call('HLEN', KEYS[1]) <= 2 then
   redis.call('DEL', KEYS[1], KEYS[3])
+  mark('dlock:reentrant', 0, function(v) return v == 'dlock:reentrant' end)
 end
 return 1

@@ -15,6 +15,8 @@
 --          Scripts write it when waiters may get in: deleted when the last
 --          holder leaves, rewritten when a writer leaves readers behind or a
 --          writer intent is withdrawn.
+-- KEYS[7]  main key "lock:<name>": "dlock:write" while a writer holds,
+--          "dlock:read" while only readers do (see name_lib)
 -- ARGV[1]  token
 -- ARGV[2]  TTL in milliseconds
 -- ARGV[3]  owner: for a reader, the token of the writer it enters beside
@@ -88,4 +90,36 @@ local function refresh(tok, ttl)
   local f = tonumber(redis.call('HGET', M, 'f:' .. tok))
   hold(tok, ttl, f)
   return f
+end
+
+local function own(v)
+  return v == 'dlock:read' or v == 'dlock:write'
+end
+
+-- sync makes the main key tell the current holders: the write or read
+-- marker until the longest hold ends, or nothing.
+local function sync()
+  local ms = longest()
+  local marker = 'dlock:read'
+  if ms > 0 then
+    local w = redis.call('HGET', M, 'w')
+    if w and redis.call('ZSCORE', R, w) then
+      marker = 'dlock:write'
+    end
+  end
+  mark(marker, ms, own)
+end
+
+-- enqueue keeps (or takes) the caller's place as a waiting writer and
+-- returns its position.
+local function enqueue(me)
+  local qttl = tonumber(ARGV[6])
+  if not redis.call('ZSCORE', Q, me) then
+    redis.call('ZADD', Q, redis.call('HINCRBY', M, 'seq', 1), me)
+  end
+  redis.call('ZADD', QX, now() + qttl, me)
+  ensure(Q, qttl + 60000)
+  ensure(QX, qttl + 60000)
+  ensure(M, qttl + 60000)
+  return redis.call('ZRANK', Q, me)
 end

@@ -14,6 +14,7 @@ if redis.call('ZSCORE', R, me) then
   elseif writer then
     redis.call('SET', G, '1', 'PX', math.max(longest(), 1))
   end
+  sync()
   return 1
 end
 if redis.call('ZSCORE', Q, me) then

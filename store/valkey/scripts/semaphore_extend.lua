@@ -11,4 +11,5 @@ local ttl = tonumber(ARGV[2])
 redis.call('ZADD', R, now() + ttl, ARGV[1])
 ensure(R, ttl + 60000)
 ensure(M, ttl + 60000)
+sync()
 return 1

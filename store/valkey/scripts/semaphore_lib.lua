@@ -11,6 +11,8 @@
 -- KEYS[4]  gate: string that exists while every permit is taken, expiring
 --          when the first permit's lease runs out; the key waiters watch
 --          (CLIENT TRACKING). Deleted when a permit is released.
+-- KEYS[5]  main key "lock:<name>": "dlock:semaphore:<limit>" while any
+--          permit is held (see name_lib)
 -- ARGV[1]  token
 -- ARGV[2]  TTL in milliseconds
 -- ARGV[3]  owner (unused)
@@ -44,4 +46,24 @@ local function ensure(key, ms)
   if redis.call('PTTL', key) < ms then
     redis.call('PEXPIRE', key, ms)
   end
+end
+
+-- longest is the remaining time of the last permit to run out, in ms (0:
+-- none).
+local function longest()
+  local last = redis.call('ZRANGE', R, -1, -1, 'WITHSCORES')
+  if #last == 0 then
+    return 0
+  end
+  return math.max(tonumber(last[2]) - now(), 0)
+end
+
+local function own(v)
+  return string.sub(v, 1, 16) == 'dlock:semaphore:'
+end
+
+-- sync makes the main key tell the permits held, with their limit.
+local function sync()
+  local limit = redis.call('HGET', M, 'limit') or ARGV[4]
+  mark('dlock:semaphore:' .. limit, longest(), own)
 end

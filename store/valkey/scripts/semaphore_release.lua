@@ -8,4 +8,5 @@ if not redis.call('ZSCORE', R, ARGV[1]) then
 end
 drop(ARGV[1])
 redis.call('DEL', G)
+sync()
 return 1

@@ -5,13 +5,18 @@
 -- KEYS[3]  the mutex's registered waiters (see mutex_acquire)
 --
 -- Reply: {type, holders, pttl, fence, waiters}: type is the Redis type of
--- the lock key ("none" when free); holders counts its holders by type (a
+-- the lock key ("none" when free, "pattern" when it holds the marker of a
+-- pattern other than the mutex); holders counts its holders by type (a
 -- string is one holder, a hash/set/sorted set has one per field/member);
 -- pttl is the lock key's remaining TTL in ms (-2 none, -1 no TTL); fence is
 -- the last fence issued (0 when the counter is gone); waiters counts the
 -- live registrations of mutex waiters (0 unless type is "string").
 local t = redis.call('TYPE', KEYS[1])['ok']
 local holders, waiters = 0, 0
+if t == 'string' and string.match(redis.call('GET', KEYS[1]), '^dlock:%a') then
+  -- Another pattern's marker (see name_lib): its own keys tell the state.
+  t = 'pattern'
+end
 if t == 'string' then
   holders = 1
   local now = redis.call('TIME')
