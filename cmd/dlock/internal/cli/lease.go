@@ -231,7 +231,7 @@ func acquireOnStore(ctx context.Context, st dlock.Store, req dlock.Request, wait
 			if err != nil {
 				return g, err
 			}
-			return g, &dlock.LockedError{Name: req.Name, RetryAfter: g.RetryAfter}
+			return g, &dlock.LockedError{Name: req.Name, RetryAfter: g.RetryAfter, Held: g.Held}
 		}
 		delay := time.Duration(rand.Int64N(int64(backoff))) + time.Millisecond
 		backoff = min(2*backoff, time.Second)

@@ -157,6 +157,7 @@ type errorReply struct {
 	Message      string `json:"message"`
 	Field        string `json:"field"`
 	RetryAfterMs *int64 `json:"retryAfterMs"`
+	HeldMode     string `json:"heldMode"`
 }
 
 type tokenBody struct {
@@ -192,7 +193,8 @@ func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, er
 		}
 		return dlock.Grant{Acquired: true, Fence: g.Fence, Count: 1}, nil
 	case http.StatusConflict, http.StatusLocked:
-		return dlock.Grant{RetryAfter: retryAfter(er, hdr)}, nil
+		held, _ := dlock.ParseMode(er.HeldMode) // a mutex when the server does not say
+		return dlock.Grant{RetryAfter: retryAfter(er, hdr), Held: held}, nil
 	}
 	return dlock.Grant{}, s.statusError("acquire", status, er)
 }

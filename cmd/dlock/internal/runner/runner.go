@@ -180,10 +180,11 @@ func ExitCode(err error) (int, error) {
 	case err == nil:
 		return ExitOK, nil
 	case errors.As(err, &le):
-		msg := fmt.Sprintf("dlock: lock %q is held by someone else", le.Name)
+		msg := fmt.Sprintf("dlock: lock %q is held by someone else (a %v hold", le.Name, le.Held)
 		if le.RetryAfter > 0 {
-			msg += fmt.Sprintf(" (for up to %v more)", le.RetryAfter.Round(time.Millisecond))
+			msg += fmt.Sprintf(", for up to %v more", le.RetryAfter.Round(time.Millisecond))
 		}
+		msg += ")"
 		return ExitLocked, errors.New(msg)
 	case errors.Is(err, dlock.ErrLocked):
 		return ExitLocked, err

@@ -26,6 +26,9 @@ type apiError struct {
 	Message      string `json:"message"`
 	Field        string `json:"field,omitempty"`
 	RetryAfterMs *int64 `json:"retryAfterMs,omitempty"`
+	// HeldMode is, on a 409, the mode of the hold that refused the request
+	// (a name is one lock, whatever pattern holds it).
+	HeldMode string `json:"heldMode,omitempty"`
 }
 
 func badField(field, reason string) *apiError {
@@ -71,6 +74,7 @@ var errShuttingDown = errors.New("dlock: server shutting down")
 func lockError(ctx context.Context, name string, err error) *apiError {
 	var locked *dlock.LockedError
 	var inv *dlock.InvalidError
+	var limit *dlock.LimitError
 	switch {
 	case context.Cause(ctx) == errShuttingDown || errors.Is(err, dlock.ErrClosed):
 		// Checked first: a wait cut short by shutdown also reports the lock
@@ -86,8 +90,13 @@ func lockError(ctx context.Context, name string, err error) *apiError {
 				ms++
 			}
 		}
-		return &apiError{Status: http.StatusConflict, Error: "locked",
+		e := &apiError{Status: http.StatusConflict, Error: "locked",
 			Message: fmt.Sprintf("lock %q is held by another holder", name), RetryAfterMs: &ms}
+		if locked != nil {
+			e.HeldMode = modeName(locked.Held)
+			e.Message = fmt.Sprintf("lock %q is held by another holder (a %s hold)", name, e.HeldMode)
+		}
+		return e
 	case errors.Is(err, dlock.ErrNoQuorum):
 		return &apiError{Status: http.StatusServiceUnavailable, Error: "no quorum", Message: err.Error()}
 	case errors.Is(err, dlock.ErrUnavailable):
@@ -96,6 +105,9 @@ func lockError(ctx context.Context, name string, err error) *apiError {
 		return &apiError{Status: http.StatusGone, Error: "lease lost", Message: fmt.Sprintf("the token does not hold lock %q", name)}
 	case errors.As(err, &inv):
 		return badField(inv.Field, inv.Reason)
+	case errors.As(err, &limit):
+		return &apiError{Status: http.StatusBadRequest, Error: "invalid limit", Field: "limit",
+			Message: fmt.Sprintf("limit %d differs from the limit %d that the permits of %q are held with", limit.Asked, limit.Held, name)}
 	case errors.Is(err, dlock.ErrNotSupported):
 		return &apiError{Status: http.StatusBadRequest, Error: "not supported", Field: "mode",
 			Message: "the store cannot provide this mode: " + err.Error()}

@@ -144,6 +144,11 @@ func parseMode(s string, fair, owner, limit bool) (dlock.Mode, *apiError) {
 // modeName is how the API reports a mode.
 func modeName(m dlock.Mode) string { return m.String() }
 
+// MaxTokenBytes is the longest token extend and release accept; a longer
+// one is a 400. A token of any other shape that the server never grants
+// (see validToken) does not hold the lock: 410.
+const MaxTokenBytes = 256
+
 func validToken(t string) *apiError {
 	if len(t) < 32 || len(t) > 128 {
 		return badField("token", "must be 32 to 128 hexadecimal characters")
@@ -372,9 +377,9 @@ func extendWriteDeadline(w http.ResponseWriter, d time.Duration) {
 // the server does not know the lease (it restarted, or another instance
 // granted it) and the lease is not a mutex.
 type tokenBody struct {
-	Token string `json:"token"`
-	TTLMs *int64 `json:"ttlMs"`
-	Mode  string `json:"mode"`
+	Token *string `json:"token"`
+	TTLMs *int64  `json:"ttlMs"`
+	Mode  string  `json:"mode"`
 }
 
 func decodeToken(r *http.Request, withTTL bool) (tokenBody, dlock.Mode, *apiError) {
@@ -385,11 +390,16 @@ func decodeToken(r *http.Request, withTTL bool) (tokenBody, dlock.Mode, *apiErro
 	if err := dlock.ValidName(r.PathValue("name")); err != nil {
 		return b, 0, lockError(context.Background(), r.PathValue("name"), err)
 	}
-	if b.Token == "" {
+	if b.Token == nil {
 		return b, 0, badField("token", "is required")
 	}
-	if e := validToken(b.Token); e != nil {
-		return b, 0, e
+	if len(*b.Token) > MaxTokenBytes {
+		return b, 0, badField("token", fmt.Sprintf("must be at most %d bytes", MaxTokenBytes))
+	}
+	if validToken(*b.Token) != nil {
+		// No lease was ever granted to a token of this shape: whatever it
+		// is, it does not hold the lock.
+		return b, 0, lockError(context.Background(), r.PathValue("name"), dlock.ErrNotHeld)
 	}
 	if b.TTLMs != nil {
 		if !withTTL {
@@ -424,7 +434,7 @@ func (s *Server) handleExtend(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	key := leaseKey{name, b.Token}
+	key := leaseKey{name, *b.Token}
 	if entry := s.leases.lookup(key); entry != nil {
 		entry.mu.Lock()
 		defer entry.mu.Unlock()
@@ -450,7 +460,7 @@ func (s *Server) handleExtend(w http.ResponseWriter, r *http.Request) {
 	if b.TTLMs != nil {
 		ttl = time.Duration(*b.TTLMs) * time.Millisecond
 	}
-	err := s.locker.Store().Extend(ctx, []dlock.Request{{Name: name, Token: b.Token, TTL: ttl, Mode: mode}})[0]
+	err := s.locker.Store().Extend(ctx, []dlock.Request{{Name: name, Token: *b.Token, TTL: ttl, Mode: mode}})[0]
 	if err != nil {
 		writeAPIError(w, lockError(ctx, name, err))
 		return
@@ -471,7 +481,7 @@ func (s *Server) handleRelease(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := requestContext(r.Context())
-	key := leaseKey{name, b.Token}
+	key := leaseKey{name, *b.Token}
 	if entry := s.leases.lookup(key); entry != nil {
 		entry.mu.Lock()
 		defer entry.mu.Unlock()
@@ -488,7 +498,7 @@ func (s *Server) handleRelease(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if err := s.locker.Store().Release(ctx, dlock.Request{Name: name, Token: b.Token, Mode: mode}); err != nil {
+	if err := s.locker.Store().Release(ctx, dlock.Request{Name: name, Token: *b.Token, Mode: mode}); err != nil {
 		writeAPIError(w, lockError(ctx, name, err))
 		return
 	}

@@ -297,6 +297,69 @@ func TestDemoShared(t *testing.T) {
 	})
 }
 
+// TestV1TokenShapes: extend and release with a token that does not hold the
+// lease answer 410 whatever the token's shape (docs/http.md), and leave the
+// holder's lease untouched.
+func TestV1TokenShapes(t *testing.T) {
+	forEachStore(t, func(t *testing.T, store dlock.Store) {
+		e := newEnv(t, store, Config{})
+		r := e.post("/v1/locks/shapes/acquire", `{"ttlMs":5000}`)
+		wantCode(t, "acquire", r, http.StatusOK)
+		token := r.json(t)["token"].(string)
+		for _, wrong := range []string{"", "not-the-token", "abc", "ключ", strings.Repeat("g", 32), strings.Repeat("ab", 64),
+			strings.Repeat("x", MaxTokenBytes), token[:31], token + "0", `\u0000`, "a b"} {
+			for _, op := range []string{"extend", "release"} {
+				body := `{"token":"` + wrong + `"}`
+				wantCode(t, op+" with token "+body, e.post("/v1/locks/shapes/"+op, body), http.StatusGone)
+			}
+		}
+		if h := e.get("/v1/locks/shapes").json(t)["holders"]; h != 1.0 {
+			t.Fatalf("after wrong-token calls holders = %v, want 1", h)
+		}
+		wantCode(t, "holder's release", e.post("/v1/locks/shapes/release", `{"token":"`+token+`"}`), http.StatusOK)
+	})
+}
+
+// TestV1OneNameOneLock: whatever pattern holds a name, a request of
+// another pattern is refused with 409 naming the held mode; a semaphore
+// limit mismatch is a 400 naming limit.
+func TestV1OneNameOneLock(t *testing.T) {
+	forEachStore(t, func(t *testing.T, store dlock.Store) {
+		e := newEnv(t, store, Config{})
+		conflict := func(what, path, body, held string) {
+			t.Helper()
+			r := e.post(path, body)
+			wantCode(t, what, r, http.StatusConflict)
+			if got := r.json(t)["heldMode"]; got != held {
+				t.Errorf("%s: heldMode = %v, want %q (%s)", what, got, held, r.body)
+			}
+			if r.header.Get("Retry-After") == "" {
+				t.Errorf("%s: no Retry-After", what)
+			}
+		}
+		wantCode(t, "first shared", e.post("/v1/locks/mixed/acquire", `{"mode":"shared"}`), http.StatusOK)
+		wantCode(t, "second shared", e.post("/v1/locks/mixed/acquire", `{"mode":"shared"}`), http.StatusOK)
+		conflict("exclusive over readers", "/v1/locks/mixed/acquire", `{"mode":"exclusive"}`, "read")
+		conflict("fair over readers", "/v1/locks/mixed/acquire", `{"fair":true}`, "read")
+		conflict("semaphore over readers", "/v1/locks/mixed/acquire", `{"mode":"shared","limit":3}`, "read")
+
+		wantCode(t, "plain exclusive", e.post("/v1/locks/plain/acquire", `{}`), http.StatusOK)
+		conflict("fair over a mutex", "/v1/locks/plain/acquire", `{"fair":true}`, "mutex")
+		conflict("shared over a mutex", "/v1/locks/plain/acquire", `{"mode":"shared"}`, "mutex")
+
+		wantCode(t, "fair", e.post("/v1/locks/fairly/acquire", `{"fair":true}`), http.StatusOK)
+		conflict("exclusive over a fair hold", "/v1/locks/fairly/acquire", `{}`, "fair")
+
+		wantCode(t, "permit", e.post("/v1/locks/permits/acquire", `{"mode":"shared","limit":2}`), http.StatusOK)
+		conflict("exclusive over permits", "/v1/locks/permits/acquire", `{}`, "semaphore")
+		r := e.post("/v1/locks/permits/acquire", `{"mode":"shared","limit":5}`)
+		wantCode(t, "limit mismatch", r, http.StatusBadRequest)
+		if b := r.json(t); b["field"] != "limit" || !strings.Contains(b["message"].(string), "5") || !strings.Contains(b["message"].(string), "2") {
+			t.Errorf("limit mismatch body = %s, want field limit and a message naming both limits", r.body)
+		}
+	})
+}
+
 // TestV1Lifecycle: acquire, state, conflict, extend, wrong-token release,
 // release, and the 410s after it.
 func TestV1Lifecycle(t *testing.T) {
@@ -757,7 +820,9 @@ func TestBadInput(t *testing.T) {
 			{"POST", "/api/locks/semaphore/a?limit=0", ``, 400, "limit"},
 			{"POST", "/v1/locks/a/extend", `{"token":"` + tok + `","ttlMs":50}`, 400, "ttlMs"},
 			{"POST", "/v1/locks/a/extend", `{}`, 400, "token"},
-			{"POST", "/v1/locks/a/release", `{"token":""}`, 400, "token"},
+			{"POST", "/v1/locks/a/release", `{}`, 400, "token"},
+			{"POST", "/v1/locks/a/release", `{"token":1}`, 400, "token"},
+			{"POST", "/v1/locks/a/extend", `{"token":"` + strings.Repeat("a", MaxTokenBytes+1) + `"}`, 400, "token"},
 			{"POST", "/v1/locks/a/release", `{"token":"` + tok + `","ttlMs":1000}`, 400, "ttlMs"},
 			{"POST", "/v1/locks/a/release", `{"token":"` + tok + `","mode":"x"}`, 400, "mode"},
 			// JSON shape
