@@ -53,4 +53,9 @@
 // lose the latest grants (a promoted replica may not have them): the fence
 // floor keeps later fences above earlier ones only if the new primary's
 // clock is not behind. Use synchronous replication when that matters.
+//
+// Limitation: on this store each pattern keeps its own holds, so patterns on
+// one name (a mutex and a read-write lock of the same name, say) do not yet
+// exclude each other; use one pattern per name. The Valkey, Redlock and
+// memory stores make a name one lock (see [dlock.Coexist]).
 package postgres

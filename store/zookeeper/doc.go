@@ -57,4 +57,9 @@
 // next asks; meanwhile another client may hold the lock. Use the fence at
 // the protected resource. Without a quorum of the ensemble no lock can be
 // taken, renewed or released.
+//
+// Limitation: on this store each pattern keeps its own holds, so patterns on
+// one name (a mutex and a read-write lock of the same name, say) do not yet
+// exclude each other; use one pattern per name. The Valkey, Redlock and
+// memory stores make a name one lock (see [dlock.Coexist]).
 package zookeeper
