@@ -71,19 +71,19 @@ func testCrossPattern(t *testing.T, h Harness) {
 	})
 }
 
-// crossPair holds the name in mode held (through other, a second store on
-// the same backend when there is one), then asks for it in mode asked on s:
+// crossPair holds the name in mode held, then asks for it in mode asked:
 // granted only when dlock.Coexist(held, asked), otherwise refused with
-// Held = held and RetryAfter the hold's remaining time. A watcher of the
-// asked mode on s is woken when the holder releases (through other), and
-// the asked request is then granted, with a fence above the holder's when
-// either is exclusive.
+// Held = held and RetryAfter the hold's remaining time. Once the holder
+// releases, the asked request is granted, with a fence above the holder's
+// when it is exclusive. Then again with the hold taken and released through
+// other (a second store on the same backend, when there is one): a watcher
+// of the asked mode on s is woken by that release.
 func crossPair(t *testing.T, s, other dlock.Store, held, asked dlock.Mode) {
 	ctx := testContext(t)
 	name := lockName(t)
 	hreq := crossReq(name, held, longTTL)
 	start := time.Now()
-	hg := mustAcquire(t, other, hreq)
+	hg := mustAcquire(t, s, hreq)
 	areq := crossReq(name, asked, longTTL)
 	g, err := s.Acquire(ctx, areq)
 	if err != nil {
@@ -94,7 +94,7 @@ func crossPair(t *testing.T, s, other dlock.Store, held, asked dlock.Mode) {
 			t.Fatalf("Acquire(mode %v) while a %v hold has the name = %+v; want a grant (shared modes coexist)", asked, held, g)
 		}
 		mustRelease(t, s, areq)
-		mustRelease(t, other, hreq)
+		mustRelease(t, s, hreq)
 		return
 	}
 	if g.Acquired {
@@ -107,24 +107,7 @@ func crossPair(t *testing.T, s, other dlock.Store, held, asked dlock.Mode) {
 	if elapsed := time.Since(start); g.RetryAfter <= 0 || g.RetryAfter > longTTL+clockSlack || g.RetryAfter < longTTL-elapsed-time.Second {
 		t.Errorf("refusal of mode %v by a %v hold: RetryAfter = %v, want the hold's remaining time, in [%v, %v]", asked, held, g.RetryAfter, longTTL-elapsed-time.Second, longTTL)
 	}
-	wake, stop, err := s.Watch(ctx, name, asked)
-	if err != nil {
-		t.Fatalf("Watch(mode %v) = %v", asked, err)
-	}
-	defer stop()
-	// A refusal of the asked mode, after the watch, arms it.
-	if g := mustRefuse(t, s, areq); g.Held != held {
-		t.Errorf("second refusal of mode %v: Held = %v, want %v", asked, g.Held, held)
-	}
-	for len(wake) > 0 {
-		<-wake
-	}
-	mustRelease(t, other, hreq)
-	select {
-	case <-wake:
-	case <-time.After(waitTimeout):
-		t.Errorf("a %v watcher was not woken within %v of the release of a %v hold", asked, waitTimeout, held)
-	}
+	mustRelease(t, s, hreq)
 	g = mustAcquire(t, s, areq)
 	switch {
 	case asked == dlock.ModeRead && g.Fence < hg.Fence:
@@ -132,6 +115,28 @@ func crossPair(t *testing.T, s, other dlock.Store, held, asked dlock.Mode) {
 	case asked != dlock.ModeRead && g.Fence <= hg.Fence:
 		t.Errorf("%v grant after a %v hold: fence %d, want > %d", asked, held, g.Fence, hg.Fence)
 	}
+	mustRelease(t, s, areq)
+
+	// Woken through the backend.
+	hreq = crossReq(name, held, longTTL)
+	mustAcquire(t, other, hreq)
+	wake, stop, err := s.Watch(ctx, name, asked)
+	if err != nil {
+		t.Fatalf("Watch(mode %v) = %v", asked, err)
+	}
+	defer stop()
+	areq = crossReq(name, asked, longTTL)
+	mustRefuse(t, s, areq) // after the watch: a refusal arms it
+	for len(wake) > 0 {
+		<-wake
+	}
+	mustRelease(t, other, hreq)
+	select {
+	case <-wake:
+	case <-time.After(waitTimeout):
+		t.Errorf("a %v watcher was not woken within %v of the release of a %v hold through another store", asked, waitTimeout, held)
+	}
+	mustAcquire(t, s, areq)
 	mustRelease(t, s, areq)
 }
 

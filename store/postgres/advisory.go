@@ -69,8 +69,10 @@ const advisoryKind = 5
 // there is no counted lock; use the lease-table [Store] for those. Fences
 // come from the dlock_locks table of [Schema], bumped in the statement that
 // takes the lock (so [NewAdvisory] needs the schema too).
-// A refusal's RetryAfter is 0 when another session holds the lock (its
-// lease is unknown to this store). Watch wakes waiters on releases made
+// A refusal's RetryAfter is 0 and its Held is ModeMutex when another
+// session holds the lock (its lease is unknown to this store). Mutex and
+// reentrant holds of one name exclude each other: both take the name's one
+// advisory lock. Watch wakes waiters on releases made
 // through dlock (NOTIFY); unlocks by other code are seen on the next retry.
 type Advisory struct {
 	connCfg *pgx.ConnConfig
@@ -280,7 +282,7 @@ func (a *Advisory) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant,
 		for _, e := range lk.holders {
 			left = max(left, e.Sub(now))
 		}
-		return dlock.Grant{RetryAfter: left}, nil
+		return dlock.Grant{RetryAfter: left, Held: lk.mode}, nil
 	}
 	var (
 		fence int64
@@ -381,7 +383,7 @@ func (a *Advisory) Watch(ctx context.Context, name string, mode dlock.Mode) (<-c
 	if err := advMode(mode); err != nil {
 		return nil, nil, err
 	}
-	return a.hub.watch(ctx, fmt.Sprintf("%d:%s", advisoryKind, name))
+	return a.hub.watch(ctx, name) // a release of any kind may free the name
 }
 
 // Ping implements [dlock.Pinger]: it opens the pinned session if needed and

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"time"
 
@@ -12,7 +13,7 @@ import (
 )
 
 // hub is a store's one listening session: it LISTENs on notifyChannel and
-// wakes the local watchers of the lock a payload names ("<kind>:<name>").
+// wakes the local watchers of the lock name a payload names ("<kind>:<name>").
 // It starts with the first watch and stops on close.
 type hub struct {
 	connCfg *pgx.ConnConfig
@@ -148,7 +149,9 @@ func (h *hub) run(ctx context.Context, ln *listener) {
 			cancel()
 			if err == nil {
 				if n.Channel == notifyChannel {
-					h.wake(n.Payload)
+					// "<kind>:<name>": every kind's watchers of the name.
+					_, name, _ := strings.Cut(n.Payload, ":")
+					h.wake(name)
 				}
 				continue
 			}

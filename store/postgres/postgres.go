@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/dlock-dev/dlock"
@@ -128,7 +129,7 @@ func newStore(ctx context.Context, pool *pgxpool.Pool, own bool, opts []Option) 
 }
 
 // schemaVersion is the comment Schema puts on dlock_acquire.
-const schemaVersion = "dlock schema 1"
+const schemaVersion = "dlock schema 2"
 
 // Migrate runs [Schema] on pool's database in one transaction, serialised
 // against other migrations by an advisory lock. It does nothing when the
@@ -142,6 +143,12 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(migrateLockKey)); err != nil {
 			return err
+		}
+		// Another migration may have run while this one waited: running the
+		// schema again would drop and re-create functions in use.
+		var now *string
+		if err := tx.QueryRow(ctx, "SELECT obj_description(to_regproc('dlock_acquire'), 'pg_proc')").Scan(&now); err == nil && now != nil && *now == schemaVersion {
+			return nil
 		}
 		_, err := tx.Exec(ctx, Schema)
 		return err
@@ -240,8 +247,11 @@ func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, er
 		return dlock.Grant{Acquired: true, Fence: fence, Count: int(count), Position: 0}, nil
 	case "upgrade":
 		return dlock.Grant{}, dlock.ErrUpgrade
+	case "limit":
+		return dlock.Grant{}, &dlock.LimitError{Name: req.Name, Held: int(count), Asked: req.Limit}
 	}
-	return dlock.Grant{RetryAfter: time.Duration(retry) * time.Millisecond, Position: int(pos)}, nil
+	held, _ := strconv.Atoi(strings.TrimPrefix(status, "locked:")) // "locked:<dlock.Mode>"
+	return dlock.Grant{RetryAfter: time.Duration(retry) * time.Millisecond, Position: int(pos), Held: dlock.Mode(held)}, nil
 }
 
 const extendSQL = `UPDATE dlock_leases SET expires_at = clock_timestamp() + $4 * interval '1 millisecond', ttl_ms = $4
@@ -368,7 +378,7 @@ func scanStates(rows pgx.Rows) ([]dlock.State, error) {
 // State implements [dlock.Inspector]. A name used by several patterns (each
 // its own namespace) reports the one with holders, else the one used last.
 func (s *Store) State(ctx context.Context, name string) (dlock.State, error) {
-	rows, err := s.pool.Query(ctx, stateSQL+` WHERE l.name = $1 GROUP BY l.kind, l.name, l.fence, l.lim, l.updated_at
+	rows, err := s.pool.Query(ctx, stateSQL+` WHERE l.name = $1 AND l.kind >= 0 GROUP BY l.kind, l.name, l.fence, l.lim, l.updated_at
 ORDER BY 5 DESC, 6 DESC, l.updated_at DESC`, name)
 	if err != nil {
 		return dlock.State{}, storeErr("state", err)
@@ -386,7 +396,7 @@ ORDER BY 5 DESC, 6 DESC, l.updated_at DESC`, name)
 // List implements [dlock.Inspector]: every lock with a live holder or queue
 // place, by name.
 func (s *Store) List(ctx context.Context) ([]dlock.State, error) {
-	rows, err := s.pool.Query(ctx, stateSQL+` WHERE s.expires_at > clock_timestamp() GROUP BY l.kind, l.name, l.fence, l.lim ORDER BY l.name, l.kind`)
+	rows, err := s.pool.Query(ctx, stateSQL+` WHERE s.expires_at > clock_timestamp() AND l.kind >= 0 GROUP BY l.kind, l.name, l.fence, l.lim ORDER BY l.name, l.kind`)
 	if err != nil {
 		return nil, storeErr("list", err)
 	}
@@ -405,7 +415,7 @@ func (s *Store) List(ctx context.Context) ([]dlock.State, error) {
 func (s *Store) Sweep(ctx context.Context) error {
 	_, err := s.pool.Exec(ctx, `WITH expired AS (DELETE FROM dlock_leases WHERE expires_at <= clock_timestamp())
 DELETE FROM dlock_locks l WHERE l.updated_at < clock_timestamp() - $1 * interval '1 millisecond'
-  AND NOT EXISTS (SELECT 1 FROM dlock_leases s WHERE s.kind = l.kind AND s.name = l.name AND s.expires_at > clock_timestamp())`,
+  AND NOT EXISTS (SELECT 1 FROM dlock_leases s WHERE (s.kind = l.kind OR l.kind = -1) AND s.name = l.name AND s.expires_at > clock_timestamp())`,
 		sweepIdle.Milliseconds())
 	if err != nil {
 		return storeErr("sweep", err)
@@ -420,9 +430,9 @@ DELETE FROM dlock_locks l WHERE l.updated_at < clock_timestamp() - $1 * interval
 // when that connection breaks it reconnects, and wakes every watcher each
 // time it is back (notifications may have been missed).
 func (s *Store) Watch(ctx context.Context, name string, mode dlock.Mode) (<-chan struct{}, func(), error) {
-	k, err := kind(mode)
-	if err != nil {
+	if _, err := kind(mode); err != nil {
 		return nil, nil, err
 	}
-	return s.hub.watch(ctx, strconv.Itoa(int(k))+":"+name)
+	// A name is one lock: a release of any kind may free it.
+	return s.hub.watch(ctx, name)
 }

@@ -66,9 +66,8 @@ func ctxT(t *testing.T) context.Context {
 func TestConformance(t *testing.T) {
 	srv := pgtest.Start(t)
 	storetest.Run(t, storetest.Harness{
-		New:           func(t *testing.T) dlock.Store { return newStore(t, srv.URL()) },
-		Restart:       func(t *testing.T) { srv.Restart(t) },
-		PatternsApart: "each pattern keeps its own holds on this store, so patterns on one name do not exclude each other yet (issue 12)",
+		New:     func(t *testing.T) dlock.Store { return newStore(t, srv.URL()) },
+		Restart: func(t *testing.T) { srv.Restart(t) },
 	})
 }
 
@@ -78,10 +77,9 @@ var advisoryUnsupported = []dlock.Mode{dlock.ModeRead, dlock.ModeWrite, dlock.Mo
 func TestAdvisoryConformance(t *testing.T) {
 	srv := pgtest.Start(t)
 	storetest.Run(t, storetest.Harness{
-		New:           func(t *testing.T) dlock.Store { return newAdvisory(t, srv.URL()) },
-		Restart:       func(t *testing.T) { srv.Restart(t) },
-		Unsupported:   advisoryUnsupported,
-		PatternsApart: "each pattern keeps its own holds on this store, so patterns on one name do not exclude each other yet (issue 12)",
+		New:         func(t *testing.T) dlock.Store { return newAdvisory(t, srv.URL()) },
+		Restart:     func(t *testing.T) { srv.Restart(t) },
+		Unsupported: advisoryUnsupported,
 	})
 }
 

@@ -1,4 +1,4 @@
--- dlock PostgreSQL schema, version 1. Idempotent: New runs it at start
+-- dlock PostgreSQL schema, version 2. Idempotent: New runs it at start
 -- unless WithoutMigrate is given (then a DBA runs this file once).
 --
 -- dlock_locks   one row per lock that has been used: the row every operation
@@ -6,8 +6,11 @@
 -- dlock_leases  one row per holder or queue place. Expiry is judged by the
 --               database's clock (clock_timestamp()), never the client's.
 --
--- kind: 0 mutex, 1 reentrant, 2 read-write, 3 fair, 4 semaphore (each kind is
--- its own namespace of names). mode: dlock.Mode (2 read, 3 write, ...).
+-- kind: 0 mutex, 1 reentrant, 2 read-write, 3 fair, 4 semaphore; -1 is the
+-- name's own row, which every acquire and release locks first (FOR UPDATE),
+-- so that a name is one lock whatever kind asks, and which keeps the name's
+-- one fence counter. mode: dlock.Mode (0 mutex, 1 reentrant, 2 read,
+-- 3 write, 4 fair, 5 semaphore).
 
 CREATE TABLE IF NOT EXISTS dlock_locks (
     kind       smallint    NOT NULL,
@@ -48,7 +51,8 @@ LANGUAGE sql IMMUTABLE AS $$
 $$;
 
 -- dlock_acquire: one attempt to grant (p_kind, p_name) to p_token.
--- Returns o_status ('acquired', 'locked' or 'upgrade'), the fence, the
+-- Returns o_status ('acquired', 'locked:<held mode>', 'limit' (o_count: the
+-- held limit) or 'upgrade'), the fence, the
 -- remaining hold in ms when locked, the hold count (reentrant) and the queue
 -- position. Idempotent per token: a token that holds gets the same fence
 -- back and its lease refreshed to p_ttl_ms.
@@ -66,17 +70,23 @@ DECLARE
     v_ok     boolean := false;
     v_join   boolean := false;
     v_ticket bigint;
+    v_kfence bigint;
+    v_lim    integer;
+    v_cross  boolean := false;
+    o_held   smallint;
 BEGIN
-    o_status := 'locked'; o_fence := 0; o_retry_ms := 0; o_count := 0; o_pos := 0;
+    o_status := 'locked'; o_fence := 0; o_retry_ms := 0; o_count := 0; o_pos := 0; o_held := p_mode;
     IF p_kind = 1 AND p_owner = '' THEN
         p_owner := p_token;
     END IF;
+    -- The name's row first, then the kind's: every function locks them in
+    -- this order.
+    INSERT INTO dlock_locks (kind, name) VALUES (-1, p_name) ON CONFLICT DO NOTHING;
+    SELECT l.fence INTO v_last FROM dlock_locks l WHERE l.kind = -1 AND l.name = p_name FOR UPDATE;
     INSERT INTO dlock_locks (kind, name) VALUES (p_kind, p_name) ON CONFLICT DO NOTHING;
-    SELECT l.fence INTO v_last FROM dlock_locks l WHERE l.kind = p_kind AND l.name = p_name FOR UPDATE;
+    SELECT l.fence, l.lim INTO v_kfence, v_lim FROM dlock_locks l WHERE l.kind = p_kind AND l.name = p_name FOR UPDATE;
+    v_last := greatest(v_last, v_kfence); -- the per-kind counters of schema 1
     v_now := clock_timestamp();
-    IF p_kind = 4 THEN
-        UPDATE dlock_locks l SET lim = p_limit WHERE l.kind = p_kind AND l.name = p_name;
-    END IF;
     DELETE FROM dlock_leases s WHERE s.kind = p_kind AND s.name = p_name AND s.expires_at <= v_now;
     SELECT * INTO v_me FROM dlock_leases s WHERE s.kind = p_kind AND s.name = p_name AND s.token = p_token;
     v_found := FOUND;
@@ -97,7 +107,25 @@ BEGIN
         RETURN;
     END IF;
 
-    IF p_kind = 0 THEN
+    -- A name is one lock: a live hold of another kind refuses the request.
+    SELECT max(s.mode), coalesce(ceil(extract(epoch FROM max(s.expires_at) - v_now) * 1000)::bigint, 0)
+        INTO o_held, o_retry_ms
+        FROM dlock_leases s WHERE s.name = p_name AND s.kind <> p_kind AND s.held AND s.expires_at > v_now
+        GROUP BY s.kind LIMIT 1;
+    IF FOUND THEN
+        v_cross := true;
+    ELSE
+        o_held := p_mode; o_retry_ms := 0;
+    END IF;
+
+    IF p_kind = 4 AND v_held > 0 AND v_lim <> p_limit THEN
+        o_status := 'limit'; o_count := v_lim;
+        RETURN;
+    END IF;
+
+    IF v_cross THEN
+        v_ok := false;
+    ELSIF p_kind = 0 THEN
         v_ok := v_held = 0;
     ELSIF p_kind = 1 THEN
         IF v_held = 0 THEN
@@ -130,6 +158,9 @@ BEGIN
     END IF;
 
     IF v_ok THEN
+        IF p_kind = 4 THEN
+            UPDATE dlock_locks l SET lim = p_limit WHERE l.kind = p_kind AND l.name = p_name;
+        END IF;
         IF v_join AND p_kind = 1 THEN
             SELECT s.fence INTO o_fence FROM dlock_leases s WHERE s.kind = p_kind AND s.name = p_name AND s.held LIMIT 1;
             UPDATE dlock_leases s SET expires_at = greatest(s.expires_at, v_now + p_ttl_ms * interval '1 millisecond')
@@ -139,13 +170,13 @@ BEGIN
             -- one if there has been no grant yet.
             IF v_last = 0 THEN
                 v_last := dlock_next_fence(0, v_now);
-                UPDATE dlock_locks l SET fence = v_last, updated_at = v_now WHERE l.kind = p_kind AND l.name = p_name;
+                UPDATE dlock_locks l SET fence = v_last, updated_at = v_now WHERE l.kind IN (-1, p_kind) AND l.name = p_name;
             END IF;
             o_fence := v_last;
         END IF;
         IF o_fence = 0 THEN
             o_fence := dlock_next_fence(v_last, v_now);
-            UPDATE dlock_locks l SET fence = o_fence, updated_at = v_now WHERE l.kind = p_kind AND l.name = p_name;
+            UPDATE dlock_locks l SET fence = o_fence, updated_at = v_now WHERE l.kind IN (-1, p_kind) AND l.name = p_name;
         END IF;
         INSERT INTO dlock_leases AS s (kind, name, token, mode, owner, fence, held, ticket, ttl_ms, expires_at)
         VALUES (p_kind, p_name, p_token, p_mode, p_owner, o_fence, true, 0, p_ttl_ms, v_now + p_ttl_ms * interval '1 millisecond')
@@ -158,10 +189,13 @@ BEGIN
 
     -- Refused: how long the hold has left (the soonest permit of a
     -- semaphore), else how long the queue head's place has left.
-    SELECT coalesce(ceil(extract(epoch FROM
-               (CASE WHEN p_kind = 4 THEN min(s.expires_at) ELSE max(s.expires_at) END) - v_now) * 1000)::bigint, 0)
-        INTO o_retry_ms
-        FROM dlock_leases s WHERE s.kind = p_kind AND s.name = p_name AND s.held;
+    IF NOT v_cross THEN
+        SELECT coalesce(ceil(extract(epoch FROM
+                   (CASE WHEN p_kind = 4 THEN min(s.expires_at) ELSE max(s.expires_at) END) - v_now) * 1000)::bigint, 0),
+               coalesce(max(s.mode), p_mode)
+            INTO o_retry_ms, o_held
+            FROM dlock_leases s WHERE s.kind = p_kind AND s.name = p_name AND s.held;
+    END IF;
     IF o_retry_ms = 0 THEN
         SELECT coalesce(ceil(extract(epoch FROM s.expires_at - v_now) * 1000)::bigint, 0) INTO o_retry_ms
             FROM dlock_leases s WHERE s.kind = p_kind AND s.name = p_name AND NOT s.held ORDER BY s.ticket LIMIT 1;
@@ -182,6 +216,8 @@ BEGIN
     -- Position: the caller's place in the queue, or the queue's length.
     SELECT count(*)::integer INTO o_pos FROM dlock_leases s
         WHERE s.kind = p_kind AND s.name = p_name AND NOT s.held AND s.ticket < v_ticket;
+    -- "locked:<mode>": the dlock.Mode of the hold that refused.
+    o_status := 'locked:' || o_held;
 END
 $$;
 
@@ -196,7 +232,9 @@ DECLARE
     v_last bigint;
     v_head dlock_leases%ROWTYPE;
 BEGIN
-    SELECT l.fence INTO v_last FROM dlock_locks l WHERE l.kind = p_kind AND l.name = p_name FOR UPDATE;
+    SELECT l.fence INTO v_last FROM dlock_locks l WHERE l.kind = -1 AND l.name = p_name FOR UPDATE;
+    v_last := coalesce(v_last, 0);
+    SELECT greatest(v_last, l.fence) INTO v_last FROM dlock_locks l WHERE l.kind = p_kind AND l.name = p_name FOR UPDATE;
     IF NOT FOUND THEN
         RETURN false;
     END IF;
@@ -206,13 +244,13 @@ BEGIN
     IF NOT FOUND THEN
         RETURN false;
     END IF;
-    IF p_kind = 3 AND NOT EXISTS (SELECT 1 FROM dlock_leases s WHERE s.kind = p_kind AND s.name = p_name AND s.held) THEN
+    IF p_kind = 3 AND NOT EXISTS (SELECT 1 FROM dlock_leases s WHERE s.name = p_name AND s.held AND s.expires_at > v_now) THEN
         SELECT * INTO v_head FROM dlock_leases s WHERE s.kind = p_kind AND s.name = p_name AND NOT s.held ORDER BY s.ticket LIMIT 1;
         IF FOUND THEN
             v_last := dlock_next_fence(v_last, v_now);
             UPDATE dlock_leases s SET held = true, fence = v_last, expires_at = v_now + v_head.ttl_ms * interval '1 millisecond'
                 WHERE s.kind = p_kind AND s.name = p_name AND s.token = v_head.token;
-            UPDATE dlock_locks l SET fence = v_last, updated_at = v_now WHERE l.kind = p_kind AND l.name = p_name;
+            UPDATE dlock_locks l SET fence = v_last, updated_at = v_now WHERE l.kind IN (-1, p_kind) AND l.name = p_name;
         END IF;
     END IF;
     PERFORM pg_notify('dlock', p_kind::text || ':' || p_name);
@@ -220,4 +258,4 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION dlock_acquire(smallint, text, text, smallint, text, integer, bigint, boolean, bigint) IS 'dlock schema 1';
+COMMENT ON FUNCTION dlock_acquire(smallint, text, text, smallint, text, integer, bigint, boolean, bigint) IS 'dlock schema 2';
