@@ -54,8 +54,8 @@
 // floor keeps later fences above earlier ones only if the new primary's
 // clock is not behind. Use synchronous replication when that matters.
 //
-// Limitation: on this store each pattern keeps its own holds, so patterns on
-// one name (a mutex and a read-write lock of the same name, say) do not yet
-// exclude each other; use one pattern per name. The Valkey, Redlock and
-// memory stores make a name one lock (see [dlock.Coexist]).
+// A name is one lock (see [dlock.Coexist]): every acquire and release locks
+// the name's own row before its pattern's, so a hold of one pattern refuses
+// every other pattern's request on the name, and all patterns share the
+// name's fence counter.
 package postgres
