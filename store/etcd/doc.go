@@ -56,8 +56,9 @@
 // at the protected resource. Without a quorum no lock can be taken, renewed
 // or released.
 //
-// Limitation: on this store each pattern keeps its own holds, so patterns on
-// one name (a mutex and a read-write lock of the same name, say) do not yet
-// exclude each other; use one pattern per name. The Valkey, Redlock, memory and
-// PostgreSQL stores make a name one lock (see [dlock.Coexist]).
+// A name is one lock (see [dlock.Coexist]): an acquire reads the keys of
+// every kind of the name with its own and commits only if no other kind's
+// key was written since, so a hold of one pattern refuses every other
+// pattern's request on the name; waiters watch every kind's keys; all kinds
+// share the name's fence key.
 package etcd

@@ -174,10 +174,11 @@ func (s *Store) key(kind string, req dlock.Request) string {
 	return s.lockPrefix(kind, req.Name) + sub(req.Mode) + req.Token
 }
 
-// fenceKey is the key whose ModRevision is the lock's last exclusive fence
-// (the current fence readers get). It has no lease.
-func (s *Store) fenceKey(kind, name string) string {
-	return s.prefix + "f/" + nameKey(kind, name)
+// fenceKey is the key whose ModRevision is the name's last exclusive fence
+// (the current fence readers get), one for every kind: a name is one lock.
+// It has no lease.
+func (s *Store) fenceKey(_, name string) string {
+	return s.prefix + "f/" + nameKey("n", name)
 }
 
 // slotKey is permit i of a semaphore: a key created with the permit's hold
@@ -224,6 +225,47 @@ type view struct {
 	entries []*entry
 	fence   *mvccpb.KeyValue // nil when no fence was issued yet
 	slots   map[int]bool     // semaphore slots taken
+	others  map[string]*view // the name's other kinds, at the same revision
+}
+
+// heldMode is the mode of the lock's holders (kind's): ModeWrite while a
+// writer holds a read-write lock.
+func (vw *view) heldMode(kind string) dlock.Mode {
+	for i, e := range vw.entries {
+		if vw.holds(kind, i) && e.v.Mode == dlock.ModeWrite {
+			return dlock.ModeWrite
+		}
+	}
+	return kindMode[kind]
+}
+
+// otherHold reports a hold of another kind on the name (a name is one
+// lock): its mode and remaining time.
+func (s *Store) otherHold(vw *view) (dlock.Mode, time.Duration, bool) {
+	for _, k := range kinds {
+		ov := vw.others[k]
+		if ov == nil {
+			continue
+		}
+		for i, e := range ov.entries {
+			if e.v.Held && ov.holds(k, i) { // a queue place at the head holds nothing yet
+				return ov.heldMode(k), s.refusal(k, ov, -1).RetryAfter, true
+			}
+		}
+	}
+	return 0, 0, false
+}
+
+// othersUnchanged are the comparisons that make a grant hold at commit
+// only if no key of the name's other kinds was written since vw was read.
+func (s *Store) othersUnchanged(kind, name string, vw *view) []clientv3.Cmp {
+	var cmps []clientv3.Cmp
+	for _, k := range kinds {
+		if k != kind {
+			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(s.lockPrefix(k, name)).WithPrefix(), "<", vw.rev+1))
+		}
+	}
+	return cmps
 }
 
 func (vw *view) find(token string) (int, *entry) {
@@ -270,11 +312,24 @@ func (s *Store) read(ctx context.Context, kind, name string) (*view, error) {
 	if kind == "s" {
 		ops = append(ops, clientv3.OpGet(s.prefix+"s/"+nameKey("s", name)+"/", clientv3.WithPrefix(), clientv3.WithKeysOnly()))
 	}
+	n := len(ops)
+	for _, k := range kinds {
+		if k != kind {
+			ops = append(ops, clientv3.OpGet(s.lockPrefix(k, name), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)))
+		}
+	}
 	resp, err := s.cli.Txn(ctx).Then(ops...).Commit()
 	if err != nil {
 		return nil, err
 	}
 	vw := parseView(pfx, resp.Header.Revision, resp.Responses[0].GetResponseRange().Kvs)
+	vw.others = map[string]*view{}
+	for _, k := range kinds {
+		if k != kind {
+			vw.others[k] = parseView(s.lockPrefix(k, name), resp.Header.Revision, resp.Responses[n].GetResponseRange().Kvs)
+			n++
+		}
+	}
 	// Holds and queue places of this store whose TTL passed are revoked on
 	// the way, as every operation on a lock prunes it, without waiting for
 	// the reaper.
@@ -365,7 +420,7 @@ func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, er
 			continue
 		}
 		if err != nil {
-			if errors.Is(err, dlock.ErrUpgrade) {
+			if errors.Is(err, dlock.ErrUpgrade) || errors.Is(err, dlock.ErrInvalid) {
 				return dlock.Grant{}, err
 			}
 			return dlock.Grant{}, storeErr("acquire", err)
@@ -396,10 +451,23 @@ func (s *Store) tryAcquire(ctx context.Context, kind string, req dlock.Request, 
 			if err := s.keepAlive(ctx, req.Name, me, qttl, key); err != nil {
 				return dlock.Grant{}, err
 			}
-			return s.refusal(kind, vw, i), nil
+			g := s.refusal(kind, vw, i)
+			if held, left, ok := s.otherHold(vw); ok {
+				g.Held, g.RetryAfter = held, left
+			}
+			return g, nil
 		case !me.v.Held:
-			// At the head of the queue: claim it.
-			fence, err := s.claim(ctx, kind, req.Name, me, req.TTL, key, true)
+			// At the head of the queue: claim it, unless another kind
+			// holds the name.
+			if held, left, ok := s.otherHold(vw); ok {
+				g := s.refusal(kind, vw, i)
+				g.Held, g.RetryAfter = held, left
+				if err := s.keepAlive(ctx, req.Name, me, max(req.QueueTTL, req.TTL), key); err != nil {
+					return dlock.Grant{}, err
+				}
+				return g, nil
+			}
+			fence, err := s.claim(ctx, kind, req.Name, me, req.TTL, key, true, s.othersUnchanged(kind, req.Name, vw))
 			if err != nil {
 				return dlock.Grant{}, err
 			}
@@ -421,9 +489,24 @@ func (s *Store) tryAcquire(ctx context.Context, kind string, req dlock.Request, 
 		return dlock.Grant{Acquired: true, Fence: me.fence(), Count: s.count(kind, vw, me)}, nil
 	}
 
+	if held, left, ok := s.otherHold(vw); ok {
+		// A name is one lock: refused, keeping a queued caller's place.
+		if req.Queue && (kind == "f" || req.Mode == dlock.ModeWrite) {
+			g, err := s.enqueue(ctx, kind, req, vw, key)
+			g.Held, g.RetryAfter = held, left
+			return g, err
+		}
+		g := *last
+		g.Held, g.RetryAfter = held, left
+		return g, nil
+	}
+	if kind == "s" && len(vw.entries) > 0 && vw.entries[0].v.Limit != req.Limit {
+		return dlock.Grant{}, &dlock.LimitError{Name: req.Name, Held: vw.entries[0].v.Limit, Asked: req.Limit}
+	}
+
 	pfx := s.lockPrefix(kind, req.Name)
 	me := &entry{token: req.Token, v: val{Mode: req.Mode, Owner: req.Owner, TTL: ms(req.TTL), Held: true}}
-	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)}
+	cmps := append([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)}, s.othersUnchanged(kind, req.Name, vw)...)
 	empty := clientv3.Compare(clientv3.CreateRevision(pfx).WithPrefix(), "=", 0)
 	unchanged := clientv3.Compare(clientv3.ModRevision(pfx).WithPrefix(), "<", vw.rev+1)
 	var fence int64 // known before the write: a reader's or a re-entry's
@@ -558,17 +641,17 @@ func (s *Store) count(kind string, vw *view, me *entry) int {
 // queue TTL), and the claiming transaction's revision is the fence,
 // recorded on the fence key. It fails with errRetry when the key changed
 // since it was read (expired, or claimed by someone else).
-func (s *Store) claim(ctx context.Context, kind, name string, me *entry, ttl time.Duration, key string, mine bool) (int64, error) {
+func (s *Store) claim(ctx context.Context, kind, name string, me *entry, ttl time.Duration, key string, mine bool, others []clientv3.Cmp) (int64, error) {
 	lease, err := s.cli.Grant(ctx, seconds(ttl))
 	if err != nil {
 		return 0, err
 	}
 	nv := me.v
 	nv.Held, nv.TTL, nv.Fence = true, ms(ttl), 0
-	resp, err := s.cli.Txn(ctx).If(
+	resp, err := s.cli.Txn(ctx).If(append([]clientv3.Cmp{
 		clientv3.Compare(clientv3.CreateRevision(key), "=", me.kv.CreateRevision),
 		clientv3.Compare(clientv3.ModRevision(key), "=", me.kv.ModRevision), // nobody claimed it since
-	).Then(
+	}, others...)...).Then(
 		clientv3.OpPut(key, nv.encode(), clientv3.WithLease(lease.ID)),
 		clientv3.OpPut(s.fenceKey(kind, name), ""),
 	).Commit()
@@ -628,7 +711,7 @@ func queued(kind string, vw *view) int {
 // remaining time (etcd leases do not tell it below a second); Position is the
 // caller's place in the queue (i its index, or -1: the queue's length).
 func (s *Store) refusal(kind string, vw *view, i int) dlock.Grant {
-	var g dlock.Grant
+	g := dlock.Grant{Held: vw.heldMode(kind)}
 	first := true
 	for j, e := range vw.entries {
 		if !vw.holds(kind, j) {
@@ -909,53 +992,61 @@ func (s *Store) handOff(ctx context.Context, name string) {
 		if err != nil || len(vw.entries) == 0 || vw.entries[0].v.Held {
 			return
 		}
+		if _, _, held := s.otherHold(vw); held {
+			return
+		}
 		head := vw.entries[0]
 		key := s.lockPrefix("f", name) + "h/" + head.token
-		_, err = s.claim(ctx, "f", name, head, time.Duration(max(head.v.Hold, head.v.TTL))*time.Millisecond, key, false)
+		_, err = s.claim(ctx, "f", name, head, time.Duration(max(head.v.Hold, head.v.TTL))*time.Millisecond, key, false, s.othersUnchanged("f", name, vw))
 		if !errors.Is(err, errRetry) {
 			return
 		}
 	}
 }
 
-// Watch implements [dlock.Store]: an etcd watch on the lock's keys that
-// wakes on every deletion (release or lease expiry, which etcd reports
-// too). It returns once etcd has confirmed the watch.
+// Watch implements [dlock.Store]: etcd watches on the keys of every kind
+// of the name (a name is one lock: a release of any kind may free it) that
+// wake on every deletion (release or lease expiry, which etcd reports too).
+// It returns once etcd has confirmed the watches.
 func (s *Store) Watch(ctx context.Context, name string, mode dlock.Mode) (<-chan struct{}, func(), error) {
-	kind, err := kindOf(mode)
-	if err != nil {
+	if _, err := kindOf(mode); err != nil {
 		return nil, nil, err
 	}
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(context.WithoutCancel(ctx)))
-	wch := s.cli.Watch(wctx, s.lockPrefix(kind, name), clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
-	select {
-	case wr, ok := <-wch:
-		if !ok || wr.Err() != nil {
+	var wchs []clientv3.WatchChan
+	for _, k := range kinds {
+		wch := s.cli.Watch(wctx, s.lockPrefix(k, name), clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
+		select {
+		case wr, ok := <-wch:
+			if !ok || wr.Err() != nil {
+				cancel()
+				return nil, nil, storeErr("watch", errors.Join(errors.New("watch not created"), wr.Err()))
+			}
+		case <-ctx.Done():
 			cancel()
-			return nil, nil, storeErr("watch", errors.Join(errors.New("watch not created"), wr.Err()))
+			return nil, nil, storeErr("watch", ctx.Err())
 		}
-	case <-ctx.Done():
-		cancel()
-		return nil, nil, storeErr("watch", ctx.Err())
+		wchs = append(wchs, wch)
 	}
 	ch := make(chan struct{}, 1)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for wr := range wch {
-			if len(wr.Events) > 0 || wr.Err() != nil {
-				select {
-				case ch <- struct{}{}:
-				default:
+	var wg sync.WaitGroup
+	for _, wch := range wchs {
+		wg.Go(func() {
+			for wr := range wch {
+				if len(wr.Events) > 0 || wr.Err() != nil {
+					select {
+					case ch <- struct{}{}:
+					default:
+					}
 				}
 			}
-		}
-	}()
+		})
+	}
 	var once sync.Once
 	stop := func() {
 		once.Do(func() {
 			cancel()
-			<-done
+			wg.Wait()
 		})
 	}
 	return ch, stop, nil
@@ -1051,7 +1142,7 @@ func (s *Store) List(ctx context.Context) ([]dlock.State, error) {
 		}
 		k := lk{kind, name}
 		if views[k] == nil {
-			views[k] = &view{rev: tr.Header.Revision, fence: fences[nameKey(kind, name)]}
+			views[k] = &view{rev: tr.Header.Revision, fence: fences[nameKey("n", name)]}
 			order = append(order, k)
 		}
 		views[k].entries = append(views[k].entries, e)

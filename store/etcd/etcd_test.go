@@ -28,9 +28,8 @@ func newStore(t *testing.T, endpoint string, opts ...etcd.Option) *etcd.Store {
 func TestConformance(t *testing.T) {
 	srv := etcdtest.Start(t)
 	storetest.Run(t, storetest.Harness{
-		New:           func(t *testing.T) dlock.Store { return newStore(t, srv.Endpoint()) },
-		Restart:       func(t *testing.T) { srv.Restart(t) },
-		PatternsApart: "each pattern keeps its own holds on this store, so patterns on one name do not exclude each other yet (issue 12)",
+		New:     func(t *testing.T) dlock.Store { return newStore(t, srv.Endpoint()) },
+		Restart: func(t *testing.T) { srv.Restart(t) },
 	})
 }
 

@@ -60,6 +60,6 @@
 //
 // Limitation: on this store each pattern keeps its own holds, so patterns on
 // one name (a mutex and a read-write lock of the same name, say) do not yet
-// exclude each other; use one pattern per name. The Valkey, Redlock, memory and
-// PostgreSQL stores make a name one lock (see [dlock.Coexist]).
+// exclude each other; use one pattern per name. The Valkey, Redlock, memory,
+// PostgreSQL and etcd stores make a name one lock (see [dlock.Coexist]).
 package zookeeper
