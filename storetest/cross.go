@@ -37,9 +37,6 @@ func crossReq(name string, m dlock.Mode, ttl time.Duration) dlock.Request {
 }
 
 func testCrossPattern(t *testing.T, h Harness) {
-	if h.PatternsApart != "" {
-		t.Skip("Harness.PatternsApart: " + h.PatternsApart)
-	}
 	var modes []dlock.Mode
 	for _, m := range allModes {
 		if h.supports(m) {

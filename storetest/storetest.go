@@ -68,11 +68,6 @@ type Harness struct {
 	// suite checks that Acquire in such a mode returns an error wrapping
 	// [dlock.ErrNotSupported], and skips the suites of those modes.
 	Unsupported []dlock.Mode
-	// PatternsApart, when set, declares that the store does not yet make a
-	// name one lock across patterns (each pattern keeps its own holds), and
-	// says why: the CrossPattern suite is then skipped with this reason.
-	// Every store is meant to leave it empty.
-	PatternsApart string
 }
 
 func (h Harness) supports(m dlock.Mode) bool { return !slices.Contains(h.Unsupported, m) }

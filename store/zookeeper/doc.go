@@ -58,8 +58,11 @@
 // the protected resource. Without a quorum of the ensemble no lock can be
 // taken, renewed or released.
 //
-// Limitation: on this store each pattern keeps its own holds, so patterns on
-// one name (a mutex and a read-write lock of the same name, say) do not yet
-// exclude each other; use one pattern per name. The Valkey, Redlock, memory,
-// PostgreSQL and etcd stores make a name one lock (see [dlock.Coexist]).
+// A name is one lock (see [dlock.Coexist]): the nodes of every pattern of a
+// name queue under the name's one znode, and a node holds only when no node
+// of another pattern is ahead of it, so a hold of one pattern refuses every
+// other pattern's request on the name. Fences are czxids, shared by all
+// patterns; every grant but a reader's records its fence for later readers.
+// The znode layout changed (<root>/x/n<name>): run no older dlock on the
+// same root at the same time.
 package zookeeper

@@ -252,15 +252,20 @@ var kindMode = map[string]dlock.Mode{"m": dlock.ModeMutex, "r": dlock.ModeReentr
 
 var b64 = base64.RawURLEncoding
 
-// dir is the znode of one lock: <root>/<kind>/n<base64url(name)>.
-func (s *Store) dir(kind, name string) string {
-	return s.root + "/" + kind + "/n" + b64.EncodeToString([]byte(name))
+// namesDir is the parent of every lock's znode.
+const namesDir = "x"
+
+// dir is the znode of one lock name, whatever its kind (a name is one lock:
+// the nodes of every kind queue under it): <root>/x/n<base64url(name)>.
+func (s *Store) dir(_, name string) string {
+	return s.root + "/" + namesDir + "/n" + b64.EncodeToString([]byte(name))
 }
 
 // nodePrefix is the name of a holder or waiter node before ZooKeeper's
-// sequence suffix: <m>~<owner>~<token>-, m being r (reader), w (writer) or
-// x, owner and token base64url-encoded.
+// sequence suffix: <k><m>~<owner>~<token>-, k being the kind letter, m r
+// (reader), w (writer) or x, owner and token base64url-encoded.
 func nodePrefix(req dlock.Request) string {
+	k, _ := kindOf(req.Mode)
 	m := "x"
 	switch req.Mode {
 	case dlock.ModeRead:
@@ -268,15 +273,24 @@ func nodePrefix(req dlock.Request) string {
 	case dlock.ModeWrite:
 		m = "w"
 	}
-	return m + "~" + b64.EncodeToString([]byte(req.Owner)) + "~" + b64.EncodeToString([]byte(req.Token)) + "-"
+	return k + m + "~" + b64.EncodeToString([]byte(req.Owner)) + "~" + b64.EncodeToString([]byte(req.Token)) + "-"
 }
 
 type entry struct {
 	name  string
+	kind  byte // m, r, w, f or s
 	mode  byte // r, w or x
 	owner string
 	token string
 	seq   int64
+}
+
+// heldMode is the dlock.Mode of node e's hold.
+func (e entry) heldMode() dlock.Mode {
+	if e.mode == 'w' {
+		return dlock.ModeWrite
+	}
+	return kindMode[string(e.kind)]
 }
 
 // parse reads a child name; ok is false for names that are not ours.
@@ -289,7 +303,7 @@ func parse(name string) (entry, bool) {
 		return entry{}, false
 	}
 	parts := strings.SplitN(name[:len(name)-11], "~", 3)
-	if len(parts) != 3 || len(parts[0]) != 1 {
+	if len(parts) != 3 || len(parts[0]) != 2 {
 		return entry{}, false
 	}
 	owner, err1 := b64.DecodeString(parts[1])
@@ -297,7 +311,7 @@ func parse(name string) (entry, bool) {
 	if err1 != nil || err2 != nil {
 		return entry{}, false
 	}
-	return entry{name: name, mode: parts[0][0], owner: string(owner), token: string(token), seq: seq}, true
+	return entry{name: name, kind: parts[0][0], mode: parts[0][1], owner: string(owner), token: string(token), seq: seq}, true
 }
 
 // list returns the lock's live nodes in sequence order (empty when the
@@ -345,13 +359,20 @@ func find(es []entry, token string) int {
 	return -1
 }
 
-// holds reports whether node i holds the lock: the first node (mutex, fair,
-// writer), the first limit nodes (semaphore), the nodes of the first node's
-// owner (reentrant), a reader with no writer ahead other than the writer
-// whose token is its owner (a downgrade).
-func holds(kind string, es []entry, i, limit int) bool {
+// holds reports whether node i holds the lock. A name is one lock: a node
+// with a node of another kind ahead of it does not; otherwise the rules of
+// its kind decide: the first node (mutex, fair, writer), the first limit
+// nodes (semaphore), the nodes of the first node's owner (reentrant), a
+// reader with no writer ahead other than the writer whose token is its
+// owner (a downgrade).
+func holds(_ string, es []entry, i, limit int) bool {
 	e := es[i]
-	switch kind {
+	for _, p := range es[:i] {
+		if p.kind != e.kind {
+			return false
+		}
+	}
+	switch string(e.kind) {
 	case "r":
 		return es[0].owner == e.owner
 	case "s":
@@ -402,7 +423,7 @@ func (s *Store) ensure(kind, dir string) error {
 	known := s.dirs[kind]
 	s.mu.Unlock()
 	if !known {
-		for _, p := range []string{s.root, s.root + "/" + kind} {
+		for _, p := range []string{s.root, s.root + "/" + namesDir} {
 			if _, err := s.conn.Create(p, nil, 0, s.acl); err != nil && !errors.Is(err, zk.ErrNodeExists) {
 				return err
 			}
@@ -438,7 +459,7 @@ func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, er
 		req.Owner = req.Token
 	}
 	g, err := s.acquire(kind, req)
-	if err != nil && !errors.Is(err, dlock.ErrUpgrade) {
+	if err != nil && !errors.Is(err, dlock.ErrUpgrade) && !errors.Is(err, dlock.ErrInvalid) {
 		return dlock.Grant{}, storeErr("acquire", err)
 	}
 	return g, err
@@ -475,7 +496,12 @@ func (s *Store) acquire(kind string, req dlock.Request) (dlock.Grant, error) {
 	}
 	// Would a node appended now hold? If not and the caller does not queue,
 	// refuse without writing.
-	me := entry{mode: nodePrefix(req)[0], owner: req.Owner, token: req.Token, seq: 1 << 62}
+	me := entry{kind: kind[0], mode: nodePrefix(req)[1], owner: req.Owner, token: req.Token, seq: 1 << 62}
+	if kind == "s" && len(es) > 0 && es[0].kind == 's' {
+		if held := s.limitOf(dir, es[0]); held != 0 && held != req.Limit {
+			return dlock.Grant{}, &dlock.LimitError{Name: req.Name, Held: held, Asked: req.Limit}
+		}
+	}
 	if !holds(kind, append(es[:len(es):len(es)], me), len(es), req.Limit) && !queueable {
 		return s.refusal(kind, dir, es, -1, req.Limit), nil
 	}
@@ -562,8 +588,8 @@ func (s *Store) fenceOf(kind string, mode dlock.Mode, dir, path string, es []ent
 	if !ok {
 		return 0, errors.New("node vanished")
 	}
-	if mode == dlock.ModeWrite {
-		// Readers after this writer get its fence.
+	if mode != dlock.ModeRead {
+		// Readers after this grant, of any kind, get its fence.
 		if _, err := s.conn.Set(dir, []byte(strconv.FormatInt(st.Czxid, 10)), -1); err != nil {
 			return 0, err
 		}
@@ -571,12 +597,28 @@ func (s *Store) fenceOf(kind string, mode dlock.Mode, dir, path string, es []ent
 	return st.Czxid, nil
 }
 
+// limitOf is the limit semaphore node e was granted with (0: unknown).
+func (s *Store) limitOf(dir string, e entry) int {
+	b, _, err := s.conn.Get(dir + "/" + e.name)
+	if err != nil {
+		return 0
+	}
+	var d nodeData
+	if json.Unmarshal(b, &d) != nil {
+		return 0
+	}
+	return d.Limit
+}
+
 // refusal describes a refused Acquire. RetryAfter is the time left of the
 // first holder: exact for a hold of this store, else the TTL it asked for
 // (an upper bound). Position is the caller's place among the waiters (i its
 // index, or -1: their number).
 func (s *Store) refusal(kind, dir string, es []entry, i, limit int) dlock.Grant {
-	var g dlock.Grant
+	g := dlock.Grant{Held: kindMode[kind]}
+	if len(es) > 0 {
+		g.Held = es[0].heldMode() // the first node always holds
+	}
 	for j := range es {
 		if holds(kind, es, j, limit) {
 			continue
@@ -929,14 +971,12 @@ func (s *Store) state(kind, name string, es []entry) dlock.State {
 // State implements [dlock.Inspector]: the first pattern of name with nodes.
 // TTL is known only for holds of this store.
 func (s *Store) State(ctx context.Context, name string) (dlock.State, error) {
-	for _, k := range []string{"m", "r", "w", "f", "s"} {
-		es, err := s.list(s.dir(k, name))
-		if err != nil {
-			return dlock.State{}, storeErr("state", err)
-		}
-		if len(es) > 0 {
-			return s.state(k, name, es), nil
-		}
+	es, err := s.list(s.dir("", name))
+	if err != nil {
+		return dlock.State{}, storeErr("state", err)
+	}
+	if len(es) > 0 {
+		return s.state(string(es[0].kind), name, es), nil
 	}
 	return dlock.State{Name: name}, nil
 }
@@ -944,26 +984,24 @@ func (s *Store) State(ctx context.Context, name string) (dlock.State, error) {
 // List implements [dlock.Inspector]: every lock with a node, by name.
 func (s *Store) List(ctx context.Context) ([]dlock.State, error) {
 	var out []dlock.State
-	for _, k := range []string{"m", "r", "w", "f", "s"} {
-		dirs, _, err := s.conn.Children(s.root + "/" + k)
-		if errors.Is(err, zk.ErrNoNode) {
+	dirs, _, err := s.conn.Children(s.root + "/" + namesDir)
+	if errors.Is(err, zk.ErrNoNode) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, storeErr("list", err)
+	}
+	for _, d := range dirs {
+		nb, err := b64.DecodeString(strings.TrimPrefix(d, "n"))
+		if err != nil {
 			continue
 		}
+		es, err := s.list(s.root + "/" + namesDir + "/" + d)
 		if err != nil {
 			return nil, storeErr("list", err)
 		}
-		for _, d := range dirs {
-			nb, err := b64.DecodeString(strings.TrimPrefix(d, "n"))
-			if err != nil {
-				continue
-			}
-			es, err := s.list(s.root + "/" + k + "/" + d)
-			if err != nil {
-				return nil, storeErr("list", err)
-			}
-			if len(es) > 0 {
-				out = append(out, s.state(k, string(nb), es))
-			}
+		if len(es) > 0 {
+			out = append(out, s.state(string(es[0].kind), string(nb), es))
 		}
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Name < out[j].Name })

@@ -30,9 +30,8 @@ func newStore(t *testing.T, addr string, opts ...zookeeper.Option) *zookeeper.St
 func TestConformance(t *testing.T) {
 	srv := zktest.Start(t)
 	storetest.Run(t, storetest.Harness{
-		New:           func(t *testing.T) dlock.Store { return newStore(t, srv.Addr()) },
-		Restart:       func(t *testing.T) { srv.Restart(t) },
-		PatternsApart: "each pattern keeps its own holds on this store, so patterns on one name do not exclude each other yet (issue 12)",
+		New:     func(t *testing.T) dlock.Store { return newStore(t, srv.Addr()) },
+		Restart: func(t *testing.T) { srv.Restart(t) },
 	})
 }
 
