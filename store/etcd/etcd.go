@@ -335,7 +335,7 @@ func (s *Store) read(ctx context.Context, kind, name string) (*view, error) {
 	// the reaper.
 	kept := vw.entries[:0]
 	for _, e := range vw.entries {
-		if !s.lapsed(string(e.kv.Key)) {
+		if !s.lapsedEntry(e) {
 			kept = append(kept, e)
 		}
 	}
@@ -819,6 +819,22 @@ func (s *Store) lapsed(key string) bool {
 		s.revoke(l.lease)
 	}
 	return gone
+}
+
+// lapsedEntry is lapsed for a key as read: when the key has moved to
+// another lease since this store tracked it (a release handed the fair lock
+// to it: the claim gave it a lease of its hold's TTL), the tracking is
+// renewed for that lease and the hold's TTL instead, so the key is neither
+// taken for lapsed while it holds nor left behind by revoking the old lease.
+func (s *Store) lapsedEntry(e *entry) bool {
+	key := string(e.kv.Key)
+	s.mu.Lock()
+	if l := s.local[key]; l != nil && e.kv.Lease != 0 && l.lease != clientv3.LeaseID(e.kv.Lease) {
+		l.lease = clientv3.LeaseID(e.kv.Lease)
+		l.deadline = time.Now().Add(time.Duration(e.v.TTL) * time.Millisecond)
+	}
+	s.mu.Unlock()
+	return s.lapsed(key)
 }
 
 // remaining is the time left of a hold granted through this store, known
