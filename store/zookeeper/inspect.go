@@ -1,0 +1,107 @@
+package zookeeper
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/dlock-dev/dlock"
+	"github.com/go-zookeeper/zk"
+)
+
+func (s *Store) state(kind, name string, es []entry) dlock.State {
+	dir := s.dir(kind, name)
+	st := dlock.State{Name: name, Mode: kindMode[kind]}
+	limit := 0
+	if kind == "s" && len(es) > 0 {
+		if b, _, err := s.conn.Get(dir + "/" + es[0].name); err == nil {
+			var d nodeData
+			if json.Unmarshal(b, &d) == nil {
+				limit = d.Limit
+			}
+		}
+		st.Limit = limit
+	}
+	for i, e := range es {
+		if !holds(kind, es, i, limit) {
+			st.Queue++
+			continue
+		}
+		st.Holders++
+		if e.mode == 'w' {
+			st.Mode = dlock.ModeWrite
+		}
+		path := dir + "/" + e.name
+		if r, ok := s.remaining(path); ok {
+			st.TTL = max(st.TTL, r)
+		}
+		if _, stat, err := s.conn.Exists(path); err == nil && stat != nil && kind != "w" {
+			st.Fence = max(st.Fence, stat.Czxid)
+		}
+	}
+	if kind == "r" && len(es) > 0 {
+		st.Fence = 0
+		if _, stat, err := s.conn.Exists(dir + "/" + es[0].name); err == nil && stat != nil {
+			st.Fence = stat.Czxid // the first acquisition's: the hold's fence
+		}
+	}
+	if kind == "w" {
+		if b, _, err := s.conn.Get(dir); err == nil {
+			st.Fence, _ = strconv.ParseInt(string(b), 10, 64)
+		}
+		for i, e := range es {
+			if holds(kind, es, i, 0) && e.mode == 'r' && st.Fence == 0 {
+				if _, stat, err := s.conn.Exists(dir + "/" + e.name); err == nil && stat != nil {
+					st.Fence = stat.Czxid
+				}
+			}
+		}
+	}
+	if kind == "r" && st.Holders > 0 {
+		st.Holders = 1
+	}
+	return st
+}
+
+// State implements [dlock.Inspector]: the first pattern of name with nodes.
+// TTL is known only for holds of this store.
+func (s *Store) State(ctx context.Context, name string) (dlock.State, error) {
+	es, err := s.list(s.dir("", name))
+	if err != nil {
+		return dlock.State{}, storeErr("state", err)
+	}
+	if len(es) > 0 {
+		return s.state(string(es[0].kind), name, es), nil
+	}
+	return dlock.State{Name: name}, nil
+}
+
+// List implements [dlock.Inspector]: every lock with a node, by name.
+func (s *Store) List(ctx context.Context) ([]dlock.State, error) {
+	var out []dlock.State
+	dirs, _, err := s.conn.Children(s.root + "/" + namesDir)
+	if errors.Is(err, zk.ErrNoNode) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, storeErr("list", err)
+	}
+	for _, d := range dirs {
+		nb, err := b64.DecodeString(strings.TrimPrefix(d, "n"))
+		if err != nil {
+			continue
+		}
+		es, err := s.list(s.root + "/" + namesDir + "/" + d)
+		if err != nil {
+			return nil, storeErr("list", err)
+		}
+		if len(es) > 0 {
+			out = append(out, s.state(string(es[0].kind), string(nb), es))
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}

@@ -1,0 +1,200 @@
+package zookeeper
+
+import (
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/dlock-dev/dlock"
+	"github.com/go-zookeeper/zk"
+)
+
+func kindOf(m dlock.Mode) (string, error) {
+	switch m {
+	case dlock.ModeMutex:
+		return "m", nil
+	case dlock.ModeReentrant:
+		return "r", nil
+	case dlock.ModeRead, dlock.ModeWrite:
+		return "w", nil
+	case dlock.ModeFair:
+		return "f", nil
+	case dlock.ModeSemaphore:
+		return "s", nil
+	}
+	return "", fmt.Errorf("%w: zookeeper store mode %v", dlock.ErrNotSupported, m)
+}
+
+var kindMode = map[string]dlock.Mode{"m": dlock.ModeMutex, "r": dlock.ModeReentrant, "w": dlock.ModeRead, "f": dlock.ModeFair, "s": dlock.ModeSemaphore}
+
+var b64 = base64.RawURLEncoding
+
+// namesDir is the parent of every lock's znode.
+const namesDir = "x"
+
+// dir is the znode of one lock name, whatever its kind (a name is one lock:
+// the nodes of every kind queue under it): <root>/x/n<base64url(name)>.
+func (s *Store) dir(_, name string) string {
+	return s.root + "/" + namesDir + "/n" + b64.EncodeToString([]byte(name))
+}
+
+// nodePrefix is the name of a holder or waiter node before ZooKeeper's
+// sequence suffix: <k><m>~<owner>~<token>-, k being the kind letter, m r
+// (reader), w (writer) or x, owner and token base64url-encoded.
+func nodePrefix(req dlock.Request) string {
+	k, _ := kindOf(req.Mode)
+	m := "x"
+	switch req.Mode {
+	case dlock.ModeRead:
+		m = "r"
+	case dlock.ModeWrite:
+		m = "w"
+	}
+	return k + m + "~" + b64.EncodeToString([]byte(req.Owner)) + "~" + b64.EncodeToString([]byte(req.Token)) + "-"
+}
+
+type entry struct {
+	name  string
+	kind  byte // m, r, w, f or s
+	mode  byte // r, w or x
+	owner string
+	token string
+	seq   int64
+}
+
+// heldMode is the dlock.Mode of node e's hold.
+func (e entry) heldMode() dlock.Mode {
+	if e.mode == 'w' {
+		return dlock.ModeWrite
+	}
+	return kindMode[string(e.kind)]
+}
+
+// parse reads a child name; ok is false for names that are not ours.
+func parse(name string) (entry, bool) {
+	if len(name) < 14 || name[len(name)-11] != '-' {
+		return entry{}, false
+	}
+	seq, err := strconv.ParseInt(name[len(name)-10:], 10, 64)
+	if err != nil {
+		return entry{}, false
+	}
+	parts := strings.SplitN(name[:len(name)-11], "~", 3)
+	if len(parts) != 3 || len(parts[0]) != 2 {
+		return entry{}, false
+	}
+	owner, err1 := b64.DecodeString(parts[1])
+	token, err2 := b64.DecodeString(parts[2])
+	if err1 != nil || err2 != nil {
+		return entry{}, false
+	}
+	return entry{name: name, kind: parts[0][0], mode: parts[0][1], owner: string(owner), token: string(token), seq: seq}, true
+}
+
+// list returns the lock's live nodes in sequence order (empty when the
+// lock's znode does not exist). Nodes of this store whose TTL passed are
+// deleted on the way, as every operation on a lock prunes it, without
+// waiting for the reaper.
+func (s *Store) list(dir string) ([]entry, error) {
+	es, err := s.listAll(dir)
+	if err != nil {
+		return nil, err
+	}
+	kept := es[:0]
+	for _, e := range es {
+		if !s.lapsed(dir + "/" + e.name) {
+			kept = append(kept, e)
+		}
+	}
+	return kept, nil
+}
+
+func (s *Store) listAll(dir string) ([]entry, error) {
+	names, _, err := s.conn.Children(dir)
+	if errors.Is(err, zk.ErrNoNode) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	es := make([]entry, 0, len(names))
+	for _, n := range names {
+		if e, ok := parse(n); ok {
+			es = append(es, e)
+		}
+	}
+	sort.Slice(es, func(i, j int) bool { return es[i].seq < es[j].seq })
+	return es, nil
+}
+
+func find(es []entry, token string) int {
+	for i, e := range es {
+		if e.token == token {
+			return i
+		}
+	}
+	return -1
+}
+
+// holds reports whether node i holds the lock. A name is one lock: a node
+// with a node of another kind ahead of it does not; otherwise the rules of
+// its kind decide: the first node (mutex, fair, writer), the first limit
+// nodes (semaphore), the nodes of the first node's owner (reentrant), a
+// reader with no writer ahead other than the writer whose token is its
+// owner (a downgrade).
+func holds(_ string, es []entry, i, limit int) bool {
+	e := es[i]
+	for _, p := range es[:i] {
+		if p.kind != e.kind {
+			return false
+		}
+	}
+	switch string(e.kind) {
+	case "r":
+		return es[0].owner == e.owner
+	case "s":
+		return i < max(limit, 1)
+	case "w":
+		if e.mode == 'w' {
+			return i == 0
+		}
+		for _, p := range es[:i] {
+			if p.mode == 'w' && p.token != e.owner {
+				return false
+			}
+		}
+		return true
+	}
+	return i == 0
+}
+
+// nodeData is the data of a node: what a refused caller needs to know.
+type nodeData struct {
+	TTL   int64 `json:"t"` // ms
+	Limit int   `json:"l,omitempty"`
+}
+
+// ensure creates the lock's znode (a container, which ZooKeeper deletes
+// once it is empty) and its parents.
+func (s *Store) ensure(kind, dir string) error {
+	s.mu.Lock()
+	known := s.dirs[kind]
+	s.mu.Unlock()
+	if !known {
+		for _, p := range []string{s.root, s.root + "/" + namesDir} {
+			if _, err := s.conn.Create(p, nil, 0, s.acl); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+				return err
+			}
+		}
+		s.mu.Lock()
+		s.dirs[kind] = true
+		s.mu.Unlock()
+	}
+	if _, err := s.conn.CreateContainer(dir, nil, zk.FlagContainer, s.acl); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+		return err
+	}
+	return nil
+}

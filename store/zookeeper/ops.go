@@ -1,0 +1,304 @@
+package zookeeper
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/dlock-dev/dlock"
+	"github.com/go-zookeeper/zk"
+)
+
+func validate(req dlock.Request, timeout time.Duration) error {
+	if err := dlock.ValidName(req.Name); err != nil {
+		return err
+	}
+	if req.Token == "" {
+		return &dlock.InvalidError{Field: "token", Reason: "must not be empty"}
+	}
+	if req.TTL <= 0 {
+		return &dlock.InvalidError{Field: "ttl", Reason: "must be positive"}
+	}
+	if req.TTL > timeout {
+		return &dlock.InvalidError{Field: "ttl", Reason: fmt.Sprintf("longer than the ZooKeeper session timeout (%v): the server could end the hold before the lease runs out", timeout)}
+	}
+	if req.Mode == dlock.ModeSemaphore && req.Limit < 1 {
+		return &dlock.InvalidError{Field: "limit", Reason: "must be at least 1"}
+	}
+	return nil
+}
+
+// Acquire implements [dlock.Store] with the ephemeral-sequential recipe:
+// the caller's node is created under the lock's znode, the children are
+// listed, and the node holds when the rules of the mode say so (the first
+// node for an exclusive lock). A node that does not hold is deleted again,
+// unless the caller queues (fair waiter, writer intent). The fence is the
+// node's czxid.
+func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, error) {
+	kind, err := kindOf(req.Mode)
+	if err != nil {
+		return dlock.Grant{}, err
+	}
+	if err := validate(req, s.SessionTimeout()); err != nil {
+		return dlock.Grant{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return dlock.Grant{}, storeErr("acquire", err)
+	}
+	if kind == "r" && req.Owner == "" {
+		req.Owner = req.Token
+	}
+	g, err := s.acquire(kind, req)
+	if err != nil && !errors.Is(err, dlock.ErrUpgrade) && !errors.Is(err, dlock.ErrInvalid) {
+		return dlock.Grant{}, storeErr("acquire", err)
+	}
+	return g, err
+}
+
+func (s *Store) acquire(kind string, req dlock.Request) (dlock.Grant, error) {
+	dir := s.dir(kind, req.Name)
+	es, err := s.list(dir)
+	if err != nil {
+		return dlock.Grant{}, err
+	}
+	queueable := req.Queue && (kind == "f" || req.Mode == dlock.ModeWrite)
+	qttl := req.QueueTTL
+	if qttl <= 0 {
+		qttl = req.TTL
+	}
+	if i := find(es, req.Token); i >= 0 {
+		path := dir + "/" + es[i].name
+		if s.lapsed(path) {
+			return s.refusal(kind, dir, es, -1, req.Limit), nil
+		}
+		if !holds(kind, es, i, req.Limit) {
+			s.track(path, qttl, 0)
+			return s.refusal(kind, dir, es, i, req.Limit), nil
+		}
+		return s.grant(kind, req, dir, path, es, i)
+	}
+	if req.Mode == dlock.ModeWrite && req.Owner != "" {
+		for i, e := range es {
+			if e.token == req.Owner && e.mode == 'r' && holds(kind, es, i, 0) {
+				return dlock.Grant{}, dlock.ErrUpgrade
+			}
+		}
+	}
+	// Would a node appended now hold? If not and the caller does not queue,
+	// refuse without writing.
+	me := entry{kind: kind[0], mode: nodePrefix(req)[1], owner: req.Owner, token: req.Token, seq: 1 << 62}
+	if kind == "s" && len(es) > 0 && es[0].kind == 's' {
+		if held := s.limitOf(dir, es[0]); held != 0 && held != req.Limit {
+			return dlock.Grant{}, &dlock.LimitError{Name: req.Name, Held: held, Asked: req.Limit}
+		}
+	}
+	if !holds(kind, append(es[:len(es):len(es)], me), len(es), req.Limit) && !queueable {
+		return s.refusal(kind, dir, es, -1, req.Limit), nil
+	}
+	data, _ := json.Marshal(nodeData{TTL: req.TTL.Milliseconds(), Limit: req.Limit})
+	path, err := s.conn.Create(dir+"/"+nodePrefix(req), data, zk.FlagEphemeralSequential, s.acl)
+	if errors.Is(err, zk.ErrNoNode) {
+		if err = s.ensure(kind, dir); err == nil {
+			path, err = s.conn.Create(dir+"/"+nodePrefix(req), data, zk.FlagEphemeralSequential, s.acl)
+		}
+	}
+	if err != nil {
+		return dlock.Grant{}, err
+	}
+	if es, err = s.list(dir); err != nil {
+		s.conn.Delete(path, -1)
+		return dlock.Grant{}, err
+	}
+	i := find(es, req.Token)
+	if i < 0 {
+		return dlock.Grant{}, errors.New("own node vanished")
+	}
+	if holds(kind, es, i, req.Limit) {
+		return s.grant(kind, req, dir, path, es, i)
+	}
+	if queueable {
+		s.track(path, qttl, 0)
+		return s.refusal(kind, dir, es, i, req.Limit), nil
+	}
+	if err := s.conn.Delete(path, -1); err != nil && !errors.Is(err, zk.ErrNoNode) {
+		return dlock.Grant{}, err
+	}
+	es = append(es[:i], es[i+1:]...)
+	return s.refusal(kind, dir, es, -1, req.Limit), nil
+}
+
+// grant reports node i (path) as held by req, starting its TTL.
+func (s *Store) grant(kind string, req dlock.Request, dir, path string, es []entry, i int) (dlock.Grant, error) {
+	fence, err := s.fenceOf(kind, req.Mode, dir, path, es, i)
+	if err != nil {
+		return dlock.Grant{}, err
+	}
+	s.track(path, req.TTL, fence)
+	count := 1
+	if kind == "r" {
+		count = 0
+		for _, e := range es {
+			if e.owner == req.Owner {
+				count++
+			}
+		}
+		// One hold, one expiry: every acquisition's TTL is pushed out.
+		for _, e := range es {
+			if e.owner == req.Owner {
+				s.push(dir+"/"+e.name, req.TTL)
+			}
+		}
+	}
+	return dlock.Grant{Acquired: true, Fence: fence, Count: count}, nil
+}
+
+// limitOf is the limit semaphore node e was granted with (0: unknown).
+func (s *Store) limitOf(dir string, e entry) int {
+	b, _, err := s.conn.Get(dir + "/" + e.name)
+	if err != nil {
+		return 0
+	}
+	var d nodeData
+	if json.Unmarshal(b, &d) != nil {
+		return 0
+	}
+	return d.Limit
+}
+
+// refusal describes a refused Acquire. RetryAfter is the time left of the
+// first holder: exact for a hold of this store, else the TTL it asked for
+// (an upper bound). Position is the caller's place among the waiters (i its
+// index, or -1: their number).
+func (s *Store) refusal(kind, dir string, es []entry, i, limit int) dlock.Grant {
+	g := dlock.Grant{Held: kindMode[kind]}
+	if len(es) > 0 {
+		g.Held = es[0].heldMode() // the first node always holds
+	}
+	for j := range es {
+		if holds(kind, es, j, limit) {
+			continue
+		}
+		if i < 0 || j < i {
+			g.Position++
+		}
+	}
+	for j, e := range es {
+		if !holds(kind, es, j, limit) {
+			continue
+		}
+		path := dir + "/" + e.name
+		g.RetryAfter = time.Millisecond // a holder about to go
+		if r, ok := s.remaining(path); ok {
+			g.RetryAfter = r
+		} else if b, _, err := s.conn.Get(path); err == nil {
+			var d nodeData
+			if json.Unmarshal(b, &d) == nil {
+				g.RetryAfter = time.Duration(d.TTL) * time.Millisecond
+			}
+		}
+		break
+	}
+	return g
+}
+
+// Extend implements [dlock.Store]: it lists each lock's nodes once (the
+// lists are fetched concurrently, pipelined on the session) and renews the
+// TTL of every request whose node still holds. A node gone with an expired
+// session, or a queue place, reports [dlock.ErrNotHeld]; so does a hold of
+// this store whose TTL passed.
+func (s *Store) Extend(ctx context.Context, reqs []dlock.Request) []error {
+	errs := make([]error, len(reqs))
+	type job struct {
+		dir  string
+		es   []entry
+		err  error
+		done chan struct{}
+	}
+	jobs := map[string]*job{}
+	for _, req := range reqs {
+		kind, err := kindOf(req.Mode)
+		if err != nil {
+			continue
+		}
+		d := s.dir(kind, req.Name)
+		if jobs[d] == nil {
+			j := &job{dir: d, done: make(chan struct{})}
+			jobs[d] = j
+			go func() {
+				defer close(j.done)
+				j.es, j.err = s.list(j.dir)
+			}()
+		}
+	}
+	for _, j := range jobs {
+		<-j.done
+	}
+	for i, req := range reqs {
+		kind, err := kindOf(req.Mode)
+		if err == nil {
+			err = validate(req, s.SessionTimeout())
+		}
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		j := jobs[s.dir(kind, req.Name)]
+		if j.err != nil {
+			errs[i] = storeErr("extend", j.err)
+			continue
+		}
+		k := find(j.es, req.Token)
+		if k < 0 {
+			errs[i] = dlock.ErrNotHeld
+			continue
+		}
+		path := j.dir + "/" + j.es[k].name
+		if s.lapsed(path) || !holds(kind, j.es, k, req.Limit) {
+			errs[i] = dlock.ErrNotHeld
+			continue
+		}
+		if kind == "r" {
+			for _, e := range j.es {
+				if e.owner == j.es[k].owner {
+					s.push(j.dir+"/"+e.name, req.TTL)
+				}
+			}
+		} else {
+			s.push(path, req.TTL)
+		}
+	}
+	return errs
+}
+
+// Release implements [dlock.Store]: it deletes the token's node. The next
+// node's watcher (the fair queue's head, or a waiter's Watch) wakes and
+// holds by the recipe's rule.
+func (s *Store) Release(ctx context.Context, req dlock.Request) error {
+	kind, err := kindOf(req.Mode)
+	if err != nil {
+		return err
+	}
+	dir := s.dir(kind, req.Name)
+	es, err := s.list(dir)
+	if err != nil {
+		return storeErr("release", err)
+	}
+	i := find(es, req.Token)
+	if i < 0 {
+		return dlock.ErrNotHeld
+	}
+	path := dir + "/" + es[i].name
+	if s.lapsed(path) {
+		return dlock.ErrNotHeld
+	}
+	s.untrack(path)
+	if err := s.conn.Delete(path, -1); err != nil {
+		if errors.Is(err, zk.ErrNoNode) {
+			return dlock.ErrNotHeld
+		}
+		return storeErr("release", err)
+	}
+	return nil
+}

@@ -1,0 +1,121 @@
+package zookeeper
+
+import (
+	"time"
+)
+
+// local is a node created through this store: its TTL deadline on this
+// process's monotonic clock, and its fence once known.
+type local struct {
+	deadline time.Time
+	czxid    int64
+}
+
+// track starts or renews the TTL of a node created through this store.
+func (s *Store) track(path string, ttl time.Duration, fence int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l := s.local[path]
+	if l == nil {
+		l = &local{}
+		s.local[path] = l
+	}
+	l.deadline = time.Now().Add(ttl)
+	if fence != 0 {
+		l.czxid = fence
+	}
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// push renews path's TTL to at least ttl from now (a reentrant hold's one
+// expiry is pushed out, never in).
+func (s *Store) push(path string, ttl time.Duration) {
+	s.mu.Lock()
+	l := s.local[path]
+	s.mu.Unlock()
+	if l == nil || time.Now().Add(ttl).After(l.deadline) {
+		s.track(path, ttl, 0)
+	}
+}
+
+func (s *Store) cached(path string) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l := s.local[path]; l != nil {
+		return l.czxid
+	}
+	return 0
+}
+
+func (s *Store) untrack(path string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.local, path)
+}
+
+func (s *Store) remaining(path string) (time.Duration, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l := s.local[path]; l != nil {
+		return max(time.Until(l.deadline), time.Millisecond), true
+	}
+	return 0, false
+}
+
+// lapsed reports whether path is a node of this store whose TTL passed
+// without renewal; such a node is deleted at once.
+func (s *Store) lapsed(path string) bool {
+	s.mu.Lock()
+	l := s.local[path]
+	gone := l != nil && !time.Now().Before(l.deadline)
+	if gone {
+		delete(s.local, path)
+	}
+	s.mu.Unlock()
+	if gone {
+		s.conn.Delete(path, -1)
+	}
+	return gone
+}
+
+// reap deletes the nodes of this store whose TTL passed without renewal:
+// a TTL is kept to the millisecond while this process lives. When the
+// process dies, its session expires and ZooKeeper deletes the nodes.
+func (s *Store) reap() {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		s.mu.Lock()
+		now := time.Now()
+		next := now.Add(time.Hour)
+		var due []string
+		for p, l := range s.local {
+			if !now.Before(l.deadline) {
+				due = append(due, p)
+				delete(s.local, p)
+			} else if l.deadline.Before(next) {
+				next = l.deadline
+			}
+		}
+		s.mu.Unlock()
+		for _, p := range due {
+			s.conn.Delete(p, -1)
+		}
+		timer.Reset(time.Until(next))
+		select {
+		case <-s.stop:
+			return
+		case <-s.kick:
+			if !timer.Stop() {
+				select {
+				case <-timer.C:
+				default:
+				}
+			}
+		case <-timer.C:
+		}
+	}
+}
