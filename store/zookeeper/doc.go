@@ -6,10 +6,11 @@
 //
 // # Model
 //
-// The store holds one ZooKeeper session. Every hold and queue place is an
-// ephemeral sequential znode under the lock's znode
-// (<root>/<pattern>/n<base64url(name)>/<r|w|x>~<owner>~<token>-<seq>); the
-// lock's znode is a container, which ZooKeeper deletes once it is empty.
+// The store holds one ZooKeeper session. Every hold and queue place, of
+// every pattern, is an ephemeral sequential znode under the name's one znode
+// (<root>/x/n<base64url(name)>/<k><r|w|x>~<owner>~<token>-<seq>, k the
+// pattern's letter); the name's znode is a container, which ZooKeeper
+// deletes once it is empty.
 // Acquire is the recipe of seeds 001 and 002: create the node, list the
 // children in sequence order, and hold when the rules of the mode say so (the
 // first node for an exclusive lock, the first Limit nodes for a semaphore, no
@@ -24,8 +25,9 @@
 // The fence of a grant is its node's czxid, the zxid of the transaction that
 // created it: strictly increasing across grants ensemble-wide and across
 // restarts (seed 001, "ZooKeeper zxid as Fencing Token"). A re-entry gets
-// the first acquisition's fence; a reader the last writer's (recorded in
-// the lock znode's data by the writer), or its own before any writer. Like
+// the first acquisition's fence; a reader the name's current fence (every
+// other grant, of any pattern, records its fence in the name znode's data),
+// or its own before any such grant. Like
 // etcd revisions, these numbers are far below the clock-based fences of the
 // Valkey and PostgreSQL stores.
 //
@@ -63,6 +65,9 @@
 // of another pattern is ahead of it, so a hold of one pattern refuses every
 // other pattern's request on the name. Fences are czxids, shared by all
 // patterns; every grant but a reader's records its fence for later readers.
-// The znode layout changed (<root>/x/n<name>): run no older dlock on the
-// same root at the same time.
+// Each node is created before its list is read and sequence numbers only
+// grow, so of two nodes of different patterns the later one finds the
+// earlier ahead of it and does not hold: they never both hold. The znode layout changed with this rule (it was
+// <root>/<pattern>/n<name>): run no older dlock on the same root at the
+// same time.
 package zookeeper
