@@ -1,0 +1,291 @@
+package etcd
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/dlock-dev/dlock"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// keepAlive renews the lease of e's key so that it lasts at least ttl from
+// now. When ttl is longer than the lease was granted for, the key moves to a
+// new, longer lease (etcd leases keep their TTL). errRetry: the lease or key
+// is gone.
+func (s *Store) keepAlive(ctx context.Context, name string, e *entry, ttl time.Duration, key string) error {
+	lease := clientv3.LeaseID(e.kv.Lease)
+	if seconds(ttl) <= seconds(time.Duration(e.v.TTL)*time.Millisecond) {
+		_, err := s.cli.KeepAliveOnce(ctx, lease)
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			return errRetry
+		}
+		if err == nil {
+			s.track(key, lease, ttl)
+		}
+		return err
+	}
+	nl, err := s.cli.Grant(ctx, seconds(ttl))
+	if err != nil {
+		return err
+	}
+	nv := e.v
+	nv.TTL = ms(ttl)
+	if nv.Held {
+		nv.Fence = e.fence()
+	}
+	ops := []clientv3.Op{clientv3.OpPut(key, nv.encode(), clientv3.WithLease(nl.ID))}
+	if nv.Slot > 0 {
+		ops = append(ops, clientv3.OpPut(s.slotKey(name, nv.Slot-1), e.token, clientv3.WithLease(nl.ID)))
+	}
+	resp, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", e.kv.CreateRevision)).
+		Then(ops...).Commit()
+	if err != nil || !resp.Succeeded {
+		s.revoke(nl.ID)
+		if err == nil {
+			err = errRetry
+		}
+		return err
+	}
+	e.v = nv
+	e.kv.Lease = int64(nl.ID)
+	s.track(key, nl.ID, ttl)
+	s.revoke(lease)
+	return nil
+}
+
+// track records that key, on lease, is held (or queued) through this store
+// until ttl from now.
+func (s *Store) track(key string, lease clientv3.LeaseID, ttl time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.local[key] = &local{lease: lease, deadline: time.Now().Add(ttl)}
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (s *Store) untrack(key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.local, key)
+}
+
+// lapsed reports whether key is a hold of this store whose TTL passed
+// without renewal; such a hold is revoked at once.
+func (s *Store) lapsed(key string) bool {
+	s.mu.Lock()
+	l := s.local[key]
+	gone := l != nil && !time.Now().Before(l.deadline)
+	if gone {
+		delete(s.local, key)
+	}
+	s.mu.Unlock()
+	if gone {
+		s.revoke(l.lease)
+	}
+	return gone
+}
+
+// lapsedEntry is lapsed for a key as read: when the key has moved to
+// another lease since this store tracked it (a release handed the fair lock
+// to it: the claim gave it a lease of its hold's TTL), the tracking is
+// renewed for that lease and the hold's TTL instead, so the key is neither
+// taken for lapsed while it holds nor left behind by revoking the old lease.
+func (s *Store) lapsedEntry(e *entry) bool {
+	key := string(e.kv.Key)
+	s.mu.Lock()
+	if l := s.local[key]; l != nil && e.kv.Lease != 0 && l.lease != clientv3.LeaseID(e.kv.Lease) {
+		l.lease = clientv3.LeaseID(e.kv.Lease)
+		l.deadline = time.Now().Add(time.Duration(e.v.TTL) * time.Millisecond)
+	}
+	s.mu.Unlock()
+	return s.lapsed(key)
+}
+
+// remaining is the time left of a hold granted through this store, known
+// to the millisecond; ok is false for holds of other stores.
+func (s *Store) remaining(key string) (time.Duration, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l := s.local[key]; l != nil {
+		return max(time.Until(l.deadline), time.Millisecond), true
+	}
+	return 0, false
+}
+
+// reap revokes the leases of holds and queue places granted through this
+// store whose TTL passed without renewal, so that a TTL is kept to the
+// millisecond while this process lives (etcd itself only expires a lease
+// of whole seconds, checked every half second: that is what happens when the
+// process is gone).
+func (s *Store) reap() {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		s.mu.Lock()
+		now := time.Now()
+		next := now.Add(time.Hour)
+		var due []clientv3.LeaseID
+		for k, l := range s.local {
+			if !now.Before(l.deadline) {
+				due = append(due, l.lease)
+				delete(s.local, k)
+			} else if l.deadline.Before(next) {
+				next = l.deadline
+			}
+		}
+		s.mu.Unlock()
+		for _, id := range due {
+			s.revoke(id)
+		}
+		timer.Reset(time.Until(next))
+		select {
+		case <-s.stop:
+			return
+		case <-s.kick:
+			if !timer.Stop() {
+				select {
+				case <-timer.C:
+				default:
+				}
+			}
+		case <-timer.C:
+		}
+	}
+}
+
+// revoke drops a lease (and its keys) after an operation no longer needs
+// it, bounded by a short timeout.
+func (s *Store) revoke(id clientv3.LeaseID) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	s.cli.Revoke(ctx, id)
+}
+
+// Extend implements [dlock.Store]: one read of every request's key, then a
+// keep-alive of each hold's lease (concurrently). A key that is gone, or is
+// only a queue place, reports [dlock.ErrNotHeld]; so does a lease that
+// expired (etcd judged it by its leader's clock).
+func (s *Store) Extend(ctx context.Context, reqs []dlock.Request) []error {
+	errs := make([]error, len(reqs))
+	ops := make([]clientv3.Op, 0, len(reqs))
+	idx := make([]int, 0, len(reqs))
+	keys := make([]string, len(reqs))
+	for i, req := range reqs {
+		kind, err := kindOf(req.Mode)
+		if err == nil {
+			err = validate(req)
+		}
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		keys[i] = s.key(kind, req)
+		if s.lapsed(keys[i]) {
+			errs[i] = dlock.ErrNotHeld
+			continue
+		}
+		ops = append(ops, clientv3.OpGet(keys[i]))
+		idx = append(idx, i)
+	}
+	if len(ops) == 0 {
+		return errs
+	}
+	resp, err := s.cli.Txn(ctx).Then(ops...).Commit()
+	if err != nil {
+		for _, i := range idx {
+			errs[i] = storeErr("extend", err)
+		}
+		return errs
+	}
+	var wg sync.WaitGroup
+	for j, i := range idx {
+		kvs := resp.Responses[j].GetResponseRange().Kvs
+		if len(kvs) == 0 {
+			errs[i] = dlock.ErrNotHeld
+			continue
+		}
+		e := &entry{kv: kvs[0]}
+		if json.Unmarshal(kvs[0].Value, &e.v) != nil || !e.v.Held {
+			errs[i] = dlock.ErrNotHeld
+			continue
+		}
+		wg.Go(func() {
+			err := s.keepAlive(ctx, reqs[i].Name, e, reqs[i].TTL, keys[i])
+			switch {
+			case errors.Is(err, errRetry):
+				errs[i] = dlock.ErrNotHeld
+			case err != nil:
+				errs[i] = storeErr("extend", err)
+			}
+		})
+	}
+	wg.Wait()
+	return errs
+}
+
+// Release implements [dlock.Store]: it reads the key's lease and revokes it,
+// which deletes the key (and a semaphore's slot) in the same step, so a key
+// never outlives its lease's keep-alives. Releasing a fair lock then hands
+// it to the head of its queue: the head's key is claimed for it (a new fence
+// and a lease of the TTL it asked for), and its [Store.WatchGrant] wakes.
+// A writer intent needs no handoff: the next writer claims on its own.
+func (s *Store) Release(ctx context.Context, req dlock.Request) error {
+	kind, err := kindOf(req.Mode)
+	if err != nil {
+		return err
+	}
+	key := s.key(kind, req)
+	if s.lapsed(key) {
+		return dlock.ErrNotHeld
+	}
+	s.untrack(key)
+	resp, err := s.cli.Get(ctx, key)
+	if err != nil {
+		return storeErr("release", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return dlock.ErrNotHeld
+	}
+	kv := resp.Kvs[0]
+	if kv.Lease == 0 {
+		_, err = s.cli.Delete(ctx, key)
+	} else {
+		_, err = s.cli.Revoke(ctx, clientv3.LeaseID(kv.Lease))
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			return dlock.ErrNotHeld // expired meanwhile
+		}
+	}
+	if err != nil {
+		return storeErr("release", err)
+	}
+	if kind == "f" {
+		s.handOff(ctx, req.Name)
+	}
+	return nil
+}
+
+// handOff claims a free fair lock for the head of its queue. Failures are
+// left to the head waiter, which claims for itself on its next Acquire.
+func (s *Store) handOff(ctx context.Context, name string) {
+	for range 3 {
+		vw, err := s.read(ctx, "f", name)
+		if err != nil || len(vw.entries) == 0 || vw.entries[0].v.Held {
+			return
+		}
+		if _, _, held := s.otherHold(vw); held {
+			return
+		}
+		head := vw.entries[0]
+		key := s.lockPrefix("f", name) + "h/" + head.token
+		_, err = s.claim(ctx, "f", name, head, time.Duration(max(head.v.Hold, head.v.TTL))*time.Millisecond, key, false, s.othersUnchanged("f", name, vw))
+		if !errors.Is(err, errRetry) {
+			return
+		}
+	}
+}
