@@ -8,8 +8,8 @@
 //
 // The store holds one ZooKeeper session. Every hold and queue place, of
 // every pattern, is an ephemeral sequential znode under the name's one znode
-// (<root>/x/n<base64url(name)>/<k><r|w|x>~<owner>~<token>-<seq>, k the
-// pattern's letter); the name's znode is a container, which ZooKeeper
+// (<root>/x/n<base64url(name)>/<k><r|w|x>[b]~<owner>~<token>-<seq>, k the
+// pattern's letter, b marking a node beside its owner's hold); the name's znode is a container, which ZooKeeper
 // deletes once it is empty.
 // Acquire is the recipe of seeds 001 and 002: create the node, list the
 // children in sequence order, and hold when the rules of the mode say so (the
@@ -67,7 +67,16 @@
 // patterns; every grant but a reader's records its fence for later readers.
 // Each node is created before its list is read and sequence numbers only
 // grow, so of two nodes of different patterns the later one finds the
-// earlier ahead of it and does not hold: they never both hold. The znode layout changed with this rule (it was
+// earlier ahead of it and does not hold: they never both hold. A queued
+// waiter (a fair waiter, a writer's intent) keeps later requests out, but
+// not the holder's own: a re-entry, or a reader whose Owner is the holding
+// writer's token (a downgrade), enters beside the hold wherever it stands
+// in the queue. Its node is created in one multi-op
+// that checks the owner's node still exists, so only while the owner holds;
+// it is marked b and holds until deleted, and no node it cannot coexist
+// with holds meanwhile, ahead of it or not. So a waiter of another pattern
+// cannot deadlock a nested Lock, and the hold outlives the release of the
+// node it entered beside. The znode layout changed with this rule (it was
 // <root>/<pattern>/n<name>): run no older dlock on the same root at the
 // same time.
 package zookeeper

@@ -1,6 +1,7 @@
 package zookeeper
 
 import (
+	"encoding/json"
 	"errors"
 	"strconv"
 
@@ -8,36 +9,62 @@ import (
 )
 
 // fenceOf returns the fence of held node i: its czxid; for a re-entry the
-// first acquisition's; for a reader the last writer's (recorded in the
-// lock's znode data), or its own when there has been no writer.
+// hold's (see holdFence); for a reader the current fence (recorded in the
+// lock's znode data by every other grant), or its own when there is none.
 func (s *Store) fenceOf(kind string, mode dlock.Mode, dir, path string, es []entry, i int) (int64, error) {
 	if f := s.cached(path); f != 0 {
 		return f, nil
 	}
+	var fence int64
 	if kind == "r" {
-		path = dir + "/" + es[0].name
-	}
-	if mode == dlock.ModeRead {
-		b, _, err := s.conn.Get(dir)
+		f, err := s.holdFence(dir, es[ownerFirst(es, es[i].owner)])
 		if err != nil {
 			return 0, err
 		}
-		if f, err := strconv.ParseInt(string(b), 10, 64); err == nil && f > 0 {
-			return f, nil
+		fence = f
+	} else {
+		if mode == dlock.ModeRead {
+			b, _, err := s.conn.Get(dir)
+			if err != nil {
+				return 0, err
+			}
+			if f, err := strconv.ParseInt(string(b), 10, 64); err == nil && f > 0 {
+				return f, nil
+			}
 		}
-	}
-	ok, st, err := s.conn.Exists(path)
-	if err != nil {
-		return 0, err
-	}
-	if !ok {
-		return 0, errors.New("node vanished")
+		ok, st, err := s.conn.Exists(path)
+		if err != nil {
+			return 0, err
+		}
+		if !ok {
+			return 0, errors.New("node vanished")
+		}
+		fence = st.Czxid
 	}
 	if mode != dlock.ModeRead {
 		// Readers after this grant, of any kind, get its fence.
-		if _, err := s.conn.Set(dir, []byte(strconv.FormatInt(st.Czxid, 10)), -1); err != nil {
+		if _, err := s.conn.Set(dir, []byte(strconv.FormatInt(fence, 10)), -1); err != nil {
 			return 0, err
 		}
+	}
+	return fence, nil
+}
+
+// holdFence returns the fence of the reentrant hold whose first node is e:
+// the fence this store knows for it, else the one its data records (a
+// re-entry's node outlives the first acquisition's), else its czxid.
+func (s *Store) holdFence(dir string, e entry) (int64, error) {
+	path := dir + "/" + e.name
+	if f := s.cached(path); f != 0 {
+		return f, nil
+	}
+	b, st, err := s.conn.Get(path)
+	if err != nil {
+		return 0, err
+	}
+	var d nodeData
+	if json.Unmarshal(b, &d) == nil && d.Fence > 0 {
+		return d.Fence, nil
 	}
 	return st.Czxid, nil
 }

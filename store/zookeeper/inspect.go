@@ -42,11 +42,8 @@ func (s *Store) state(kind, name string, es []entry) dlock.State {
 			st.Fence = max(st.Fence, stat.Czxid)
 		}
 	}
-	if kind == "r" && len(es) > 0 {
-		st.Fence = 0
-		if _, stat, err := s.conn.Exists(dir + "/" + es[0].name); err == nil && stat != nil {
-			st.Fence = stat.Czxid // the first acquisition's: the hold's fence
-		}
+	if h := firstHolder(es); kind == "r" && h >= 0 {
+		st.Fence, _ = s.holdFence(dir, es[ownerFirst(es, es[h].owner)])
 	}
 	if kind == "w" {
 		if b, _, err := s.conn.Get(dir); err == nil {
@@ -66,7 +63,16 @@ func (s *Store) state(kind, name string, es []entry) dlock.State {
 	return st
 }
 
-// State implements [dlock.Inspector]: the first pattern of name with nodes.
+// holderKind is the kind of the pattern holding the name whose nodes are
+// es (not empty): the first holder's.
+func holderKind(es []entry) string {
+	if h := firstHolder(es); h >= 0 {
+		return string(es[h].kind)
+	}
+	return string(es[0].kind)
+}
+
+// State implements [dlock.Inspector]: the pattern holding name.
 // TTL is known only for holds of this store.
 func (s *Store) State(ctx context.Context, name string) (dlock.State, error) {
 	es, err := s.list(s.dir("", name))
@@ -74,7 +80,7 @@ func (s *Store) State(ctx context.Context, name string) (dlock.State, error) {
 		return dlock.State{}, storeErr("state", err)
 	}
 	if len(es) > 0 {
-		return s.state(string(es[0].kind), name, es), nil
+		return s.state(holderKind(es), name, es), nil
 	}
 	return dlock.State{Name: name}, nil
 }
@@ -99,7 +105,7 @@ func (s *Store) List(ctx context.Context) ([]dlock.State, error) {
 			return nil, storeErr("list", err)
 		}
 		if len(es) > 0 {
-			out = append(out, s.state(string(es[0].kind), string(nb), es))
+			out = append(out, s.state(holderKind(es), string(nb), es))
 		}
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Name < out[j].Name })

@@ -42,9 +42,10 @@ func (s *Store) dir(_, name string) string {
 }
 
 // nodePrefix is the name of a holder or waiter node before ZooKeeper's
-// sequence suffix: <k><m>~<owner>~<token>-, k being the kind letter, m r
-// (reader), w (writer) or x, owner and token base64url-encoded.
-func nodePrefix(req dlock.Request) string {
+// sequence suffix: <k><m>[b]~<owner>~<token>-, k being the kind letter, m r
+// (reader), w (writer) or x, b marking a node that entered beside its
+// owner's hold (see holds), owner and token base64url-encoded.
+func nodePrefix(req dlock.Request, beside bool) string {
 	k, _ := kindOf(req.Mode)
 	m := "x"
 	switch req.Mode {
@@ -53,16 +54,20 @@ func nodePrefix(req dlock.Request) string {
 	case dlock.ModeWrite:
 		m = "w"
 	}
+	if beside {
+		m += "b"
+	}
 	return k + m + "~" + b64.EncodeToString([]byte(req.Owner)) + "~" + b64.EncodeToString([]byte(req.Token)) + "-"
 }
 
 type entry struct {
-	name  string
-	kind  byte // m, r, w, f or s
-	mode  byte // r, w or x
-	owner string
-	token string
-	seq   int64
+	name   string
+	kind   byte // m, r, w, f or s
+	mode   byte // r, w or x
+	beside bool // entered beside its owner's hold
+	owner  string
+	token  string
+	seq    int64
 }
 
 // heldMode is the dlock.Mode of node e's hold.
@@ -83,7 +88,7 @@ func parse(name string) (entry, bool) {
 		return entry{}, false
 	}
 	parts := strings.SplitN(name[:len(name)-11], "~", 3)
-	if len(parts) != 3 || len(parts[0]) != 2 {
+	if len(parts) != 3 || len(parts[0]) < 2 || len(parts[0]) > 3 || len(parts[0]) == 3 && parts[0][2] != 'b' {
 		return entry{}, false
 	}
 	owner, err1 := b64.DecodeString(parts[1])
@@ -91,7 +96,7 @@ func parse(name string) (entry, bool) {
 	if err1 != nil || err2 != nil {
 		return entry{}, false
 	}
-	return entry{name: name, kind: parts[0][0], mode: parts[0][1], owner: string(owner), token: string(token), seq: seq}, true
+	return entry{name: name, kind: parts[0][0], mode: parts[0][1], beside: len(parts[0]) == 3, owner: string(owner), token: string(token), seq: seq}, true
 }
 
 // list returns the lock's live nodes in sequence order (empty when the
@@ -145,10 +150,19 @@ func find(es []entry, token string) int {
 // nodes (semaphore), the nodes of the first node's owner (reentrant), a
 // reader with no writer ahead other than the writer whose token is its
 // owner (a downgrade).
+//
+// A re-entry and a downgrade reader enter beside a hold of their owner (its
+// anchor) wherever they stand in the queue: such a node is created only in
+// one multi-op with a check that its anchor still exists (see anchorOf), so
+// it is created only while the owner holds, and it holds until deleted,
+// keeping out every node that does not coexist with it, ahead of it or not.
 func holds(_ string, es []entry, i, limit int) bool {
 	e := es[i]
-	for _, p := range es[:i] {
-		if p.kind != e.kind {
+	if e.beside {
+		return true
+	}
+	for j, p := range es {
+		if j < i && p.kind != e.kind || p.beside && j != i && !besideOK(p, e) {
 			return false
 		}
 	}
@@ -171,10 +185,64 @@ func holds(_ string, es []entry, i, limit int) bool {
 	return i == 0
 }
 
+// besideOK reports whether node e may hold beside node b, which entered
+// beside its owner's hold: a node of b's owner (reentrant), or for a
+// downgrade reader its writer or another reader.
+func besideOK(b, e entry) bool {
+	switch {
+	case b.kind != e.kind:
+		return false
+	case b.kind == 'r':
+		return e.owner == b.owner
+	}
+	return e.mode == 'r' || e.token == b.owner
+}
+
+// anchorOf returns the index of the node whose hold a request of mode m and
+// owner enters beside: a holding node of the same owner (a re-entry), or
+// the holding writer whose token is a reader's owner (a downgrade); -1 if
+// none.
+func anchorOf(es []entry, m dlock.Mode, owner string) int {
+	if owner == "" || m != dlock.ModeReentrant && m != dlock.ModeRead {
+		return -1
+	}
+	for j, p := range es {
+		re := m == dlock.ModeReentrant && p.kind == 'r' && p.owner == owner
+		down := m == dlock.ModeRead && p.kind == 'w' && p.mode == 'w' && p.token == owner
+		if (re || down) && holds("", es, j, 0) {
+			return j
+		}
+	}
+	return -1
+}
+
+// firstHolder returns the index of the first node of es that holds (-1 if
+// none): its kind is the pattern holding the name.
+func firstHolder(es []entry) int {
+	for j := range es {
+		if holds("", es, j, 0) {
+			return j
+		}
+	}
+	return -1
+}
+
+// ownerFirst returns the first node of es of kind r whose owner is owner:
+// its fence is the reentrant hold's (-1 if none).
+func ownerFirst(es []entry, owner string) int {
+	for j, p := range es {
+		if p.kind == 'r' && p.owner == owner {
+			return j
+		}
+	}
+	return -1
+}
+
 // nodeData is the data of a node: what a refused caller needs to know.
 type nodeData struct {
 	TTL   int64 `json:"t"` // ms
 	Limit int   `json:"l,omitempty"`
+	Fence int64 `json:"f,omitempty"` // a re-entry's: its hold's fence
 }
 
 // ensure creates the lock's znode (a container, which ZooKeeper deletes

@@ -51,11 +51,18 @@ func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, er
 		req.Owner = req.Token
 	}
 	g, err := s.acquire(kind, req)
+	for n := 0; errors.Is(err, errAnchorGone) && n < 3; n++ {
+		g, err = s.acquire(kind, req) // the owner's hold went meanwhile
+	}
 	if err != nil && !errors.Is(err, dlock.ErrUpgrade) && !errors.Is(err, dlock.ErrInvalid) {
 		return dlock.Grant{}, storeErr("acquire", err)
 	}
 	return g, err
 }
+
+// errAnchorGone reports that the hold a re-entry or downgrade was to enter
+// beside went before its node was created.
+var errAnchorGone = errors.New("the hold to enter beside is gone")
 
 func (s *Store) acquire(kind string, req dlock.Request) (dlock.Grant, error) {
 	dir := s.dir(kind, req.Name)
@@ -86,9 +93,12 @@ func (s *Store) acquire(kind string, req dlock.Request) (dlock.Grant, error) {
 			}
 		}
 	}
+	if a := anchorOf(es, req.Mode, req.Owner); a >= 0 {
+		return s.acquireBeside(kind, req, dir, es, a)
+	}
 	// Would a node appended now hold? If not and the caller does not queue,
 	// refuse without writing.
-	me := entry{kind: kind[0], mode: nodePrefix(req)[1], owner: req.Owner, token: req.Token, seq: 1 << 62}
+	me := entry{kind: kind[0], mode: nodePrefix(req, false)[1], owner: req.Owner, token: req.Token, seq: 1 << 62}
 	if kind == "s" && len(es) > 0 && es[0].kind == 's' {
 		if held := s.limitOf(dir, es[0]); held != 0 && held != req.Limit {
 			return dlock.Grant{}, &dlock.LimitError{Name: req.Name, Held: held, Asked: req.Limit}
@@ -98,10 +108,10 @@ func (s *Store) acquire(kind string, req dlock.Request) (dlock.Grant, error) {
 		return s.refusal(kind, dir, es, -1, req.Limit), nil
 	}
 	data, _ := json.Marshal(nodeData{TTL: req.TTL.Milliseconds(), Limit: req.Limit})
-	path, err := s.conn.Create(dir+"/"+nodePrefix(req), data, zk.FlagEphemeralSequential, s.acl)
+	path, err := s.conn.Create(dir+"/"+nodePrefix(req, false), data, zk.FlagEphemeralSequential, s.acl)
 	if errors.Is(err, zk.ErrNoNode) {
 		if err = s.ensure(kind, dir); err == nil {
-			path, err = s.conn.Create(dir+"/"+nodePrefix(req), data, zk.FlagEphemeralSequential, s.acl)
+			path, err = s.conn.Create(dir+"/"+nodePrefix(req, false), data, zk.FlagEphemeralSequential, s.acl)
 		}
 	}
 	if err != nil {
@@ -129,6 +139,55 @@ func (s *Store) acquire(kind string, req dlock.Request) (dlock.Grant, error) {
 	return s.refusal(kind, dir, es, -1, req.Limit), nil
 }
 
+// acquireBeside creates req's node beside the hold of node a (its owner's:
+// a re-entry or a downgrade) in one multi-op that first checks node a
+// still exists. Node a held when listed and a node holds until deleted, so
+// the new node is created only while its owner holds; it then holds
+// whatever is queued ahead of it (see holds). A re-entry's node carries the
+// hold's fence, which outlives the first acquisition's node.
+func (s *Store) acquireBeside(kind string, req dlock.Request, dir string, es []entry, a int) (dlock.Grant, error) {
+	d := nodeData{TTL: req.TTL.Milliseconds()}
+	if kind == "r" {
+		f, err := s.holdFence(dir, es[ownerFirst(es, req.Owner)])
+		if errors.Is(err, zk.ErrNoNode) {
+			return dlock.Grant{}, errAnchorGone
+		}
+		if err != nil {
+			return dlock.Grant{}, err
+		}
+		d.Fence = f
+	}
+	data, _ := json.Marshal(d)
+	res, err := s.conn.Multi(
+		&zk.CheckVersionRequest{Path: dir + "/" + es[a].name, Version: -1},
+		&zk.CreateRequest{Path: dir + "/" + nodePrefix(req, true), Data: data, Acl: s.acl, Flags: zk.FlagEphemeralSequential},
+	)
+	if err == nil && len(res) != 2 {
+		err = errors.New("short multi-op reply")
+	}
+	for _, r := range res {
+		if err == nil {
+			err = r.Error
+		}
+	}
+	if errors.Is(err, zk.ErrNoNode) {
+		return dlock.Grant{}, errAnchorGone
+	}
+	if err != nil {
+		return dlock.Grant{}, err
+	}
+	path := res[1].String
+	if es, err = s.list(dir); err != nil {
+		s.conn.Delete(path, -1)
+		return dlock.Grant{}, err
+	}
+	i := find(es, req.Token)
+	if i < 0 {
+		return dlock.Grant{}, errors.New("own node vanished")
+	}
+	return s.grant(kind, req, dir, path, es, i)
+}
+
 // grant reports node i (path) as held by req, starting its TTL.
 func (s *Store) grant(kind string, req dlock.Request, dir, path string, es []entry, i int) (dlock.Grant, error) {
 	fence, err := s.fenceOf(kind, req.Mode, dir, path, es, i)
@@ -140,13 +199,13 @@ func (s *Store) grant(kind string, req dlock.Request, dir, path string, es []ent
 	if kind == "r" {
 		count = 0
 		for _, e := range es {
-			if e.owner == req.Owner {
+			if e.kind == 'r' && e.owner == req.Owner {
 				count++
 			}
 		}
 		// One hold, one expiry: every acquisition's TTL is pushed out.
 		for _, e := range es {
-			if e.owner == req.Owner {
+			if e.kind == 'r' && e.owner == req.Owner {
 				s.push(dir+"/"+e.name, req.TTL)
 			}
 		}
@@ -173,8 +232,8 @@ func (s *Store) limitOf(dir string, e entry) int {
 // index, or -1: their number).
 func (s *Store) refusal(kind, dir string, es []entry, i, limit int) dlock.Grant {
 	g := dlock.Grant{Held: kindMode[kind]}
-	if len(es) > 0 {
-		g.Held = es[0].heldMode() // the first node always holds
+	if h := firstHolder(es); h >= 0 {
+		g.Held = es[h].heldMode()
 	}
 	for j := range es {
 		if holds(kind, es, j, limit) {
@@ -261,7 +320,7 @@ func (s *Store) Extend(ctx context.Context, reqs []dlock.Request) []error {
 		}
 		if kind == "r" {
 			for _, e := range j.es {
-				if e.owner == j.es[k].owner {
+				if e.kind == 'r' && e.owner == j.es[k].owner {
 					s.push(j.dir+"/"+e.name, req.TTL)
 				}
 			}

@@ -112,7 +112,9 @@ func sleep(stop <-chan struct{}, d time.Duration) bool {
 // WatchGrant implements [dlock.GrantWatcher] for the fair lock with the
 // recipe of seeds 001 and 002: the waiter watches only the node just
 // before its own (one release wakes one waiter, no herd), looks again when
-// it goes, and delivers the grant once its node is the first.
+// it goes, and delivers the grant once its node holds (the first, with no
+// node of another pattern beside a hold behind it; the first waits on the
+// children then).
 func (s *Store) WatchGrant(ctx context.Context, req dlock.Request) (<-chan dlock.Grant, func(), error) {
 	if req.Mode != dlock.ModeFair {
 		return nil, nil, fmt.Errorf("%w: zookeeper store grant watch for mode %v", dlock.ErrNotSupported, req.Mode)
@@ -143,8 +145,8 @@ func (s *Store) WatchGrant(ctx context.Context, req dlock.Request) (<-chan dlock
 			}
 			sort.Slice(es, func(i, j int) bool { return es[i].seq < es[j].seq })
 			i := find(es, req.Token)
-			if i == 0 {
-				g, err := s.grant("f", req, dir, dir+"/"+es[0].name, es, 0)
+			if i >= 0 && holds("f", es, i, 0) {
+				g, err := s.grant("f", req, dir, dir+"/"+es[i].name, es, i)
 				if err == nil {
 					gch <- g
 					return
