@@ -114,8 +114,25 @@ for mod in "${modules[@]}"; do
 	summary+=("$(printf '%-4s  %-24s  vet %-6s  test %-6s  %4ds' "$status" "$mod" "$vet" "$test" $((SECONDS - start)))")
 done
 
+# --- other suites -----------------------------------------------------------------
+# Each scripts/suites/*.sh (clients in other languages, linters) installs what it
+# needs, runs its suite and exits non-zero on failure. They run after the Go
+# modules, in name order, with the same environment.
+for suite in scripts/suites/*.sh; do
+	[ -e "$suite" ] || continue
+	echo
+	log "suite $suite"
+	start=$SECONDS
+	status=PASS
+	if ! APT_UPDATED=$APT_UPDATED bash "$suite"; then
+		status=FAIL
+		failed=$((failed + 1))
+	fi
+	summary+=("$(printf '%-4s  %-24s  %-24s  %4ds' "$status" "$suite" "" $((SECONDS - start)))")
+done
+
 echo
-log "summary: ${#modules[@]} module(s), $failed failed"
+log "summary: ${#modules[@]} module(s) and $(compgen -G 'scripts/suites/*.sh' | wc -l) suite(s), $failed failed"
 printf '    %s\n' "${summary[@]}"
 if [ "$failed" -ne 0 ]; then
 	exit 1
