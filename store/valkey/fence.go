@@ -3,23 +3,14 @@ package valkey
 import (
 	"context"
 	"fmt"
-	"strconv"
 
 	vk "github.com/valkey-io/valkey-go"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/redisproto"
 )
 
 var _ dlock.FenceRaiser = (*Store)(nil)
-
-// raiseScripts holds the fence write-back script of each mode that has one.
-var raiseScripts = map[dlock.Mode]*script{
-	dlock.ModeMutex: loadScript("scripts/mutex_raise_fence.lua"),
-	dlock.ModeWrite: loadScript("scripts/rw_raise_fence.lua"),
-}
-
-// maxFence is the largest fence a Lua number holds exactly (2^53).
-const maxFence = 1 << 53
 
 // RaiseFence implements [dlock.FenceRaiser] in one script, one round trip:
 // while req.Token holds the lock, the lock's fence counter becomes
@@ -31,9 +22,8 @@ const maxFence = 1 << 53
 // A repeated Acquire of the mutex by the holder returns the raised fence
 // afterwards; the write side keeps returning the fence it was granted.
 func (s *Store) RaiseFence(ctx context.Context, req dlock.Request, fence int64) error {
-	sc := raiseScripts[req.Mode]
 	o, err := s.ops(req.Mode)
-	if sc == nil || err != nil {
+	if err != nil || o.Raise == nil {
 		return fmt.Errorf("%w: valkey store cannot raise the fence of mode %v", dlock.ErrNotSupported, req.Mode)
 	}
 	if err := dlock.ValidName(req.Name); err != nil {
@@ -42,16 +32,15 @@ func (s *Store) RaiseFence(ctx context.Context, req dlock.Request, fence int64) 
 	if req.Token == "" {
 		return &dlock.InvalidError{Field: "token", Reason: "must not be empty"}
 	}
-	if fence <= 0 || fence >= maxFence {
+	if fence <= 0 || fence >= redisproto.MaxFence {
 		return &dlock.InvalidError{Field: "fence", Reason: "must be positive and below 2^53"}
 	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	keys := o.keys(s, req.Name)
-	args := []string{req.Token, strconv.FormatInt(fence, 10), s.retention}
+	keys, args := o.Keys(s.l, req.Name), o.RaiseArgs(s.l, req, fence)
 	res := s.do(ctx, 1, func(_ int, eval bool) vk.Completed {
-		return sc.cmd(s.client, keys, args, eval)
+		return cmd(s.client, o.Raise, keys, args, eval)
 	})
 	return held("fence", res[0])
 }

@@ -4,11 +4,11 @@ import (
 	"context"
 	"sort"
 	"strings"
-	"time"
 
 	vk "github.com/valkey-io/valkey-go"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/redisproto"
 )
 
 // State implements [dlock.Inspector] in one round trip. A free lock has no
@@ -21,9 +21,9 @@ func (s *Store) State(ctx context.Context, name string) (dlock.State, error) {
 	if err := s.checkName(name); err != nil {
 		return dlock.State{}, err
 	}
-	keys := s.keySet(true, name, "fence", "waiters")
+	keys := s.l.StateKeys(name)
 	res := s.do(ctx, 1, func(_ int, eval bool) vk.Completed {
-		return stateScript.cmd(s.client, keys, nil, eval)
+		return cmd(s.client, redisproto.StateScript, keys, nil, eval)
 	})
 	v, err := res[0].ToArray()
 	if err != nil {
@@ -36,20 +36,14 @@ func (s *Store) State(ctx context.Context, name string) (dlock.State, error) {
 	typ, _ := v[0].ToString()
 	holders, _ := v[1].AsInt64()
 	pttl, _ := v[2].AsInt64()
-	st.Fence, _ = v[3].AsInt64()
-	if typ == "none" || typ == "pattern" {
+	fence, _ := v[3].AsInt64()
+	var waiters int64
+	if len(v) > 4 {
+		waiters, _ = v[4].AsInt64()
+	}
+	st, pattern := redisproto.DecodeState(st, typ, holders, pttl, fence, waiters)
+	if pattern {
 		return s.patternState(ctx, name, st) // patterns.go
-	}
-	st.Holders = int(holders)
-	if pttl > 0 {
-		st.TTL = time.Duration(pttl) * time.Millisecond
-	}
-	if typ == "string" {
-		st.Mode = dlock.ModeMutex
-		if len(v) > 4 {
-			waiters, _ := v[4].AsInt64()
-			st.Queue = int(waiters)
-		}
 	}
 	return st, nil
 }
@@ -60,7 +54,7 @@ func (s *Store) State(ctx context.Context, name string) (dlock.State, error) {
 // meant for dashboards and tools, not hot paths. Locks taken or freed
 // during the scan may or may not be listed.
 func (s *Store) List(ctx context.Context) ([]dlock.State, error) {
-	pattern := globEscape(s.prefix) + "*"
+	pattern := s.l.ListPattern()
 	seen := make(map[string]bool)
 	var names []string
 	for _, n := range s.client.Nodes() {
@@ -74,7 +68,7 @@ func (s *Store) List(ctx context.Context) ([]dlock.State, error) {
 				return nil, fail("list", err)
 			}
 			for _, k := range e.Elements {
-				if name := strings.TrimPrefix(k, s.prefix); !seen[name] && s.checkName(name) == nil {
+				if name, ok := s.l.MainName(k); ok && !seen[name] {
 					seen[name] = true
 					names = append(names, name)
 				}
@@ -111,19 +105,6 @@ func (s *Store) List(ctx context.Context) ([]dlock.State, error) {
 func isReplicaOnly(err error) bool {
 	ve, ok := vk.IsValkeyErr(err)
 	return ok && strings.HasPrefix(ve.Error(), "READONLY")
-}
-
-// globEscape escapes the glob metacharacters of s for SCAN MATCH.
-func globEscape(s string) string {
-	var b strings.Builder
-	for _, r := range s {
-		switch r {
-		case '*', '?', '[', ']', '\\':
-			b.WriteByte('\\')
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
 }
 
 // Ping implements [dlock.Pinger]: PING to the server (to one node of a

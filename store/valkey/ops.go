@@ -4,34 +4,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	vk "github.com/valkey-io/valkey-go"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/redisproto"
 )
 
 // ops returns the scripts of mode m, or an error wrapping
 // [dlock.ErrNotSupported].
-func (s *Store) ops(m dlock.Mode) (*modeOps, error) {
-	if o := modes[m]; o != nil {
-		return o, nil
-	}
-	return nil, fmt.Errorf("%w: valkey store mode %v", dlock.ErrNotSupported, m)
+func (s *Store) ops(m dlock.Mode) (*redisproto.Ops, error) {
+	return redisproto.ModeOps(m, "valkey")
 }
 
-func (s *Store) checkRequest(req dlock.Request) error {
-	if err := s.checkName(req.Name); err != nil {
-		return err
-	}
-	if req.Token == "" {
-		return &dlock.InvalidError{Field: "token", Reason: "must not be empty"}
-	}
-	if req.TTL <= 0 {
-		return &dlock.InvalidError{Field: "ttl", Reason: "must be positive"}
-	}
-	return nil
-}
+func (s *Store) checkRequest(req dlock.Request) error { return s.l.CheckRequest(req) }
 
 // fail classifies an error of operation op: failures to reach the server or
 // transient server states become a [*dlock.StoreError] (wrapping
@@ -43,11 +29,8 @@ func fail(op string, err error) error {
 		return fmt.Errorf("dlock: valkey %s: store closed: %w", op, err)
 	}
 	if ve, ok := vk.IsValkeyErr(err); ok {
-		msg := ve.Error()
-		for _, p := range []string{"LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "READONLY", "NOREPLICAS", "MOVED", "ASK"} {
-			if strings.HasPrefix(msg, p) {
-				return &dlock.StoreError{Op: op, Node: -1, Err: err}
-			}
+		if redisproto.Transient(ve.Error()) {
+			return &dlock.StoreError{Op: op, Node: -1, Err: err}
 		}
 		return fmt.Errorf("dlock: valkey %s: %w", op, err)
 	}
@@ -112,13 +95,13 @@ func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, er
 		// Register only a waiter that listens for its handoff (WatchGrant).
 		req.Queue = false
 	}
-	keys, args := o.keys(s, req.Name), o.argv(s, req)
+	keys, args := o.Keys(s.l, req.Name), o.Args(s.l, req)
 	// While this Store has waiters on the lock, the attempt is a tracked
 	// read of the watch key (see hub): CLIENT CACHING YES just before the
 	// script, on the same connection, in the same round trip.
 	var watchKey string
-	if s.trackAcquire && o.readsWatchKey {
-		if k := o.watchKey(s, req.Name); s.hub.tracked(k) {
+	if s.trackAcquire && o.ReadsWatchKey {
+		if k := o.WatchKey(s.l, req.Name); s.hub.Tracked(k) {
 			watchKey = k
 		}
 	}
@@ -128,7 +111,7 @@ func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, er
 		if watchKey != "" {
 			cmds = append(cmds, s.client.B().ClientCaching().Yes().Build())
 		}
-		cmds = append(cmds, o.acquire.cmd(s.client, keys, args, eval))
+		cmds = append(cmds, cmd(s.client, o.Acquire, keys, args, eval))
 		if wait {
 			cmds = append(cmds, s.client.B().Wait().Numreplicas(int64(s.cfg.waitReplicas)).Timeout(s.cfg.waitTimeout.Milliseconds()).Build())
 		}
@@ -164,7 +147,7 @@ func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, er
 	// Only a refusal is sure to have read the key (readsWatchKey); a grant
 	// wrote it, which ends its tracking anyway.
 	if watchKey != "" && caching.Error() == nil && !g.Acquired {
-		s.hub.armed(watchKey)
+		s.hub.Armed(watchKey)
 	}
 	if !g.Acquired || !wait {
 		return g, nil
@@ -195,7 +178,7 @@ func (s *Store) Extend(ctx context.Context, reqs []dlock.Request) []error {
 	}
 	type call struct {
 		i          int
-		o          *modeOps
+		o          *redisproto.Ops
 		keys, args []string
 	}
 	calls := make([]call, 0, len(reqs))
@@ -208,14 +191,14 @@ func (s *Store) Extend(ctx context.Context, reqs []dlock.Request) []error {
 			errs[i] = err
 			continue
 		}
-		calls = append(calls, call{i, o, o.keys(s, req.Name), o.argv(s, req)})
+		calls = append(calls, call{i, o, o.Keys(s.l, req.Name), o.Args(s.l, req)})
 	}
 	if len(calls) == 0 {
 		return errs
 	}
 	res := s.do(ctx, len(calls), func(j int, eval bool) vk.Completed {
 		c := calls[j]
-		return c.o.extend.cmd(s.client, c.keys, c.args, eval)
+		return cmd(s.client, c.o.Extend, c.keys, c.args, eval)
 	})
 	for j, r := range res {
 		errs[calls[j].i] = held("extend", r)
@@ -255,16 +238,16 @@ func (s *Store) Release(ctx context.Context, req dlock.Request) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	keys, args := o.keys(s, req.Name), o.argv(s, req)
+	keys, args := o.Keys(s.l, req.Name), o.Args(s.l, req)
 	res := s.do(ctx, 1, func(_ int, eval bool) vk.Completed {
-		return o.release.cmd(s.client, keys, args, eval)
+		return cmd(s.client, o.Release, keys, args, eval)
 	})
 	if err := held("release", res[0]); err != nil {
 		return err
 	}
-	s.hub.wake(o.watchKey(s, req.Name))
+	s.hub.Wake(o.WatchKey(s.l, req.Name))
 	if req.Mode != dlock.ModeMutex {
-		s.hub.wake(s.key(req.Name)) // waiters of every pattern watch the main key
+		s.hub.Wake(s.key(req.Name)) // waiters of every pattern watch the main key
 	}
 	return nil
 }

@@ -78,6 +78,7 @@ import (
 	vk "github.com/valkey-io/valkey-go"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/redisproto"
 )
 
 var (
@@ -126,16 +127,13 @@ func (e *ReplicationError) Unwrap() []error {
 type Store struct {
 	client vk.Client
 	own    bool // Close closes client
-	prefix string
 	cfg    config
-	// retention is cfg.fenceRetention in milliseconds, an ARGV of the
-	// scripts that issue or raise fences.
-	retention string
-	hub       *hub
+	l      *redisproto.Layout // key layout, fence retention, handoff channels
+	hub    *redisproto.Hub
 	// trackAcquire: the client tracks keys in OPTIN mode with this Store's
 	// hook, so acquire attempts can be tracked reads (see hub).
 	trackAcquire bool
-	grants       grantSubs // fair-lock handoffs (patterns_fair.go)
+	grants       redisproto.Handoffs // handoffs to waiters (patterns_fair.go)
 
 	closeOnce sync.Once
 }
@@ -159,6 +157,7 @@ func New(client vk.Client, opts ...Option) (*Store, error) {
 		return nil, err
 	}
 	s.client = client
+	s.grants.Sub = &subscriber{c: client}
 	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
 	defer cancel()
 	if err := s.start(ctx, false); err != nil {
@@ -203,7 +202,7 @@ func Open(ctx context.Context, opt vk.ClientOption, opts ...Option) (*Store, err
 	user := opt.OnInvalidations
 	if tracking {
 		opt.OnInvalidations = func(keys []vk.ValkeyMessage) {
-			s.hub.invalidate(keys)
+			s.invalidated(keys)
 			if user != nil {
 				user(keys)
 			}
@@ -220,6 +219,7 @@ func Open(ctx context.Context, opt vk.ClientOption, opts ...Option) (*Store, err
 		return nil, &dlock.StoreError{Op: "dial", Node: -1, Err: err}
 	}
 	s.client, s.own = client, true
+	s.grants.Sub = &subscriber{c: client}
 	// Tracked attempts need the default OPTIN tracking and the shared,
 	// always-read pipelined connections (WAIT and a disabled auto-pipeline
 	// use pooled ones, whose pushes wait until their next use).
@@ -241,8 +241,9 @@ func newStore(opts []Option) (*Store, error) {
 	if cfg.err != nil {
 		return nil, cfg.err
 	}
-	s := &Store{prefix: cfg.prefix, cfg: cfg, retention: millis(cfg.fenceRetention)}
-	s.hub = newHub(s)
+	s := &Store{cfg: cfg, l: redisproto.NewLayout(cfg.prefix, cfg.fenceRetention)}
+	s.grants.Log = cfg.logger
+	s.hub = redisproto.NewHub(s.armKeys, cfg.logger)
 	return s, nil
 }
 
@@ -253,7 +254,7 @@ func (s *Store) start(ctx context.Context, tracking bool) error {
 		return err
 	}
 	if tracking {
-		s.hub.start()
+		s.hub.Start()
 	}
 	return nil
 }
@@ -267,8 +268,8 @@ func (s *Store) Client() vk.Client { return s.client }
 // nil.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
-		s.grants.stop(s)
-		s.hub.stop()
+		s.grants.Close()
+		s.hub.Stop()
 		if s.own {
 			s.client.Close()
 		}

@@ -8,99 +8,48 @@ import (
 	vk "github.com/valkey-io/valkey-go"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/redisproto"
 )
 
-// The hub wakes the waiters of one Store. It keeps, per watched key, the
-// channels of its waiters, and (when the Store's client has its
-// invalidation hook) keeps the server tracking every watched key:
-//
-//   - a tracked read of the key makes the server push an invalidation the
-//     next time the key is written, deleted or expires, by anyone;
-//   - an invalidation wakes every waiter of the key; since tracking is
-//     one-shot, the key is then tracked again;
-//   - a tracked read that finds the key absent wakes the waiters too: the
-//     lock was free at that moment, whatever happened before the read.
-//
-// Two kinds of tracked reads keep a key tracked. The waiters' own acquire
-// attempts are tracked reads when the mode's acquire script reads the watch
-// key (the mutex does): Acquire prefixes CLIENT CACHING YES to the script
-// while the key has waiters, at no extra round trip, and the refusal itself
-// arms the push. Otherwise, and as a fallback, the hub's goroutine makes a
-// client-side-cached GET (CLIENT CACHING YES + GET): at once when a key gets
-// its first waiter, and after an invalidation only if no tracked acquire
-// has re-armed the key within rearmDelay (woken waiters normally retry at
-// once).
-//
-// So between any release and the next tracked read either the release's
-// invalidation or the read itself wakes the waiters: no wake-up is lost,
-// and one push per change serves every waiter of the process. Without
-// tracking, only Releases made through the Store wake its waiters.
-type hub struct {
-	s *Store
+// cacheTTL is how long valkey-go keeps a tracked read in its local cache; a
+// later read within it costs no round trip.
+const cacheTTL = time.Minute
 
-	mu      sync.Mutex
-	keys    map[string]*watched
-	pending map[string]time.Time // keys to arm, and when
-	running bool
-
-	kick   chan struct{}
-	ctx    context.Context
-	cancel context.CancelFunc
-	done   chan struct{}
-}
-
-// watched is one key with waiters.
-type watched struct {
-	chans map[chan struct{}]struct{}
-	// selfArmed: the waiters' acquire attempts are tracked reads.
-	selfArmed bool
-	// stale: an invalidation came and no tracked read has followed yet.
-	stale bool
-}
-
-const (
-	// armTimeout bounds one batch of tracked reads.
-	armTimeout = 5 * time.Second
-	// armRetry is the pause before arming again keys whose read failed.
-	armRetry = 250 * time.Millisecond
-	// rearmDelay is how long after an invalidation the hub leaves re-arming
-	// a self-armed key to its woken waiters' acquire attempts.
-	rearmDelay = 50 * time.Millisecond
-	// cacheTTL is how long valkey-go keeps a tracked read in its local
-	// cache; a later read within it costs no round trip.
-	cacheTTL = time.Minute
-)
-
-func newHub(s *Store) *hub {
-	ctx, cancel := context.WithCancel(context.Background())
-	return &hub{
-		s:       s,
-		keys:    make(map[string]*watched),
-		pending: make(map[string]time.Time),
-		kick:    make(chan struct{}, 1),
-		ctx:     ctx,
-		cancel:  cancel,
-		done:    make(chan struct{}),
+// armKeys is the Store's redisproto.ArmFunc: client-side-cached GETs
+// (CLIENT CACHING YES + GET) on valkey-go's shared connections, whose
+// invalidations reach the hub through the client's hook.
+func (s *Store) armKeys(ctx context.Context, keys []string) []redisproto.ArmResult {
+	c := s.client
+	cmds := make([]vk.CacheableTTL, len(keys))
+	for i, k := range keys {
+		cmds[i] = vk.CT(c.B().Get().Key(k).Cache(), cacheTTL)
 	}
-}
-
-// start starts the arming goroutine; stop waits for it.
-func (h *hub) start() {
-	h.mu.Lock()
-	h.running = true
-	h.mu.Unlock()
-	go h.run()
-}
-
-func (h *hub) stop() {
-	h.mu.Lock()
-	running := h.running
-	h.running = false
-	h.mu.Unlock()
-	h.cancel()
-	if running {
-		<-h.done
+	out := make([]redisproto.ArmResult, len(keys))
+	for i, r := range c.DoMultiCache(ctx, cmds...) {
+		err := r.Error()
+		switch {
+		case vk.IsValkeyNil(err):
+			out[i].Absent = true
+		case err != nil:
+			out[i].Err = err
+		}
 	}
+	return out
+}
+
+// invalidated is the client's invalidation hook; keys nil means every key (a
+// connection was lost or the server flushed).
+func (s *Store) invalidated(msgs []vk.ValkeyMessage) {
+	var keys []string
+	if msgs != nil {
+		keys = make([]string, 0, len(msgs))
+		for _, m := range msgs {
+			if k, err := m.ToString(); err == nil {
+				keys = append(keys, k)
+			}
+		}
+	}
+	s.hub.Invalidate(keys)
 }
 
 // Watch implements [dlock.Store]. The channel receives when the lock may have
@@ -120,213 +69,20 @@ func (s *Store) Watch(ctx context.Context, name string, mode dlock.Mode) (<-chan
 		return nil, nil, err
 	}
 	ch := make(chan struct{}, 1)
-	key, main := o.watchKey(s, name), s.key(name)
-	s.hub.add(key, ch, s.trackAcquire && o.readsWatchKey)
+	key, main := o.WatchKey(s.l, name), s.key(name)
+	s.hub.Add(key, ch, s.trackAcquire && o.ReadsWatchKey)
 	if key != main {
 		// A name is one lock: whatever pattern holds it, its main key
 		// changes when the name frees.
-		s.hub.add(main, ch, false)
+		s.hub.Add(main, ch, false)
 	}
 	var once sync.Once
 	return ch, func() {
 		once.Do(func() {
-			s.hub.remove(key, ch)
+			s.hub.Remove(key, ch)
 			if key != main {
-				s.hub.remove(main, ch)
+				s.hub.Remove(main, ch)
 			}
 		})
 	}, nil
-}
-
-func (h *hub) add(key string, ch chan struct{}, selfArmed bool) {
-	h.mu.Lock()
-	w := h.keys[key]
-	if w == nil {
-		w = &watched{chans: make(map[chan struct{}]struct{}), selfArmed: selfArmed}
-		h.keys[key] = w
-	}
-	w.chans[ch] = struct{}{}
-	arm := h.running && len(w.chans) == 1
-	if arm {
-		h.pending[key] = time.Time{} // now
-	}
-	h.mu.Unlock()
-	if arm {
-		h.poke()
-	}
-}
-
-func (h *hub) remove(key string, ch chan struct{}) {
-	h.mu.Lock()
-	if w := h.keys[key]; w != nil {
-		delete(w.chans, ch)
-		if len(w.chans) == 0 {
-			delete(h.keys, key)
-		}
-	}
-	h.mu.Unlock()
-}
-
-// tracked reports whether key has waiters whose acquire attempts should be
-// tracked reads.
-func (h *hub) tracked(key string) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	w := h.keys[key]
-	return h.running && w != nil && w.selfArmed
-}
-
-// armed records that a tracked read of key was answered: the server tracks
-// it again, so no re-arming read is needed.
-func (h *hub) armed(key string) {
-	h.mu.Lock()
-	if w := h.keys[key]; w != nil {
-		w.stale = false
-	}
-	h.mu.Unlock()
-}
-
-func (h *hub) poke() {
-	select {
-	case h.kick <- struct{}{}:
-	default:
-	}
-}
-
-// notifyLocked wakes every waiter of key without blocking. h.mu is held.
-func (h *hub) notifyLocked(key string) {
-	if w := h.keys[key]; w != nil {
-		for ch := range w.chans {
-			select {
-			case ch <- struct{}{}:
-			default:
-			}
-		}
-	}
-}
-
-// wake wakes the waiters of key (a release made through this Store).
-func (h *hub) wake(key string) {
-	h.mu.Lock()
-	h.notifyLocked(key)
-	h.mu.Unlock()
-}
-
-// invalidate is the client's invalidation hook. It runs on valkey-go's
-// reading goroutine and must not block or call the client. keys nil means
-// every key (a connection was lost or the server flushed).
-func (h *hub) invalidate(keys []vk.ValkeyMessage) {
-	h.mu.Lock()
-	now := time.Now()
-	mark := func(k string, w *watched) {
-		h.notifyLocked(k)
-		due := now
-		if w.selfArmed {
-			w.stale = true
-			due = now.Add(rearmDelay)
-		}
-		if _, ok := h.pending[k]; !ok {
-			h.pending[k] = due
-		}
-	}
-	if keys == nil {
-		for k, w := range h.keys {
-			mark(k, w)
-		}
-	} else {
-		for _, m := range keys {
-			k, err := m.ToString()
-			if w := h.keys[k]; err == nil && w != nil {
-				mark(k, w)
-			}
-		}
-	}
-	arm := h.running && len(h.pending) > 0
-	h.mu.Unlock()
-	if arm {
-		h.poke()
-	}
-}
-
-// run arms tracking for pending keys until stop.
-func (h *hub) run() {
-	defer close(h.done)
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
-	defer timer.Stop()
-	for {
-		select {
-		case <-h.ctx.Done():
-			return
-		case <-h.kick:
-		case <-timer.C:
-		}
-		if next := h.arm(); !next.IsZero() {
-			timer.Reset(time.Until(next))
-		}
-	}
-}
-
-// arm makes one batch of tracked reads of the pending keys that are due and
-// still need one, and wakes the waiters of keys found absent. Keys whose read
-// failed stay pending (their waiters keep to their timers and backoff
-// meanwhile). It returns when it must run again (zero: when kicked).
-func (h *hub) arm() (next time.Time) {
-	now := time.Now()
-	h.mu.Lock()
-	keys := make([]string, 0, len(h.pending))
-	for k, due := range h.pending {
-		w := h.keys[k]
-		switch {
-		case w == nil:
-			delete(h.pending, k)
-		case due.After(now):
-			if next.IsZero() || due.Before(next) {
-				next = due
-			}
-		case !due.IsZero() && w.selfArmed && !w.stale:
-			delete(h.pending, k) // a waiter's tracked acquire re-armed it
-		default:
-			delete(h.pending, k)
-			keys = append(keys, k)
-		}
-	}
-	h.mu.Unlock()
-	if len(keys) == 0 {
-		return next
-	}
-	c := h.s.client
-	cmds := make([]vk.CacheableTTL, len(keys))
-	for i, k := range keys {
-		cmds[i] = vk.CT(c.B().Get().Key(k).Cache(), cacheTTL)
-	}
-	ctx, cancel := context.WithTimeout(h.ctx, armTimeout)
-	defer cancel()
-	res := c.DoMultiCache(ctx, cmds...)
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for i, r := range res {
-		err := r.Error()
-		k := keys[i]
-		switch {
-		case err == nil || vk.IsValkeyNil(err):
-			if w := h.keys[k]; w != nil {
-				w.stale = false
-			}
-			if err != nil {
-				h.notifyLocked(k)
-			}
-		default:
-			if h.ctx.Err() != nil {
-				return time.Time{}
-			}
-			h.s.cfg.logger.Debug("dlock: tracking a lock key failed", "key", k, "err", err)
-			retry := time.Now().Add(armRetry)
-			h.pending[k] = retry
-			if next.IsZero() || retry.Before(next) {
-				next = retry
-			}
-		}
-	}
-	return next
 }

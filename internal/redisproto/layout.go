@@ -1,0 +1,221 @@
+package redisproto
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/dlock-dev/dlock"
+)
+
+// A Layout names the keys of lock names for one store: its key prefix, its
+// fence retention, and the shard channels on which it hears of handoffs to
+// its own waiters. Make one with NewLayout; it is read-only afterwards.
+type Layout struct {
+	Prefix string
+	// Retention is the fence retention in milliseconds, an ARGV of the
+	// scripts that issue or raise fences.
+	Retention string
+	// ID is random and names the store's handoff channels.
+	ID string
+	// mutexSuffix and fairSuffix end the names of those channels.
+	mutexSuffix, fairSuffix string
+}
+
+// NewLayout returns the Layout of a store with key prefix and fence
+// retention, under a new random ID.
+func NewLayout(prefix string, retention time.Duration) *Layout {
+	var b [8]byte
+	rand.Read(b[:])
+	id := hex.EncodeToString(b[:])
+	return &Layout{
+		Prefix:      prefix,
+		Retention:   Millis(retention),
+		ID:          id,
+		mutexSuffix: "mutex:ch:" + id,
+		fairSuffix:  "fair:ch:" + id,
+	}
+}
+
+// Key returns the main key of the lock name: the prefix followed by the
+// name, exactly, so that a mutex held through dlock is the key that redsync,
+// redislock, node-redlock and redis-py's Lock would set for the same name.
+func (l *Layout) Key(name string) string { return l.Prefix + name }
+
+// Aux returns the auxiliary key suffix of the lock name (its fence counter,
+// queue, holder set and so on). It lives in the same Redis Cluster hash slot
+// as the main key, so that every script of one lock touches one slot:
+//
+//   - main key without a hash tag, "lock:x": "{lock:x}:fence";
+//   - main key with a hash tag, "lock:{user:1}:job": "{user:1}:lock:{user:1}:job:fence".
+//
+// The second form repeats the main key because a hash tag may be shared by
+// many locks (all names "{user:1}:..." or a prefix such as "{locks}:"), and
+// two locks must never share an auxiliary key. Auxiliary keys start with
+// "{", so they never match the default prefix.
+func (l *Layout) Aux(name, suffix string) string {
+	return l.KeySet(false, name, suffix)[0]
+}
+
+// KeySet returns the auxiliary keys of lock name with the given suffixes
+// (see Aux), preceded by its main key when withMain is set. The keys are
+// substrings of one string: two allocations however many keys.
+func (l *Layout) KeySet(withMain bool, name string, suffixes ...string) []string {
+	main := l.Prefix + name // the main key, when withMain
+	pre, post := "{", "}:"
+	if tag, ok := HashTag(main); ok {
+		// "{tag}:<main>:"
+		pre, post = "{"+tag+"}:", ":"
+	}
+	// Every auxiliary key is pre + main + post + suffix.
+	stem := len(pre) + len(main) + len(post)
+	n := 0
+	if withMain {
+		n = len(main)
+	}
+	for _, sfx := range suffixes {
+		n += stem + len(sfx)
+	}
+	var b strings.Builder
+	b.Grow(n)
+	if withMain {
+		b.WriteString(main)
+	}
+	for _, sfx := range suffixes {
+		b.WriteString(pre)
+		b.WriteString(main)
+		b.WriteString(post)
+		b.WriteString(sfx)
+	}
+	all := b.String()
+	keys := make([]string, 0, len(suffixes)+1)
+	at := 0
+	if withMain {
+		keys = append(keys, all[:len(main)])
+		at = len(main)
+	}
+	for _, sfx := range suffixes {
+		end := at + stem + len(sfx)
+		keys = append(keys, all[at:end])
+		at = end
+	}
+	return keys
+}
+
+// HashTag returns the hash tag of key by the Redis Cluster rule: the bytes
+// between the first "{" and the first "}" after it, when there are any.
+func HashTag(key string) (string, bool) {
+	open := strings.IndexByte(key, '{')
+	if open < 0 {
+		return "", false
+	}
+	end := strings.IndexByte(key[open+1:], '}')
+	if end <= 0 {
+		return "", false
+	}
+	return key[open+1 : open+1+end], true
+}
+
+// CheckName validates name as dlock.ValidName does, and refuses a name
+// whose main key contains "}" but no hash tag ("lock:a}b", "lock:{}x"): no
+// auxiliary key could share such a key's cluster slot, since a hash tag
+// cannot contain "}".
+func (l *Layout) CheckName(name string) error {
+	if err := dlock.ValidName(name); err != nil {
+		return err
+	}
+	main := l.Key(name)
+	if _, ok := HashTag(main); !ok && strings.IndexByte(main, '}') >= 0 {
+		return &dlock.InvalidError{Field: "name", Reason: `contains "}" outside a {hash tag}, so the lock's keys could not share a cluster slot`}
+	}
+	return nil
+}
+
+// CheckRequest validates the name, token and TTL of req.
+func (l *Layout) CheckRequest(req dlock.Request) error {
+	if err := l.CheckName(req.Name); err != nil {
+		return err
+	}
+	if req.Token == "" {
+		return &dlock.InvalidError{Field: "token", Reason: "must not be empty"}
+	}
+	if req.TTL <= 0 {
+		return &dlock.InvalidError{Field: "ttl", Reason: "must be positive"}
+	}
+	return nil
+}
+
+// GrantSuffix is the auxiliary key suffix of the store's handoff channel of
+// mode m (ModeMutex or ModeFair).
+func (l *Layout) GrantSuffix(m dlock.Mode) string {
+	if m == dlock.ModeMutex {
+		return l.mutexSuffix
+	}
+	return l.fairSuffix
+}
+
+// GrantChannel is the shard channel of lock name (mode m, ModeFair or
+// ModeMutex) on which the store hears of handoffs to its waiters.
+func (l *Layout) GrantChannel(name string, m dlock.Mode) string {
+	return l.Aux(name, l.GrantSuffix(m))
+}
+
+// ListPattern is the SCAN MATCH pattern of the main keys.
+func (l *Layout) ListPattern() string { return GlobEscape(l.Prefix) + "*" }
+
+// AuxPattern is the SCAN MATCH pattern of the auxiliary keys: they all start
+// with "{".
+const AuxPattern = `\{*`
+
+// MainName returns the lock name whose main key k is, if it is one.
+func (l *Layout) MainName(k string) (string, bool) {
+	name, ok := strings.CutPrefix(k, l.Prefix)
+	return name, ok && l.CheckName(name) == nil
+}
+
+// patternSuffixes are the keys that exist while a pattern lock has a holder
+// or a waiter, which List looks for.
+var patternSuffixes = []string{"reentrant", "rw", "rw:intents", "fair", "fair:queue", "semaphore"}
+
+// PatternName returns the lock name whose reentrant, read-write, fair or
+// semaphore key k is, if it is one.
+func (l *Layout) PatternName(k string) (string, bool) {
+	for _, sfx := range patternSuffixes {
+		var name string
+		if rest, ok := strings.CutPrefix(k, "{"+l.Prefix); ok && strings.HasSuffix(rest, "}:"+sfx) {
+			name = strings.TrimSuffix(rest, "}:"+sfx) // "{lock:x}:rw"
+		} else if _, rest, ok := strings.Cut(k, "}:"); ok && strings.HasPrefix(rest, l.Prefix) && strings.HasSuffix(rest, ":"+sfx) {
+			name = strings.TrimSuffix(strings.TrimPrefix(rest, l.Prefix), ":"+sfx) // "{tag}:lock:{tag}x:rw"
+		} else {
+			continue
+		}
+		if l.CheckName(name) == nil && l.Aux(name, sfx) == k {
+			return name, true
+		}
+	}
+	return "", false
+}
+
+// GlobEscape escapes the glob metacharacters of s for SCAN MATCH.
+func GlobEscape(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		switch r {
+		case '*', '?', '[', ']', '\\':
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// Millis renders d in whole milliseconds, rounded up so that a positive
+// duration never becomes 0.
+func Millis(d time.Duration) string {
+	if d <= 0 {
+		return "0"
+	}
+	return strconv.FormatInt(int64((d+time.Millisecond-1)/time.Millisecond), 10)
+}

@@ -1,0 +1,227 @@
+package redisproto
+
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/dlock-dev/dlock"
+)
+
+// Ops is the server side of one [dlock.Mode]: a script per operation and the
+// keys and arguments they are called with. Every script of a mode gets the
+// same KEYS ([Layout.Keys]) and ARGV ([Layout.Args]), and keeps every key of
+// one lock in the main key's hash slot.
+//
+// Reply conventions, shared by every mode:
+//   - acquire: {acquired (0|1), fence, retry_after_ms, [count, [position,
+//     [held mode]]]}; retry_after_ms is the remaining hold when refused
+//     (<= 0: unknown); count defaults to 1 when acquired, position to 0;
+//     a negative first element is an error status ([ParseGrant]).
+//   - extend, release: 1 done, 0 the token holds nothing (ErrNotHeld).
+//
+// Each script is idempotent per token: a retried acquire by the token that
+// holds returns the same fence and refreshes the TTL.
+type Ops struct {
+	Acquire, Extend, Release *Script
+	// Raise is the fence write-back script (dlock.FenceRaiser), or nil.
+	Raise *Script
+	// ReadsWatchKey declares that the acquire script reads the watch key
+	// with a read command (GET, HGET, EXISTS, PTTL, ...; not SET ... GET,
+	// which the server does not track) on every path that refuses, so that
+	// a refused attempt can be a tracked read of it (CLIENT TRACKING).
+	ReadsWatchKey bool
+
+	keys  func(l *Layout, name string) []string
+	args  func(l *Layout, req dlock.Request) []string // nil: stdArgs
+	watch string                                      // watch key suffix; "": the main key
+}
+
+// The reentrant, read-write, fair and semaphore locks each keep their state
+// in auxiliary keys of the lock name (Layout.Aux), all in the main key's hash
+// slot, and each has a string key that waiters watch, written by the scripts
+// when waiters may get in and expiring with the hold. A name is one lock
+// (see scripts/name_lib.lua): while one of these patterns holds the name,
+// the main key "lock:<name>" holds its marker ("dlock:<mode>",
+// "dlock:semaphore:<limit>"), expiring with its longest hold, so the mutex,
+// the other patterns and foreign libraries' SET NX are refused; and any
+// other value in the main key refuses these patterns. Every pattern shares
+// the name's fence counter.
+//
+//	mutex      lock:<name> (token), {t}:fence, {t}:waiters, {t}:waiters:flag,
+//	           and the shard channel {t}:mutex:ch:<store ID> of each store with registered waiters
+//	reentrant  lock:<name> marker, {t}:reentrant (hash), {t}:reentrant:gate
+//	read-write lock:<name> marker, {t}:rw (holders), {t}:rw:meta, {t}:rw:intents, {t}:rw:deadlines, {t}:rw:gate
+//	fair       lock:<name> marker, {t}:fair (holder), {t}:fair:queue, {t}:fair:deadlines, {t}:fair:waiters, {t}:fair:audit (stream),
+//	           and the shard channel {t}:fair:ch:<store ID> of each store with waiters
+//	semaphore  lock:<name> marker, {t}:semaphore (holders), {t}:semaphore:meta, {t}:semaphore:gate
+//
+// The main key is the last key of every pattern's scripts but the mutex's,
+// whose first key it is.
+var modes = func() map[dlock.Mode]*Ops {
+	rw := Ops{
+		Acquire: joined("scripts/rw_lib.lua", "scripts/rw_read_acquire.lua"),
+		Extend:  joined("scripts/rw_lib.lua", "scripts/rw_extend.lua"),
+		Release: joined("scripts/rw_lib.lua", "scripts/rw_release.lua"),
+		keys:    rwKeys,
+		watch:   "rw:gate",
+	}
+	write := rw
+	write.Acquire = joined("scripts/rw_lib.lua", "scripts/rw_write_acquire.lua")
+	write.Raise = load("scripts/rw_raise_fence.lua")
+	return map[dlock.Mode]*Ops{
+		dlock.ModeMutex: {
+			Acquire: load("scripts/mutex_acquire.lua"),
+			Extend:  load("scripts/mutex_extend.lua"),
+			Release: load("scripts/mutex_release.lua"),
+			Raise:   load("scripts/mutex_raise_fence.lua"),
+			keys:    mutexKeys,
+			args:    mutexArgs,
+			// Every refusal reads KEYS[1], the watch key, with PTTL.
+			ReadsWatchKey: true,
+		},
+		dlock.ModeReentrant: {
+			Acquire: joined("scripts/reentrant_acquire.lua"),
+			Extend:  joined("scripts/reentrant_extend.lua"),
+			Release: joined("scripts/reentrant_release.lua"),
+			keys:    reentrantKeys,
+			watch:   "reentrant:gate",
+		},
+		dlock.ModeRead:  &rw,
+		dlock.ModeWrite: &write,
+		dlock.ModeFair: {
+			Acquire: joined("scripts/fair_lib.lua", "scripts/fair_acquire.lua"),
+			Extend:  joined("scripts/fair_lib.lua", "scripts/fair_extend.lua"),
+			Release: joined("scripts/fair_lib.lua", "scripts/fair_release.lua"),
+			keys:    fairKeys,
+			watch:   "fair",
+		},
+		dlock.ModeSemaphore: {
+			Acquire: joined("scripts/semaphore_lib.lua", "scripts/semaphore_acquire.lua"),
+			Extend:  joined("scripts/semaphore_lib.lua", "scripts/semaphore_extend.lua"),
+			Release: joined("scripts/semaphore_lib.lua", "scripts/semaphore_release.lua"),
+			keys:    semaphoreKeys,
+			watch:   "semaphore:gate",
+		},
+	}
+}()
+
+// ModeOps returns the scripts of mode m, or an error wrapping
+// [dlock.ErrNotSupported] naming store.
+func ModeOps(m dlock.Mode, store string) (*Ops, error) {
+	if o := modes[m]; o != nil {
+		return o, nil
+	}
+	return nil, fmt.Errorf("%w: %s store mode %v", dlock.ErrNotSupported, store, m)
+}
+
+// Supports reports whether mode m has scripts.
+func Supports(m dlock.Mode) bool { return modes[m] != nil }
+
+// Keys returns KEYS for the scripts of o on lock name.
+func (o *Ops) Keys(l *Layout, name string) []string { return o.keys(l, name) }
+
+// Args returns ARGV for the scripts of o for req.
+func (o *Ops) Args(l *Layout, req dlock.Request) []string {
+	if o.args != nil {
+		return o.args(l, req)
+	}
+	return stdArgs(l, req)
+}
+
+// RaiseArgs returns ARGV for o.Raise: {token, fence, fence retention ms}.
+func (o *Ops) RaiseArgs(l *Layout, req dlock.Request, fence int64) []string {
+	return []string{req.Token, strconv.FormatInt(fence, 10), l.Retention}
+}
+
+// WatchKey returns the key whose change (write, delete, expiry) may free
+// lock name for o's waiters. Waiters of every pattern also watch the main
+// key: whatever pattern holds a name, its main key changes when it frees.
+func (o *Ops) WatchKey(l *Layout, name string) string {
+	if o.watch == "" {
+		return l.Key(name)
+	}
+	return l.Aux(name, o.watch)
+}
+
+// MaxFence is the largest fence a Lua number holds exactly (2^53).
+const MaxFence = 1 << 53
+
+// mutexKeys is KEYS = {main key, fence counter, waiters, the store's handoff
+// channel, waiters flag}. The channel is a channel, not a key, declared
+// among the keys so that it routes to the lock's slot. The flag, a string
+// that outlives the waiters set, lets the release script learn whether
+// there may be waiters from the MGET that reads the main key.
+func mutexKeys(l *Layout, name string) []string {
+	return l.KeySet(true, name, "fence", "waiters", l.mutexSuffix, "waiters:flag")
+}
+
+// mutexArgs is ARGV = {token, TTL ms, queue (0|1), queue TTL ms, fence
+// retention ms}.
+func mutexArgs(l *Layout, req dlock.Request) []string {
+	queue := "0"
+	if req.Queue {
+		queue = "1"
+	}
+	return []string{req.Token, Millis(req.TTL), queue, Millis(req.QueueTTL), l.Retention}
+}
+
+// stdArgs is ARGV = {token, TTL ms, owner, limit, queue (0|1), queue TTL ms,
+// fence retention ms}. Owner defaults to the token.
+func stdArgs(l *Layout, req dlock.Request) []string {
+	owner := req.Owner
+	if owner == "" {
+		owner = req.Token
+	}
+	queue := "0"
+	if req.Queue {
+		queue = "1"
+	}
+	return []string{req.Token, Millis(req.TTL), owner, strconv.Itoa(req.Limit), queue, Millis(req.QueueTTL), l.Retention}
+}
+
+// withMain appends the main key of lock name, the last key of every
+// pattern's scripts (see scripts/name_lib.lua).
+func withMain(l *Layout, name string, keys []string) []string {
+	return append(keys, l.Key(name))
+}
+
+func reentrantKeys(l *Layout, name string) []string {
+	return withMain(l, name, l.KeySet(false, name, "reentrant", "fence", "reentrant:gate"))
+}
+
+func rwKeys(l *Layout, name string) []string {
+	return withMain(l, name, l.KeySet(false, name, "rw", "fence", "rw:meta", "rw:intents", "rw:deadlines", "rw:gate"))
+}
+
+// fairKeys ends with the channel on which the store hears of handoffs to its
+// waiters; it is a channel, not a key, declared among the keys so that it
+// routes to the lock's slot.
+func fairKeys(l *Layout, name string) []string {
+	return withMain(l, name, l.KeySet(false, name, "fair", "fence", "fair:queue", "fair:deadlines", "fair:waiters", "fair:audit", l.fairSuffix))
+}
+
+func semaphoreKeys(l *Layout, name string) []string {
+	return withMain(l, name, l.KeySet(false, name, "semaphore", "fence", "semaphore:meta", "semaphore:gate"))
+}
+
+// AuditKey returns the key of the fair lock's audit stream of lock name.
+func (l *Layout) AuditKey(name string) string { return l.Aux(name, "fair:audit") }
+
+// StateScript describes one lock for the Inspector; call it with
+// [Layout.StateKeys] and no ARGV, and decode with [DecodeState].
+var StateScript = load("scripts/state.lua")
+
+// PatternStateScript describes the reentrant, read-write, fair or semaphore
+// state of a name whose main key holds no mutex; call it with
+// [Layout.PatternStateKeys] and decode with [DecodePatternState].
+var PatternStateScript = load("scripts/patterns_state.lua")
+
+// StateKeys is KEYS of StateScript.
+func (l *Layout) StateKeys(name string) []string {
+	return l.KeySet(true, name, "fence", "waiters")
+}
+
+// PatternStateKeys is KEYS of PatternStateScript.
+func (l *Layout) PatternStateKeys(name string) []string {
+	return l.KeySet(false, name, "reentrant", "rw", "rw:meta", "rw:deadlines", "fair", "fair:deadlines", "semaphore", "semaphore:meta")
+}

@@ -1,0 +1,128 @@
+package redisproto
+
+import (
+	"crypto/sha1"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/dlock-dev/dlock"
+)
+
+// ParseGrant decodes the reply of an acquire script (see [Ops]). A
+// *dlock.LimitError has only Held filled in; the store adds Name and Asked.
+func ParseGrant(v []int64) (dlock.Grant, error) {
+	if len(v) < 3 {
+		return dlock.Grant{}, fmt.Errorf("dlock: acquire script replied %v, want at least 3 integers", v)
+	}
+	if v[0] < 0 {
+		err := replyError(v[0])
+		if le, ok := err.(*dlock.LimitError); ok {
+			le.Held = int(v[1])
+		}
+		return dlock.Grant{}, err
+	}
+	g := dlock.Grant{Acquired: v[0] == 1, Fence: v[1]}
+	if g.Acquired {
+		g.Count = 1
+	} else if v[2] > 0 {
+		g.RetryAfter = time.Duration(v[2]) * time.Millisecond
+	}
+	if len(v) > 3 && v[3] > 0 {
+		g.Count = int(v[3])
+	}
+	if len(v) > 4 {
+		g.Position = int(v[4])
+	}
+	if len(v) > 5 && !g.Acquired {
+		g.Held = dlock.Mode(v[5])
+	}
+	return g, nil
+}
+
+// replyError maps the negative status of an acquire script to an error.
+func replyError(code int64) error {
+	switch code {
+	case -1:
+		return dlock.ErrUpgrade
+	case -2:
+		return &dlock.InvalidError{Field: "limit", Reason: "must be at least 1"}
+	case -3:
+		return &dlock.LimitError{} // the store fills it in
+	}
+	return fmt.Errorf("dlock: acquire script replied status %d", code)
+}
+
+// DecodeState fills st from the reply of StateScript: the Redis type of the
+// main key, its holders, its PTTL in ms, the last fence and the mutex's
+// registered waiters. pattern reports a main key that is free or holds
+// another pattern's marker: st then needs PatternStateScript.
+func DecodeState(st dlock.State, typ string, holders, pttl, fence, waiters int64) (_ dlock.State, pattern bool) {
+	st.Fence = fence
+	if typ == "none" || typ == "pattern" {
+		return st, true
+	}
+	st.Holders = int(holders)
+	if pttl > 0 {
+		st.TTL = time.Duration(pttl) * time.Millisecond
+	}
+	if typ == "string" {
+		st.Mode = dlock.ModeMutex
+		st.Queue = int(waiters)
+	}
+	return st, false
+}
+
+// DecodePatternState fills st from the reply of PatternStateScript.
+func DecodePatternState(st dlock.State, v []int64) dlock.State {
+	if len(v) < 5 || v[0] == 0 {
+		return st
+	}
+	st.Mode = dlock.Mode(v[0])
+	st.Holders = int(v[1])
+	if v[2] > 0 {
+		st.TTL = time.Duration(v[2]) * time.Millisecond
+	}
+	st.Queue = int(v[3])
+	st.Limit = int(v[4])
+	return st
+}
+
+// TokenID is what a handoff message names a waiter by: the hex SHA-1 of its
+// token.
+func TokenID(token string) string {
+	sum := sha1.Sum([]byte(token))
+	return hex.EncodeToString(sum[:])
+}
+
+// ParseHandoff decodes a handoff message, "<TokenID> <fence>", published
+// on a store's handoff channel by a release that handed the lock over.
+func ParseHandoff(msg string) (id string, fence int64, ok bool) {
+	id, f, ok := strings.Cut(msg, " ")
+	if !ok {
+		return "", 0, false
+	}
+	fence, err := strconv.ParseInt(f, 10, 64)
+	if err != nil {
+		return "", 0, false
+	}
+	return id, fence, true
+}
+
+// Transient reports whether a server error reply (its message) is a state
+// that passes (loading, busy script, failover, resharding), so that callers
+// should retry: it becomes a [*dlock.StoreError].
+func Transient(msg string) bool {
+	for _, p := range []string{"LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "READONLY", "NOREPLICAS", "MOVED", "ASK"} {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// NoScript reports whether a server error reply is NOSCRIPT: the server
+// does not know the script's SHA, so it must be sent with EVAL.
+func NoScript(msg string) bool { return strings.HasPrefix(msg, "NOSCRIPT") }

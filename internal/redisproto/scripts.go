@@ -1,0 +1,59 @@
+// Package redisproto is the protocol dlock speaks on Valkey and Redis, apart
+// from any client library: the Lua scripts (one operation each), the key
+// layout of a lock name, the keys and arguments each script is called with,
+// and the decoding of its replies. store/valkey (valkey-go) and
+// store/goredis (go-redis) run the same scripts with the same keys, so a
+// lock taken through one is held for the other.
+package redisproto
+
+import (
+	"crypto/sha1"
+	"embed"
+	"encoding/hex"
+	"fmt"
+)
+
+// scriptFS holds the Lua scripts, one operation each. Every file starts with
+// a header naming its KEYS, ARGV and reply.
+//
+//go:embed scripts/*.lua
+var scriptFS embed.FS
+
+// A Script is one Lua operation, run by EVALSHA with an EVAL fallback when
+// the server does not know it yet (NOSCRIPT: first use, restart, SCRIPT
+// FLUSH). The fallback also loads it into the server's script cache.
+type Script struct {
+	Name string // file name of the operation, for errors
+	Src  string // the whole source sent by EVAL
+	SHA  string // hex SHA-1 of Src, for EVALSHA
+}
+
+// load returns the embedded script at path (e.g. "scripts/mutex_acquire.lua").
+// It panics when the file is missing, a build mistake caught by any test.
+func load(path string) *Script {
+	b, err := scriptFS.ReadFile(path)
+	if err != nil {
+		panic(fmt.Sprintf("dlock/internal/redisproto: embedded script %s: %v", path, err))
+	}
+	return newScript(path, string(b))
+}
+
+func newScript(name, src string) *Script {
+	sum := sha1.Sum([]byte(src))
+	return &Script{Name: name, Src: src, SHA: hex.EncodeToString(sum[:])}
+}
+
+// joined returns the script made of the shared functions in clock_lib.lua
+// and name_lib.lua, then those of libs, then the operation (the last path):
+// one script, one round trip.
+func joined(paths ...string) *Script {
+	src := load("scripts/clock_lib.lua").Src + "\n" + load("scripts/name_lib.lua").Src
+	for _, p := range paths {
+		src += "\n" + load(p).Src
+	}
+	return newScript(paths[len(paths)-1], src)
+}
+
+// Source returns the embedded file at path, for tests that read a script's
+// header or run it by hand.
+func Source(path string) ([]byte, error) { return scriptFS.ReadFile(path) }
