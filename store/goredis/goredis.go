@@ -1,0 +1,245 @@
+// Package goredis is the [dlock.Store] on Valkey or Redis (6.2 or later)
+// through the caller's own go-redis client (github.com/redis/go-redis/v9):
+// a *redis.Client (one node, or a Sentinel failover client) or a
+// *redis.ClusterClient, as a redis.UniversalClient. Teams that already run
+// go-redis use dlock without a second Redis client.
+//
+// It runs the same Lua scripts, on the same keys, as package
+// github.com/dlock-dev/dlock/store/valkey: a lock taken through one is held
+// for the other, and for every library that speaks "SET key token NX PX"
+// with compare-and-delete (redsync, bsm/redislock, node-redlock). Every
+// pattern, fencing (monotonic across a restart of a node that kept nothing,
+// see [WithFenceRetention]), and retries idempotent per token work as that
+// package documents them.
+//
+// # Wake-ups
+//
+// A contended mutex ([dlock.Mutex.Lock]) and the fair lock are handed over
+// inside the release script, which publishes the grant on a shard channel
+// of the waiter's Store (SPUBLISH; PUBLISH before Redis 7); the Store
+// subscribes with SSUBSCRIBE while it has waiters on the lock, so a release
+// made by any process wakes one waiter, already holding the lock. Sharded
+// pub/sub is used, rather than RESP3 client-side caching pushes as
+// store/valkey does, because go-redis pools its connections: a tracking
+// push arrives on whichever pooled connection made the tracked read, and is
+// only read when that connection is next used, so it cannot wake a waiter
+// on time. A shard channel lives in the lock's cluster slot, routes like a
+// key in a cluster, and reaches exactly the Store whose waiter it names.
+// Each lock with local waiters holds one pub/sub connection, kept for ten
+// seconds after its last waiter.
+//
+// Waiters of the reentrant, read-write and semaphore locks, and mutex
+// waiters under a foreign holder, are woken at once by releases made through
+// the same Store; otherwise by the Locker's timer at the holder's remaining
+// TTL (the refusal's RetryAfter, from the server's clock) and its backoff.
+//
+// # What it does not guarantee
+//
+// As for store/valkey: a single node is a single point of truth, a
+// failover may lose a grant (fences still increase and protect the
+// resource), and a node whose maxmemory-policy evicts keys may drop a held
+// lock (New warns, or fails under [WithStrictEviction]).
+package goredis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/redisproto"
+)
+
+var (
+	_ dlock.Store        = (*Store)(nil)
+	_ dlock.Inspector    = (*Store)(nil)
+	_ dlock.Pinger       = (*Store)(nil)
+	_ dlock.GrantWatcher = (*Store)(nil)
+	_ dlock.FenceRaiser  = (*Store)(nil)
+)
+
+// ErrEvictionPolicy reports, under [WithStrictEviction], a node whose
+// maxmemory-policy may evict lock keys.
+var ErrEvictionPolicy = errors.New("dlock: maxmemory-policy may evict lock keys")
+
+// EvictionError is returned under [WithStrictEviction] when a node's
+// maxmemory-policy may evict lock keys. It wraps [ErrEvictionPolicy].
+type EvictionError struct {
+	Node   string // address of the node
+	Policy string // its maxmemory-policy
+}
+
+func (e *EvictionError) Error() string {
+	return "dlock: maxmemory-policy " + e.Policy + " on " + e.Node + " may evict lock keys"
+}
+
+func (e *EvictionError) Unwrap() error { return ErrEvictionPolicy }
+
+// Store is a [dlock.Store] on a go-redis client. It is safe for concurrent
+// use. Make one with [New]; Close it when done (the client stays open).
+type Store struct {
+	client redis.UniversalClient
+	cfg    config
+	l      *redisproto.Layout
+	hub    *redisproto.Hub     // wakes this Store's waiters (Watch)
+	track  tracker             // server-side tracking of the watched keys
+	grants redisproto.Handoffs // handoffs to this Store's waiters (WatchGrant)
+
+	closeOnce sync.Once
+	closed    chan struct{}
+}
+
+// An Option configures a [Store]. Invalid values make [New] return an error
+// wrapping [dlock.ErrInvalid].
+type Option func(*config)
+
+type config struct {
+	prefix         string
+	fenceRetention time.Duration
+	strictEvict    bool
+	logger         *slog.Logger
+	err            error
+}
+
+func (c *config) fail(field, reason string) {
+	if c.err == nil {
+		c.err = &dlock.InvalidError{Field: field, Reason: reason}
+	}
+}
+
+// DefaultPrefix is [WithPrefix]'s default, as store/valkey's.
+const DefaultPrefix = "lock:"
+
+// DefaultFenceRetention is [WithFenceRetention]'s default.
+const DefaultFenceRetention = 24 * time.Hour
+
+// WithPrefix sets the prefix of every lock key: the mutex on name is the
+// string key prefix+name. Default "lock:". Use the same prefix as the
+// store/valkey Stores and foreign libraries that share the locks.
+func WithPrefix(p string) Option { return func(c *config) { c.prefix = p } }
+
+// WithFenceRetention sets how long a lock name's fence counter is kept after
+// its last grant: d, but never less than the grant's TTL plus a minute.
+// Default a day; at least a second. See store/valkey's WithFenceRetention.
+func WithFenceRetention(d time.Duration) Option {
+	return func(c *config) {
+		if d < time.Second {
+			c.fail("fence retention", "must be at least 1s")
+			return
+		}
+		c.fenceRetention = d
+	}
+}
+
+// WithStrictEviction makes New fail with an [*EvictionError] when a node's
+// maxmemory-policy may evict lock keys; without it such a policy is logged
+// as a warning. A node that does not answer CONFIG GET is logged, not an
+// error.
+func WithStrictEviction() Option { return func(c *config) { c.strictEvict = true } }
+
+// WithLogger sets the logger for warnings and debug messages. Default:
+// discard.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) {
+		if l == nil {
+			c.fail("logger", "must not be nil")
+			return
+		}
+		c.logger = l
+	}
+}
+
+// setupTimeout bounds the checks New makes at start (CONFIG GET).
+const setupTimeout = 5 * time.Second
+
+// New returns a Store over client (a *redis.Client, a Sentinel failover
+// client or a *redis.ClusterClient), which the caller keeps owning: Close
+// does not close it. At start it reads each master's maxmemory-policy (see
+// [WithStrictEviction]).
+//
+// It returns an error wrapping [dlock.ErrInvalid] for a nil client or a bad
+// option, and an [*EvictionError] under WithStrictEviction.
+func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
+	if client == nil {
+		return nil, &dlock.InvalidError{Field: "client", Reason: "must not be nil"}
+	}
+	cfg := config{prefix: DefaultPrefix, fenceRetention: DefaultFenceRetention, logger: slog.New(slog.DiscardHandler)}
+	for _, o := range opts {
+		if o != nil {
+			o(&cfg)
+		}
+	}
+	if cfg.err != nil {
+		return nil, cfg.err
+	}
+	s := &Store{
+		client: client,
+		cfg:    cfg,
+		l:      redisproto.NewLayout(cfg.prefix, cfg.fenceRetention),
+		closed: make(chan struct{}),
+	}
+	s.grants.Sub = &subscriber{c: client}
+	s.grants.Log = cfg.logger
+	s.track.s = s
+	s.hub = redisproto.NewHub(s.track.arm, cfg.logger)
+	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
+	defer cancel()
+	if err := s.checkEviction(ctx); err != nil {
+		return nil, err
+	}
+	s.hub.Start()
+	return s, nil
+}
+
+// Client returns the go-redis client the Store runs on.
+func (s *Store) Client() redis.UniversalClient { return s.client }
+
+// Close ends the Store's handoff subscriptions and key tracking and waits
+// for them. It does
+// not close the client. Operations after Close fail. Close is idempotent
+// and returns nil.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		close(s.closed)
+		s.grants.Close()
+		s.hub.Stop()
+		s.track.close()
+	})
+	return nil
+}
+
+// errClosed is returned by operations after Close.
+var errClosed = errors.New("dlock: goredis store closed")
+
+func (s *Store) isClosed() bool {
+	select {
+	case <-s.closed:
+		return true
+	default:
+		return false
+	}
+}
+
+// fail classifies an error of operation op: failures to reach the server or
+// transient server states become a [*dlock.StoreError] (wrapping
+// [dlock.ErrUnavailable], so callers retry); other error replies (a key of
+// the wrong type, a script error) and use of a closed client are returned
+// wrapped, not as unavailability, so that waiting callers stop.
+func fail(op string, err error) error {
+	if errors.Is(err, redis.ErrClosed) {
+		return fmt.Errorf("dlock: goredis %s: client closed: %w", op, err)
+	}
+	var re redis.Error
+	if errors.As(err, &re) && !errors.Is(err, redis.Nil) {
+		if redisproto.Transient(re.Error()) {
+			return &dlock.StoreError{Op: op, Node: -1, Err: err}
+		}
+		return fmt.Errorf("dlock: goredis %s: %w", op, err)
+	}
+	return &dlock.StoreError{Op: op, Node: -1, Err: err}
+}

@@ -1,0 +1,225 @@
+package goredis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/redisproto"
+)
+
+func (s *Store) ops(m dlock.Mode) (*redisproto.Ops, error) {
+	return redisproto.ModeOps(m, "goredis")
+}
+
+// run runs sc by EVALSHA, and by EVAL when the server does not know it.
+func (s *Store) run(ctx context.Context, sc *redisproto.Script, keys, args []string) *redis.Cmd {
+	argv := make([]any, len(args))
+	for i, a := range args {
+		argv[i] = a
+	}
+	cmd := s.client.EvalSha(ctx, sc.SHA, keys, argv...)
+	if isNoScript(cmd.Err()) {
+		cmd = s.client.Eval(ctx, sc.Src, keys, argv...)
+	}
+	return cmd
+}
+
+func isNoScript(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re) && redisproto.NoScript(re.Error())
+}
+
+// Acquire implements [dlock.Store]: one script, one round trip. It returns
+// an error wrapping [dlock.ErrNotSupported] for a mode this store does not
+// run, [dlock.ErrInvalid] for a bad request, and a [*dlock.StoreError] when
+// the server could not be reached or did not answer (the grant may or may
+// not have happened; asking again with the same token tells).
+func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, error) {
+	o, err := s.ops(req.Mode)
+	if err != nil {
+		return dlock.Grant{}, err
+	}
+	if err := s.l.CheckRequest(req); err != nil {
+		return dlock.Grant{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return dlock.Grant{}, err
+	}
+	if s.isClosed() {
+		return dlock.Grant{}, errClosed
+	}
+	if req.Mode == dlock.ModeMutex && req.Queue && !s.grants.Watching(s.l.GrantChannel(req.Name, req.Mode), req.Token) {
+		// Register only a waiter that listens for its handoff (WatchGrant).
+		req.Queue = false
+	}
+	v, err := s.run(ctx, o.Acquire, o.Keys(s.l, req.Name), o.Args(s.l, req)).Int64Slice()
+	if err != nil {
+		return dlock.Grant{}, fail("acquire", err)
+	}
+	g, err := redisproto.ParseGrant(v)
+	if le, ok := err.(*dlock.LimitError); ok {
+		le.Name, le.Asked = req.Name, req.Limit
+		return dlock.Grant{}, le
+	}
+	if err != nil {
+		return dlock.Grant{}, fmt.Errorf("dlock: goredis acquire: %w", err)
+	}
+	return g, nil
+}
+
+// Extend implements [dlock.Store]: all requests go out in one pipeline (one
+// round trip per node of a cluster). Each error is nil, [dlock.ErrNotHeld],
+// ErrNotSupported/ErrInvalid for that request, or a [*dlock.StoreError].
+func (s *Store) Extend(ctx context.Context, reqs []dlock.Request) []error {
+	errs := make([]error, len(reqs))
+	if err := ctx.Err(); err != nil {
+		for i := range errs {
+			errs[i] = err
+		}
+		return errs
+	}
+	type call struct {
+		i          int
+		sc         *redisproto.Script
+		keys, args []any
+		ks         []string
+	}
+	calls := make([]call, 0, len(reqs))
+	for i, req := range reqs {
+		o, err := s.ops(req.Mode)
+		if err == nil {
+			err = s.l.CheckRequest(req)
+		}
+		if err == nil && s.isClosed() {
+			err = errClosed
+		}
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		args := o.Args(s.l, req)
+		argv := make([]any, len(args))
+		for j, a := range args {
+			argv[j] = a
+		}
+		calls = append(calls, call{i: i, sc: o.Extend, ks: o.Keys(s.l, req.Name), args: argv})
+	}
+	if len(calls) == 0 {
+		return errs
+	}
+	if len(calls) == 1 {
+		c := calls[0]
+		args := make([]string, len(c.args))
+		for j, a := range c.args {
+			args[j] = a.(string)
+		}
+		errs[c.i] = held("extend", s.run(ctx, c.sc, c.ks, args))
+		return errs
+	}
+	cmds := make([]*redis.Cmd, len(calls))
+	pipe := func(again []int, eval bool) {
+		p := s.client.Pipeline()
+		for _, j := range again {
+			c := calls[j]
+			if eval {
+				cmds[j] = p.Eval(ctx, c.sc.Src, c.ks, c.args...)
+			} else {
+				cmds[j] = p.EvalSha(ctx, c.sc.SHA, c.ks, c.args...)
+			}
+		}
+		p.Exec(ctx) // errors are per command
+	}
+	all := make([]int, len(calls))
+	for j := range all {
+		all[j] = j
+	}
+	pipe(all, false)
+	var again []int
+	for j, c := range cmds {
+		if isNoScript(c.Err()) {
+			again = append(again, j)
+		}
+	}
+	if len(again) > 0 {
+		pipe(again, true)
+	}
+	for j, c := range cmds {
+		errs[calls[j].i] = held("extend", c)
+	}
+	return errs
+}
+
+// held decodes the 1/0 reply of an extend or release script.
+func held(op string, c *redis.Cmd) error {
+	v, err := c.Int64()
+	switch {
+	case err != nil:
+		return fail(op, err)
+	case v == 0:
+		return dlock.ErrNotHeld
+	}
+	return nil
+}
+
+// Release implements [dlock.Store]: one script, one round trip. It returns
+// [dlock.ErrNotHeld] when req.Token holds nothing, so a foreign holder's key
+// is never touched. Waiters of this Store on the lock are woken at once.
+// Releasing a mutex that has live registered waiters hands it to one of
+// them in the same script (see [Store.WatchGrant]).
+func (s *Store) Release(ctx context.Context, req dlock.Request) error {
+	o, err := s.ops(req.Mode)
+	if err != nil {
+		return err
+	}
+	if err := s.l.CheckName(req.Name); err != nil {
+		return err
+	}
+	if req.Token == "" {
+		return &dlock.InvalidError{Field: "token", Reason: "must not be empty"}
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if s.isClosed() {
+		return errClosed
+	}
+	if err := held("release", s.run(ctx, o.Release, o.Keys(s.l, req.Name), o.Args(s.l, req))); err != nil {
+		return err
+	}
+	s.hub.Wake(o.WatchKey(s.l, req.Name))
+	if req.Mode != dlock.ModeMutex {
+		s.hub.Wake(s.l.Key(req.Name)) // waiters of every pattern watch the main key
+	}
+	return nil
+}
+
+// RaiseFence implements [dlock.FenceRaiser] in one script, one round trip:
+// while req.Token holds the lock, the lock's fence counter becomes
+// max(counter, fence). It returns [dlock.ErrNotHeld] when the token holds
+// nothing, an error wrapping [dlock.ErrNotSupported] for a mode without a
+// write-back script (the mutex and the write side of the read-write lock
+// have one), [dlock.ErrInvalid] for a bad request, and a
+// [*dlock.StoreError] when the server did not answer.
+func (s *Store) RaiseFence(ctx context.Context, req dlock.Request, fence int64) error {
+	o, err := s.ops(req.Mode)
+	if err != nil || o.Raise == nil {
+		return fmt.Errorf("%w: goredis store cannot raise the fence of mode %v", dlock.ErrNotSupported, req.Mode)
+	}
+	if err := s.l.CheckName(req.Name); err != nil {
+		return err
+	}
+	if req.Token == "" {
+		return &dlock.InvalidError{Field: "token", Reason: "must not be empty"}
+	}
+	if fence <= 0 || fence >= redisproto.MaxFence {
+		return &dlock.InvalidError{Field: "fence", Reason: "must be positive and below 2^53"}
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return held("fence", s.run(ctx, o.Raise, o.Keys(s.l, req.Name), o.RaiseArgs(s.l, req, fence)))
+}
