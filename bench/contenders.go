@@ -21,6 +21,7 @@ import (
 	"github.com/valkey-io/valkey-go/valkeylock"
 
 	"github.com/dlock-dev/dlock"
+	dlockgoredis "github.com/dlock-dev/dlock/store/goredis"
 	"github.com/dlock-dev/dlock/store/redlock"
 	"github.com/dlock-dev/dlock/store/valkey"
 )
@@ -56,6 +57,7 @@ func oneNode() []contender {
 	return []contender{
 		{name: "raw-valkeygo", nodes: 1, open: openRaw, note: "SET NX PX + EVALSHA compare-and-delete; waits by polling every 1 ms"},
 		{name: "dlock", nodes: 1, open: openDlock(false), note: "store/valkey (valkey.Dial), Mutex.Lock, fenced; waiters woken by the server"},
+		{name: "dlock-goredis", nodes: 1, open: openDlockGoredis, note: "store/goredis on a go-redis v9 client (the same scripts and keys as store/valkey), Mutex.Lock, fenced; handoffs on sharded pub/sub"},
 		{name: "redsync-goredis", nodes: 1, open: openRedsyncGoredis, note: "redsync v4 + goredis/v9 pool; 1 ms retry delay, unbounded tries"},
 		{name: "redsync-valkeygo", nodes: 1, open: openRedsyncValkey, note: "redsync v4 over valkey-go through a Pool adapter in bench/ (redsync's own redis/valkeygo pool needs valkey-go/valkeycompat, which the module proxy refuses)"},
 		{name: "redislock", nodes: 1, open: openRedislock, note: "bsm/redislock + go-redis v9; LinearBackoff(1 ms)"},
@@ -219,6 +221,25 @@ type dlockLocker struct {
 	stores []*valkey.Store
 	rl     *redlock.Store
 	fair   bool
+	close  func() // the goredis store and its client
+}
+
+// openDlockGoredis is dlock on store/goredis over a go-redis client made as
+// the go-redis contenders make theirs.
+func openDlockGoredis(ctx context.Context, addrs []string) (locker, error) {
+	rc := goredisClient(addrs[0])
+	st, err := dlockgoredis.New(rc)
+	if err != nil {
+		rc.Close()
+		return nil, err
+	}
+	l, err := dlock.New(st, dlock.WithTTL(lockTTL))
+	if err != nil {
+		st.Close()
+		rc.Close()
+		return nil, err
+	}
+	return &dlockLocker{l: l, close: func() { st.Close(); rc.Close() }}, nil
 }
 
 func openDlock(fair bool) func(ctx context.Context, addrs []string) (locker, error) {
@@ -287,6 +308,9 @@ func (d *dlockLocker) Close() error {
 	}
 	for _, s := range d.stores {
 		s.Close()
+	}
+	if d.close != nil {
+		d.close()
 	}
 	return nil
 }

@@ -14,24 +14,29 @@
 //
 // # Wake-ups
 //
-// A contended mutex ([dlock.Mutex.Lock]) and the fair lock are handed over
-// inside the release script, which publishes the grant on a shard channel
-// of the waiter's Store (SPUBLISH; PUBLISH before Redis 7); the Store
-// subscribes with SSUBSCRIBE while it has waiters on the lock, so a release
-// made by any process wakes one waiter, already holding the lock. Sharded
-// pub/sub is used, rather than RESP3 client-side caching pushes as
-// store/valkey does, because go-redis pools its connections: a tracking
-// push arrives on whichever pooled connection made the tracked read, and is
-// only read when that connection is next used, so it cannot wake a waiter
-// on time. A shard channel lives in the lock's cluster slot, routes like a
-// key in a cluster, and reaches exactly the Store whose waiter it names.
-// Each lock with local waiters holds one pub/sub connection, kept for ten
-// seconds after its last waiter.
+// Waiters are woken by the server. A contended mutex ([dlock.Mutex.Lock])
+// and the fair lock are handed over inside the release script, which
+// publishes the grant on a shard channel of the waiter's Store (SPUBLISH;
+// PUBLISH before Redis 7), subscribed with SSUBSCRIBE while the Store has
+// waiters on the lock: a release by any process wakes one waiter, already
+// holding the lock. Each such lock holds one pub/sub connection, kept for
+// ten seconds after its last waiter.
 //
-// Waiters of the reentrant, read-write and semaphore locks, and mutex
-// waiters under a foreign holder, are woken at once by releases made through
-// the same Store; otherwise by the Locker's timer at the holder's remaining
-// TTL (the refusal's RetryAfter, from the server's clock) and its backoff.
+// Every other wake-up (the other patterns, a foreign holder's DEL, an
+// expiry) comes from RESP3-era client-side caching in its RESP2 form:
+// per node, the Store opens two connections of its own from the client's
+// options, a pub/sub connection subscribed to "__redis__:invalidate" and a
+// connection with CLIENT TRACKING ON REDIRECT <that connection> OPTIN that
+// makes a tracked read of each watched key. The server then pushes an
+// invalidation when such a key is written, deleted or expires, by anyone.
+// Why not the pushes on go-redis's own connections, as store/valkey does on
+// valkey-go's: go-redis pools its connections, and a push arrives on the
+// connection that made the tracked read, read only when that connection is
+// next used, so it could not wake a waiter on time. When a tracking
+// connection fails, every waiter is woken and retries; the connections are
+// made anew. A client that is neither a *redis.Client nor a
+// *redis.ClusterClient (a Ring) gets handoffs only, and its other waiters
+// rely on the Locker's timer at the holder's remaining TTL.
 //
 // # What it does not guarantee
 //
