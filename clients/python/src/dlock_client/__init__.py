@@ -1,0 +1,34 @@
+"""Python client of the dlock lock service (`dlock serve`, its /v1 HTTP API).
+
+Standard library only. See README.md and docs/http.md of the dlock repository.
+"""
+
+from ._client import DEFAULT_URL, Client, HeldLock, Lease, new_token
+from ._errors import (
+    BadRequestError,
+    DlockError,
+    LeaseLostError,
+    LockedError,
+    TransportError,
+    UnauthorizedError,
+    UnavailableError,
+    UpgradeError,
+)
+
+__all__ = [
+    "DEFAULT_URL",
+    "BadRequestError",
+    "Client",
+    "DlockError",
+    "HeldLock",
+    "Lease",
+    "LeaseLostError",
+    "LockedError",
+    "TransportError",
+    "UnauthorizedError",
+    "UnavailableError",
+    "UpgradeError",
+    "new_token",
+]
+
+__version__ = "0.1.0"
