@@ -1,0 +1,187 @@
+// Types of the dlock client (index.js). Hand-written; checked with tsc --noEmit.
+
+/** http://127.0.0.1:3009 */
+export declare const DEFAULT_URL: string;
+
+/** A fresh lease token: 128 bits from the platform's CSPRNG, 32 hex characters. */
+export declare function newToken(): string;
+
+/** The mode a lock is held in, as the server reports it. */
+export type HeldMode = 'mutex' | 'reentrant' | 'read' | 'write' | 'fair' | 'semaphore';
+
+/** The JSON body of an error answer (docs/http.md). */
+export interface ErrorBody {
+  error?: string;
+  message?: string;
+  field?: string;
+  retryAfterMs?: number;
+  heldMode?: HeldMode;
+  [key: string]: unknown;
+}
+
+/** An error answer of the server, or a failure to reach it. */
+export declare class DlockError extends Error {
+  /** HTTP status; 0 when no answer came. */
+  readonly status: number;
+  /** The body's short stable code (`locked`, `lease lost`, `invalid ttlMs`, ...), or `transport`. */
+  readonly error: string;
+  /** The body's `message`, for people (`message` is the whole error text). */
+  readonly detail: string;
+  /** On a 400: the rejected input. */
+  readonly field: string | undefined;
+  readonly body: ErrorBody;
+}
+/** 400 (bad input; `field` names it), 413 `body too large`, or an empty name refused before sending. */
+export declare class BadRequestError extends DlockError {}
+/** 401 `unauthorized`: the bearer token is missing or wrong. */
+export declare class UnauthorizedError extends DlockError {}
+/** 409 `locked`: held by another holder (also when `waitMs` ran out). */
+export declare class LockedError extends DlockError {
+  /** The holder's remaining lease time in ms (`retryAfterMs`, else `Retry-After`). */
+  readonly retryAfterMs: number;
+  /** The same in seconds. */
+  readonly retryAfter: number;
+  /** The mode holding the name; '' when the server did not say. */
+  readonly heldMode: HeldMode | '';
+}
+/** 409 `upgrade`: a read holder asked for the write lock. */
+export declare class UpgradeError extends DlockError {}
+/**
+ * 410 `lease lost`: the token does not hold the lock; or status 0 when
+ * renewal could not be confirmed before the lease ran out. From then on the
+ * lock must be presumed held by someone else.
+ */
+export declare class LeaseLostError extends DlockError {}
+/** 503 `store unavailable`, `no quorum`, `shutting down`, `too many streams`. */
+export declare class UnavailableError extends DlockError {
+  /** From `Retry-After`, in ms; undefined when absent. */
+  readonly retryAfterMs: number | undefined;
+}
+/** No answer (refused, reset, timeout) or not the server's JSON. */
+export declare class TransportError extends DlockError {
+  /** Set when an acquire's outcome is unknown: the lock may be held with this token. */
+  token: string | undefined;
+}
+
+export interface ClientOptions {
+  /** Default: env DLOCK_SERVER, else DEFAULT_URL. */
+  url?: string;
+  /** Sent as `Authorization: Bearer`. Default: env DLOCK_AUTH_TOKEN, else none. */
+  authToken?: string;
+  /** Per request, on top of an acquire's wait. Default 10000. */
+  timeoutMs?: number;
+  /** Times a request is sent again after a network error or a 503. Default 3. */
+  retries?: number;
+  /** Default: the global fetch. */
+  fetch?: typeof fetch;
+}
+
+export interface AcquireOptions {
+  /** Lease length, 100-86400000. Default 30000. */
+  ttlMs?: number;
+  /** How long the server may wait for the lock; 0 (default) fails fast. */
+  waitMs?: number;
+  /** Default 'exclusive'. */
+  mode?: 'exclusive' | 'shared' | HeldMode;
+  /** Semaphore permits (with mode 'shared'), 1-1000000. */
+  limit?: number;
+  /** Exclusive locks: grant in arrival order. */
+  fair?: boolean;
+  /** Reentrant locks: holders with the same owner re-enter. */
+  owner?: string;
+  /** 32-128 hex characters; default newToken(). A retried acquire with the same token is idempotent. */
+  token?: string;
+  /** Aborts the acquire (a wait included); rejects with the signal's reason. */
+  signal?: AbortSignal;
+}
+
+export interface ExtendOptions {
+  /** Default: the lease's TTL. */
+  ttlMs?: number;
+  /** Default: the client's. */
+  retries?: number;
+  signal?: AbortSignal;
+}
+
+export interface UsingOptions extends Omit<AcquireOptions, 'signal'> {
+  /** Called once, after the signal was aborted, when the lease is lost. Exceptions are ignored. */
+  onLost?: (err: LeaseLostError) => void;
+}
+
+export interface LockState {
+  name: string;
+  mode: HeldMode;
+  held: boolean;
+  holders: number;
+  ttlMs: number;
+  fence: number;
+  queue: number;
+  limit?: number;
+}
+
+export interface Health {
+  status: string;
+  service: string;
+  store: string;
+  version?: string;
+  uptimeS?: number;
+  [key: string]: unknown;
+}
+
+/** A lease granted by Client.acquire. */
+export declare class Lease {
+  readonly name: string;
+  /** The capability to extend and release; not enumerable (kept out of JSON and logs). */
+  readonly token: string;
+  /** Strictly greater than every earlier exclusive grant's: send it with each write to the resource. */
+  readonly fence: number;
+  /** The lease length last asked for. */
+  ttlMs: number;
+  readonly mode: HeldMode | '';
+  readonly count: number;
+  /** performance.now() instant up to which the client counts the lease as held. */
+  validUntil: number;
+  /** Successful extends so far. */
+  renewals: number;
+  extend(opts?: ExtendOptions): Promise<number>;
+  release(): Promise<void>;
+}
+
+export declare class Client {
+  constructor(opts?: ClientOptions);
+  readonly url: string;
+  readonly timeoutMs: number;
+  readonly retries: number;
+  /**
+   * Takes a lease. Rejects with LockedError when held (after waitMs),
+   * UpgradeError, BadRequestError naming the field, UnauthorizedError, and
+   * UnavailableError or TransportError once retries are spent (the same
+   * token is sent on every retry; TransportError.token then names it).
+   */
+  acquire(name: string, opts?: AcquireOptions): Promise<Lease>;
+  /** Renews the lease; resolves to the validity the server counts (ms). Rejects with LeaseLostError on 410. */
+  extend(lease: Lease, opts?: ExtendOptions): Promise<number>;
+  /** Gives the lease up. Rejects with LeaseLostError when the token no longer held it. */
+  release(lease: Lease): Promise<void>;
+  state(name: string): Promise<LockState>;
+  locks(): Promise<LockState[]>;
+  health(): Promise<Health>;
+  /**
+   * Acquires `name`, runs `routine(signal, lease)`, renewing the lease every
+   * ttlMs/3, then releases it and resolves to the routine's result.
+   *
+   * When the server answers 410 to a renewal, or renewal cannot be confirmed
+   * before the lease runs out, `signal` is aborted with a LeaseLostError as
+   * its reason and `onLost` is called. The routine is not stopped by force:
+   * it should pass `signal` to what it awaits (fetch, timers) or check
+   * `signal.aborted` / `signal.throwIfAborted()`. Once it settles, `using`
+   * rejects with that LeaseLostError (its `cause` the routine's own error,
+   * if any) and does not release: the lock is not ours any more.
+   *
+   * Without a loss, the lease is released and the routine's result or
+   * error comes back (a failed release is ignored after a routine error,
+   * and rejects after a success).
+   */
+  using<T>(name: string, routine: (signal: AbortSignal, lease: Lease) => Promise<T> | T): Promise<T>;
+  using<T>(name: string, opts: UsingOptions, routine: (signal: AbortSignal, lease: Lease) => Promise<T> | T): Promise<T>;
+}

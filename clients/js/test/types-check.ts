@@ -1,0 +1,29 @@
+// Compiled (never run) by `tsc --noEmit` to check index.d.ts against typical use.
+import { Client, LeaseLostError, LockedError, TransportError, newToken, type Lease, type LockState } from '../index.js';
+
+async function example(): Promise<number> {
+  const client = new Client({ url: 'http://127.0.0.1:3009', authToken: 'x', timeoutMs: 5000, retries: 2 });
+  const lease: Lease = await client.acquire('orders', { ttlMs: 10_000, waitMs: 5000, token: newToken() });
+  const fence: number = lease.fence;
+  const ms: number = await lease.extend({ ttlMs: 20_000 });
+  await client.release(lease);
+  try {
+    await client.acquire('orders', { mode: 'shared', limit: 3 });
+  } catch (e) {
+    if (e instanceof LockedError) {
+      const after: number = e.retryAfterMs + e.retryAfter;
+      const held: string = e.heldMode;
+      void after, held;
+    } else if (e instanceof TransportError && e.token !== undefined) {
+      await client.acquire('orders', { token: e.token });
+    }
+  }
+  const st: LockState = await client.state('orders');
+  const n: string = await client.using('orders', { ttlMs: 3000, onLost: (err: LeaseLostError) => void err.status }, async (signal, l) => {
+    signal.throwIfAborted();
+    return `${l.fence}`;
+  });
+  const m: number = await client.using('orders', async () => 1);
+  return fence + ms + st.fence + n.length + m;
+}
+void example;
