@@ -39,18 +39,25 @@ async function rawPost(url, path, body) {
 // A loopback HTTP hop in front of the server that forwards each request,
 // then, for the first `faults` ones, loses the reply ('drop': destroys the
 // connection) or replaces it with a 503 ('503'), as a balancer that lost
-// its backend would. Real requests reach the real server.
+// its backend would; or ('nowait') forwards them with waitMs 0, as a server
+// that cut the wait short. Real requests reach the real server.
 async function faultProxy(upstream, faults, kind) {
-  const p = { forwarded: [], faults };
+  const p = { forwarded: [], replies: [], times: [], faults };
   const srv = createServer(async (req, res) => {
     const chunks = [];
     for await (const c of req) chunks.push(c);
-    const body = Buffer.concat(chunks).toString();
+    p.times.push(performance.now());
+    let body = Buffer.concat(chunks).toString();
+    if (req.method === 'POST') p.forwarded.push(JSON.parse(body));
+    if (kind === 'nowait' && p.faults > 0) {
+      p.faults--;
+      body = JSON.stringify({ ...JSON.parse(body), waitMs: 0 });
+    }
     const r = await fetch(upstream + req.url, { method: req.method, body: req.method === 'POST' ? body : undefined });
     let data = await r.text();
     let status = r.status;
-    if (req.method === 'POST') p.forwarded.push(JSON.parse(body));
-    if (p.faults > 0) {
+    p.replies.push(JSON.parse(data));
+    if (p.faults > 0 && kind !== 'nowait') {
       p.faults--;
       if (kind === 'drop') return req.socket.destroy();
       status = 503;
@@ -256,6 +263,25 @@ describe('dlock client', () => {
       }
     });
   }
+
+  test('a waiting acquire honours Retry-After of an early 409', async () => {
+    const name = unique('honour');
+    const holder = await c.acquire(name, { ttlMs: 1000 }); // never released: it expires
+    const proxy = await faultProxy(server.url, 1, 'nowait');
+    try {
+      const lease = await new Client({ url: proxy.url }).acquire(name, { waitMs: DEADLINE_MS, ttlMs: 5000 });
+      assert.ok(lease.fence > holder.fence);
+      assert.equal(proxy.forwarded.length, 2, JSON.stringify(proxy.replies));
+      const first = proxy.replies[0];
+      assert.ok(first.error === 'locked' && first.retryAfterMs > 0, JSON.stringify(first));
+      // The 409 came before the asked wait: the next try waited Retry-After
+      // (less 2 ms: Node timers may fire up to a millisecond early).
+      assert.ok(proxy.times[1] - proxy.times[0] >= first.retryAfterMs - 2, `${proxy.times[1] - proxy.times[0]} < ${first.retryAfterMs}`);
+      await lease.release();
+    } finally {
+      await proxy.close();
+    }
+  });
 
   test('retries spent: the TransportError names the granted token', async () => {
     const name = unique('spent');

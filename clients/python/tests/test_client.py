@@ -228,13 +228,16 @@ class FaultProxy:
     """A loopback HTTP hop in front of the server that forwards each request,
     then, for the first ``faults`` ones, loses the reply ("drop": closes the
     connection) or replaces it with a 503 ("503"), as a load balancer that
-    lost its backend would. Real requests reach the real server."""
+    lost its backend would; or ("nowait") forwards them with ``waitMs`` 0, as
+    a server that cut the wait short. Real requests reach the real server."""
 
     def __init__(self, upstream: str, faults: int, kind: str) -> None:
         self.upstream = upstream
         self.faults = faults
         self.kind = kind
         self.forwarded: List[Dict[str, Any]] = []
+        self.times: List[float] = []  # time.monotonic() of each request
+        self.replies: List[Dict[str, Any]] = []
         proxy = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -243,14 +246,20 @@ class FaultProxy:
 
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                proxy.times.append(time.monotonic())
+                doc = json.loads(body)
+                if proxy.kind == "nowait" and proxy.faults > 0:
+                    proxy.faults -= 1
+                    body = json.dumps(dict(doc, waitMs=0)).encode()
                 req = urllib.request.Request(upstream + self.path, data=body, method="POST")
                 try:
                     with urllib.request.urlopen(req, timeout=DEADLINE) as r:
                         status, data = r.status, r.read()
                 except urllib.error.HTTPError as e:
                     status, data = e.code, e.read()
-                proxy.forwarded.append(json.loads(body))
-                if proxy.faults > 0:
+                proxy.forwarded.append(doc)
+                proxy.replies.append(json.loads(data))
+                if proxy.faults > 0 and proxy.kind != "nowait":
                     proxy.faults -= 1
                     if proxy.kind == "drop":
                         self.close_connection = True
@@ -287,6 +296,22 @@ def test_retry_after_lost_reply_keeps_one_lease(server: Server, name: str, kind:
         st = Client(server.url).state(name)
         assert (st["holders"], st["fence"]) == (1, lease.fence)
         Client(server.url).release(lease)
+    finally:
+        proxy.close()
+
+
+def test_waiting_acquire_honours_retry_after(server: Server, name: str) -> None:
+    holder = Client(server.url).acquire(name, ttl=1)  # never released: it expires
+    proxy = FaultProxy(server.url, faults=1, kind="nowait")
+    try:
+        lease = Client(proxy.url).acquire(name, wait=DEADLINE, ttl=5)
+        assert lease.fence > holder.fence
+        assert len(proxy.forwarded) == 2, proxy.replies
+        first = proxy.replies[0]
+        assert first["error"] == "locked" and first["retryAfterMs"] > 0
+        # The 409 came before the asked wait: the next try waited Retry-After.
+        assert proxy.times[1] - proxy.times[0] >= first["retryAfterMs"] / 1000
+        lease.release()
     finally:
         proxy.close()
 
