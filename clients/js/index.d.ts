@@ -176,7 +176,8 @@ export declare class Client {
    * it should pass `signal` to what it awaits (fetch, timers) or check
    * `signal.aborted` / `signal.throwIfAborted()`. Once it settles, `using`
    * rejects with that LeaseLostError (its `cause` the routine's own error,
-   * if any) and does not release: the lock is not ours any more.
+   * if it threw one, else for a lapsed validity the last renewal error) and
+   * does not release: the lock is not ours any more.
    *
    * Without a loss, the lease is released and the routine's result or
    * error comes back (a failed release is ignored after a routine error,

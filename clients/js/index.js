@@ -375,7 +375,7 @@ export class Client {
     }
     if (ctl.signal.aborted) {
       const lost = ctl.signal.reason;
-      if (failed && failure !== lost && lost.cause === undefined) lost.cause = failure;
+      if (failed && failure !== lost) lost.cause = failure;
       throw lost;
     }
     if (failed) throw failure;

@@ -328,7 +328,7 @@ describe('dlock client', () => {
 
   test('using renews past the TTL', async () => {
     const name = unique('using');
-    const ttlMs = 1500;
+    const ttlMs = 3000; // renewals every 1 s: a loaded machine has slack
     const result = await c.using(name, { ttlMs }, async (signal, lease) => {
       const start = performance.now();
       await waitFor(() => lease.renewals >= 4 || signal.aborted, '4 renewals');
@@ -361,6 +361,19 @@ describe('dlock client', () => {
     assert.equal(aborted, true, 'loss not signalled');
     assert.ok(e instanceof LeaseLostError && e.status === 410, String(e));
     assert.deepEqual(seen, [e]);
+  });
+
+  test('using: loss when renewal cannot be confirmed', async () => {
+    const name = unique('unconfirmed');
+    const proxy = await faultProxy(server.url, 0, 'drop');
+    const e = await new Client({ url: proxy.url, retries: 0 })
+      .using(name, { ttlMs: 1000 }, async (signal, lease) => {
+        await proxy.close(); // the server is unreachable from now on
+        await waitFor(() => signal.aborted, 'abort');
+        assert.ok(performance.now() >= lease.validUntil);
+      })
+      .then(() => assert.fail('resolved'), (e) => e);
+    assert.ok(e instanceof LeaseLostError && e.status === 0 && e.cause instanceof TransportError, String(e));
   });
 
   test('using: the routine error is the cause of the loss', async () => {

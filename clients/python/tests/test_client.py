@@ -359,7 +359,7 @@ def test_release_retry_after_lost_reply(server: Server, name: str) -> None:
 
 def test_with_lock_renews_past_ttl(server: Server, name: str) -> None:
     c = Client(server.url)
-    ttl = 1.5
+    ttl = 3.0  # renewals every 1 s: a loaded machine has slack
     with c.with_lock(name, ttl=ttl) as held:
         start = time.monotonic()
         fence = held.lease.fence
@@ -393,6 +393,16 @@ def test_with_lock_signals_loss(server: Server, name: str) -> None:
             held.lost.wait(DEADLINE)
             raise KeyError("work failed")
     assert isinstance(ei.value.__cause__, KeyError)
+
+
+def test_with_lock_loss_when_renewal_cannot_be_confirmed(server: Server, name: str) -> None:
+    proxy = FaultProxy(server.url, faults=0, kind="drop")
+    with pytest.raises(LeaseLostError) as ei:
+        with Client(proxy.url, retries=0).with_lock(name, ttl=1) as held:
+            proxy.close()  # the server is unreachable from now on
+            assert held.lost.wait(DEADLINE), "loss not signalled"
+            assert time.monotonic() >= held.lease.valid_until
+    assert ei.value.status == 0 and isinstance(ei.value.__cause__, TransportError)
 
 
 def test_with_lock_check_raises_and_propagates(server: Server, name: str) -> None:

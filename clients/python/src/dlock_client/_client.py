@@ -395,8 +395,9 @@ class HeldLock:
        writes so the resource refuses them once a later holder wrote;
     3. when the block ends — normally or by any exception — the lease loss
        is raised from the ``with`` statement as :class:`LeaseLostError`
-       (chained to the block's exception, if any, unless that exception is
-       this very error). The lock is not released: it is not ours.
+       (its ``__cause__`` the block's exception, if any, unless that
+       exception is this very error; else the renewal's last error when
+       validity ran out). The lock is not released: it is not ours.
 
     When the lease was not lost, leaving the block stops the renewal thread
     (waiting for it) and releases the lease; the block's exception, if any,
@@ -464,6 +465,8 @@ class HeldLock:
         if self.lost.is_set() and self.error is not None:
             if exc is self.error:
                 return None
+            if exc is None:
+                raise self.error  # keeps its own cause
             raise self.error from exc
         return None
 
