@@ -491,7 +491,7 @@ class HeldLock:
             except LeaseLostError as e:
                 self._lose(e)
                 return
-            except DlockError as e:
+            except Exception as e:  # network, 503, or anything else: try again while valid
                 left = lease.valid_until - time.monotonic()
                 if left <= 0:
                     lost = LeaseLostError(
