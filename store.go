@@ -145,3 +145,26 @@ type State struct {
 	Queue   int           `json:"queue"` // waiters (fair queue, writer intents)
 	Limit   int           `json:"limit,omitempty"`
 }
+
+// Broadcaster is implemented by stores that can carry small messages to
+// every process using the same store (pub/sub on Valkey/Redis, NOTIFY on
+// PostgreSQL, a watched key prefix on etcd). Replicas of `dlock serve` on
+// one store share their lock events through it. Delivery is best effort:
+// at most once per subscriber, in publish order from one publisher where
+// the store keeps it, and messages published while a subscriber reconnects
+// are lost. Every subscriber receives its own process's messages too.
+// Implementations carry messages of at least [MaxBroadcast] bytes.
+type Broadcaster interface {
+	// Publish sends msg to the current subscribers of topic. It returns
+	// an error when the store did not take the message.
+	Publish(ctx context.Context, topic string, msg []byte) error
+	// Subscribe calls fn with each message published on topic, one call at
+	// a time, until stop is called (stop waits for a call in progress).
+	// It returns once the subscription is in place or ctx ends (the store
+	// then keeps trying in the background); errors are for a closed store
+	// or a bad topic. fn must not block.
+	Subscribe(ctx context.Context, topic string, fn func(msg []byte)) (stop func(), err error)
+}
+
+// MaxBroadcast is the largest message every [Broadcaster] carries.
+const MaxBroadcast = 4000

@@ -134,6 +134,7 @@ type Store struct {
 	// hook, so acquire attempts can be tracked reads (see hub).
 	trackAcquire bool
 	grants       redisproto.Handoffs // handoffs to waiters (patterns_fair.go)
+	bus          bus                 // Publish and Subscribe (broadcast.go)
 
 	closeOnce sync.Once
 }
@@ -268,6 +269,7 @@ func (s *Store) Client() vk.Client { return s.client }
 // nil.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
+		s.bus.stop(s)
 		s.grants.Close()
 		s.hub.Stop()
 		if s.own {
