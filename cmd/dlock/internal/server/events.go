@@ -24,9 +24,9 @@ type tally struct {
 	Errors   int64 `json:"errors"`
 }
 
-func (t *tally) add(ev dlock.Event) {
-	switch ev.Kind {
-	case dlock.EventAcquire:
+func (t *tally) add(ev eventBody) {
+	switch ev.Type {
+	case "acquire":
 		switch ev.Result {
 		case "acquired":
 			t.Acquired++
@@ -35,11 +35,11 @@ func (t *tally) add(ev dlock.Event) {
 		case "error":
 			t.Errors++
 		}
-	case dlock.EventRelease:
+	case "release":
 		t.Released++
-	case dlock.EventLeaseLost:
+	case "lost":
 		t.Lost++
-	case dlock.EventRenew:
+	case "renew":
 		if ev.Result == "error" {
 			t.Errors++
 		}
@@ -47,7 +47,8 @@ func (t *tally) add(ev dlock.Event) {
 }
 
 // history keeps per-second tallies of the last n seconds and the totals
-// since start, fed by the Metrics' event subscription.
+// since start, of this replica's events and those other replicas shared
+// through the store since it started.
 type history struct {
 	mu     sync.Mutex
 	n      int
@@ -60,16 +61,19 @@ func newHistory(n int) *history {
 	return &history{n: n, secs: make([]int64, n), slots: make([]tally, n)}
 }
 
-func (h *history) observe(ev dlock.Event) {
-	now := time.Now().Unix()
+func (h *history) observe(ev eventBody) {
+	sec := ev.Time / 1000
 	h.mu.Lock()
-	i := int(now % int64(h.n))
-	if h.secs[i] != now {
-		h.secs[i], h.slots[i] = now, tally{}
+	defer h.mu.Unlock()
+	h.totals.add(ev)
+	i := int(sec % int64(h.n))
+	switch {
+	case h.secs[i] < sec:
+		h.secs[i], h.slots[i] = sec, tally{}
+	case h.secs[i] > sec:
+		return // older than the history
 	}
 	h.slots[i].add(ev)
-	h.totals.add(ev)
-	h.mu.Unlock()
 }
 
 // series returns the tallies of the last n whole seconds, oldest first,
@@ -104,7 +108,8 @@ type eventBody struct {
 	Fence      int64  `json:"fence,omitempty"`
 	DurationMs int64  `json:"durationMs"`
 	Waited     bool   `json:"waited,omitempty"`
-	Time       int64  `json:"time"` // unix ms
+	Time       int64  `json:"time"`    // unix ms
+	Replica    string `json:"replica"` // the server instance that saw it
 }
 
 var eventTypes = [...]string{dlock.EventAcquire: "acquire", dlock.EventRelease: "release", dlock.EventRenew: "renew", dlock.EventLeaseLost: "lost"}
@@ -128,6 +133,10 @@ type snapshotBody struct {
 	Error     string      `json:"error,omitempty"` // the store failed to list
 	Totals    tally       `json:"totals"`
 	Held      int         `json:"v1Leases"` // /v1 leases this server tracks
+	Replica   string      `json:"replica"`  // this server instance
+	// Replicas counts the instances heard from in the last replicaSeen,
+	// this one included.
+	Replicas int `json:"replicas"`
 	// History is the per-second tallies of the last 300 s, oldest first,
 	// ending at HistoryEnd (unix s); sent in the first snapshot only.
 	History    []tally `json:"history,omitempty"`
@@ -157,12 +166,7 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 	h.Set("X-Content-Type-Options", "nosniff")
 
 	ch := make(chan eventBody, eventBuffer)
-	unsub := s.metrics.Subscribe(func(ev dlock.Event) {
-		select {
-		case ch <- toEvent(ev, time.Now()):
-		default:
-		}
-	})
+	unsub := s.rep.feed.subscribe(ch)
 	defer unsub()
 
 	send := func(event string, v any) bool {
@@ -207,7 +211,8 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) snapshot(ctx context.Context, first bool) snapshotBody {
 	now := time.Now()
-	snap := snapshotBody{Time: now.UnixMilli(), Store: s.cfg.StoreName, Totals: s.history.total(), Held: s.leases.len()}
+	snap := snapshotBody{Time: now.UnixMilli(), Store: s.cfg.StoreName, Totals: s.history.total(), Held: s.leases.len(),
+		Replica: s.rep.id, Replicas: s.rep.count(now)}
 	if in, ok := s.locker.Store().(dlock.Inspector); ok {
 		snap.Inspect = true
 		lctx, cancel := context.WithTimeout(ctx, 2*time.Second)

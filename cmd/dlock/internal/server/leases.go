@@ -331,6 +331,7 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 		defer entry.mu.Unlock()
 	}
 	entry.lease = ls
+	s.noteLease(key)
 	writeJSON(w, http.StatusOK, grantBody{Name: name, Token: ls.Token(), Fence: ls.Fence(),
 		TTLMs: p.req.TTL.Milliseconds(), Mode: modeName(ls.Mode()), Count: ls.Count()})
 }
@@ -435,6 +436,7 @@ func (s *Server) handleExtend(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx := r.Context()
 	key := leaseKey{name, *b.Token}
+	known := b.Mode != ""
 	if entry := s.leases.lookup(key); entry != nil {
 		entry.mu.Lock()
 		defer entry.mu.Unlock()
@@ -443,15 +445,19 @@ func (s *Server) handleExtend(w http.ResponseWriter, r *http.Request) {
 			if b.TTLMs != nil {
 				ttl = time.Duration(*b.TTLMs) * time.Millisecond
 			}
-			if err := ls.Extend(ctx, ttl); err != nil {
-				if errors.Is(err, dlock.ErrLeaseLost) || errors.Is(err, dlock.ErrNotHeld) {
-					s.leases.remove(key, entry)
-				}
+			err := ls.Extend(ctx, ttl)
+			if err == nil {
+				writeJSON(w, http.StatusOK, extendBody{Name: name, Fence: ls.Fence(), TTLMs: durationMs(ls.TTL())})
+				return
+			}
+			if !errors.Is(err, dlock.ErrLeaseLost) && !errors.Is(err, dlock.ErrNotHeld) {
 				writeAPIError(w, lockError(ctx, name, err))
 				return
 			}
-			writeJSON(w, http.StatusOK, extendBody{Name: name, Fence: ls.Fence(), TTLMs: durationMs(ls.TTL())})
-			return
+			// Lost by this server's count, which misses the extensions
+			// made through other replicas: the store decides.
+			s.leases.remove(key, entry)
+			mode, known = ls.Mode(), true
 		}
 	}
 	// Unknown here: the lease was granted before a restart or by another
@@ -460,11 +466,14 @@ func (s *Server) handleExtend(w http.ResponseWriter, r *http.Request) {
 	if b.TTLMs != nil {
 		ttl = time.Duration(*b.TTLMs) * time.Millisecond
 	}
-	err := s.locker.Store().Extend(ctx, []dlock.Request{{Name: name, Token: *b.Token, TTL: ttl, Mode: mode}})[0]
+	mode, err := s.byToken(ctx, name, mode, known, func(m dlock.Mode) error {
+		return s.locker.Store().Extend(ctx, []dlock.Request{{Name: name, Token: *b.Token, TTL: ttl, Mode: m}})[0]
+	})
 	if err != nil {
 		writeAPIError(w, lockError(ctx, name, err))
 		return
 	}
+	s.servedElsewhere(name, *b.Token, mode, false)
 	writeJSON(w, http.StatusOK, extendBody{Name: name, TTLMs: ttl.Milliseconds()})
 }
 
@@ -482,6 +491,7 @@ func (s *Server) handleRelease(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx := requestContext(r.Context())
 	key := leaseKey{name, *b.Token}
+	known := b.Mode != ""
 	if entry := s.leases.lookup(key); entry != nil {
 		entry.mu.Lock()
 		defer entry.mu.Unlock()
@@ -490,18 +500,27 @@ func (s *Server) handleRelease(w http.ResponseWriter, r *http.Request) {
 			if err == nil || errors.Is(err, dlock.ErrLeaseLost) || errors.Is(err, dlock.ErrNotHeld) {
 				s.leases.remove(key, entry)
 			}
-			if err != nil {
+			if err == nil {
+				writeJSON(w, http.StatusOK, releaseBody{Name: name, Released: true})
+				return
+			}
+			if !errors.Is(err, dlock.ErrLeaseLost) && !errors.Is(err, dlock.ErrNotHeld) {
 				writeAPIError(w, lockError(ctx, name, err))
 				return
 			}
-			writeJSON(w, http.StatusOK, releaseBody{Name: name, Released: true})
-			return
+			// Lost by this server's count, which misses the extensions
+			// made through other replicas: the store decides.
+			mode, known = ls.Mode(), true
 		}
 	}
-	if err := s.locker.Store().Release(ctx, dlock.Request{Name: name, Token: *b.Token, Mode: mode}); err != nil {
+	mode, err := s.byToken(ctx, name, mode, known, func(m dlock.Mode) error {
+		return s.locker.Store().Release(ctx, dlock.Request{Name: name, Token: *b.Token, Mode: m})
+	})
+	if err != nil {
 		writeAPIError(w, lockError(ctx, name, err))
 		return
 	}
+	s.servedElsewhere(name, *b.Token, mode, true)
 	writeJSON(w, http.StatusOK, releaseBody{Name: name, Released: true})
 }
 

@@ -94,6 +94,7 @@ type Server struct {
 	streams atomic.Int64 // open /v1/events streams
 	demo    demoSet
 	history *history
+	rep     replicaState // replicas.go
 	unsub   func()
 	started time.Time
 
@@ -177,7 +178,8 @@ func New(locker *dlock.Locker, cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("dlock: server: register metrics: %w", err)
 		}
 	}
-	s.unsub = m.Subscribe(s.history.observe)
+	s.startReplicas()
+	s.unsub = m.Subscribe(s.localEvent)
 	s.routes()
 	return s, nil
 }
@@ -363,6 +365,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
 		s.unsub()
+		s.stopReplicas()
 		s.v1.Close()
 	})
 	return nil
