@@ -479,7 +479,7 @@ func TestV1LeasesBelongToClients(t *testing.T) {
 		// or b told it through the store that the client extended it there
 		// (released quietly).
 		a.waitEvent(dlock.EventLeaseLost, "roaming", dlock.EventRelease)
-		a.srv.Close()                                // waits for a's Locker, and any release it made
+		a.srv.Close() // waits for a's Locker, and any release it made
 		if st := b.get("/v1/locks/roaming").json(t); st["holders"] != 1.0 {
 			t.Fatalf("after a counted the lease lost, the store has %v holders, want 1 (the client extended it on b)", st["holders"])
 		}
