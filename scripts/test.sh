@@ -49,6 +49,8 @@ have gcc || apt_install gcc libc6-dev
 # internal/testredis starts real redis-server processes (redis-tools, with
 # redis-cli, comes along as a dependency).
 have redis-server || apt_install redis-server
+# e2e/replicas runs three `dlock serve` replicas behind Debian's haproxy.
+have haproxy || apt_install haproxy
 
 # --- chromium (browser tests of the dashboard, e2e/) ---------------------------
 # cmd/dlock/internal/dashboard (browser_test.go) drives it with chromedp over the DevTools protocol (no driver needed).

@@ -24,6 +24,10 @@ type hub struct {
 	watchers map[string]map[chan struct{}]struct{}
 	closed   bool
 	ln       *listener
+
+	busMu   sync.Mutex // held while a subscriber's fn runs
+	busNext int
+	busSubs map[string]map[int]func([]byte) // by topic
 }
 
 type listener struct {
@@ -43,12 +47,7 @@ func (h *hub) watch(ctx context.Context, key string) (<-chan struct{}, func(), e
 		h.mu.Unlock()
 		return nil, nil, storeErr("watch", errors.New("store closed"))
 	}
-	if h.ln == nil {
-		lctx, cancel := context.WithCancel(context.Background())
-		h.ln = &listener{cancel: cancel, ready: make(chan struct{}), done: make(chan struct{})}
-		go h.run(lctx, h.ln)
-	}
-	ln := h.ln
+	ln := h.listenLocked()
 	ch := make(chan struct{}, 1)
 	set := h.watchers[key]
 	if set == nil {
@@ -77,6 +76,16 @@ func (h *hub) watch(ctx context.Context, key string) (<-chan struct{}, func(), e
 	}
 	stop()
 	return nil, nil, storeErr("watch", errors.Join(errors.New("listener not ready"), ctx.Err()))
+}
+
+// listenLocked starts the listener unless it runs. h.mu is held.
+func (h *hub) listenLocked() *listener {
+	if h.ln == nil {
+		lctx, cancel := context.WithCancel(context.Background())
+		h.ln = &listener{cancel: cancel, ready: make(chan struct{}), done: make(chan struct{})}
+		go h.run(lctx, h.ln)
+	}
+	return h.ln
 }
 
 // close stops the listener and waits for it.
@@ -124,7 +133,10 @@ func (h *hub) run(ctx context.Context, ln *listener) {
 	for ctx.Err() == nil {
 		conn, err := pgx.ConnectConfig(ctx, h.connCfg.Copy())
 		if err == nil {
-			if _, err = conn.Exec(ctx, "LISTEN "+notifyChannel); err != nil {
+			if _, err = conn.Exec(ctx, "LISTEN "+notifyChannel); err == nil {
+				_, err = conn.Exec(ctx, "LISTEN "+busChannel)
+			}
+			if err != nil {
 				conn.Close(context.Background())
 			}
 		}
@@ -148,10 +160,13 @@ func (h *hub) run(ctx context.Context, ln *listener) {
 			n, err := conn.WaitForNotification(wctx)
 			cancel()
 			if err == nil {
-				if n.Channel == notifyChannel {
+				switch n.Channel {
+				case notifyChannel:
 					// "<kind>:<name>": every kind's watchers of the name.
 					_, name, _ := strings.Cut(n.Payload, ":")
 					h.wake(name)
+				case busChannel:
+					h.deliver(n.Payload)
 				}
 				continue
 			}
