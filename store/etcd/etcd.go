@@ -45,6 +45,7 @@ type Store struct {
 	kick   chan struct{}     // wakes the reaper when a deadline moved in
 	stop   chan struct{}     // closed by Close
 	wg     sync.WaitGroup    // the reaper and WatchGrant goroutines
+	bus    busState          // the lease of published messages (broadcast.go)
 }
 
 // local is a hold or queue place granted through this store: its lease and

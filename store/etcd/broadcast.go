@@ -1,0 +1,158 @@
+package etcd
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/dlock-dev/dlock"
+)
+
+var _ dlock.Broadcaster = (*Store)(nil)
+
+// busTTL is the life of a published message's key: long enough for every
+// watcher to hear it, short enough that messages do not pile up.
+const busTTL = 10 * time.Second
+
+// busState is the lease that published messages share, renewed by
+// granting a new one when it is half used.
+type busState struct {
+	mu      sync.Mutex
+	lease   clientv3.LeaseID
+	granted time.Time
+}
+
+func (s *Store) busPrefix(topic string) (string, error) {
+	if err := dlock.ValidName(topic); err != nil {
+		return "", err
+	}
+	return s.prefix + "b/" + nameKey("b", topic) + "/", nil
+}
+
+// busLease returns a lease with at least half of busTTL left.
+func (s *Store) busLease(ctx context.Context) (clientv3.LeaseID, error) {
+	b := &s.bus
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.lease != 0 && time.Since(b.granted) < busTTL/2 {
+		return b.lease, nil
+	}
+	start := time.Now()
+	g, err := s.cli.Grant(ctx, int64(busTTL/time.Second))
+	if err != nil {
+		return 0, err
+	}
+	b.lease, b.granted = g.ID, start
+	return g.ID, nil
+}
+
+// Publish implements [dlock.Broadcaster]: msg becomes a key under the
+// topic's prefix with a 10 s lease, which every subscriber's watch
+// reports. Each message is one etcd revision.
+func (s *Store) Publish(ctx context.Context, topic string, msg []byte) error {
+	prefix, err := s.busPrefix(topic)
+	if err != nil {
+		return err
+	}
+	lease, err := s.busLease(ctx)
+	if err != nil {
+		return storeErr("publish", err)
+	}
+	var id [16]byte
+	rand.Read(id[:])
+	if _, err := s.cli.Put(ctx, prefix+hex.EncodeToString(id[:]), string(msg), clientv3.WithLease(lease)); err != nil {
+		return storeErr("publish", err)
+	}
+	return nil
+}
+
+// Subscribe implements [dlock.Broadcaster] with a watch of the topic's
+// prefix, from the revision current when it starts; it returns once etcd
+// confirmed the watch or ctx ends. A watch that breaks is made again from
+// the revision after the last one heard, so a message is lost only when
+// etcd compacted it away meanwhile.
+func (s *Store) Subscribe(ctx context.Context, topic string, fn func([]byte)) (func(), error) {
+	prefix, err := s.busPrefix(topic)
+	if err != nil {
+		return nil, err
+	}
+	if fn == nil {
+		return nil, &dlock.InvalidError{Field: "fn", Reason: "must not be nil"}
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, storeErr("subscribe", errors.New("store closed"))
+	}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(context.Background()))
+	ready := make(chan struct{})
+	done := make(chan struct{})
+	var mu sync.Mutex // held while fn runs
+	stopped := false
+	go func() {
+		defer s.wg.Done()
+		defer close(done)
+		var readyOnce sync.Once
+		var rev int64
+		for wctx.Err() == nil {
+			opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithFilterDelete(), clientv3.WithCreatedNotify()}
+			if rev > 0 {
+				opts = append(opts, clientv3.WithRev(rev+1))
+			}
+			for wr := range s.cli.Watch(wctx, prefix, opts...) {
+				if wr.Created {
+					readyOnce.Do(func() { close(ready) })
+					if rev == 0 {
+						rev = wr.Header.Revision
+					}
+				}
+				if wr.CompactRevision > rev {
+					rev = wr.CompactRevision - 1
+				}
+				for _, ev := range wr.Events {
+					rev = ev.Kv.ModRevision
+					mu.Lock()
+					if !stopped {
+						fn(ev.Kv.Value)
+					}
+					mu.Unlock()
+				}
+			}
+			select {
+			case <-wctx.Done():
+			case <-s.stop:
+				cancel()
+			case <-time.After(100 * time.Millisecond): // before watching again
+			}
+		}
+	}()
+	go func() {
+		select {
+		case <-s.stop:
+			cancel()
+		case <-done:
+		}
+	}()
+	select {
+	case <-ready:
+	case <-ctx.Done():
+	case <-done:
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			mu.Lock()
+			stopped = true
+			mu.Unlock()
+			cancel()
+			<-done
+		})
+	}, nil
+}
