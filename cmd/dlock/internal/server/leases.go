@@ -466,8 +466,8 @@ func (s *Server) handleExtend(w http.ResponseWriter, r *http.Request) {
 	if b.TTLMs != nil {
 		ttl = time.Duration(*b.TTLMs) * time.Millisecond
 	}
-	mode, err := s.byToken(ctx, name, mode, known, func(m dlock.Mode) error {
-		return s.locker.Store().Extend(ctx, []dlock.Request{{Name: name, Token: *b.Token, TTL: ttl, Mode: m}})[0]
+	mode, err := s.byToken(ctx, dlock.Request{Name: name, Token: *b.Token, TTL: ttl, Mode: mode}, known, func(req dlock.Request) error {
+		return s.locker.Store().Extend(ctx, []dlock.Request{req})[0]
 	})
 	if err != nil {
 		writeAPIError(w, lockError(ctx, name, err))
@@ -513,8 +513,8 @@ func (s *Server) handleRelease(w http.ResponseWriter, r *http.Request) {
 			mode, known = ls.Mode(), true
 		}
 	}
-	mode, err := s.byToken(ctx, name, mode, known, func(m dlock.Mode) error {
-		return s.locker.Store().Release(ctx, dlock.Request{Name: name, Token: *b.Token, Mode: m})
+	mode, err := s.byToken(ctx, dlock.Request{Name: name, Token: *b.Token, Mode: mode}, known, func(req dlock.Request) error {
+		return s.locker.Store().Release(ctx, req)
 	})
 	if err != nil {
 		writeAPIError(w, lockError(ctx, name, err))

@@ -397,25 +397,44 @@ func (f *feed) send(ev eventBody) {
 	}
 }
 
-// byToken runs op, an extend or release by token on the store, in the
-// lease's mode: mode when known (the body named it, or this server granted
-// the lease); else the mutex first and, when the mutex is not held by the
-// token, the mode holding the name and then the queue places (fair, write)
-// when it has waiters. A token holds a name in one mode only, so asking
-// in another mode changes nothing. It returns the mode that worked.
-func (s *Server) byToken(ctx context.Context, name string, mode dlock.Mode, known bool, op func(dlock.Mode) error) (dlock.Mode, error) {
+// byToken runs op, an extend or release of req (name and token) on the
+// store, in the lease's mode: req.Mode when known (the body named it, or
+// this server granted the lease); else the mutex first and, when the mutex
+// is not held by the token, the mode holding the name and then the queue
+// places (fair, write) when it has waiters. A token holds a name in one
+// mode only, so asking in another mode changes nothing. A semaphore
+// request carries the name's limit, read from its state. It returns the
+// mode that worked.
+func (s *Server) byToken(ctx context.Context, req dlock.Request, known bool, op func(dlock.Request) error) (dlock.Mode, error) {
+	in, inspect := s.locker.Store().(dlock.Inspector)
+	var st dlock.State
+	var stateErr error
+	stated := false
+	state := func() (dlock.State, error) {
+		if !stated && inspect {
+			st, stateErr = in.State(ctx, req.Name)
+			stated = true
+		}
+		return st, stateErr
+	}
+	run := func(m dlock.Mode) error {
+		r := req
+		r.Mode = m
+		if m == dlock.ModeSemaphore {
+			if st, err := state(); err == nil && st.Limit > 0 {
+				r.Limit = st.Limit
+			}
+		}
+		return op(r)
+	}
 	if known {
-		return mode, op(mode)
+		return req.Mode, run(req.Mode)
 	}
-	err := op(dlock.ModeMutex)
-	if !errors.Is(err, dlock.ErrNotHeld) {
+	err := run(dlock.ModeMutex)
+	if !errors.Is(err, dlock.ErrNotHeld) || !inspect {
 		return dlock.ModeMutex, err
 	}
-	in, ok := s.locker.Store().(dlock.Inspector)
-	if !ok {
-		return dlock.ModeMutex, err
-	}
-	st, serr := in.State(ctx, name)
+	st, serr := state()
 	if serr != nil {
 		return dlock.ModeMutex, err
 	}
@@ -432,7 +451,7 @@ func (s *Server) byToken(ctx context.Context, name string, mode dlock.Mode, know
 			continue
 		}
 		tried[m] = true
-		if err = op(m); !errors.Is(err, dlock.ErrNotHeld) {
+		if err = run(m); !errors.Is(err, dlock.ErrNotHeld) {
 			return m, err
 		}
 	}

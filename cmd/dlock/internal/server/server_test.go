@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -21,11 +22,17 @@ import (
 	"github.com/dlock-dev/dlock/dlockprom"
 	"github.com/dlock-dev/dlock/internal/testredis"
 	"github.com/dlock-dev/dlock/store/memory"
+	"github.com/dlock-dev/dlock/store/postgres/pgtest"
 	"github.com/dlock-dev/dlock/store/redlock"
 	"github.com/dlock-dev/dlock/store/valkey"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		pgtest.Cleanup() // replicas_test.go
+		os.Exit(code)
+	}))
+}
 
 // stores are the stores every handler test runs against.
 var stores = []struct {
