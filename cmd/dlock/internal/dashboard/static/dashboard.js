@@ -113,7 +113,8 @@
 
   function onSnapshot(s) {
     setConn("live", "live");
-    $("store").textContent = "store · " + s.store;
+    $("store").textContent = "store · " + s.store + (s.replicas > 1 ? " · " + s.replicas + " replicas" : "");
+    $("store").title = s.replicas > 1 ? "events and charts of every replica on the store; this one is " + s.replica : "store";
     if (s.history) {
       series.acquired = s.history.map((h) => h.acquired);
       series.locked = s.history.map((h) => h.locked);
