@@ -158,9 +158,12 @@ type replica struct {
 	url string
 }
 
-func startReplica(t *testing.T, i int, store ...string) *replica {
+// startReplica starts replica i on addr (a free one when empty).
+func startReplica(t *testing.T, i int, addr string, store ...string) *replica {
 	t.Helper()
-	addr := freeAddr(t)
+	if addr == "" {
+		addr = freeAddr(t)
+	}
 	r := &replica{url: "http://" + addr}
 	r.proc = start(t, fmt.Sprintf("replica %d", i), dlockBin, append([]string{"serve", "--addr", addr, "--log-level", "warn"}, store...)...)
 	waitHealthy(t, r.proc, r.url)

@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -88,42 +90,37 @@ func (c lbClient) call(op, name string, body map[string]any) (r reply, retried b
 	}
 }
 
-// TestReplicasBehindBalancer: 16 clients contend for 4 locks through
-// haproxy over three replicas on one redis-server; one replica is
-// SIGKILLed mid-run while the clients retry through the balancer with
-// their tokens. No two clients are ever inside one lock together, every
-// lock's fences increase from holder to holder, the surviving replicas keep
-// serving, and no live client's lease is lost (no 410 on an extend, nor on
-// a release that was not a retry).
-func TestReplicasBehindBalancer(t *testing.T) {
-	haproxyPath(t)
-	redis := testredis.Start(t)
-	var reps []*replica
-	for i := range 3 {
-		reps = append(reps, startReplica(t, i, "--redis-url", redis.URL()))
-	}
-	lb := startBalancer(t, reps)
+// contenders are clients contending for a few locks through the
+// balancer, as long as the test needs them.
+type contenders struct {
+	t                      *testing.T
+	chk                    *checker
+	retries, lost, refused atomic.Int64
+	stop                   chan struct{}
+	wg                     sync.WaitGroup
+	http                   *http.Client
+}
 
+// contend starts n clients on names through the balancer at url. Each one,
+// in a loop: acquires a lock (waitMs 2000, ttlMs 3000) with a token of its
+// own, enters the checker's section, extends the lease, works a few
+// milliseconds, leaves and releases; any call whose outcome is unknown is
+// retried with the same token. An extend that is refused (410), or a
+// release refused when no earlier attempt may have done it, is a lost
+// lease.
+func contend(t *testing.T, url string, n int, names []string) *contenders {
 	const (
-		clients = 16
-		ttlMs   = 3000
-		waitMs  = 2000
+		ttlMs  = 3000
+		waitMs = 2000
 	)
-	names := []string{"acct-1", "acct-2", "acct-3", "acct-4"}
-	chk := newChecker()
-	var retries, lost, refused atomic.Int64
-	cl := lbClient{url: lb.url, http: &http.Client{
-		Timeout:   60 * time.Second,
-		Transport: &http.Transport{MaxIdleConnsPerHost: clients},
-	}, retries: &retries}
-	defer cl.http.CloseIdleConnections()
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for id := range clients {
-		wg.Go(func() {
+	c := &contenders{t: t, chk: newChecker(), stop: make(chan struct{}),
+		http: &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: n}}}
+	cl := lbClient{url: url, http: c.http, retries: &c.retries}
+	for id := range n {
+		c.wg.Go(func() {
 			for {
 				select {
-				case <-stop:
+				case <-c.stop:
 					return
 				default:
 				}
@@ -137,7 +134,7 @@ func TestReplicasBehindBalancer(t *testing.T) {
 				switch r.status {
 				case http.StatusOK:
 				case http.StatusConflict:
-					refused.Add(1)
+					c.refused.Add(1)
 					continue
 				default:
 					t.Errorf("client %d: acquire %s: status %d (%s)", id, name, r.status, r.Error)
@@ -146,15 +143,15 @@ func TestReplicasBehindBalancer(t *testing.T) {
 				if r.Token != tok {
 					t.Errorf("client %d: granted token %q, want its own %q", id, r.Token, tok)
 				}
-				chk.enter(t, name, id, r.Fence)
+				c.chk.enter(t, name, id, r.Fence)
 				// Extend through the balancer: another replica, as a rule.
 				e, _, err := cl.call("extend", name, map[string]any{"token": tok, "ttlMs": ttlMs})
 				if err != nil || e.status != http.StatusOK {
-					lost.Add(1)
+					c.lost.Add(1)
 					t.Errorf("client %d: extend %s (fence %d): status %d, %v", id, name, r.Fence, e.status, err)
 				}
 				time.Sleep(time.Duration(1+rand.IntN(5)) * time.Millisecond) // the work under the lock
-				chk.exit(name, id)
+				c.chk.exit(name, id)
 				rel, retried, err := cl.call("release", name, map[string]any{"token": tok})
 				switch {
 				case err != nil:
@@ -163,42 +160,79 @@ func TestReplicasBehindBalancer(t *testing.T) {
 				case rel.status == http.StatusGone && retried:
 					// An earlier attempt released it; its answer was lost.
 				default:
-					lost.Add(1)
+					c.lost.Add(1)
 					t.Errorf("client %d: release %s (fence %d): status %d (retried %v)", id, name, r.Fence, rel.status, retried)
 				}
 			}
 		})
 	}
-	defer func() {
-		select {
-		case <-stop:
-		default:
-			close(stop)
-		}
-		wg.Wait()
-	}()
+	t.Cleanup(c.end)
+	return c
+}
 
-	// waitGrants waits (bounded) until the clients have n grants.
-	waitGrants := func(n int, what string) {
-		t.Helper()
-		for deadline := time.Now().Add(60 * time.Second); chk.count() < n; time.Sleep(10 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: %d grants after 60s, want %d", what, chk.count(), n)
-			}
+// waitGrants waits (bounded) until the clients have n grants in all.
+func (c *contenders) waitGrants(n int, what string) {
+	c.t.Helper()
+	for deadline := time.Now().Add(60 * time.Second); c.chk.count() < n; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			c.t.Fatalf("%s: %d grants after 60s, want %d", what, c.chk.count(), n)
 		}
 	}
-	waitGrants(200, "before the kill")
+}
+
+// end stops the clients (each finishes its round) and waits for them.
+func (c *contenders) end() {
+	select {
+	case <-c.stop:
+	default:
+		close(c.stop)
+	}
+	c.wg.Wait()
+	c.http.CloseIdleConnections()
+}
+
+// verdict ends the run and checks it: no overlap, fences in order, no
+// lost lease.
+func (c *contenders) verdict() {
+	c.t.Helper()
+	c.end()
+	c.t.Logf("%d grants, %d refusals after a wait, %d retried calls, %d overlaps, %d fences out of order, %d lost leases",
+		c.chk.count(), c.refused.Load(), c.retries.Load(), c.chk.overlaps, c.chk.fenceBad, c.lost.Load())
+	if c.chk.overlaps != 0 || c.chk.fenceBad != 0 || c.lost.Load() != 0 {
+		c.t.Errorf("overlaps %d, fences out of order %d, lost leases %d; want 0 each", c.chk.overlaps, c.chk.fenceBad, c.lost.Load())
+	}
+}
+
+var lockNames = []string{"acct-1", "acct-2", "acct-3", "acct-4"}
+
+// TestReplicasBehindBalancer: 16 clients contend for 4 locks through
+// haproxy over three replicas on one redis-server; one replica is
+// SIGKILLed mid-run while the clients retry through the balancer with
+// their tokens. No two clients are ever inside one lock together, every
+// lock's fences increase from holder to holder, the surviving replicas keep
+// serving, and no live client's lease is lost (no 410 on an extend, nor on
+// a release that was not a retry).
+func TestReplicasBehindBalancer(t *testing.T) {
+	haproxyPath(t)
+	redis := testredis.Start(t)
+	var reps []*replica
+	for i := range 3 {
+		reps = append(reps, startReplica(t, i, "", "--redis-url", redis.URL()))
+	}
+	lb := startBalancer(t, reps)
+	c := contend(t, lb.url, 16, lockNames)
+
+	c.waitGrants(200, "before the kill")
 	survivors := []*replica{reps[0], reps[2]}
 	var before [2]float64
 	for i, r := range survivors {
 		before[i] = counter(t, r.url, "dlock_http_requests_total")
 	}
 	reps[1].kill()
-	atKill := chk.count()
+	atKill := c.chk.count()
 	t.Logf("replica 1 SIGKILLed after %d grants", atKill)
-	waitGrants(atKill+400, "after the kill")
-	close(stop)
-	wg.Wait()
+	c.waitGrants(atKill+400, "after the kill")
+	c.verdict()
 
 	for i, r := range survivors {
 		if after := counter(t, r.url, "dlock_http_requests_total"); after <= before[i] {
@@ -212,10 +246,39 @@ func TestReplicasBehindBalancer(t *testing.T) {
 			resp.Body.Close()
 		}
 	}
-	t.Logf("%d grants (%d after the kill), %d refusals after a wait, %d retried calls, %d overlaps, %d fences out of order, %d lost leases",
-		chk.count(), chk.count()-atKill, refused.Load(), retries.Load(), chk.overlaps, chk.fenceBad, lost.Load())
-	if chk.overlaps != 0 || chk.fenceBad != 0 || lost.Load() != 0 {
-		t.Errorf("overlaps %d, fences out of order %d, lost leases %d; want 0 each", chk.overlaps, chk.fenceBad, lost.Load())
+}
+
+// TestRollingUpgrade: the upgrade of docs/operations.md — each of three
+// replicas in turn gets SIGTERM, drains and exits, and a new process takes
+// its address — while 16 clients contend through haproxy: no overlap,
+// fences in order, no lost lease, and every replacement serves.
+func TestRollingUpgrade(t *testing.T) {
+	haproxyPath(t)
+	redis := testredis.Start(t)
+	var reps []*replica
+	for i := range 3 {
+		reps = append(reps, startReplica(t, i, "", "--redis-url", redis.URL()))
+	}
+	lb := startBalancer(t, reps)
+	c := contend(t, lb.url, 16, lockNames)
+	c.waitGrants(100, "before the upgrade")
+	for i, old := range reps {
+		old.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-old.exited:
+		case <-time.After(60 * time.Second):
+			t.Fatalf("replica %d did not exit within 60s of SIGTERM: %s", i, old.output())
+		}
+		reps[i] = startReplica(t, i, strings.TrimPrefix(old.url, "http://"), "--redis-url", redis.URL())
+		n := c.chk.count()
+		c.waitGrants(n+100, fmt.Sprintf("after replica %d was replaced", i))
+		t.Logf("replica %d replaced after %d grants", i, n)
+	}
+	before := counter(t, reps[0].url, "dlock_http_requests_total")
+	c.waitGrants(c.chk.count()+100, "after the upgrade")
+	c.verdict()
+	if after := counter(t, reps[0].url, "dlock_http_requests_total"); after <= before {
+		t.Errorf("replacement of replica 0 served no requests through the balancer")
 	}
 }
 
@@ -229,7 +292,7 @@ func TestThroughput(t *testing.T) {
 	redis := testredis.Start(t)
 	var reps []*replica
 	for i := range 3 {
-		reps = append(reps, startReplica(t, i, "--redis-url", redis.URL()))
+		reps = append(reps, startReplica(t, i, "", "--redis-url", redis.URL()))
 	}
 	one, three := startBalancer(t, reps[:1]), startBalancer(t, reps)
 	const (
