@@ -94,6 +94,7 @@ type Store struct {
 	hub    *redisproto.Hub     // wakes this Store's waiters (Watch)
 	track  tracker             // server-side tracking of the watched keys
 	grants redisproto.Handoffs // handoffs to this Store's waiters (WatchGrant)
+	bus    bus                 // dlock.Broadcaster messages
 
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -212,6 +213,7 @@ func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		close(s.closed)
 		s.grants.Close()
+		s.bus.stop()
 		s.hub.Stop()
 		s.track.close()
 	})

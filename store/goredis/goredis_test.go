@@ -220,3 +220,16 @@ func TestNewRefusesNil(t *testing.T) {
 		t.Errorf("New(WithFenceRetention(1ms)) = %v, want ErrInvalid", err)
 	}
 }
+
+// TestBroadcast runs storetest.Broadcast through two Stores on one server,
+// and across the go-redis and valkey stores (the same channels).
+func TestBroadcast(t *testing.T) {
+	srv := testredis.Start(t)
+	storetest.Broadcast(t, open(t, srv.Addr()), open(t, srv.Addr()))
+	vs, err := valkey.Dial(testContext(t), srv.URL())
+	if err != nil {
+		t.Fatalf("valkey.Dial = %v", err)
+	}
+	t.Cleanup(func() { vs.Close() })
+	storetest.Broadcast(t, open(t, srv.Addr()), vs)
+}

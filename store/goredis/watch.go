@@ -100,7 +100,7 @@ func (p *subscriber) Receive(ctx context.Context, channel string, ready func(), 
 	for {
 		m, err := ps.Receive(ctx)
 		if err != nil {
-			if !legacy && strings.Contains(strings.ToLower(err.Error()), "unknown command") {
+			if !legacy && unknownCommand(err) {
 				p.mu.Lock()
 				p.legacy = true
 				p.mu.Unlock()
@@ -124,3 +124,7 @@ func (p *subscriber) Receive(ctx context.Context, channel string, ready func(), 
 func (p *subscriber) Unsubscribe(context.Context, string) {}
 
 func (p *subscriber) Closed(err error) bool { return errors.Is(err, redis.ErrClosed) }
+
+func unknownCommand(err error) bool {
+	return strings.Contains(strings.ToLower(err.Error()), "unknown command")
+}
