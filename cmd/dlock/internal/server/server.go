@@ -84,7 +84,7 @@ type Server struct {
 	log     *slog.Logger
 	metrics *dlockprom.Metrics
 	reg     *prometheus.Registry
-	mux     *http.ServeMux
+	mux     *routeMux
 	authSum [sha256.Size]byte
 
 	httpRequests *prometheus.CounterVec
@@ -148,7 +148,7 @@ func New(locker *dlock.Locker, cfg Config) (*Server, error) {
 		log:     log,
 		metrics: m,
 		reg:     prometheus.NewRegistry(),
-		mux:     http.NewServeMux(),
+		mux:     newRouteMux(),
 		history: newHistory(historySeconds),
 		started: time.Now(),
 		drain:   make(chan struct{}),
@@ -187,6 +187,7 @@ func New(locker *dlock.Locker, cfg Config) (*Server, error) {
 func (s *Server) routes() {
 	s.mux.HandleFunc("POST /api/locks/{pattern}/{resourceId}", s.handleDemo)
 	s.mux.HandleFunc("GET /health", s.handleHealth)
+	s.mux.HandleFunc("GET /openapi.json", s.handleOpenAPI)
 	s.mux.HandleFunc("POST /v1/locks/{name}/acquire", s.handleAcquire)
 	s.mux.HandleFunc("POST /v1/locks/{name}/extend", s.handleExtend)
 	s.mux.HandleFunc("POST /v1/locks/{name}/release", s.handleRelease)

@@ -90,7 +90,7 @@ func newEnv(t *testing.T, store dlock.Store, cfg Config) *env {
 		default:
 		}
 	})
-	e.ts = httptest.NewServer(srv.Handler())
+	e.ts = httptest.NewServer(checkContract(t, srv, srv.Handler()))
 	t.Cleanup(func() {
 		e.ts.Close()
 		srv.Close()
