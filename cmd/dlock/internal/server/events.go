@@ -166,6 +166,7 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 	h.Set("X-Content-Type-Options", "nosniff")
 
 	ch := make(chan eventBody, eventBuffer)
+	p := principalFrom(r.Context()) // a scoped token sees only names in scope
 	unsub := s.rep.feed.subscribe(ch)
 	defer unsub()
 
@@ -198,6 +199,9 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 			send("shutdown", map[string]string{"message": "server shutting down"})
 			return
 		case ev := <-ch:
+			if !p.allows(ev.Name) {
+				continue
+			}
 			if !send(ev.Type, ev) {
 				return
 			}

@@ -316,7 +316,16 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 	if p.wait > 0 && testHookWaiting != nil {
 		testHookWaiting(name)
 	}
+	claim, e := s.reserveHold(r.Context())
+	if e != nil {
+		if entry != nil && entry.lease == nil {
+			s.leases.remove(key, entry)
+		}
+		writeAPIError(w, e)
+		return
+	}
 	ls, err := s.v1.Acquire(ctx, p.req, p.wait > 0)
+	claim(ls)
 	if err != nil {
 		if entry != nil && entry.lease == nil {
 			s.leases.remove(key, entry)
@@ -595,8 +604,12 @@ func (s *Server) list(ctx context.Context, in dlock.Inspector) (listBody, error)
 		return listBody{}, err
 	}
 	lb := listBody{Locks: make([]stateBody, 0, min(len(states), maxList))}
-	for i, st := range states {
-		if i == maxList {
+	p := principalFrom(ctx) // a scoped token sees only names in scope
+	for _, st := range states {
+		if !p.allows(st.Name) {
+			continue
+		}
+		if len(lb.Locks) == maxList {
 			lb.Truncated = true
 			break
 		}

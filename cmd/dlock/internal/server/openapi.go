@@ -26,6 +26,9 @@ func (s *Server) handleOpenAPI(w http.ResponseWriter, r *http.Request) {
 // OpenAPI document.
 type routeMux struct {
 	*http.ServeMux
+	// wrap, when set, wraps each handler registered after it is set (the
+	// server's scope guard).
+	wrap     func(pattern string, h http.Handler) http.Handler
 	mu       sync.Mutex
 	patterns []string
 }
@@ -34,12 +37,14 @@ func newRouteMux() *routeMux { return &routeMux{ServeMux: http.NewServeMux()} }
 
 func (m *routeMux) Handle(pattern string, h http.Handler) {
 	m.record(pattern)
+	if m.wrap != nil {
+		h = m.wrap(pattern, h)
+	}
 	m.ServeMux.Handle(pattern, h)
 }
 
 func (m *routeMux) HandleFunc(pattern string, h func(http.ResponseWriter, *http.Request)) {
-	m.record(pattern)
-	m.ServeMux.HandleFunc(pattern, h)
+	m.Handle(pattern, http.HandlerFunc(h))
 }
 
 func (m *routeMux) record(pattern string) {

@@ -289,6 +289,7 @@ func TestContractValidator(t *testing.T) {
 		{"409 with Retry-After 0", req, 409, jsonHeader("Retry-After", "0"), locked},
 		{"409 with Retry-After not a number", req, 409, jsonHeader("Retry-After", "soon"), locked},
 		{"undocumented status", req, 418, jsonHeader(), locked},
+		{"429 without Retry-After", req, 429, jsonHeader(), `{"error":"rate limited","message":"slow down","retryAfterMs":900}`},
 		{"text body", req, 200, http.Header{"Content-Type": {"text/plain"}}, "ok"},
 		{"401 without WWW-Authenticate", req, 401, jsonHeader(), `{"error":"unauthorized","message":"no"}`},
 		{"error without message", httptest.NewRequest(http.MethodGet, "/nope", nil), 404, jsonHeader(), `{"error":"not found"}`},

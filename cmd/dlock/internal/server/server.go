@@ -50,6 +50,12 @@ type Config struct {
 	// must carry ("Authorization: Bearer TOKEN"). It is compared in
 	// constant time and never logged.
 	AuthToken string
+	// AuthFile, when set, is the path of an auth file of scoped tokens
+	// (docs/operations.md): every /api and /v1 request must carry one of
+	// its tokens, and may touch only the names in the token's scope.
+	// Server.ReloadAuth reads it again. It cannot be combined with
+	// AuthToken.
+	AuthFile string
 	// Logger receives one line per request at Debug, start and stop at
 	// Info, and failures at Warn. Default: discard.
 	Logger *slog.Logger
@@ -86,6 +92,10 @@ type Server struct {
 	reg     *prometheus.Registry
 	mux     *routeMux
 	authSum [sha256.Size]byte
+
+	auth          atomic.Pointer[authState] // the auth file's tokens
+	authMu        sync.Mutex                // serialises loads of the auth file
+	tenantMetrics *tenantMetrics
 
 	httpRequests *prometheus.CounterVec
 	httpDuration *prometheus.HistogramVec
@@ -166,12 +176,21 @@ func New(locker *dlock.Locker, cfg Config) (*Server, error) {
 	if cfg.AuthToken != "" {
 		s.authSum = sha256.Sum256([]byte(cfg.AuthToken))
 	}
+	if cfg.AuthToken != "" && cfg.AuthFile != "" {
+		return nil, errors.New("dlock: server: an auth token and an auth file cannot be combined; list the token in the file")
+	}
+	s.tenantMetrics = newTenantMetrics()
+	if cfg.AuthFile != "" {
+		if err := s.loadAuth(); err != nil {
+			return nil, err
+		}
+	}
 	v1, err := dlock.New(newClientStore(locker.Store()), dlock.WithObserver(m.Observe), dlock.WithLogger(log))
 	if err != nil {
 		return nil, fmt.Errorf("dlock: server: %w", err)
 	}
 	s.v1 = v1
-	for _, c := range []prometheus.Collector{m, s.httpRequests, s.httpDuration,
+	for _, c := range []prometheus.Collector{m, s.httpRequests, s.httpDuration, s.tenantMetrics,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
 		if err := s.reg.Register(c); err != nil {
 			v1.Close()
@@ -180,6 +199,7 @@ func New(locker *dlock.Locker, cfg Config) (*Server, error) {
 	}
 	s.startReplicas()
 	s.unsub = m.Subscribe(s.localEvent)
+	s.mux.wrap = s.guard
 	s.routes()
 	return s, nil
 }
@@ -238,10 +258,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 
-	if needsAuth(r.URL.Path) && !s.authorized(r) {
-		sw.Header().Set("WWW-Authenticate", `Bearer realm="dlock"`)
-		writeError(sw, http.StatusUnauthorized, "unauthorized", "missing or wrong bearer token")
-		return
+	if needsAuth(r.URL.Path) {
+		var ok bool
+		if r, ok = s.authenticate(sw, r); !ok {
+			return
+		}
 	}
 	if pattern == "" {
 		s.unrouted(sw, r)

@@ -1,0 +1,286 @@
+package server
+
+import (
+	"bufio"
+	"context"
+	"net/http"
+	"net/http/httptrace"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store/memory"
+)
+
+// writeAuthFile writes an auth file into a temporary directory and returns
+// its path.
+func writeAuthFile(t *testing.T, dir, body string) string {
+	t.Helper()
+	path := filepath.Join(dir, "auth.json")
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+const (
+	tokA      = "team-a-secret-token"
+	tokB      = "team-b-secret-token"
+	tokReader = "reader-secret-token"
+)
+
+func scopedFile() string {
+	return `{"tokens":[
+  {"tenant":"team-a","sha256":"` + HashToken(tokA) + `","prefixes":["team-a/"],"access":"read-write"},
+  {"tenant":"team-b","sha256":"` + HashToken(tokB) + `","prefixes":["team-b/"],"access":"read-write"},
+  {"tenant":"ops","sha256":"` + strings.ToUpper(HashToken(tokReader)) + `","prefixes":[""],"access":"read-only"}
+]}`
+}
+
+func bearerOf(tok string) []string { return []string{"Authorization", "Bearer " + tok} }
+
+// TestScopedTokens: a token scoped to team-a/ cannot see, acquire, extend
+// or release team-b/x, even with team-b's lease token; lists, state and
+// the event stream show it only names in scope; a read-only token reads
+// everything and writes nothing; unknown tokens get 401.
+func TestScopedTokens(t *testing.T) {
+	forEachStore(t, func(t *testing.T, store dlock.Store) {
+		e := newEnv(t, store, Config{AuthFile: writeAuthFile(t, t.TempDir(), scopedFile()), SnapshotInterval: time.Hour})
+		a, b, reader := bearerOf(tokA), bearerOf(tokB), bearerOf(tokReader)
+
+		r := e.post("/v1/locks/team-b%2Fx/acquire", `{"ttlMs":60000}`, b...)
+		wantCode(t, "team-b acquires team-b/x", r, http.StatusOK)
+		stolen := r.json(t)["token"].(string)
+
+		// team-a's event stream, opened while team-b/x is held.
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, e.ts.URL+"/v1/events", nil)
+		req.Header.Set("Authorization", "Bearer "+tokA)
+		stream, err := e.ts.Client().Do(req)
+		if err != nil || stream.StatusCode != http.StatusOK {
+			t.Fatalf("team-a GET /v1/events = %v, %v", stream, err)
+		}
+		defer stream.Body.Close()
+
+		outOfScope := func(what string, r response) {
+			t.Helper()
+			wantCode(t, what, r, http.StatusForbidden)
+			body := r.json(t)
+			if body["error"] != "out of scope" || !strings.Contains(body["message"].(string), "team-a") {
+				t.Errorf("%s: body %s, want error \"out of scope\" naming the tenant", what, r.body)
+			}
+		}
+		outOfScope("team-a acquires team-b/x", e.post("/v1/locks/team-b%2Fx/acquire", `{}`, a...))
+		outOfScope("team-a reads team-b/x", e.get("/v1/locks/team-b%2Fx", a...))
+		outOfScope("team-a extends team-b/x with the stolen token", e.post("/v1/locks/team-b%2Fx/extend", `{"token":"`+stolen+`"}`, a...))
+		outOfScope("team-a releases team-b/x with the stolen token", e.post("/v1/locks/team-b%2Fx/release", `{"token":"`+stolen+`"}`, a...))
+		outOfScope("team-a releases a free team-b name", e.post("/v1/locks/team-b%2Fnone/release", `{"token":"`+stolen+`"}`, a...))
+		outOfScope("team-a demo on team-b/x", e.post("/api/locks/simple/team-b%2Fx?durationMs=0", ``, a...))
+		outOfScope("a name that only looks like team-a's", e.post("/v1/locks/team-a/acquire", `{}`, a...))
+		if st := e.get("/v1/locks/team-b%2Fx", b...).json(t); st["holders"] != 1.0 {
+			t.Fatalf("after team-a's attempts team-b/x = %v, want held by team-b", st)
+		}
+
+		wantCode(t, "team-a acquires team-a/y", e.post("/v1/locks/team-a%2Fy/acquire", `{}`, a...), http.StatusOK)
+		wantCode(t, "team-a demo", e.post("/api/locks/simple/team-a%2Fd?durationMs=0", ``, a...), http.StatusOK)
+		r = e.get("/v1/locks", a...)
+		wantCode(t, "team-a list", r, http.StatusOK)
+		if !strings.Contains(string(r.body), `"team-a/y"`) || strings.Contains(string(r.body), "team-b") {
+			t.Errorf("team-a list = %s, want team-a/y and no team-b name", r.body)
+		}
+		r = e.get("/v1/locks", reader...)
+		if !strings.Contains(string(r.body), `"team-a/y"`) || !strings.Contains(string(r.body), `"team-b/x"`) {
+			t.Errorf("reader list = %s, want every name", r.body)
+		}
+
+		// The read-only token reads, never writes.
+		wantCode(t, "reader reads team-b/x", e.get("/v1/locks/team-b%2Fx", reader...), http.StatusOK)
+		for _, w := range []struct{ path, body string }{
+			{"/v1/locks/team-b%2Fx/acquire", `{}`},
+			{"/v1/locks/team-b%2Fx/release", `{"token":"` + stolen + `"}`},
+			{"/api/locks/simple/anything?durationMs=0", ``},
+		} {
+			r := e.post(w.path, w.body, reader...)
+			wantCode(t, "reader POST "+w.path, r, http.StatusForbidden)
+			if r.json(t)["error"] != "read only" {
+				t.Errorf("reader POST %s: body %s, want error \"read only\"", w.path, r.body)
+			}
+		}
+
+		for _, hdr := range [][]string{nil, bearerOf("nope"), bearerOf(HashToken(tokA)), {"Authorization", "Basic " + tokA}} {
+			r := e.do(t.Context(), http.MethodGet, "/v1/locks", "", hdr...)
+			wantCode(t, "list with "+strings.Join(hdr, " "), r, http.StatusUnauthorized)
+		}
+		wantCode(t, "health needs no token", e.get("/health"), http.StatusOK)
+
+		// team-b's activity never reaches team-a's stream: read it up to
+		// team-a's own acquire, made after team-b's.
+		wantCode(t, "team-b acquires team-b/z", e.post("/v1/locks/team-b%2Fz/acquire", `{}`, b...), http.StatusOK)
+		wantCode(t, "team-a acquires team-a/z", e.post("/v1/locks/team-a%2Fz/acquire", `{}`, a...), http.StatusOK)
+		sc := bufio.NewScanner(stream.Body)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			if strings.Contains(line, "team-b") {
+				t.Fatalf("team-a's event stream shows a team-b name: %s", line)
+			}
+			if strings.HasPrefix(line, "data: ") && strings.Contains(line, `"name":"team-a/z"`) && strings.Contains(line, `"type":"acquire"`) {
+				break
+			}
+		}
+		if err := sc.Err(); err != nil {
+			t.Fatalf("event stream: %v", err)
+		}
+		wantCode(t, "team-b releases team-b/x", e.post("/v1/locks/team-b%2Fx/release", `{"token":"`+stolen+`"}`, b...), http.StatusOK)
+	})
+}
+
+// TestTokenLimits: over maxHolds or acquiresPerSecond a token gets 429
+// with Retry-After; a release frees a hold.
+func TestTokenLimits(t *testing.T) {
+	file := `{"tokens":[
+  {"tenant":"small","sha256":"` + HashToken("holds") + `","prefixes":["h/"],"access":"read-write","maxHolds":2},
+  {"tenant":"slow","sha256":"` + HashToken("rate") + `","prefixes":[""],"access":"read-write","acquiresPerSecond":0.001}
+]}`
+	e := newEnv(t, memory.New(), Config{AuthFile: writeAuthFile(t, t.TempDir(), file)})
+	h := bearerOf("holds")
+	tooMany := func(what string, r response, errCode string) {
+		t.Helper()
+		wantCode(t, what, r, http.StatusTooManyRequests)
+		if got := r.json(t)["error"]; got != errCode {
+			t.Errorf("%s: error %v, want %q (%s)", what, got, errCode, r.body)
+		}
+		if s, err := strconv.Atoi(r.header.Get("Retry-After")); err != nil || s < 1 {
+			t.Errorf("%s: Retry-After %q, want whole seconds >= 1", what, r.header.Get("Retry-After"))
+		}
+	}
+
+	first := e.post("/v1/locks/h%2F1/acquire", `{}`, h...)
+	wantCode(t, "hold 1", first, http.StatusOK)
+	clientTok := strings.Repeat("c", 32)
+	wantCode(t, "hold 2", e.post("/v1/locks/h%2F2/acquire", `{"token":"`+clientTok+`"}`, h...), http.StatusOK)
+	tooMany("hold 3", e.post("/v1/locks/h%2F3/acquire", `{}`, h...), "too many holds")
+	tooMany("demo over the holds", e.post("/api/locks/simple/h%2F4?durationMs=0", ``, h...), "too many holds")
+	wantCode(t, "a retried acquire is no new hold", e.post("/v1/locks/h%2F2/acquire", `{"token":"`+clientTok+`"}`, h...), http.StatusOK)
+	wantCode(t, "release hold 1", e.post("/v1/locks/h%2F1/release", `{"token":"`+first.json(t)["token"].(string)+`"}`, h...), http.StatusOK)
+	wantCode(t, "hold 3 after a release", e.post("/v1/locks/h%2F3/acquire", `{}`, h...), http.StatusOK)
+
+	s := bearerOf("rate")
+	wantCode(t, "first acquire", e.post("/v1/locks/r1/acquire", `{}`, s...), http.StatusOK)
+	tooMany("second acquire", e.post("/v1/locks/r2/acquire", `{}`, s...), "rate limited")
+	tooMany("demo", e.post("/api/locks/simple/r3?durationMs=0", ``, s...), "rate limited")
+	wantCode(t, "reads are not limited", e.get("/v1/locks/r1", s...), http.StatusOK)
+
+	m := string(e.get("/metrics").body)
+	for _, want := range []string{
+		`dlock_tenant_denied_total{reason="holds_limit",tenant="small"} 2`,
+		`dlock_tenant_denied_total{reason="rate_limit",tenant="slow"} 2`,
+		`dlock_tenant_holds{tenant="small"} 2`,
+		`dlock_tenant_requests_total{code="429",tenant="slow"} 2`,
+		`dlock_tenant_requests_total{code="200",tenant="small"} 5`,
+	} {
+		if !strings.Contains(m, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	if strings.Contains(m, "h/1") || strings.Contains(m, HashToken("holds")) {
+		t.Errorf("/metrics shows a lock name or a token hash")
+	}
+}
+
+// TestAuthReload: ReloadAuth (SIGHUP in dlock serve) applies a new file
+// without dropping a keep-alive connection: a revoked token gets 401 on
+// the same connection, a new token works; a broken file is refused and
+// the one in force stays.
+func TestAuthReload(t *testing.T) {
+	dir := t.TempDir()
+	path := writeAuthFile(t, dir, scopedFile())
+	e := newEnv(t, memory.New(), Config{AuthFile: path})
+	var conns []string
+	get := func(tok string) response {
+		t.Helper()
+		trace := &httptrace.ClientTrace{GotConn: func(ci httptrace.GotConnInfo) {
+			conns = append(conns, ci.Conn.LocalAddr().String())
+		}}
+		return e.do(httptrace.WithClientTrace(t.Context(), trace), http.MethodGet, "/v1/locks", "", bearerOf(tok)...)
+	}
+	wantCode(t, "team-a before the reload", get(tokA), http.StatusOK)
+
+	revoked := `{"tokens":[
+  {"tenant":"team-b","sha256":"` + HashToken(tokB) + `","prefixes":["team-b/"],"access":"read-write"},
+  {"tenant":"team-c","sha256":"` + HashToken("team-c-token") + `","prefixes":["team-c/"],"access":"read-write"}
+]}`
+	writeAuthFile(t, dir, revoked)
+	if err := e.srv.ReloadAuth(); err != nil {
+		t.Fatalf("ReloadAuth = %v", err)
+	}
+	wantCode(t, "team-a after its revocation", get(tokA), http.StatusUnauthorized)
+	wantCode(t, "team-c after the reload", get("team-c-token"), http.StatusOK)
+	wantCode(t, "team-b kept", get(tokB), http.StatusOK)
+	for i, c := range conns {
+		if c != conns[0] {
+			t.Errorf("request %d went over connection %s, want the keep-alive connection %s", i, c, conns[0])
+		}
+	}
+
+	writeAuthFile(t, dir, `{"tokens":[{"tenant":"x","sha256":"abc"}]}`)
+	if err := e.srv.ReloadAuth(); err == nil || !strings.Contains(err.Error(), "sha256") {
+		t.Errorf("ReloadAuth of a broken file = %v, want an error naming sha256", err)
+	}
+	wantCode(t, "team-c after a refused reload", get("team-c-token"), http.StatusOK)
+	m := string(e.get("/metrics").body)
+	if strings.Contains(m, `tenant="team-a"`) {
+		t.Errorf("/metrics still has series of the removed tenant team-a")
+	}
+}
+
+// TestAuthFileErrors: bad auth files are refused with the entry and field
+// named, and never the hash; a token and a file cannot be combined.
+func TestAuthFileErrors(t *testing.T) {
+	h := HashToken("x")
+	for _, tc := range []struct{ body, want string }{
+		{``, "not a valid auth file"},
+		{`[]`, "not a valid auth file"},
+		{`{"tokens":[],"extra":1}`, "not a valid auth file"},
+		{`{"tokens":[]} {}`, "after the JSON object"},
+		{`{"tokens":[{"tenant":"","sha256":"` + h + `","prefixes":[""],"access":"read-only"}]}`, "tokens[0].tenant"},
+		{`{"tokens":[{"tenant":"a b","sha256":"` + h + `","prefixes":[""],"access":"read-only"}]}`, "tokens[0].tenant"},
+		{`{"tokens":[{"tenant":"a","sha256":"` + h[:63] + `","prefixes":[""],"access":"read-only"}]}`, "tokens[0].sha256"},
+		{`{"tokens":[{"tenant":"a","sha256":"` + strings.Repeat("g", 64) + `","prefixes":[""],"access":"read-only"}]}`, "tokens[0].sha256"},
+		{`{"tokens":[{"tenant":"a","sha256":"` + h + `","prefixes":[""],"access":"read-only"},{"tenant":"b","sha256":"` + h + `","prefixes":[""],"access":"read-only"}]}`, "tokens[1].sha256 repeats"},
+		{`{"tokens":[{"tenant":"a","sha256":"` + h + `","access":"read-only"}]}`, "tokens[0].prefixes"},
+		{`{"tokens":[{"tenant":"a","sha256":"` + h + `","prefixes":[""],"access":"write"}]}`, "tokens[0].access"},
+		{`{"tokens":[{"tenant":"a","sha256":"` + h + `","prefixes":[""],"access":"read-only","maxHolds":-1}]}`, "tokens[0].maxHolds"},
+		{`{"tokens":[{"tenant":"a","sha256":"` + h + `","prefixes":[""],"access":"read-only","acquiresPerSecond":-1}]}`, "tokens[0].acquiresPerSecond"},
+		{`{"tokens":[{"tenant":"a","token":"x"}]}`, "unknown field"},
+	} {
+		_, err := parseAuthFile([]byte(tc.body))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("parseAuthFile(%.80s) = %v, want an error with %q", tc.body, err, tc.want)
+			continue
+		}
+		if strings.Contains(err.Error(), h[:16]) {
+			t.Errorf("parseAuthFile error %q shows the hash", err)
+		}
+	}
+
+	l, err := dlock.New(memory.New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	path := writeAuthFile(t, t.TempDir(), scopedFile())
+	if srv, err := New(l, Config{AuthToken: "t", AuthFile: path}); err == nil {
+		srv.Close()
+		t.Errorf("New with both an auth token and an auth file succeeded, want an error")
+	}
+	if srv, err := New(l, Config{AuthFile: filepath.Join(t.TempDir(), "missing.json")}); err == nil {
+		srv.Close()
+		t.Errorf("New with a missing auth file succeeded, want an error")
+	}
+}
