@@ -149,6 +149,11 @@ func TestMainUsage(t *testing.T) {
 		{args: []string{"serve", "--log-level", "loud"}, code: runner.ExitUsage, stderr: "--log-level"},
 		{args: []string{"serve", "--server", "http://a"}, code: runner.ExitUsage, stderr: "not defined"},
 		{args: []string{"serve", "--redis-url", "redis://a", "--redlock-urls", "redis://b"}, code: runner.ExitUsage, stderr: "only one"},
+		{args: []string{"serve", "--auth-token", "t", "--auth-file", "/nonexistent"}, code: runner.ExitUsage, stderr: "cannot be combined"},
+		{args: []string{"serve", "--auth-file", "/nonexistent"}, env: []string{"DLOCK_ADDR=127.0.0.1:0"}, code: 1, stderr: "auth file"},
+		{args: []string{"auth"}, code: runner.ExitUsage, stderr: "missing SUBCOMMAND"},
+		{args: []string{"auth", "bogus"}, code: runner.ExitUsage, stderr: "unknown subcommand"},
+		{args: []string{"auth", "hash"}, code: runner.ExitUsage, stderr: "no token"},
 		{args: []string{"version"}, code: 0, stdout: "dlock "},
 		{args: []string{"--version"}, code: 0, stdout: "dlock "},
 	}

@@ -29,14 +29,21 @@ instance, shared by nobody else). SIGTERM or SIGINT stops accepting
 connections, lets requests in flight finish, and releases the leases the
 service holds.
 
+With --auth-file, every /api and /v1 request needs one of the file's tokens,
+which may touch only the lock names in its scope; SIGHUP rereads the file
+without dropping connections (a broken file is refused and the one in force
+kept). 'dlock auth hash' prints the hash of a token for the file.
+
 Examples:
   dlock serve
   dlock serve --addr 127.0.0.1:8080 --redis-url redis://127.0.0.1:6379
-  DLOCK_AUTH_TOKEN=s3cret dlock serve --redlock-urls redis://a:6379,redis://b:6379,redis://c:6379`,
+  DLOCK_AUTH_TOKEN=s3cret dlock serve --redlock-urls redis://a:6379,redis://b:6379,redis://c:6379
+  dlock serve --auth-file /etc/dlock/auth.json --redis-url redis://127.0.0.1:6379`,
 }
 
 type serveFlags struct {
 	addr, logLevel, logFormat string
+	authFile                  string
 	shutdownTimeout           time.Duration
 }
 
@@ -47,6 +54,8 @@ func init() {
 		x.store.register(x.fs, false)
 		x.fs.String(&x.store.authToken, "auth-token", "TOKEN", "DLOCK_AUTH_TOKEN", "",
 			"require 'Authorization: Bearer TOKEN' on /api and /v1 (never logged)")
+		x.fs.String(&f.authFile, "auth-file", "PATH", "DLOCK_AUTH_FILE", "",
+			"scoped tokens: a JSON file of hashed tokens with name prefixes, access and limits; reread on SIGHUP (docs/operations.md)")
 		x.fs.Duration(&f.shutdownTimeout, "shutdown-timeout", "DLOCK_SHUTDOWN_TIMEOUT", 25*time.Second,
 			"on SIGTERM, how long requests in flight may take to finish")
 		x.fs.String(&f.logLevel, "log-level", "LEVEL", "DLOCK_LOG_LEVEL", "info", "debug, info, warn or error")
@@ -79,6 +88,9 @@ func runServe(ctx context.Context, x *cmd, _, _ []string) int {
 	}
 	if _, err := x.store.configured(); err != nil {
 		return x.usageFail("%v", err)
+	}
+	if f.authFile != "" && x.store.authToken != "" {
+		return x.usageFail("--auth-token and --auth-file cannot be combined; list the token in the auth file")
 	}
 	if f.shutdownTimeout <= 0 {
 		return x.usageFail("--shutdown-timeout must be positive")

@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
 
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/cmd/dlock/internal/server"
@@ -26,6 +29,7 @@ func serve(ctx context.Context, x *cmd, f *serveFlags, b *backend, log *slog.Log
 	srv, err := server.New(locker, server.Config{
 		Addr:      f.addr,
 		AuthToken: x.store.authToken,
+		AuthFile:  f.authFile,
 		Logger:    log,
 		Metrics:   m,
 		StoreName: storeName,
@@ -37,9 +41,38 @@ func serve(ctx context.Context, x *cmd, f *serveFlags, b *backend, log *slog.Log
 		locker.Close()
 		return err
 	}
+	stopReload := reloadOnHangup(srv, log)
 	err = srv.ListenAndServe(ctx)
+	stopReload()
 	if cerr := locker.Close(); cerr != nil && err == nil {
 		log.Warn("dlock: releasing leases at shutdown", "err", cerr)
 	}
 	return err
+}
+
+// reloadOnHangup rereads the server's auth file on each SIGHUP until the
+// returned func is called (which waits for it to stop). A file that cannot
+// be read or parsed is logged and the one in force kept.
+func reloadOnHangup(srv *server.Server, log *slog.Logger) func() {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-hup:
+				if err := srv.ReloadAuth(); err != nil {
+					log.Warn("dlock: SIGHUP: auth file not reloaded; the previous one stays in force", "err", err)
+				}
+			}
+		}
+	}()
+	return func() {
+		signal.Stop(hup)
+		close(stop)
+		<-done
+	}
 }

@@ -114,6 +114,7 @@ func HashToken(token string) string {
 
 // principal is what an authenticated request may do.
 type principal struct {
+	hash     [sha256.Size]byte
 	tenant   string
 	prefixes []string
 	readOnly bool
@@ -213,7 +214,8 @@ type tenantStats struct {
 
 // authState is the loaded auth file.
 type authState struct {
-	byHash map[[sha256.Size]byte]*principal
+	byHash  map[[sha256.Size]byte]*principal
+	tenants map[string]bool
 }
 
 // tenantMetrics exports the per-tenant series; the tenant label values
@@ -284,8 +286,8 @@ func (s *Server) loadAuth() error {
 	s.authMu.Lock()
 	defer s.authMu.Unlock()
 	old := s.auth.Load()
-	st := &authState{byHash: make(map[[sha256.Size]byte]*principal, len(entries))}
 	tenants := make(map[string]bool)
+	st := &authState{byHash: make(map[[sha256.Size]byte]*principal, len(entries)), tenants: tenants}
 	for _, e := range entries {
 		var key [sha256.Size]byte
 		hex.Decode(key[:], []byte(strings.ToLower(e.SHA256)))
@@ -298,7 +300,7 @@ func (s *Server) loadAuth() error {
 		lim.mu.Lock()
 		lim.maxHolds, lim.rate = e.MaxHolds, e.AcquiresPerSecond
 		lim.mu.Unlock()
-		st.byHash[key] = &principal{tenant: e.Tenant, prefixes: slices.Clone(e.Prefixes),
+		st.byHash[key] = &principal{hash: key, tenant: e.Tenant, prefixes: slices.Clone(e.Prefixes),
 			readOnly: e.Access == "read-only", lim: lim}
 		tenants[e.Tenant] = true
 	}
@@ -382,6 +384,12 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request) (*http.Req
 	return r.WithContext(context.WithValue(r.Context(), principalKey{}, p)), true
 }
 
+// revoked reports whether p's token left the auth file in a reload since
+// p was looked up. A nil principal is never revoked.
+func (s *Server) revoked(p *principal) bool {
+	return p != nil && s.auth.Load().byHash[p.hash] == nil
+}
+
 func unauthorized(w http.ResponseWriter) {
 	w.Header().Set("WWW-Authenticate", `Bearer realm="dlock"`)
 	writeError(w, http.StatusUnauthorized, "unauthorized", "missing or wrong bearer token")
@@ -434,7 +442,13 @@ func (s *Server) guard(pattern string, h http.Handler) http.Handler {
 			return
 		}
 		sw := &statusWriter{ResponseWriter: w}
-		defer func() { p.stats.requests.WithLabelValues(strconv.Itoa(sw.status())).Inc() }()
+		defer func() {
+			// A request that outlived its tenant (removed by a reload) is
+			// not counted: it would bring the tenant's series back.
+			if s.auth.Load().tenants[p.tenant] {
+				p.stats.requests.WithLabelValues(strconv.Itoa(sw.status())).Inc()
+			}
+		}()
 		deny := func(reason string, e *apiError) {
 			p.stats.denied.WithLabelValues(reason).Inc()
 			writeAPIError(sw, e)

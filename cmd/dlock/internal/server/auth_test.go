@@ -3,10 +3,12 @@ package server
 import (
 	"bufio"
 	"context"
+	"io"
 	"net/http"
 	"net/http/httptrace"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -200,7 +202,18 @@ func TestTokenLimits(t *testing.T) {
 func TestAuthReload(t *testing.T) {
 	dir := t.TempDir()
 	path := writeAuthFile(t, dir, scopedFile())
-	e := newEnv(t, memory.New(), Config{AuthFile: path})
+	e := newEnv(t, memory.New(), Config{AuthFile: path, SnapshotInterval: 20 * time.Millisecond})
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, e.ts.URL+"/v1/events", nil)
+	req.Header.Set("Authorization", "Bearer "+tokA)
+	streamTransport := &http.Transport{} // the stream's own connection
+	defer streamTransport.CloseIdleConnections()
+	stream, err := (&http.Client{Transport: streamTransport}).Do(req)
+	if err != nil || stream.StatusCode != http.StatusOK {
+		t.Fatalf("team-a GET /v1/events = %v, %v", stream, err)
+	}
+	defer stream.Body.Close()
 	var conns []string
 	get := func(tok string) response {
 		t.Helper()
@@ -220,6 +233,10 @@ func TestAuthReload(t *testing.T) {
 		t.Fatalf("ReloadAuth = %v", err)
 	}
 	wantCode(t, "team-a after its revocation", get(tokA), http.StatusUnauthorized)
+	// team-a's open event stream ends at its next snapshot.
+	if _, err := io.Copy(io.Discard, stream.Body); err != nil {
+		t.Errorf("team-a's event stream after its revocation: %v, want its end", err)
+	}
 	wantCode(t, "team-c after the reload", get("team-c-token"), http.StatusOK)
 	wantCode(t, "team-b kept", get(tokB), http.StatusOK)
 	for i, c := range conns {
@@ -282,5 +299,22 @@ func TestAuthFileErrors(t *testing.T) {
 	if srv, err := New(l, Config{AuthFile: filepath.Join(t.TempDir(), "missing.json")}); err == nil {
 		srv.Close()
 		t.Errorf("New with a missing auth file succeeded, want an error")
+	}
+}
+
+// TestAuthFileDocExample: the auth file example of docs/operations.md is a
+// valid auth file.
+func TestAuthFileDocExample(t *testing.T) {
+	doc, err := os.ReadFile("../../../../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile("(?s)```json\n(\\{.*?)```").FindSubmatch(doc)
+	if m == nil {
+		t.Fatal("docs/operations.md has no JSON example")
+	}
+	entries, err := parseAuthFile(m[1])
+	if err != nil || len(entries) == 0 {
+		t.Fatalf("the example of docs/operations.md: %d entries, %v", len(entries), err)
 	}
 }

@@ -206,6 +206,9 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 		case <-tick.C:
+			if s.revoked(p) { // the token left the auth file: end its stream
+				return
+			}
 			if !send("snapshot", s.snapshot(r.Context(), false)) {
 				return
 			}

@@ -353,7 +353,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	srv.RegisterOnShutdown(s.beginDrain)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
-	s.log.Info("dlock: serving", "addr", ln.Addr().String(), "store", s.cfg.StoreName, "auth", s.cfg.AuthToken != "")
+	s.log.Info("dlock: serving", "addr", ln.Addr().String(), "store", s.cfg.StoreName, "auth", s.cfg.AuthToken != "" || s.cfg.AuthFile != "")
 
 	var serveErr error
 	select {
