@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-dev/dlock/cmd/dlock/internal/runner"
 	"github.com/dlock-dev/dlock/cmd/dlock/internal/server"
 )
 
@@ -91,4 +92,37 @@ func TestServeAuthFileReload(t *testing.T) {
 	if code := serve.wait(); code != 0 {
 		t.Errorf("dlock serve exited %d after SIGTERM, want 0; stderr:\n%s", code, serve.stderr.String())
 	}
+}
+
+// TestScopedTokenExitCodes: the CLI's --server client against scoped
+// tokens: out of scope is a usage error (64) naming the reason, a token
+// over its rate limit is 69.
+func TestScopedTokenExitCodes(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "auth.json")
+	file := `{"tokens":[
+  {"tenant":"team-a","sha256":"` + server.HashToken("token-a") + `","prefixes":["team-a/"],"access":"read-write"},
+  {"tenant":"slow","sha256":"` + server.HashToken("token-slow") + `","prefixes":["slow/"],"access":"read-write","acquiresPerSecond":0.001}
+]}`
+	if err := os.WriteFile(path, []byte(file), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	serve := startDlock(t, []string{"DLOCK_AUTH_FILE=" + path, "DLOCK_ADDR=127.0.0.1:0"}, "serve")
+	url := "http://" + serveAddr(t, serve)
+
+	a := []string{"DLOCK_SERVER=" + url, "DLOCK_AUTH_TOKEN=token-a"}
+	if code, _, stderr := runDlock(t, a, "acquire", "team-b/x"); code != runner.ExitUsage || !strings.Contains(stderr, "out of scope") {
+		t.Errorf("dlock acquire team-b/x with team-a's token = %d, stderr %q; want %d naming out of scope", code, stderr, runner.ExitUsage)
+	}
+	if code, out, stderr := runDlock(t, a, "acquire", "team-a/x"); code != 0 {
+		t.Errorf("dlock acquire team-a/x with team-a's token = %d, %q; stderr %q", code, out, stderr)
+	}
+	slow := []string{"DLOCK_SERVER=" + url, "DLOCK_AUTH_TOKEN=token-slow"}
+	if code, _, stderr := runDlock(t, slow, "acquire", "slow/1"); code != 0 {
+		t.Fatalf("first acquire of the rate-limited token = %d; stderr %q", code, stderr)
+	}
+	if code, _, stderr := runDlock(t, slow, "acquire", "slow/2"); code != runner.ExitUnavailable || !strings.Contains(stderr, "429") {
+		t.Errorf("second acquire of the rate-limited token = %d, stderr %q; want %d with the server's 429", code, stderr, runner.ExitUnavailable)
+	}
+	serve.signal(sigterm)
+	serve.wait()
 }
