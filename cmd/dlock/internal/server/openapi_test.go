@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -22,8 +23,9 @@ import (
 )
 
 // The contract tests: the embedded OpenAPI document is valid, lists every
-// route the server registers (and nothing else), and every response the
-// handler tests provoke validates against it. newEnv wraps each test
+// route the server registers (and nothing else), every response the
+// handler tests provoke validates against it, and every request body the
+// server accepted matches the request schema. newEnv wraps each test
 // server's handler in checkContract, so every handler test above checks
 // the contract as it runs.
 
@@ -83,9 +85,19 @@ func checkContract(t *testing.T, srv *Server, h http.Handler) http.Handler {
 		cw := &contractWriter{ResponseWriter: w}
 		// The request as it arrived (the handler consumes its body).
 		req := r.Clone(context.WithoutCancel(r.Context()))
+		reqBody, err := io.ReadAll(r.Body)
+		if err != nil {
+			t.Errorf("contract: %s %s: reading the request body: %v", r.Method, r.URL.RequestURI(), err)
+		}
+		r.Body = io.NopCloser(bytes.NewReader(reqBody))
 		h.ServeHTTP(cw, r)
 		if err := validateAgainst(doc, srv, req, cw.status(), w.Header(), cw.body.Bytes(), cw.overflow); err != nil {
 			t.Errorf("contract: %s %s: %v", r.Method, r.URL.RequestURI(), err)
+		}
+		if cw.status() == http.StatusOK {
+			if err := validateAccepted(doc, srv, req, reqBody); err != nil {
+				t.Errorf("contract: %s %s: %v", r.Method, r.URL.RequestURI(), err)
+			}
 		}
 	})
 }
@@ -120,6 +132,33 @@ func validateAgainst(doc *openapi3.T, srv *Server, r *http.Request, code int, he
 	}
 	if code == http.StatusOK && strings.HasPrefix(header.Get("Content-Type"), "text/event-stream") {
 		return validateEventStream(doc, body)
+	}
+	return nil
+}
+
+// validateAccepted checks that a request body the server accepted (200)
+// matches the operation's request schema: the contract must not refuse
+// what the server takes.
+func validateAccepted(doc *openapi3.T, srv *Server, r *http.Request, body []byte) error {
+	_, pattern := srv.mux.Handler(r)
+	route := contractRoute(doc, pattern)
+	if route == nil || len(bytes.TrimSpace(body)) == 0 {
+		return nil
+	}
+	rb := route.Operation.RequestBody
+	if rb == nil || rb.Value == nil {
+		return fmt.Errorf("the server accepted a body %.100q, but the operation takes none", body)
+	}
+	mt := rb.Value.Content.Get("application/json")
+	if mt == nil || mt.Schema == nil {
+		return errors.New("the operation's request body has no application/json schema")
+	}
+	var v any
+	if err := json.Unmarshal(body, &v); err != nil {
+		return fmt.Errorf("the server accepted a body that is not JSON: %.100q", body)
+	}
+	if err := mt.Schema.Value.VisitJSON(v, openapi3.EnableJSONSchema2020(), openapi3.VisitAsRequest()); err != nil {
+		return fmt.Errorf("the server accepted body %.300s, which the request schema refuses: %w", body, err)
 	}
 	return nil
 }
