@@ -318,3 +318,25 @@ func TestAuthFileDocExample(t *testing.T) {
 		t.Fatalf("the example of docs/operations.md: %d entries, %v", len(entries), err)
 	}
 }
+
+// FuzzParseAuthFile: any file is parsed or refused, never a panic, and a
+// refusal never shows a hash from the file.
+func FuzzParseAuthFile(f *testing.F) {
+	f.Add([]byte(scopedFile()))
+	f.Add([]byte(`{"tokens":[{"tenant":"a","sha256":"` + HashToken("x") + `","prefixes":[""],"access":"read-only","maxHolds":1,"acquiresPerSecond":0.5}]}`))
+	f.Add([]byte(`{"tokens":null}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		entries, err := parseAuthFile(data)
+		if err != nil {
+			if strings.Contains(err.Error(), HashToken(tokA)) {
+				t.Errorf("error %q shows a hash", err)
+			}
+			return
+		}
+		for _, e := range entries {
+			if !tenantName.MatchString(e.Tenant) || len(e.SHA256) != 64 || len(e.Prefixes) == 0 {
+				t.Errorf("accepted entry %+v breaks the file's rules", e)
+			}
+		}
+	})
+}
