@@ -3,6 +3,7 @@ package server
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptrace"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/testredis"
 	"github.com/dlock-dev/dlock/store/memory"
 )
 
@@ -339,4 +341,51 @@ func FuzzParseAuthFile(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestScopedEventsAcrossReplicas: a scoped token's event stream on one
+// replica shows the events of its names made through another replica,
+// and never another tenant's.
+func TestScopedEventsAcrossReplicas(t *testing.T) {
+	srv := testredis.Start(t)
+	file := writeAuthFile(t, t.TempDir(), scopedFile())
+	a := newEnv(t, dialValkey(t, srv.URL()), Config{AuthFile: file, SnapshotInterval: 100 * time.Millisecond})
+	b := newEnv(t, dialValkey(t, srv.URL()), Config{AuthFile: file, SnapshotInterval: 100 * time.Millisecond})
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, a.ts.URL+"/v1/events", nil)
+	req.Header.Set("Authorization", "Bearer "+tokA)
+	resp, err := a.ts.Client().Do(req)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("team-a GET /v1/events on a = %v, %v", resp, err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	s := &stream{t, sc}
+
+	// Until a's stream shows a team-a acquire made on b (b's events reach
+	// a through the store once its subscription is up), acquire on b: one
+	// team-b name, then one team-a name, each time.
+	heard := false
+	for i := 0; !heard; i++ {
+		if i == 100 {
+			t.Fatal("a's stream showed none of 100 team-a acquires made on b")
+		}
+		suffix := strconv.Itoa(i)
+		wantCode(t, "team-b on b", b.post("/v1/locks/team-b%2Fq"+suffix+"/acquire", `{}`, bearerOf(tokB)...), http.StatusOK)
+		wantCode(t, "team-a on b", b.post("/v1/locks/team-a%2Fq"+suffix+"/acquire", `{}`, bearerOf(tokA)...), http.StatusOK)
+		deadline := time.Now().Add(time.Second)
+		s.until("an event or snapshot", func(event string, data []byte) bool {
+			if strings.Contains(string(data), "team-b") {
+				t.Fatalf("team-a's stream shows a team-b name: %s %s", event, data)
+			}
+			var ev eventBody
+			if event == "acquire" && json.Unmarshal(data, &ev) == nil && ev.Replica == b.srv.rep.id && strings.HasPrefix(ev.Name, "team-a/") {
+				heard = true
+				return true
+			}
+			return time.Now().After(deadline)
+		})
+	}
 }
