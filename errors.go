@@ -27,6 +27,8 @@ var (
 	ErrInvalid = errors.New("dlock: invalid argument")
 	// ErrClosed reports use of a closed Locker.
 	ErrClosed = errors.New("dlock: locker closed")
+	// ErrNoLeader reports that nobody leads an election.
+	ErrNoLeader = errors.New("dlock: no leader")
 	// ErrUpgrade reports an attempt to take a write lock while holding a
 	// read lock on the same name, which would deadlock.
 	ErrUpgrade = errors.New("dlock: read-to-write upgrade not supported")

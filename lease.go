@@ -34,6 +34,7 @@ type Lease struct {
 	req        Request
 	fence      int64
 	count      int
+	delay      time.Duration // lock-delay: the store holds req.TTL = lease TTL + delay
 	autoRenew  bool
 	renewEvery time.Duration
 	drift      time.Duration
@@ -102,7 +103,7 @@ func (ls *Lease) Err() error {
 // its current validity ends), or an [*InvalidError] for a bad ttl.
 func (ls *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	if ttl == 0 {
-		ttl = ls.req.TTL
+		ttl = ls.req.TTL - ls.delay
 	}
 	if ttl < MinTTL || ttl > MaxTTL {
 		return invalid("ttl", "must be between 100ms and 24h")
@@ -118,7 +119,7 @@ func (ls *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 		return err
 	}
 	req := ls.req
-	req.TTL = ttl
+	req.TTL = ttl + ls.delay
 	l.mu.Unlock()
 
 	sent := time.Now()
@@ -134,7 +135,7 @@ func (ls *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	}
 	switch {
 	case err == nil && time.Now().Before(ls.validUntil):
-		ls.req.TTL = ttl
+		ls.req.TTL = ttl + ls.delay
 		ls.drift = l.cfg.driftFor(ttl)
 		ls.validUntil = sent.Add(ttl - ls.drift)
 		if ls.renewEvery > ttl/2 {

@@ -103,11 +103,13 @@ func (l *Locker) afterLoss(ls *Lease) {
 	l.cfg.logger.Warn("dlock: lease lost", "name", ls.req.Name, "fence", ls.fence, "err", ls.err)
 	l.mu.Lock()
 	closed := l.closed
-	if !closed {
+	if !closed && ls.delay == 0 {
 		l.wg.Add(1)
 	}
 	l.mu.Unlock()
-	if closed {
+	if closed || ls.delay > 0 {
+		// With a lock-delay the store's hold runs out by itself, the delay
+		// after its last extension.
 		return
 	}
 	go func() {
@@ -151,7 +153,7 @@ func (l *Locker) acquire(ctx context.Context, c *config, req Request, wait bool)
 	if err := ValidName(req.Name); err != nil {
 		return nil, err
 	}
-	req.TTL = c.ttl
+	req.TTL = c.ttl + c.lockDelay // the store's hold; the lease is valid for c.ttl
 	ownToken := req.Token == ""
 	if ownToken {
 		req.Token = newToken()
@@ -309,8 +311,9 @@ func (l *Locker) tryOnce(ctx context.Context, c *config, req Request) (*Lease, G
 // hands it to the scheduler. A grant that came too late or after ctx ended
 // is released instead.
 func (l *Locker) newLease(ctx context.Context, c *config, req Request, g Grant, sent time.Time) (*Lease, error) {
-	drift := c.driftFor(req.TTL)
-	validUntil := sent.Add(req.TTL - drift)
+	ttl := req.TTL - c.lockDelay
+	drift := c.driftFor(ttl)
+	validUntil := sent.Add(ttl - drift)
 	if ctx.Err() != nil || !time.Now().Before(validUntil) {
 		// The caller gave up, or the grant came too late to be of use.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opTimeout)
@@ -326,6 +329,7 @@ func (l *Locker) newLease(ctx context.Context, c *config, req Request, g Grant, 
 		req:        req,
 		fence:      g.Fence,
 		count:      g.Count,
+		delay:      c.lockDelay,
 		autoRenew:  c.autoRenew,
 		renewEvery: c.renewInterval(),
 		drift:      drift,

@@ -33,5 +33,8 @@ func (l *Locker) Acquire(ctx context.Context, req Request, wait bool, opts ...Op
 	if len(req.Token) > 256 {
 		return nil, invalid("token", "must be at most 256 bytes")
 	}
+	if len(req.Value) > MaxValueLen {
+		return nil, invalid("value", "must be at most 4096 bytes")
+	}
 	return l.acquire(ctx, &c, req, wait)
 }

@@ -22,6 +22,7 @@ type config struct {
 	observer    func(Event)
 	owner       string
 	onPosition  func(int) // fair lock: see WithQueuePosition
+	lockDelay   time.Duration
 	err         error
 }
 
@@ -147,6 +148,32 @@ func WithOpTimeout(d time.Duration) Option {
 			return
 		}
 		c.opTimeout = d
+	}
+}
+
+// MaxLockDelay bounds [WithLockDelay].
+const MaxLockDelay = time.Hour
+
+// WithLockDelay keeps a name held for d after a hold on it ends by expiry
+// or lease loss rather than by release (Chubby's lock-delay): a holder that
+// stalled past its lease, and may still be writing, gets d more before
+// anyone else is granted the name. A clean Release frees the name at once.
+// Default 0 (off); from 0 to 1h.
+//
+// The delay is judged by the store's clock: the store holds every lease
+// for its TTL plus d, while the Locker treats the lease as valid for its
+// TTL only (less drift). A lease that is lost is therefore not released
+// on the store; it runs out d after the store last extended it. Refusals'
+// RetryAfter, [State.TTL] and [Leader.TTL] include the delay. It works on
+// every store and pattern, and costs every crashed holder's name d of
+// unavailability; see docs/patterns.md for the trade-off.
+func WithLockDelay(d time.Duration) Option {
+	return func(c *config) {
+		if d < 0 || d > MaxLockDelay {
+			c.fail("lockDelay", "must be between 0 and 1h")
+			return
+		}
+		c.lockDelay = d
 	}
 }
 

@@ -156,7 +156,7 @@ func (l *Locker) renew(batch []*Lease) {
 		err := errs[i]
 		switch {
 		case err == nil && now.Before(ls.validUntil):
-			ls.validUntil = sent.Add(ls.req.TTL - ls.drift)
+			ls.validUntil = sent.Add(ls.req.TTL - ls.delay - ls.drift)
 			ls.renewAt = sent.Add(ls.renewEvery)
 			evs = append(evs, renewEvent(ls, "ok"))
 		case errors.Is(err, ErrNotHeld):

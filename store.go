@@ -23,9 +23,13 @@ const (
 	ModeFair
 	// ModeSemaphore is a lock with Limit shared holders.
 	ModeSemaphore
+	// ModeElection is a leader election: an exclusive hold of the name that
+	// keeps the leader's Value beside it; the grant's fence is the term.
+	// A store that supports it implements [Elector].
+	ModeElection
 )
 
-var modeNames = [...]string{"mutex", "reentrant", "read", "write", "fair", "semaphore"}
+var modeNames = [...]string{"mutex", "reentrant", "read", "write", "fair", "semaphore", "election"}
 
 // String returns the lower-case name of m, as used in metrics and the HTTP API.
 func (m Mode) String() string {
@@ -72,6 +76,10 @@ type Request struct {
 	// place is itself a lease of QueueTTL; Release with the same Token drops it.
 	Queue    bool
 	QueueTTL time.Duration
+	// Value is, in ModeElection, the candidate's value (at most
+	// [MaxValueLen] bytes), kept with the hold and returned by
+	// [Elector.Leader]. A retried Acquire by the holder keeps the first value.
+	Value string
 }
 
 // Grant is a store's answer to Acquire.
@@ -128,6 +136,26 @@ type Store interface {
 type Inspector interface {
 	State(ctx context.Context, name string) (State, error)
 	List(ctx context.Context) ([]State, error)
+}
+
+// Elector is implemented by stores that support [ModeElection].
+type Elector interface {
+	// Leader returns the current holder of name in ModeElection: its Value,
+	// its fence as Term and its remaining time by the store's clock. It
+	// returns [ErrNoLeader] when nobody leads, whatever else holds the name.
+	// It never reveals the leader's token.
+	Leader(ctx context.Context, name string) (Leader, error)
+}
+
+// Leader describes the leader of an election.
+type Leader struct {
+	Value string
+	// Term is the fence of the leader's grant: strictly greater than every
+	// earlier leader's term (and every earlier exclusive grant's fence) on
+	// the same name.
+	Term int64
+	// TTL is how long the leader's hold has left by the store's clock.
+	TTL time.Duration
 }
 
 // Pinger is implemented by stores that can check they are reachable.

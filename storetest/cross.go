@@ -18,7 +18,7 @@ import (
 
 func init() { register("CrossPattern", dlock.ModeMutex, testCrossPattern) }
 
-var allModes = []dlock.Mode{dlock.ModeMutex, dlock.ModeReentrant, dlock.ModeRead, dlock.ModeWrite, dlock.ModeFair, dlock.ModeSemaphore}
+var allModes = []dlock.Mode{dlock.ModeMutex, dlock.ModeReentrant, dlock.ModeRead, dlock.ModeWrite, dlock.ModeFair, dlock.ModeSemaphore, dlock.ModeElection}
 
 // crossLimit is the semaphore limit the suite uses.
 const crossLimit = 2
@@ -32,6 +32,8 @@ func crossReq(name string, m dlock.Mode, ttl time.Duration) dlock.Request {
 		req.Owner = newToken()
 	case dlock.ModeSemaphore:
 		req.Limit = crossLimit
+	case dlock.ModeElection:
+		req.Value = "candidate"
 	}
 	return req
 }
@@ -62,6 +64,10 @@ func testCrossPattern(t *testing.T, h Harness) {
 			crossLimitMismatch(t, h.New(t))
 		})
 	}
+	t.Run("MultiAgainstModes", func(t *testing.T) {
+		parallel(t)
+		crossMulti(t, h.New(t), modes)
+	})
 	t.Run("MixedGoroutines", func(t *testing.T) {
 		parallel(t)
 		crossMixed(t, h, modes)
@@ -135,6 +141,41 @@ func crossPair(t *testing.T, s, other dlock.Store, held, asked dlock.Mode) {
 	}
 	mustAcquire(t, s, areq)
 	mustRelease(t, s, areq)
+}
+
+// crossMulti checks that a multi-lock is refused by a hold of any mode on
+// one of its names (naming it and its mode, leaving the other name free),
+// and that its holds refuse every mode.
+func crossMulti(t *testing.T, s dlock.Store, modes []dlock.Mode) {
+	ctx := testContext(t)
+	l := newLocker(t, s, dlock.WithTTL(longTTL))
+	for _, m := range modes {
+		base := lockName(t)
+		names := []string{base + "-a", base + "-b"}
+		held := crossReq(names[1], m, longTTL)
+		mustAcquire(t, s, held)
+		_, err := l.Multi(names).TryLock(ctx)
+		var le *dlock.LockedError
+		if !errors.As(err, &le) || le.Name != names[1] || le.Held != m {
+			t.Errorf("multi-lock TryLock while a %v hold has %q = %v; want a *LockedError naming it, Held %v", m, names[1], err, m)
+		}
+		free := crossReq(names[0], m, longTTL)
+		mustAcquire(t, s, free) // the refused multi-lock left it free
+		mustRelease(t, s, free)
+		mustRelease(t, s, held)
+		ml, err := l.Multi(names).TryLock(ctx)
+		if err != nil {
+			t.Fatalf("multi-lock TryLock when free = %v", err)
+		}
+		for _, n := range names {
+			if g := mustRefuse(t, s, crossReq(n, m, longTTL)); g.Held != dlock.ModeMutex {
+				t.Errorf("%v request on a multi-locked name: Held = %v, want mutex", m, g.Held)
+			}
+		}
+		if err := ml.Release(ctx); err != nil {
+			t.Errorf("multi-lock Release = %v", err)
+		}
+	}
 }
 
 // crossFences takes exclusive grants of every supported mode in turn on

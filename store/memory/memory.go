@@ -21,6 +21,7 @@ var (
 	_ dlock.Inspector    = (*Store)(nil)
 	_ dlock.Pinger       = (*Store)(nil)
 	_ dlock.GrantWatcher = (*Store)(nil)
+	_ dlock.Elector      = (*Store)(nil)
 )
 
 // Store is an in-memory lock store. The zero value is not usable; call New.
@@ -65,7 +66,8 @@ type holder struct {
 	token   string
 	expires time.Time
 	fence   int64
-	write   bool // read-write lock: the writer
+	write   bool   // read-write lock: the writer
+	value   string // election: the leader's value
 }
 
 // waiter is a queue entry: a fair-lock ticket or a writer's intent.
@@ -302,7 +304,7 @@ func invalid(field, reason string) error {
 }
 
 func check(req dlock.Request) error {
-	if req.Mode > dlock.ModeSemaphore {
+	if req.Mode > dlock.ModeElection {
 		return fmt.Errorf("%w: memory store mode %v", dlock.ErrNotSupported, req.Mode)
 	}
 	if req.Name == "" {
@@ -362,16 +364,38 @@ func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, er
 	case dlock.ModeSemaphore:
 		return s.acquireSemaphore(k, lk, req, now)
 	}
+	// The mutex, and the election (a mutex that keeps the leader's value).
 	if lk != nil {
 		if h := lk.find(req.Token); h != nil {
 			h.expires = now.Add(req.TTL)
 			return dlock.Grant{Acquired: true, Fence: h.fence, Count: 1}, nil
 		}
-		return dlock.Grant{RetryAfter: lk.remaining(now), Held: dlock.ModeMutex}, nil
+		return dlock.Grant{RetryAfter: lk.remaining(now), Held: k.mode}, nil
 	}
 	f := s.issue(req.Name, now)
-	s.locks[k] = &lock{mode: k.mode, holders: []*holder{{token: req.Token, expires: now.Add(req.TTL), fence: f}}}
+	h := &holder{token: req.Token, expires: now.Add(req.TTL), fence: f}
+	if k.mode == dlock.ModeElection {
+		h.value = req.Value
+		s.wakeLocked(k) // observers see the new leader
+	}
+	s.locks[k] = &lock{mode: k.mode, holders: []*holder{h}}
 	return dlock.Grant{Acquired: true, Fence: f, Count: 1}, nil
+}
+
+// Leader implements [dlock.Elector].
+func (s *Store) Leader(ctx context.Context, name string) (dlock.Leader, error) {
+	if err := ctx.Err(); err != nil {
+		return dlock.Leader{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	lk := s.live(key{dlock.ModeElection, name}, now)
+	if lk == nil || len(lk.holders) == 0 {
+		return dlock.Leader{}, dlock.ErrNoLeader
+	}
+	h := lk.holders[0]
+	return dlock.Leader{Value: h.value, Term: h.fence, TTL: h.expires.Sub(now)}, nil
 }
 
 // acquireReentrant grants the owner another acquisition under its own
@@ -639,7 +663,7 @@ func (s *Store) wakeLocked(k key) {
 }
 
 // modes lists the keys' modes in the order State looks at them.
-var modes = []dlock.Mode{dlock.ModeMutex, dlock.ModeReentrant, dlock.ModeRead, dlock.ModeFair, dlock.ModeSemaphore}
+var modes = []dlock.Mode{dlock.ModeMutex, dlock.ModeReentrant, dlock.ModeRead, dlock.ModeFair, dlock.ModeSemaphore, dlock.ModeElection}
 
 // State implements [dlock.Inspector]. When several patterns of name have
 // state, it describes the first in mode order.

@@ -66,13 +66,14 @@ func ctxT(t *testing.T) context.Context {
 func TestConformance(t *testing.T) {
 	srv := pgtest.Start(t)
 	storetest.Run(t, storetest.Harness{
-		New:     func(t *testing.T) dlock.Store { return newStore(t, srv.URL()) },
-		Restart: func(t *testing.T) { srv.Restart(t) },
+		New:         func(t *testing.T) dlock.Store { return newStore(t, srv.URL()) },
+		Restart:     func(t *testing.T) { srv.Restart(t) },
+		Unsupported: []dlock.Mode{dlock.ModeElection},
 	})
 }
 
 // advisoryUnsupported are the modes Advisory documents as unsupported.
-var advisoryUnsupported = []dlock.Mode{dlock.ModeRead, dlock.ModeWrite, dlock.ModeFair, dlock.ModeSemaphore}
+var advisoryUnsupported = []dlock.Mode{dlock.ModeRead, dlock.ModeWrite, dlock.ModeFair, dlock.ModeSemaphore, dlock.ModeElection}
 
 func TestAdvisoryConformance(t *testing.T) {
 	srv := pgtest.Start(t)

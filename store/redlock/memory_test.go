@@ -48,7 +48,7 @@ func TestConformanceMemory(t *testing.T) {
 	nodes := asStores(memoryNodes(5))
 	storetest.Run(t, storetest.Harness{
 		New:         func(t *testing.T) dlock.Store { return newRedlock(t, nodes) },
-		Unsupported: []dlock.Mode{dlock.ModeReentrant, dlock.ModeFair, dlock.ModeSemaphore},
+		Unsupported: []dlock.Mode{dlock.ModeReentrant, dlock.ModeFair, dlock.ModeSemaphore, dlock.ModeElection},
 	})
 }
 

@@ -13,7 +13,7 @@ import (
 // unsupported lists the modes this store does not run yet.
 var unsupported = func() []dlock.Mode {
 	var out []dlock.Mode
-	for _, m := range []dlock.Mode{dlock.ModeReentrant, dlock.ModeRead, dlock.ModeWrite, dlock.ModeFair, dlock.ModeSemaphore} {
+	for _, m := range []dlock.Mode{dlock.ModeReentrant, dlock.ModeRead, dlock.ModeWrite, dlock.ModeFair, dlock.ModeSemaphore, dlock.ModeElection} {
 		if !valkey.Supports(m) {
 			out = append(out, m)
 		}

@@ -65,7 +65,7 @@ func TestConformance(t *testing.T) {
 	storetest.Run(t, storetest.Harness{
 		New: func(t *testing.T) dlock.Store { return newStore(t, url, httpstore.WithAuthToken("tok")) },
 		Unsupported: []dlock.Mode{dlock.ModeReentrant, dlock.ModeRead, dlock.ModeWrite,
-			dlock.ModeFair, dlock.ModeSemaphore},
+			dlock.ModeFair, dlock.ModeSemaphore, dlock.ModeElection},
 	})
 }
 

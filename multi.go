@@ -1,0 +1,308 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"time"
+)
+
+// MaxMultiNames bounds the names of one [Multi].
+const MaxMultiNames = 64
+
+// Multi is an all-or-nothing exclusive lock on several names: it holds all
+// of them or none. Each name is an exclusive hold ([ModeMutex]) of its own,
+// with its own fence, so a Multi and a [Mutex] on one of its names exclude
+// each other, and other libraries see the `lock:<name>` keys on Valkey.
+//
+// Names are taken one by one in one global order (sorted bytewise), all
+// with one token. A refusal releases the names already taken before the
+// caller waits (undo on refusal), so a waiting Multi holds nothing and
+// overlapping Multis never deadlock. Another client may briefly see some
+// names of a Multi held while it is still acquiring or undoing; it never
+// holds some names past a failed acquire (a name whose release failed runs
+// out at its TTL).
+type Multi struct {
+	l     *Locker
+	names []string
+	cfg   config
+	err   error
+}
+
+// Multi returns the multi-lock on names (1 to 64 distinct valid names; a
+// repeated name counts once). Options override the Locker's defaults for
+// every lease of it; a bad option or name is reported by TryLock and Lock.
+func (l *Locker) Multi(names []string, opts ...Option) *Multi {
+	m := &Multi{l: l, cfg: l.lockConfig(opts)}
+	m.names = slices.Clone(names)
+	slices.Sort(m.names)
+	m.names = slices.Compact(m.names)
+	switch {
+	case len(m.names) == 0 || len(m.names) > MaxMultiNames:
+		m.err = invalid("names", "must hold 1-64 names")
+	default:
+		for _, n := range m.names {
+			if err := ValidName(n); err != nil {
+				m.err = err
+				break
+			}
+		}
+	}
+	return m
+}
+
+// Names returns the names of the lock, in the order they are taken.
+func (m *Multi) Names() []string { return slices.Clone(m.names) }
+
+// TryLock makes one attempt to take every name and does not wait. It
+// returns the [MultiLease], or a [*LockedError] naming the first name found
+// held (nothing is left held), a [*StoreError] when the store failed, an
+// [*InvalidError] for a bad name or option, or [ErrClosed].
+func (m *Multi) TryLock(ctx context.Context) (*MultiLease, error) {
+	if err := m.check(); err != nil {
+		return nil, err
+	}
+	ml, g, name, err := m.attempt(ctx, newToken())
+	if ml == nil && err == nil {
+		err = &LockedError{Name: name, RetryAfter: g.RetryAfter, Held: g.Held}
+	}
+	return ml, err
+}
+
+// Lock takes every name, waiting until all are free together or ctx ends.
+// While waiting it holds none of them; it is woken by the store when the
+// name that refused it last frees, with capped backoff and a timer at that
+// name's expiry as the fallback. When ctx ends it returns an error
+// matching both ctx.Err() and the last outcome ([ErrLocked], naming the
+// held name, or [ErrUnavailable]) and leaves nothing held.
+func (m *Multi) Lock(ctx context.Context) (*MultiLease, error) {
+	if err := m.check(); err != nil {
+		return nil, err
+	}
+	c := &m.cfg
+	token := newToken()
+	var (
+		watched string
+		wake    <-chan struct{}
+		stop    = func() {}
+		quick   bool // the last retry came at once, after a new watch
+	)
+	defer func() { stop() }()
+	bo := backoff{min: c.minBackoff, max: c.maxBackoff}
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	var refused error // the last refusal
+	for {
+		ml, g, name, err := m.attempt(ctx, token)
+		if ml != nil {
+			return ml, nil
+		}
+		if err == nil {
+			refused = &LockedError{Name: name, RetryAfter: g.RetryAfter, Held: g.Held}
+		}
+		if ctx.Err() != nil {
+			// ctx ended during the attempt: report the last outcome too.
+			if err == nil || (errors.Is(err, ctx.Err()) && !errors.Is(err, ErrUnavailable)) {
+				err = refused
+			}
+			if err == nil {
+				err = &LockedError{Name: m.names[0]}
+			}
+			return nil, errors.Join(err, ctx.Err())
+		}
+		if err != nil && !errors.Is(err, ErrUnavailable) {
+			return nil, err
+		}
+		if err == nil && name != watched {
+			stop()
+			var werr error
+			wake, stop, werr = m.l.store.Watch(ctx, name, ModeMutex)
+			if werr != nil {
+				c.logger.Debug("dlock: watch failed; falling back to polling", "name", name, "err", werr)
+				wake, stop = nil, func() {}
+			}
+			watched = name
+			if !quick {
+				// Try again at once, so that a release between the
+				// refusal and the watch is not missed.
+				quick = true
+				continue
+			}
+		}
+		quick = false
+		delay := bo.next()
+		if g.RetryAfter > 0 && g.RetryAfter+time.Millisecond < delay {
+			delay = g.RetryAfter + time.Millisecond
+		}
+		timer.Reset(delay)
+		select {
+		case <-wake:
+			bo.reset()
+		case <-timer.C:
+		case <-ctx.Done():
+			if err == nil {
+				err = refused
+			}
+			return nil, errors.Join(err, ctx.Err())
+		}
+	}
+}
+
+func (m *Multi) check() error {
+	if m.cfg.err != nil {
+		return m.cfg.err
+	}
+	return m.err
+}
+
+// attempt takes every name in order with token. On a refusal or an error
+// it releases what it took and returns the refusing name with its grant.
+func (m *Multi) attempt(ctx context.Context, token string) (*MultiLease, Grant, string, error) {
+	c := &m.cfg
+	leases := make([]*Lease, 0, len(m.names))
+	for _, name := range m.names {
+		req := Request{Name: name, Token: token, Mode: ModeMutex, TTL: c.ttl + c.lockDelay}
+		ls, g, err := m.l.tryOnce(ctx, c, req)
+		if ls == nil {
+			m.undo(ctx, leases)
+			return nil, g, name, err
+		}
+		leases = append(leases, ls)
+	}
+	ml := &MultiLease{token: token, names: m.names, leases: leases, done: make(chan struct{})}
+	for _, ls := range leases {
+		ls.notifyLoss(ml.lost)
+	}
+	return ml, Grant{}, "", nil
+}
+
+// undo releases leases taken by a failed attempt.
+func (m *Multi) undo(ctx context.Context, leases []*Lease) {
+	if len(leases) == 0 {
+		return
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.opTimeout)
+	defer cancel()
+	for _, ls := range leases {
+		ls.Release(rctx)
+	}
+}
+
+// MultiLease is the hold of a [Multi]: one [Lease] per name, all with one
+// token. It ends as a whole: when any of its leases is lost, Done closes and
+// Err reports the loss; the other names stay held until Release (or their
+// TTL). A MultiLease is safe for concurrent use.
+type MultiLease struct {
+	token  string
+	names  []string
+	leases []*Lease // in names order
+
+	once sync.Once
+	done chan struct{}
+	mu   sync.Mutex
+	err  error
+}
+
+func (ml *MultiLease) end(err error) {
+	ml.once.Do(func() {
+		ml.mu.Lock()
+		ml.err = err
+		ml.mu.Unlock()
+		close(ml.done)
+	})
+}
+
+func (ml *MultiLease) lost(err error) { ml.end(err) }
+
+// Names returns the names held, in the order they were taken.
+func (ml *MultiLease) Names() []string { return slices.Clone(ml.names) }
+
+// Token returns the secret token shared by the leases of every name.
+func (ml *MultiLease) Token() string { return ml.token }
+
+// Fence returns the fencing token of name's grant, or 0 for a name not in
+// the lock. Each name has its own fence; see [Lease.Fence].
+func (ml *MultiLease) Fence(name string) int64 {
+	if i, ok := slices.BinarySearch(ml.names, name); ok {
+		return ml.leases[i].Fence()
+	}
+	return 0
+}
+
+// Fences returns every name's fence.
+func (ml *MultiLease) Fences() map[string]int64 {
+	out := make(map[string]int64, len(ml.names))
+	for i, n := range ml.names {
+		out[n] = ml.leases[i].Fence()
+	}
+	return out
+}
+
+// Done returns a channel closed when the hold ends: released, or any name's
+// lease lost. From then on every name must be presumed held by someone else.
+func (ml *MultiLease) Done() <-chan struct{} { return ml.done }
+
+// Err returns nil while held and after Release; after a loss, the first
+// lost lease's error (wrapping [ErrLeaseLost]).
+func (ml *MultiLease) Err() error {
+	ml.mu.Lock()
+	defer ml.mu.Unlock()
+	return ml.err
+}
+
+// TTL returns the shortest remaining validity of the leases, or 0 once the
+// hold ended.
+func (ml *MultiLease) TTL() time.Duration {
+	select {
+	case <-ml.done:
+		return 0
+	default:
+	}
+	d := time.Duration(-1)
+	for _, ls := range ml.leases {
+		if t := ls.TTL(); d < 0 || t < d {
+			d = t
+		}
+	}
+	return max(d, 0)
+}
+
+// Extend renews every name's lease to ttl (0 keeps the TTL), name by name.
+// It returns the first error as [Lease.Extend] does; a lost lease ends the
+// whole hold.
+func (ml *MultiLease) Extend(ctx context.Context, ttl time.Duration) error {
+	for _, ls := range ml.leases {
+		if err := ls.Extend(ctx, ttl); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Release gives up every name, including after a loss (the names still
+// held are freed). It returns nil when all were released, the loss error
+// when the hold had been lost, [ErrNotHeld] when it was already released,
+// or the first [*StoreError]. Done is closed in every case.
+func (ml *MultiLease) Release(ctx context.Context) error {
+	lostErr := ml.Err()
+	released := true
+	ml.once.Do(func() {
+		released = false
+		close(ml.done)
+	})
+	if released && lostErr == nil {
+		return ErrNotHeld
+	}
+	var first error
+	for _, ls := range ml.leases {
+		err := ls.Release(ctx)
+		if err != nil && !errors.Is(err, ErrLeaseLost) && !errors.Is(err, ErrNotHeld) && first == nil {
+			first = err
+		}
+	}
+	if lostErr != nil {
+		return lostErr
+	}
+	return first
+}

@@ -1,0 +1,264 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlock-dev/dlock"
+)
+
+// The multi-lock suite: dlock.Multi over the store's mutexes, all or
+// nothing, each name with its own fence, and overlapping multi-locks
+// among many goroutines without overlaps, deadlocks or starvation.
+
+func init() { register("Multi", dlock.ModeMutex, testMulti) }
+
+func testMulti(t *testing.T, h Harness) {
+	t.Run("AllOrNothing", func(t *testing.T) {
+		parallel(t)
+		multiAllOrNothing(t, h.New(t))
+	})
+	t.Run("LockWaits", func(t *testing.T) {
+		parallel(t)
+		multiLockWaits(t, h)
+	})
+	t.Run("Loss", func(t *testing.T) {
+		parallel(t)
+		multiLoss(t, h.New(t))
+	})
+	t.Run("Overlapping", func(t *testing.T) {
+		parallel(t)
+		multiOverlapping(t, h)
+	})
+}
+
+// multiAllOrNothing takes three names while a mutex holds the middle one:
+// refused naming it, and the other two are left free. Once the mutex is
+// released all three are taken, each with a fence above its earlier ones.
+func multiAllOrNothing(t *testing.T, s dlock.Store) {
+	ctx := testContext(t)
+	base := lockName(t)
+	names := []string{base + "-c", base + "-a", base + "-b", base + "-a"}
+	l := newLocker(t, s, dlock.WithTTL(longTTL))
+	m := l.Multi(names)
+	if got, want := m.Names(), []string{base + "-a", base + "-b", base + "-c"}; !slices.Equal(got, want) {
+		t.Errorf("Names() = %q, want %q (sorted, each once)", got, want)
+	}
+	before := map[string]int64{}
+	for _, n := range m.Names() {
+		req := mutexReq(n, newToken(), longTTL)
+		before[n] = mustAcquire(t, s, req).Fence
+		mustRelease(t, s, req)
+	}
+	held := mutexReq(base+"-b", newToken(), longTTL)
+	hg := mustAcquire(t, s, held)
+	before[held.Name] = hg.Fence
+	_, err := m.TryLock(ctx)
+	var le *dlock.LockedError
+	if !errors.As(err, &le) || le.Name != held.Name || le.Held != dlock.ModeMutex {
+		t.Fatalf("TryLock while %q is held = %v; want a *LockedError naming it", held.Name, err)
+	}
+	for _, n := range []string{base + "-a", base + "-c"} {
+		req := mutexReq(n, newToken(), longTTL)
+		before[n] = mustAcquire(t, s, req).Fence // left free by the refused multi-lock
+		mustRelease(t, s, req)
+	}
+	mustRelease(t, s, held)
+	ml, err := m.TryLock(ctx)
+	if err != nil {
+		t.Fatalf("TryLock when all are free = %v", err)
+	}
+	fences := ml.Fences()
+	for _, n := range m.Names() {
+		if fences[n] <= before[n] || ml.Fence(n) != fences[n] {
+			t.Errorf("fence of %q = %d (Fence %d), want > %d", n, fences[n], ml.Fence(n), before[n])
+		}
+		mustRefuse(t, s, mutexReq(n, newToken(), longTTL))
+	}
+	if err := ml.Extend(ctx, 0); err != nil {
+		t.Errorf("Extend = %v", err)
+	}
+	if err := ml.Release(ctx); err != nil {
+		t.Errorf("Release = %v", err)
+	}
+	if !isClosed(ml.Done()) || ml.Err() != nil {
+		t.Errorf("after Release: Done closed %v, Err %v; want closed, nil", isClosed(ml.Done()), ml.Err())
+	}
+	if err := ml.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("second Release = %v, want ErrNotHeld", err)
+	}
+	for _, n := range m.Names() {
+		req := mutexReq(n, newToken(), longTTL)
+		mustAcquire(t, s, req)
+		mustRelease(t, s, req)
+	}
+	for _, bad := range [][]string{nil, {""}, make([]string, dlock.MaxMultiNames+1)} {
+		if _, err := l.Multi(bad).TryLock(ctx); !errors.Is(err, dlock.ErrInvalid) {
+			t.Errorf("Multi(%d names).TryLock = %v, want ErrInvalid", len(bad), err)
+		}
+	}
+}
+
+// multiLockWaits checks that Lock waits for a held name (on another store
+// of the backend), returns once it is released, and ends with its ctx
+// leaving nothing held.
+func multiLockWaits(t *testing.T, h Harness) {
+	ctx := testContext(t)
+	base := lockName(t)
+	names := []string{base + "-1", base + "-2"}
+	s := h.New(t)
+	other := peerStore(t, h, s)
+	l := newLocker(t, s, dlock.WithTTL(longTTL))
+	held := mutexReq(names[1], newToken(), longTTL)
+	mustAcquire(t, other, held)
+
+	tctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	_, err := l.Multi(names).Lock(tctx)
+	cancel()
+	if !errors.Is(err, dlock.ErrLocked) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Lock until ctx ends = %v; want ErrLocked and DeadlineExceeded", err)
+	}
+	free := mutexReq(names[0], newToken(), longTTL)
+	mustAcquire(t, s, free) // nothing left behind
+	mustRelease(t, s, free)
+
+	type result struct {
+		ml  *dlock.MultiLease
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		wctx, cancel := context.WithTimeout(ctx, waitTimeout)
+		defer cancel()
+		ml, err := l.Multi(names).Lock(wctx)
+		got <- result{ml, err}
+	}()
+	mustRelease(t, other, held)
+	r := <-got
+	if r.err != nil {
+		t.Fatalf("Lock after the release = %v", r.err)
+	}
+	if err := r.ml.Release(ctx); err != nil {
+		t.Errorf("Release = %v", err)
+	}
+}
+
+// multiLoss checks that losing one name's lease ends the whole hold and
+// that Release then frees the other names.
+func multiLoss(t *testing.T, s dlock.Store) {
+	ctx := testContext(t)
+	base := lockName(t)
+	names := []string{base + "-1", base + "-2"}
+	l := newLocker(t, s, dlock.WithTTL(longTTL))
+	ml, err := l.Multi(names).TryLock(ctx)
+	if err != nil {
+		t.Fatalf("TryLock = %v", err)
+	}
+	// Someone with the token drops one name behind the lease's back.
+	if err := s.Release(ctx, mutexReq(names[0], ml.Token(), longTTL)); err != nil {
+		t.Fatalf("store Release(%q) = %v", names[0], err)
+	}
+	if err := ml.Extend(ctx, 0); !errors.Is(err, dlock.ErrLeaseLost) {
+		t.Errorf("Extend after a name was lost = %v, want ErrLeaseLost", err)
+	}
+	if !isClosed(ml.Done()) || !errors.Is(ml.Err(), dlock.ErrLeaseLost) {
+		t.Errorf("after a loss: Done closed %v, Err %v; want closed, ErrLeaseLost", isClosed(ml.Done()), ml.Err())
+	}
+	if err := ml.Release(ctx); !errors.Is(err, dlock.ErrLeaseLost) {
+		t.Errorf("Release after a loss = %v, want ErrLeaseLost", err)
+	}
+	req := mutexReq(names[1], newToken(), longTTL)
+	mustAcquire(t, s, req) // freed by that Release
+	mustRelease(t, s, req)
+}
+
+// multiOverlapping runs 16 goroutines (on two stores of the backend) that
+// for two seconds (and until each has had one) take random sets of 1-4 of 8
+// names with Lock, hold them briefly and release them. It checks that no name is ever held twice,
+// that every Lock returns within its ctx (no deadlock) and that every
+// goroutine makes progress, and logs the throughput.
+func multiOverlapping(t *testing.T, h Harness) {
+	const goroutines, nnames, run = 16, 8, 2 * time.Second
+	base := lockName(t)
+	names := make([]string, nnames)
+	for i := range names {
+		names[i] = fmt.Sprintf("%s-%d", base, i)
+	}
+	s := h.New(t)
+	peer := peerStore(t, h, s)
+	var mu sync.Mutex
+	holding := make(map[string]int)
+	var violations []string
+	var total atomic.Int64
+	counts := make([]int, goroutines)
+	var failures errs
+	var wg sync.WaitGroup
+	stopAt := time.Now().Add(run)
+	start := time.Now()
+	for g := range goroutines {
+		on := s
+		if g%2 == 1 {
+			on = peer
+		}
+		l := newLocker(t, on, dlock.WithTTL(longTTL), dlock.WithBackoff(time.Millisecond, 50*time.Millisecond))
+		rnd := rand.New(rand.NewPCG(uint64(g), uint64(time.Now().UnixNano())))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(stopAt) || counts[g] == 0 {
+				set := make([]string, 1+rnd.IntN(4))
+				for i, j := range rnd.Perm(nnames)[:len(set)] {
+					set[i] = names[j]
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 3*waitTimeout)
+				ml, err := l.Multi(set).Lock(ctx)
+				cancel()
+				if err != nil {
+					failures.add(fmt.Errorf("goroutine %d: Lock(%q) = %v (a deadlock if it timed out)", g, set, err))
+					return
+				}
+				mu.Lock()
+				for _, n := range set {
+					if holding[n] > 0 {
+						violations = append(violations, fmt.Sprintf("goroutine %d took %q while it was held", g, n))
+					}
+					holding[n]++
+				}
+				mu.Unlock()
+				time.Sleep(time.Duration(rnd.IntN(500)) * time.Microsecond)
+				mu.Lock()
+				for _, n := range set {
+					holding[n]--
+				}
+				mu.Unlock()
+				rctx, rcancel := context.WithTimeout(context.Background(), waitTimeout)
+				if err := ml.Release(rctx); err != nil {
+					failures.add(fmt.Errorf("goroutine %d: Release(%q) = %v", g, set, err))
+				}
+				rcancel()
+				counts[g]++
+				total.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	failures.report(t)
+	for _, v := range violations {
+		t.Error(v)
+	}
+	for g, n := range counts {
+		if n == 0 {
+			t.Errorf("goroutine %d took no multi-lock in %v (starved)", g, run)
+		}
+	}
+	t.Logf("multi-lock: %d acquisitions of 1-4 of %d names by %d goroutines in %v (%.0f/s); per goroutine %v",
+		total.Load(), nnames, goroutines, elapsed.Round(time.Millisecond), float64(total.Load())/elapsed.Seconds(), counts)
+}
