@@ -48,7 +48,11 @@ type LockedError struct {
 }
 
 func (e *LockedError) Error() string {
-	return fmt.Sprintf("dlock: lock %q held by a %v hold (retry after %v)", e.Name, e.Held, e.RetryAfter)
+	a := "a"
+	if e.Held == ModeElection {
+		a = "an"
+	}
+	return fmt.Sprintf("dlock: lock %q held by %s %v hold (retry after %v)", e.Name, a, e.Held, e.RetryAfter)
 }
 
 func (e *LockedError) Unwrap() error { return ErrLocked }

@@ -153,6 +153,9 @@ func (l *Locker) acquire(ctx context.Context, c *config, req Request, wait bool)
 	if err := ValidName(req.Name); err != nil {
 		return nil, err
 	}
+	if c.lockDelay > 0 && !SupportsLockDelay(l.store) {
+		return nil, notSupported("lock-delay (the store does not end holds by its own clock)")
+	}
 	req.TTL = c.ttl + c.lockDelay // the store's hold; the lease is valid for c.ttl
 	ownToken := req.Token == ""
 	if ownToken {

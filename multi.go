@@ -153,7 +153,13 @@ func (m *Multi) check() error {
 	if m.cfg.err != nil {
 		return m.cfg.err
 	}
-	return m.err
+	if m.err != nil {
+		return m.err
+	}
+	if m.cfg.lockDelay > 0 && !SupportsLockDelay(m.l.store) {
+		return notSupported("lock-delay (the store does not end holds by its own clock)")
+	}
+	return nil
 }
 
 // attempt takes every name in order with token. On a refusal or an error

@@ -165,8 +165,10 @@ const MaxLockDelay = time.Hour
 // TTL only (less drift). A lease that is lost is therefore not released
 // on the store; it runs out d after the store last extended it. Refusals'
 // RetryAfter, [State.TTL] and [Leader.TTL] include the delay. It works on
-// every store and pattern, and costs every crashed holder's name d of
-// unavailability; see docs/patterns.md for the trade-off.
+// every pattern, on stores implementing [LockDelayer] (memory, valkey,
+// redlock, etcd, the PostgreSQL lease table); on others acquiring returns
+// an error wrapping [ErrNotSupported]. It costs every crashed holder's name
+// d of unavailability; see docs/patterns.md for the trade-off.
 func WithLockDelay(d time.Duration) Option {
 	return func(c *config) {
 		if d < 0 || d > MaxLockDelay {

@@ -138,6 +138,23 @@ type Inspector interface {
 	List(ctx context.Context) ([]State, error)
 }
 
+// LockDelayer is implemented by stores on which [WithLockDelay] works:
+// stores that end every hold at its TTL by their own clock, whatever the
+// holder does, so that a hold kept for TTL + delay keeps the name that long.
+// SupportsLockDelay reports whether this store (with its current
+// configuration) does. On other stores a Locker refuses a lock-delay with
+// an error wrapping [ErrNotSupported].
+type LockDelayer interface {
+	SupportsLockDelay() bool
+}
+
+// SupportsLockDelay reports whether store implements [LockDelayer] and
+// supports lock-delay.
+func SupportsLockDelay(store Store) bool {
+	ld, ok := store.(LockDelayer)
+	return ok && ld.SupportsLockDelay()
+}
+
 // Elector is implemented by stores that support [ModeElection].
 type Elector interface {
 	// Leader returns the current holder of name in ModeElection: its Value,

@@ -233,6 +233,8 @@ func (p *pausingStore) Extend(ctx context.Context, reqs []dlock.Request) []error
 	return p.Store.Extend(ctx, reqs)
 }
 
+func (p *pausingStore) SupportsLockDelay() bool { return dlock.SupportsLockDelay(p.Store) }
+
 type pausingElector struct {
 	*pausingStore
 	dlock.Elector

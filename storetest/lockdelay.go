@@ -11,11 +11,25 @@ import (
 
 // The lock-delay suite: with dlock.WithLockDelay, a hold that ends by
 // expiry or lease loss keeps the name for the delay, judged by the store's
-// clock; a clean release frees it at once.
+// clock; a clean release frees it at once. On a store that does not
+// implement dlock.LockDelayer it checks that a lock-delay is refused with
+// ErrNotSupported, and skips the rest.
 
 func init() { register("LockDelay", dlock.ModeMutex, testLockDelay) }
 
 func testLockDelay(t *testing.T, h Harness) {
+	if s := h.New(t); !dlock.SupportsLockDelay(s) {
+		// The store documents that it cannot: the Locker refuses.
+		l := newLocker(t, s)
+		lease, err := l.Mutex(lockName(t), dlock.WithLockDelay(time.Second)).TryLock(testContext(t))
+		if lease != nil {
+			lease.Release(testContext(t))
+		}
+		if !errors.Is(err, dlock.ErrNotSupported) {
+			t.Errorf("TryLock with a lock-delay on a store without dlock.LockDelayer = %v, want ErrNotSupported", err)
+		}
+		t.Skip("the store does not implement dlock.LockDelayer")
+	}
 	t.Run("Expiry", func(t *testing.T) {
 		parallel(t)
 		lockDelayExpiry(t, h.New(t))

@@ -177,7 +177,7 @@ func (l *Layout) MainName(k string) (string, bool) {
 
 // patternSuffixes are the keys that exist while a pattern lock has a holder
 // or a waiter, which List looks for.
-var patternSuffixes = []string{"reentrant", "rw", "rw:intents", "fair", "fair:queue", "semaphore"}
+var patternSuffixes = []string{"reentrant", "rw", "rw:intents", "fair", "fair:queue", "semaphore", "election"}
 
 // PatternName returns the lock name whose reentrant, read-write, fair or
 // semaphore key k is, if it is one.

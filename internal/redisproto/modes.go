@@ -54,6 +54,7 @@ type Ops struct {
 //	fair       lock:<name> marker, {t}:fair (holder), {t}:fair:queue, {t}:fair:deadlines, {t}:fair:waiters, {t}:fair:audit (stream),
 //	           and the shard channel {t}:fair:ch:<store ID> of each store with waiters
 //	semaphore  lock:<name> marker, {t}:semaphore (holders), {t}:semaphore:meta, {t}:semaphore:gate
+//	election   lock:<name> marker, {t}:election (hash: token, value, term); see election.go
 //
 // The main key is the last key of every pattern's scripts but the mutex's,
 // whose first key it is.
@@ -223,5 +224,5 @@ func (l *Layout) StateKeys(name string) []string {
 
 // PatternStateKeys is KEYS of PatternStateScript.
 func (l *Layout) PatternStateKeys(name string) []string {
-	return l.KeySet(false, name, "reentrant", "rw", "rw:meta", "rw:deadlines", "fair", "fair:deadlines", "semaphore", "semaphore:meta")
+	return l.KeySet(false, name, "reentrant", "rw", "rw:meta", "rw:deadlines", "fair", "fair:deadlines", "semaphore", "semaphore:meta", "election")
 }

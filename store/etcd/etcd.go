@@ -119,3 +119,9 @@ func (s *Store) Close() error {
 func (s *Store) Client() *clientv3.Client { return s.cli }
 
 func storeErr(op string, err error) error { return &dlock.StoreError{Op: op, Node: -1, Err: err} }
+
+var _ dlock.LockDelayer = (*Store)(nil)
+
+// SupportsLockDelay implements [dlock.LockDelayer]: a hold's etcd lease
+// expires on the etcd leader's clock.
+func (s *Store) SupportsLockDelay() bool { return true }

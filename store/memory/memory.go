@@ -728,3 +728,7 @@ func (s *Store) List(ctx context.Context) ([]dlock.State, error) {
 
 // Ping implements [dlock.Pinger]; the memory store is always reachable.
 func (s *Store) Ping(ctx context.Context) error { return ctx.Err() }
+
+// SupportsLockDelay implements [dlock.LockDelayer]: holds end at their TTL
+// by the process's clock.
+func (s *Store) SupportsLockDelay() bool { return true }

@@ -436,3 +436,10 @@ func (s *Store) Watch(ctx context.Context, name string, mode dlock.Mode) (<-chan
 	// A name is one lock: a release of any kind may free it.
 	return s.hub.watch(ctx, name)
 }
+
+var _ dlock.LockDelayer = (*Store)(nil)
+
+// SupportsLockDelay implements [dlock.LockDelayer]: a hold's row expires by
+// the database's clock. ([Advisory] does not support lock-delay: its locks
+// have no expiry on the server.)
+func (s *Store) SupportsLockDelay() bool { return true }

@@ -260,3 +260,16 @@ func fan[T any](s *Store, ctx context.Context, timeout time.Duration, nodes []in
 func nodeErr(op string, node int, err error) error {
 	return &dlock.StoreError{Op: op, Node: node, Err: err}
 }
+
+var _ dlock.LockDelayer = (*Store)(nil)
+
+// SupportsLockDelay implements [dlock.LockDelayer]: true when every node
+// supports it, since each node ends its hold by its own clock.
+func (s *Store) SupportsLockDelay() bool {
+	for _, n := range s.nodes {
+		if !dlock.SupportsLockDelay(n) {
+			return false
+		}
+	}
+	return true
+}

@@ -77,7 +77,7 @@ elseif cur then
   local held = 0
   local m = string.match(cur, '^dlock:(%a+)')
   if m then
-    held = ({reentrant = 1, read = 2, write = 3, fair = 4, semaphore = 5})[m] or 0
+    held = ({reentrant = 1, read = 2, write = 3, fair = 4, semaphore = 5, election = 6})[m] or 0
   end
   return {0, 0, left, 0, 0, held}
 end

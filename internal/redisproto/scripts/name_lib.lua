@@ -1,5 +1,5 @@
 -- name_lib: a name is one lock. Prepended (after clock_lib) to every script
--- of the reentrant, read-write, fair and semaphore locks, whose last key is
+-- of the reentrant, read-write, fair, semaphore and election locks, whose last key is
 -- the lock's main key, "lock:<name>": the plain mutex's key. While one of
 -- these patterns holds the name, the main key holds its marker,
 -- "dlock:<mode>" ("dlock:semaphore:<limit>" for permits), expiring with
@@ -8,7 +8,7 @@
 -- holder's token, a foreign library's token, another pattern's marker)
 -- refuses the pattern's requests.
 local MAIN = KEYS[#KEYS]
-local MODE_OF = {reentrant = 1, read = 2, write = 3, fair = 4, semaphore = 5}
+local MODE_OF = {reentrant = 1, read = 2, write = 3, fair = 4, semaphore = 5, election = 6}
 
 -- blocker returns the dlock.Mode number of the hold in the main key (0 for
 -- a token: a mutex or a foreign library) and its remaining ms (at least 1;

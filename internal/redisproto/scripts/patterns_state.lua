@@ -1,4 +1,4 @@
--- patterns_state: describe the reentrant, read-write, fair or semaphore
+-- patterns_state: describe the reentrant, read-write, fair, semaphore or election
 -- state of one lock name for the Inspector, without revealing tokens. Only
 -- reads: holders and queue entries past their deadline are not counted.
 --
@@ -10,10 +10,12 @@
 -- KEYS[6]  fair queue deadlines (sorted set, token -> expiry ms)
 -- KEYS[7]  semaphore holders (sorted set, token -> expiry ms)
 -- KEYS[8]  semaphore meta (hash, "limit")
+-- KEYS[9]  election leadership (hash)
 --
 -- Reply: {mode, holders, pttl, queue, limit} of the first pattern in this
 -- order that has a holder or a waiter; mode is the dlock.Mode number
--- (1 reentrant, 2 read, 3 write, 4 fair, 5 semaphore), 0 when none has.
+-- (1 reentrant, 2 read, 3 write, 4 fair, 5 semaphore, 6 election), 0 when
+-- none has.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
@@ -51,5 +53,8 @@ end
 local permits = live(KEYS[7])
 if permits > 0 then
   return {5, permits, longest(KEYS[7]), 0, tonumber(redis.call('HGET', KEYS[8], 'limit')) or 0}
+end
+if redis.call('EXISTS', KEYS[9]) == 1 then
+  return {6, 1, redis.call('PTTL', KEYS[9]), 0, 0}
 end
 return {0, 0, 0, 0, 0}

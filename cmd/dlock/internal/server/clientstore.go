@@ -47,12 +47,42 @@ func (s grantWatchingStore) WatchGrant(ctx context.Context, req dlock.Request) (
 	return s.gw.WatchGrant(ctx, req)
 }
 
+// electingStore adds the store's [dlock.Elector] to a client store.
+type electingStore struct {
+	dlock.Store
+	el dlock.Elector
+}
+
+func (s electingStore) Leader(ctx context.Context, name string) (dlock.Leader, error) {
+	return s.el.Leader(ctx, name)
+}
+
+// grantElectingStore is a grantWatchingStore with the store's Elector.
+type grantElectingStore struct {
+	grantWatchingStore
+	el dlock.Elector
+}
+
+func (s grantElectingStore) Leader(ctx context.Context, name string) (dlock.Leader, error) {
+	return s.el.Leader(ctx, name)
+}
+
 // newClientStore wraps store, keeping the optional interfaces the Locker
 // uses.
 func newClientStore(store dlock.Store) dlock.Store {
 	cs := clientStore{store}
-	if gw, ok := store.(dlock.GrantWatcher); ok {
+	gw, grants := store.(dlock.GrantWatcher)
+	el, elects := store.(dlock.Elector)
+	switch {
+	case grants && elects:
+		return grantElectingStore{grantWatchingStore{cs, gw}, el}
+	case grants:
 		return grantWatchingStore{cs, gw}
+	case elects:
+		return electingStore{cs, el}
 	}
 	return cs
 }
+
+// SupportsLockDelay implements [dlock.LockDelayer] as the store does.
+func (s clientStore) SupportsLockDelay() bool { return dlock.SupportsLockDelay(s.Store) }

@@ -29,6 +29,8 @@ type apiError struct {
 	// HeldMode is, on a 409, the mode of the hold that refused the request
 	// (a name is one lock, whatever pattern holds it).
 	HeldMode string `json:"heldMode,omitempty"`
+	// Name is, on a 409 to a multi-lock acquire, the name found held.
+	Name string `json:"name,omitempty"`
 }
 
 func badField(field, reason string) *apiError {
@@ -94,7 +96,11 @@ func lockError(ctx context.Context, name string, err error) *apiError {
 			Message: fmt.Sprintf("lock %q is held by another holder", name), RetryAfterMs: &ms}
 		if locked != nil {
 			e.HeldMode = modeName(locked.Held)
-			e.Message = fmt.Sprintf("lock %q is held by another holder (a %s hold)", name, e.HeldMode)
+			a := "a"
+			if locked.Held == dlock.ModeElection {
+				a = "an"
+			}
+			e.Message = fmt.Sprintf("lock %q is held by another holder (%s %s hold)", name, a, e.HeldMode)
 		}
 		return e
 	case errors.Is(err, dlock.ErrNoQuorum):

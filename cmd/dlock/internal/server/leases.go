@@ -24,12 +24,16 @@ type acquireBody struct {
 	Token      string `json:"token"`
 	Queue      bool   `json:"queue"`
 	QueueTTLMs *int64 `json:"queueTtlMs"`
+	// LockDelayMs keeps the name held that long after the lease ends by
+	// expiry rather than by release (dlock.WithLockDelay).
+	LockDelayMs *int64 `json:"lockDelayMs"`
 }
 
 // acquireParams is a validated acquire.
 type acquireParams struct {
-	req  dlock.Request
-	wait time.Duration
+	req   dlock.Request
+	wait  time.Duration
+	delay time.Duration // lock-delay
 }
 
 const maxLimit = 1_000_000
@@ -38,7 +42,8 @@ const maxLimit = 1_000_000
 // error is a 400 naming the field, or a 413.
 func decodeAcquire(name string, body io.Reader) (acquireParams, *apiError) {
 	var b acquireBody
-	if e := decodeJSON(body, &b, true); e != nil {
+	var e *apiError
+	if e = decodeJSON(body, &b, true); e != nil {
 		return acquireParams{}, e
 	}
 	if err := dlock.ValidName(name); err != nil {
@@ -56,6 +61,9 @@ func decodeAcquire(name string, body io.Reader) (acquireParams, *apiError) {
 			return p, badField("waitMs", fmt.Sprintf("must be from 0 to %d", MaxWaitMs))
 		}
 		p.wait = time.Duration(*b.WaitMs) * time.Millisecond
+	}
+	if p.delay, e = msField("lockDelayMs", b.LockDelayMs, 0, MaxLockDelayMs); e != nil {
+		return p, e
 	}
 	mode, e := parseMode(b.Mode, b.Fair, b.Owner != "", b.Limit != nil)
 	if e != nil {
@@ -135,7 +143,7 @@ func parseMode(s string, fair, owner, limit bool) (dlock.Mode, *apiError) {
 		}
 		return dlock.ModeRead, nil
 	}
-	if m, ok := dlock.ParseMode(s); ok {
+	if m, ok := dlock.ParseMode(s); ok && m != dlock.ModeElection { // elections: /v1/elections
 		return m, nil
 	}
 	return 0, badField("mode", "must be exclusive, shared, mutex, reentrant, read, write, fair or semaphore")
@@ -276,6 +284,9 @@ type grantBody struct {
 func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	p, e := decodeAcquire(name, r.Body)
+	if e == nil {
+		e = s.lockDelayError(p.delay)
+	}
 	if e != nil {
 		writeAPIError(w, e)
 		return
@@ -324,7 +335,7 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, e)
 		return
 	}
-	ls, err := s.v1.Acquire(ctx, p.req, p.wait > 0)
+	ls, err := s.v1.Acquire(ctx, p.req, p.wait > 0, dlock.WithLockDelay(p.delay))
 	claim(ls)
 	if err != nil {
 		if entry != nil && entry.lease == nil {

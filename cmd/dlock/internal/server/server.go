@@ -101,6 +101,7 @@ type Server struct {
 	httpDuration *prometheus.HistogramVec
 
 	leases  leaseTable
+	multi   multiTable   // /v1/multi (multi.go)
 	streams atomic.Int64 // open /v1/events streams
 	demo    demoSet
 	history *history
@@ -214,6 +215,14 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("GET /v1/locks/{name}", s.handleState)
 	s.mux.HandleFunc("GET /v1/locks", s.handleList)
 	s.mux.HandleFunc("GET /v1/events", s.handleEvents)
+	s.mux.HandleFunc("POST /v1/elections/{name}/campaign", s.handleCampaign) // elections.go
+	s.mux.HandleFunc("POST /v1/elections/{name}/resign", s.handleResign)
+	s.mux.HandleFunc("POST /v1/elections/{name}/extend", s.handleElectionExtend)
+	s.mux.HandleFunc("GET /v1/elections/{name}", s.handleLeader)
+	s.mux.HandleFunc("GET /v1/elections/{name}/observe", s.handleObserve)
+	s.mux.HandleFunc("POST /v1/multi/acquire", s.handleMultiAcquire) // multi.go
+	s.mux.HandleFunc("POST /v1/multi/extend", s.handleMultiExtend)
+	s.mux.HandleFunc("POST /v1/multi/release", s.handleMultiRelease)
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{ErrorLog: slogPrinter{s.log}}))
 	s.mux.HandleFunc("GET /{$}", s.handleDashboard)
 	s.mux.HandleFunc("GET /static/{file...}", s.handleStatic)

@@ -1,0 +1,346 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+	"unicode/utf8"
+
+	"github.com/dlock-dev/dlock"
+)
+
+// The election API: /v1/elections/{name}/campaign, resign, extend, the
+// leader (GET /v1/elections/{name}) and its changes as server-sent events
+// (GET /v1/elections/{name}/observe). A leadership is a /v1 lease in
+// dlock.ModeElection: kept in the lease table, extended by its client.
+
+// MaxLockDelayMs bounds lockDelayMs (dlock.MaxLockDelay).
+const MaxLockDelayMs = 3_600_000
+
+// campaignBody is the JSON body of POST /v1/elections/{name}/campaign.
+type campaignBody struct {
+	Value       *string `json:"value"`
+	TTLMs       *int64  `json:"ttlMs"`
+	WaitMs      *int64  `json:"waitMs"`
+	LockDelayMs *int64  `json:"lockDelayMs"`
+}
+
+// leadBody is the 200 answer to a campaign.
+type leadBody struct {
+	Name  string `json:"name"`
+	Token string `json:"token"`
+	Term  int64  `json:"term"`
+	Value string `json:"value"`
+	TTLMs int64  `json:"ttlMs"`
+}
+
+// leaderBody describes a leader; it never carries the token.
+type leaderBody struct {
+	Value string `json:"value"`
+	Term  int64  `json:"term"`
+	TTLMs int64  `json:"ttlMs"`
+}
+
+// electionBody is the answer of GET /v1/elections/{name} and each event of
+// its observe stream. Leader is null when nobody leads.
+type electionBody struct {
+	Name   string      `json:"name"`
+	Leader *leaderBody `json:"leader"`
+}
+
+func toElection(name string, ld dlock.Leader) electionBody {
+	if ld.Term == 0 {
+		return electionBody{Name: name}
+	}
+	return electionBody{Name: name, Leader: &leaderBody{Value: ld.Value, Term: ld.Term, TTLMs: durationMs(ld.TTL)}}
+}
+
+// msField validates an optional millisecond field.
+func msField(field string, v *int64, lo, hi int64) (time.Duration, *apiError) {
+	if v == nil {
+		return 0, nil
+	}
+	if *v < lo || *v > hi {
+		return 0, badField(field, fmt.Sprintf("must be from %d to %d", lo, hi))
+	}
+	return time.Duration(*v) * time.Millisecond, nil
+}
+
+// lockDelayError is the 400 for a lock-delay on a store that cannot keep
+// one (dlock.LockDelayer), or nil.
+func (s *Server) lockDelayError(delay time.Duration) *apiError {
+	if delay == 0 || dlock.SupportsLockDelay(s.locker.Store()) {
+		return nil
+	}
+	return &apiError{Status: http.StatusBadRequest, Error: "not supported", Field: "lockDelayMs",
+		Message: "the store cannot keep a lock-delay: it does not end holds by its own clock"}
+}
+
+func (s *Server) handleCampaign(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	var b campaignBody
+	if e := decodeJSON(r.Body, &b, false); e != nil {
+		writeAPIError(w, e)
+		return
+	}
+	if err := dlock.ValidName(name); err != nil {
+		writeAPIError(w, lockError(context.Background(), name, err))
+		return
+	}
+	switch {
+	case b.Value == nil:
+		writeAPIError(w, badField("value", "is required"))
+		return
+	case len(*b.Value) > dlock.MaxValueLen:
+		writeAPIError(w, badField("value", fmt.Sprintf("must be at most %d bytes", dlock.MaxValueLen)))
+		return
+	case !utf8.ValidString(*b.Value):
+		writeAPIError(w, badField("value", "must be valid UTF-8"))
+		return
+	}
+	ttl, e := msField("ttlMs", b.TTLMs, MinTTLMs, MaxTTLMs)
+	if e != nil {
+		writeAPIError(w, e)
+		return
+	}
+	if ttl == 0 {
+		ttl = DefaultTTLMs * time.Millisecond
+	}
+	wait, e := msField("waitMs", b.WaitMs, 0, MaxWaitMs)
+	if e != nil {
+		writeAPIError(w, e)
+		return
+	}
+	delay, e := msField("lockDelayMs", b.LockDelayMs, 0, MaxLockDelayMs)
+	if e == nil {
+		e = s.lockDelayError(delay)
+	}
+	if e != nil {
+		writeAPIError(w, e)
+		return
+	}
+	if wait > 0 {
+		extendWriteDeadline(w, wait)
+	}
+	ctx, cancel := s.waitContext(requestContext(r.Context()), wait)
+	defer cancel()
+	req := dlock.Request{Name: name, Mode: dlock.ModeElection, Value: *b.Value, TTL: ttl}
+	ls, err := s.v1.Acquire(ctx, req, wait > 0, dlock.WithLockDelay(delay))
+	if err != nil {
+		writeAPIError(w, lockError(ctx, name, err))
+		return
+	}
+	key := leaseKey{name, ls.Token()}
+	entry := s.leases.entry(key)
+	entry.mu.Lock()
+	entry.lease = ls
+	entry.mu.Unlock()
+	writeJSON(w, http.StatusOK, leadBody{Name: name, Token: ls.Token(), Term: ls.Fence(), Value: *b.Value, TTLMs: ttl.Milliseconds()})
+}
+
+// electionToken decodes the body of resign and extend: the token, and for
+// extend an optional ttlMs.
+func electionToken(r *http.Request, withTTL bool) (string, time.Duration, *apiError) {
+	var b tokenBody
+	if e := decodeJSON(r.Body, &b, false); e != nil {
+		return "", 0, e
+	}
+	name := r.PathValue("name")
+	if err := dlock.ValidName(name); err != nil {
+		return "", 0, lockError(context.Background(), name, err)
+	}
+	if b.Mode != "" {
+		return "", 0, &apiError{Status: http.StatusBadRequest, Error: "unknown field", Field: "mode", Message: `unknown field "mode"`}
+	}
+	if b.Token == nil {
+		return "", 0, badField("token", "is required")
+	}
+	if len(*b.Token) > MaxTokenBytes {
+		return "", 0, badField("token", fmt.Sprintf("must be at most %d bytes", MaxTokenBytes))
+	}
+	if validToken(*b.Token) != nil {
+		return "", 0, lockError(context.Background(), name, dlock.ErrNotHeld)
+	}
+	if b.TTLMs != nil && !withTTL {
+		return "", 0, &apiError{Status: http.StatusBadRequest, Error: "unknown field", Field: "ttlMs", Message: `unknown field "ttlMs"`}
+	}
+	ttl, e := msField("ttlMs", b.TTLMs, MinTTLMs, MaxTTLMs)
+	return *b.Token, ttl, e
+}
+
+// termBody is the 200 answer to an election extend.
+type termBody struct {
+	Name  string `json:"name"`
+	Term  int64  `json:"term,omitempty"`
+	TTLMs int64  `json:"ttlMs"`
+}
+
+func (s *Server) handleElectionExtend(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	token, ttl, e := electionToken(r, true)
+	if e != nil {
+		writeAPIError(w, e)
+		return
+	}
+	ctx := r.Context()
+	key := leaseKey{name, token}
+	if entry := s.leases.lookup(key); entry != nil {
+		entry.mu.Lock()
+		defer entry.mu.Unlock()
+		if ls := entry.lease; ls != nil && ls.Mode() == dlock.ModeElection {
+			if err := ls.Extend(ctx, ttl); err != nil {
+				if errors.Is(err, dlock.ErrLeaseLost) || errors.Is(err, dlock.ErrNotHeld) {
+					s.leases.remove(key, entry)
+				}
+				writeAPIError(w, lockError(ctx, name, err))
+				return
+			}
+			writeJSON(w, http.StatusOK, termBody{Name: name, Term: ls.Fence(), TTLMs: durationMs(ls.TTL())})
+			return
+		}
+	}
+	// Unknown here (a restart, another instance): the store decides.
+	if ttl == 0 {
+		ttl = DefaultTTLMs * time.Millisecond
+	}
+	err := s.locker.Store().Extend(ctx, []dlock.Request{{Name: name, Token: token, TTL: ttl, Mode: dlock.ModeElection}})[0]
+	if err != nil {
+		writeAPIError(w, lockError(ctx, name, err))
+		return
+	}
+	writeJSON(w, http.StatusOK, termBody{Name: name, TTLMs: ttl.Milliseconds()})
+}
+
+type resignBody struct {
+	Name     string `json:"name"`
+	Resigned bool   `json:"resigned"`
+}
+
+func (s *Server) handleResign(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	token, _, e := electionToken(r, false)
+	if e != nil {
+		writeAPIError(w, e)
+		return
+	}
+	ctx := requestContext(r.Context())
+	key := leaseKey{name, token}
+	if entry := s.leases.lookup(key); entry != nil {
+		entry.mu.Lock()
+		defer entry.mu.Unlock()
+		if ls := entry.lease; ls != nil && ls.Mode() == dlock.ModeElection {
+			err := ls.Release(ctx)
+			if err == nil || errors.Is(err, dlock.ErrLeaseLost) || errors.Is(err, dlock.ErrNotHeld) {
+				s.leases.remove(key, entry)
+			}
+			if err != nil {
+				writeAPIError(w, lockError(ctx, name, err))
+				return
+			}
+			writeJSON(w, http.StatusOK, resignBody{Name: name, Resigned: true})
+			return
+		}
+	}
+	if err := s.locker.Store().Release(ctx, dlock.Request{Name: name, Token: token, Mode: dlock.ModeElection}); err != nil {
+		writeAPIError(w, lockError(ctx, name, err))
+		return
+	}
+	writeJSON(w, http.StatusOK, resignBody{Name: name, Resigned: true})
+}
+
+// election returns the Election of name on the server's Locker, or writes
+// the error: 400 for a bad name or a store without elections.
+func (s *Server) election(w http.ResponseWriter, r *http.Request) (*dlock.Election, string, bool) {
+	name := r.PathValue("name")
+	if err := dlock.ValidName(name); err != nil {
+		writeAPIError(w, lockError(r.Context(), name, err))
+		return nil, name, false
+	}
+	if _, ok := s.locker.Store().(dlock.Elector); !ok {
+		writeAPIError(w, &apiError{Status: http.StatusBadRequest, Error: "not supported", Field: "mode",
+			Message: "the store cannot provide this mode: elections"})
+		return nil, name, false
+	}
+	return s.v1.Election(name), name, true
+}
+
+func (s *Server) handleLeader(w http.ResponseWriter, r *http.Request) {
+	e, name, ok := s.election(w, r)
+	if !ok {
+		return
+	}
+	ld, err := e.Leader(r.Context())
+	if err != nil && !errors.Is(err, dlock.ErrNoLeader) {
+		writeAPIError(w, lockError(r.Context(), name, err))
+		return
+	}
+	writeJSON(w, http.StatusOK, toElection(name, ld))
+}
+
+// handleObserve streams the leadership of an election as server-sent
+// events, one "leader" event per change (the first is the leadership when
+// the stream starts), until the client goes away or the server shuts down.
+func (s *Server) handleObserve(w http.ResponseWriter, r *http.Request) {
+	e, name, ok := s.election(w, r)
+	if !ok {
+		return
+	}
+	if n := s.streams.Add(1); n > int64(s.cfg.MaxEventStreams) {
+		s.streams.Add(-1)
+		w.Header().Set("Retry-After", "5")
+		writeError(w, http.StatusServiceUnavailable, "too many streams",
+			fmt.Sprintf("at most %d event streams at once", s.cfg.MaxEventStreams))
+		return
+	}
+	defer s.streams.Add(-1)
+	rc := http.NewResponseController(w)
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Accel-Buffering", "no")
+	h.Set("X-Content-Type-Options", "nosniff")
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	changes := e.Observe(ctx)
+	defer func() {
+		cancel()
+		for range changes { // wait for the observer to end
+		}
+	}()
+	send := func(event string, v any) bool {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return false
+		}
+		rc.SetWriteDeadline(time.Now().Add(10 * time.Second))
+		if _, err := fmt.Fprintf(w, "event: %s\ndata: %s\n\n", event, b); err != nil {
+			return false
+		}
+		return rc.Flush() == nil
+	}
+	w.WriteHeader(http.StatusOK)
+	rc.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	if _, err := fmt.Fprint(w, "retry: 2000\n\n"); err != nil {
+		return
+	}
+	rc.Flush()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.drain:
+			send("shutdown", map[string]string{"message": "server shutting down"})
+			return
+		case ld, ok := <-changes:
+			if !ok {
+				return
+			}
+			if !send("leader", toElection(name, ld)) {
+				return
+			}
+		}
+	}
+}

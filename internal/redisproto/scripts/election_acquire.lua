@@ -1,0 +1,44 @@
+-- election_acquire: make a candidate the leader when nobody holds the name,
+-- or refresh the leadership of the token that already leads.
+--
+-- KEYS[1]  leadership: hash, "t" -> leader's token, "v" -> its value,
+--          "f" -> its term (the grant's fence); its TTL is the hold's, and
+--          it is the key that waiters and observers watch (CLIENT TRACKING)
+-- KEYS[2]  fence counter: the last fence issued for this lock name
+-- KEYS[3]  main key "lock:<name>": "dlock:election" while a leader holds the
+--          name (see name_lib)
+-- ARGV[1]  token
+-- ARGV[2]  TTL in milliseconds
+-- ARGV[3]  the candidate's value
+-- ARGV[7]  fence retention in milliseconds: a grant keeps the fence counter
+--          for max(ARGV[7], TTL + 1 min)
+--
+-- Reply: {1, term, 0} when ARGV[1] leads after the call; a repeat by the
+-- leader refreshes the TTL and keeps its first value and term. {0, 0, pttl,
+-- 0, 0, held} when another leader (held 6) or another pattern (see
+-- name_lib) holds the name.
+local H = KEYS[1]
+local me, ttl = ARGV[1], tonumber(ARGV[2])
+local function own(v) return v == 'dlock:election' end
+local held, left = blocker(own)
+if held then
+  return {0, 0, left, 0, 0, held}
+end
+local cur = redis.call('HGET', H, 't')
+if cur == me then
+  redis.call('PEXPIRE', H, ttl)
+  mark('dlock:election', ttl, own)
+  return {1, tonumber(redis.call('HGET', H, 'f')), 0}
+end
+if cur then
+  left = redis.call('PTTL', H)
+  if left == 0 then
+    left = 1
+  end
+  return {0, 0, left, 0, 0, 6}
+end
+local f = fence(ttl)
+redis.call('HSET', H, 't', me, 'v', ARGV[3], 'f', string.format('%.0f', f))
+redis.call('PEXPIRE', H, ttl)
+mark('dlock:election', ttl, own)
+return {1, f, 0}

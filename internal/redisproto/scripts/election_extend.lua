@@ -1,0 +1,27 @@
+-- election_extend: renew the leadership of a token.
+--
+-- KEYS[1]  leadership (see election_acquire)
+-- KEYS[2]  fence counter
+-- KEYS[3]  main key (see name_lib)
+-- ARGV[1]  token
+-- ARGV[2]  TTL in milliseconds
+-- ARGV[7]  fence retention in milliseconds
+--
+-- Reply: 1 when ARGV[1] leads and its TTL is now ARGV[2]; 0 when it does
+-- not (nothing changed). The fence counter is kept for at least a minute
+-- past the new TTL, as mutex_extend does.
+if redis.call('HGET', KEYS[1], 't') ~= ARGV[1] then
+  return 0
+end
+local function own(v) return v == 'dlock:election' end
+if blocker(own) then
+  return 0 -- another holder has the name: this leadership is not the lock's
+end
+local ttl = tonumber(ARGV[2])
+redis.call('PEXPIRE', KEYS[1], ttl)
+mark('dlock:election', ttl, own)
+local left = redis.call('PTTL', KEYS[2])
+if left >= 0 and left < ttl + 60000 then
+  redis.call('PEXPIRE', KEYS[2], string.format('%.0f', math.max(tonumber(ARGV[7]), ttl + 60000)))
+end
+return 1
