@@ -53,7 +53,7 @@ type cmd struct {
 }
 
 func commands() []*command {
-	return []*command{serveCmd, runCmd, statusCmd, listCmd, acquireCmd, extendCmd, releaseCmd, authCmd, versionCmd}
+	return []*command{serveCmd, runCmd, electCmd, statusCmd, listCmd, acquireCmd, extendCmd, releaseCmd, authCmd, versionCmd}
 }
 
 func lookup(name string) *command {

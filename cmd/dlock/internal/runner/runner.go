@@ -71,6 +71,13 @@ type Config struct {
 	Signals <-chan os.Signal
 	// Logger receives dlock's own messages (never tokens). Nil: discard.
 	Logger *slog.Logger
+	// Elect makes Run campaign in the election Name with Value (`dlock
+	// elect`) instead of taking its mutex: it waits while another
+	// candidate leads (Wait 0: without limit), runs the command while
+	// leading, with DLOCK_TERM (the term, equal to DLOCK_FENCE) added to
+	// its environment, and resigns when the command exits.
+	Elect bool
+	Value string
 }
 
 // Run runs the command under the lock and returns the exit code dlock
@@ -128,7 +135,6 @@ func acquire(ctx context.Context, cfg Config, log *slog.Logger) (*dlock.Lease, i
 	if cfg.TTL != 0 {
 		opts = append(opts, dlock.WithTTL(cfg.TTL))
 	}
-	m := cfg.Locker.Mutex(cfg.Name, opts...)
 	actx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	stopped := make(chan struct{})
@@ -145,12 +151,24 @@ func acquire(ctx context.Context, cfg Config, log *slog.Logger) (*dlock.Lease, i
 	}()
 	var lease *dlock.Lease
 	var err error
-	lease, err = m.TryLock(actx)
-	if cfg.Wait > 0 && errors.Is(err, dlock.ErrLocked) {
-		log.Info("dlock: lock held by someone else; waiting", "name", cfg.Name, "wait", cfg.Wait)
-		wctx, wcancel := context.WithTimeoutCause(actx, cfg.Wait, errWaitOver)
-		lease, err = m.Lock(wctx)
+	switch {
+	case cfg.Elect:
+		wctx, wcancel := actx, context.CancelFunc(func() {})
+		if cfg.Wait > 0 {
+			wctx, wcancel = context.WithTimeoutCause(actx, cfg.Wait, errWaitOver)
+		}
+		log.Info("dlock: campaigning", "name", cfg.Name)
+		lease, err = cfg.Locker.Election(cfg.Name, opts...).Campaign(wctx, cfg.Value)
 		wcancel()
+	default:
+		m := cfg.Locker.Mutex(cfg.Name, opts...)
+		lease, err = m.TryLock(actx)
+		if cfg.Wait > 0 && errors.Is(err, dlock.ErrLocked) {
+			log.Info("dlock: lock held by someone else; waiting", "name", cfg.Name, "wait", cfg.Wait)
+			wctx, wcancel := context.WithTimeoutCause(actx, cfg.Wait, errWaitOver)
+			lease, err = m.Lock(wctx)
+			wcancel()
+		}
 	}
 	close(stopped)
 	<-watching
@@ -180,7 +198,11 @@ func ExitCode(err error) (int, error) {
 	case err == nil:
 		return ExitOK, nil
 	case errors.As(err, &le):
-		msg := fmt.Sprintf("dlock: lock %q is held by someone else (a %v hold", le.Name, le.Held)
+		a := "a"
+		if le.Held == dlock.ModeElection {
+			a = "an"
+		}
+		msg := fmt.Sprintf("dlock: lock %q is held by someone else (%s %v hold", le.Name, a, le.Held)
 		if le.RetryAfter > 0 {
 			msg += fmt.Sprintf(", for up to %v more", le.RetryAfter.Round(time.Millisecond))
 		}
@@ -198,22 +220,23 @@ func ExitCode(err error) (int, error) {
 	return ExitFailure, err
 }
 
-// childEnv returns env without DLOCK_NAME, DLOCK_FENCE and DLOCK_TOKEN, then
-// with them set for lease.
-func childEnv(env []string, lease *dlock.Lease) []string {
-	out := make([]string, 0, len(env)+3)
+// childEnv returns env without DLOCK_NAME, DLOCK_FENCE, DLOCK_TOKEN and
+// DLOCK_TERM, then with them set for lease (DLOCK_TERM only when term).
+func childEnv(env []string, lease *dlock.Lease, term bool) []string {
+	out := make([]string, 0, len(env)+4)
 	for _, kv := range env {
 		k, _, _ := strings.Cut(kv, "=")
-		if k == "DLOCK_NAME" || k == "DLOCK_FENCE" || k == "DLOCK_TOKEN" {
+		if k == "DLOCK_NAME" || k == "DLOCK_FENCE" || k == "DLOCK_TOKEN" || k == "DLOCK_TERM" {
 			continue
 		}
 		out = append(out, kv)
 	}
-	return append(out,
-		"DLOCK_NAME="+lease.Name(),
-		"DLOCK_FENCE="+strconv.FormatInt(lease.Fence(), 10),
-		"DLOCK_TOKEN="+lease.Token(),
-	)
+	fence := strconv.FormatInt(lease.Fence(), 10)
+	out = append(out, "DLOCK_NAME="+lease.Name(), "DLOCK_FENCE="+fence, "DLOCK_TOKEN="+lease.Token())
+	if term {
+		out = append(out, "DLOCK_TERM="+fence)
+	}
+	return out
 }
 
 // runChild starts the command and supervises it until it exits.
@@ -221,7 +244,7 @@ func runChild(cfg Config, path string, lease *dlock.Lease, log *slog.Logger) (in
 	cmd := &exec.Cmd{
 		Path:   path,
 		Args:   cfg.Command,
-		Env:    childEnv(cfg.Env, lease),
+		Env:    childEnv(cfg.Env, lease, cfg.Elect),
 		Stdin:  cfg.Stdin,
 		Stdout: cfg.Stdout,
 		Stderr: cfg.Stderr,

@@ -210,7 +210,7 @@ func TestChildEnv(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	env := childEnv([]string{"A=1", "DLOCK_FENCE=old", "DLOCK_TOKEN=old", "DLOCK_NAME=old", "B=2"}, ls)
+	env := childEnv([]string{"A=1", "DLOCK_FENCE=old", "DLOCK_TOKEN=old", "DLOCK_NAME=old", "B=2"}, ls, false)
 	want := []string{"A=1", "B=2", "DLOCK_NAME=job", "DLOCK_FENCE=", "DLOCK_TOKEN=" + ls.Token()}
 	if len(env) != len(want) {
 		t.Fatalf("childEnv = %q, want %q", env, want)
