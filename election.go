@@ -25,7 +25,7 @@ const MaxValueLen = 4096
 // (GC, SIGSTOP) may resume believing it leads: pass [Lease.Fence], the term,
 // with every write and have the resource refuse lower terms.
 //
-// Elections need a store implementing [Elector] (memory, valkey); on other
+// Elections need a store implementing [Elector] (memory, valkey, goredis); on other
 // stores Campaign and Leader return an error wrapping [ErrNotSupported].
 // An Election is safe for concurrent use; one Election is one candidate.
 type Election struct {
@@ -153,7 +153,9 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 // higher Term), or the zero Leader when nobody leads any more. Values come
 // in order (terms only increase). Observe is woken by the store when the
 // name changes (a new leader, a resignation) and by a timer at the leader's
-// expiry; it does not poll. A receiver that falls behind is given the
+// expiry; while nobody leads it also reads again every maximum backoff
+// (see [WithBackoff]; default 1s), in case a push was missed. A receiver
+// that falls behind is given the
 // leadership current when it reads, so a leader that came and went
 // meanwhile may be skipped. Store failures are retried with capped backoff.
 // On a bad name or a store without elections the channel is closed at once;
@@ -216,6 +218,10 @@ func (e *Election) observe(ctx context.Context, el Elector, ch chan<- Leader) {
 			}
 			if ld.Term != 0 {
 				delay = ld.TTL + time.Millisecond // expiry is not always pushed
+			} else {
+				// A safety net for a push missed while nobody leads: read
+				// again after the longest backoff (WithBackoff; 1s).
+				delay = c.maxBackoff
 			}
 		default:
 			if ctx.Err() != nil {

@@ -166,7 +166,7 @@ const MaxLockDelay = time.Hour
 // on the store; it runs out d after the store last extended it. Refusals'
 // RetryAfter, [State.TTL] and [Leader.TTL] include the delay. It works on
 // every pattern, on stores implementing [LockDelayer] (memory, valkey,
-// redlock, etcd, the PostgreSQL lease table); on others acquiring returns
+// goredis, redlock, etcd, the PostgreSQL lease table); on others acquiring returns
 // an error wrapping [ErrNotSupported]. It costs every crashed holder's name
 // d of unavailability; see docs/patterns.md for the trade-off.
 func WithLockDelay(d time.Duration) Option {

@@ -11,9 +11,9 @@ import (
 // The election (dlock.ModeElection): an exclusive hold of the name that
 // keeps the leader's value beside it, the term being the grant's fence.
 //
-//	election   lock:<name> marker "dlock:election", {t}:election (hash: token, value, term)
+//	election   lock:<name> marker "dlock:election", {t}:election (hash: token, value, term), {t}:election:gate
 //
-// The leadership hash expires with the hold and is the key that waiting
+// The gate, a string that expires with the hold, is the key that waiting
 // candidates and observers watch: a grant writes it, a resignation deletes
 // it and expiry removes it, and each of these pushes an invalidation.
 
@@ -24,12 +24,12 @@ func init() {
 		Release: joined("scripts/election_release.lua"),
 		keys:    electionKeys,
 		args:    electionArgs,
-		watch:   "election",
+		watch:   "election:gate",
 	}
 }
 
 func electionKeys(l *Layout, name string) []string {
-	return withMain(l, name, l.KeySet(false, name, "election", "fence"))
+	return withMain(l, name, l.KeySet(false, name, "election", "fence", "election:gate"))
 }
 
 // electionArgs is ARGV = {token, TTL ms, value, "", "", "", fence retention

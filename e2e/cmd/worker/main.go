@@ -58,6 +58,7 @@ type config struct {
 	nodeTimeout time.Duration
 	startAfter  time.Duration
 	queueTTL    time.Duration
+	names       []string
 }
 
 func main() {
@@ -68,7 +69,9 @@ func main() {
 	flag.StringVar(&addrs, "addrs", "", "comma-separated host:port of the lock nodes")
 	flag.StringVar(&c.register, "register", "", "base URL of the fenced register")
 	flag.StringVar(&c.key, "key", "x", "lock name")
-	flag.StringVar(&c.mode, "mode", "mutex", "mutex, read, write or fair")
+	flag.StringVar(&c.mode, "mode", "mutex", "mutex, read, write, fair, election or multi")
+	var names string
+	flag.StringVar(&names, "names", "", "multi: comma-separated lock names (the multi-lock's)")
 	flag.DurationVar(&c.ttl, "ttl", time.Second, "lease TTL")
 	flag.BoolVar(&c.autoRenew, "autorenew", false, "renew the lease in the background")
 	flag.DurationVar(&c.renew, "renew", 0, "renew interval (0: TTL/3)")
@@ -91,6 +94,9 @@ func main() {
 	flag.Parse()
 	if addrs != "" {
 		c.addrs = strings.Split(addrs, ",")
+	}
+	if names != "" {
+		c.names = strings.Split(names, ",")
 	}
 	if err := run(c); err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)
@@ -200,6 +206,22 @@ type acquirer interface {
 	Lock(ctx context.Context) (*dlock.Lease, error)
 }
 
+// electionSide campaigns in an election: TryLock makes one attempt, Lock
+// waits (Election.Campaign, which always renews).
+type electionSide struct {
+	l     *dlock.Locker
+	e     *dlock.Election
+	name  string
+	value string
+}
+
+func (e electionSide) TryLock(ctx context.Context) (*dlock.Lease, error) {
+	return e.l.Acquire(ctx, dlock.Request{Name: e.name, Mode: dlock.ModeElection, Value: e.value}, false)
+}
+func (e electionSide) Lock(ctx context.Context) (*dlock.Lease, error) {
+	return e.e.Campaign(ctx, e.value)
+}
+
 type readSide struct{ rw *dlock.RWMutex }
 
 func (r readSide) TryLock(ctx context.Context) (*dlock.Lease, error) { return r.rw.TryRLock(ctx) }
@@ -267,12 +289,47 @@ func run(c config) error {
 		lk = locker.RWMutex(c.key)
 	case "fair":
 		lk = locker.Fair(c.key)
+	case "election":
+		lk = electionSide{l: locker, e: locker.Election(c.key), name: c.key, value: "worker-" + strconv.Itoa(c.id)}
+	case "multi":
+		return runMulti(ctx, c, lg, locker)
 	default:
 		return fmt.Errorf("unknown mode %q", c.mode)
 	}
 
 	reg := &register{base: c.register, client: &http.Client{Timeout: 30 * time.Second}, lg: lg}
 	lg.log(wire.Event{Kind: wire.KindStart})
+	return loop(ctx, c, lg, store, reg, lk)
+}
+
+// runMulti takes the multi-lock on c.names -iters times (waiting up to
+// -wait), holds it for -hold and releases it. The acquire event's fence is
+// that of the first name.
+func runMulti(ctx context.Context, c config, lg *logger, locker *dlock.Locker) error {
+	lg.log(wire.Event{Kind: wire.KindStart})
+	m := locker.Multi(c.names)
+	for i := 0; i < c.iters; i++ {
+		lg.log(wire.Event{Kind: wire.KindInvoke, Iter: i, Mode: c.mode})
+		actx, cancel := context.WithTimeout(ctx, max(c.wait, time.Second))
+		ml, err := m.Lock(actx)
+		cancel()
+		if err != nil {
+			lg.log(wire.Event{Kind: wire.KindFail, Iter: i, Mode: c.mode, Err: errString(err)})
+			continue
+		}
+		lg.log(wire.Event{Kind: wire.KindAcquire, Iter: i, Mode: c.mode, Fence: ml.Fence(c.names[0])})
+		time.Sleep(c.hold)
+		err = ml.Release(ctx)
+		lg.log(wire.Event{Kind: wire.KindRelease, Iter: i, Err: errString(err)})
+	}
+	lg.log(wire.Event{Kind: wire.KindDone})
+	return nil
+}
+
+// loop is the worker's life with one lock: -iters grants, each with its
+// critical section.
+func loop(ctx context.Context, c config, lg *logger, store dlock.Store, reg *register, lk acquirer) error {
+	var err error
 	time.Sleep(c.startAfter)
 	deadline := time.Now().Add(c.duration)
 	var watchers sync.WaitGroup

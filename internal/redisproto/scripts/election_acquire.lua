@@ -2,10 +2,12 @@
 -- or refresh the leadership of the token that already leads.
 --
 -- KEYS[1]  leadership: hash, "t" -> leader's token, "v" -> its value,
---          "f" -> its term (the grant's fence); its TTL is the hold's, and
---          it is the key that waiters and observers watch (CLIENT TRACKING)
+--          "f" -> its term (the grant's fence); its TTL is the hold's
 -- KEYS[2]  fence counter: the last fence issued for this lock name
--- KEYS[3]  main key "lock:<name>": "dlock:election" while a leader holds the
+-- KEYS[3]  gate: string holding the term, with the hold's TTL, written by a
+--          grant and deleted by a resignation; the key that waiting
+--          candidates and observers watch (CLIENT TRACKING)
+-- KEYS[4]  main key "lock:<name>": "dlock:election" while a leader holds the
 --          name (see name_lib)
 -- ARGV[1]  token
 -- ARGV[2]  TTL in milliseconds
@@ -27,6 +29,7 @@ end
 local cur = redis.call('HGET', H, 't')
 if cur == me then
   redis.call('PEXPIRE', H, ttl)
+  redis.call('PEXPIRE', KEYS[3], ttl)
   mark('dlock:election', ttl, own)
   return {1, tonumber(redis.call('HGET', H, 'f')), 0}
 end
@@ -40,5 +43,6 @@ end
 local f = fence(ttl)
 redis.call('HSET', H, 't', me, 'v', ARGV[3], 'f', string.format('%.0f', f))
 redis.call('PEXPIRE', H, ttl)
+redis.call('SET', KEYS[3], string.format('%.0f', f), 'PX', ttl)
 mark('dlock:election', ttl, own)
 return {1, f, 0}

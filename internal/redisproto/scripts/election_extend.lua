@@ -2,7 +2,8 @@
 --
 -- KEYS[1]  leadership (see election_acquire)
 -- KEYS[2]  fence counter
--- KEYS[3]  main key (see name_lib)
+-- KEYS[3]  gate (see election_acquire)
+-- KEYS[4]  main key (see name_lib)
 -- ARGV[1]  token
 -- ARGV[2]  TTL in milliseconds
 -- ARGV[7]  fence retention in milliseconds
@@ -19,6 +20,7 @@ if blocker(own) then
 end
 local ttl = tonumber(ARGV[2])
 redis.call('PEXPIRE', KEYS[1], ttl)
+redis.call('PEXPIRE', KEYS[3], ttl)
 mark('dlock:election', ttl, own)
 local left = redis.call('PTTL', KEYS[2])
 if left >= 0 and left < ttl + 60000 then
