@@ -43,6 +43,9 @@ func TestElections(t *testing.T) {
 		if strings.Contains(string(r.body), lead.Token) {
 			t.Errorf("leader reveals the token: %s", r.body)
 		}
+		if m := e.get("/v1/locks/jobs").json(t); m["mode"] != "election" || m["fence"] != float64(lead.Term) || m["held"] != true {
+			t.Errorf("lock state of an election = %v, want mode election, fence %d (the term)", m, lead.Term)
+		}
 		r = e.post("/v1/elections/jobs/campaign", `{"value":"host-b"}`)
 		wantCode(t, "campaign while another leads", r, http.StatusConflict)
 		if ra := r.header.Get("Retry-After"); ra == "" || r.json(t)["heldMode"] != "election" {

@@ -174,7 +174,8 @@
       e.cells.holders.textContent = l.limit ? l.holders + " / " + l.limit : String(l.holders);
       e.cells.queue.textContent = l.queue;
       e.cells.queue.className = "num" + (l.queue ? "" : " queue0");
-      e.cells.fence.textContent = l.fence;
+      // An election's fence is its leader's term.
+      e.cells.fence.textContent = l.mode === "election" && l.held ? "term " + l.fence : l.fence;
       const want = prev ? prev.nextSibling : body.firstChild;
       if (want !== e.row) body.insertBefore(e.row, want);
       prev = e.row;
