@@ -49,7 +49,7 @@ func (s grantWatchingStore) WatchGrant(ctx context.Context, req dlock.Request) (
 
 // electingStore adds the store's [dlock.Elector] to a client store.
 type electingStore struct {
-	dlock.Store
+	clientStore
 	el dlock.Elector
 }
 
