@@ -22,7 +22,8 @@ const MaxMultiNames = 64
 // overlapping Multis never deadlock. Another client may briefly see some
 // names of a Multi held while it is still acquiring or undoing; it never
 // holds some names past a failed acquire (a name whose release failed runs
-// out at its TTL).
+// out at its TTL). Observers ([WithObserver]) get an acquire event for each
+// name taken, undone ones included, matched by its release or loss.
 type Multi struct {
 	l     *Locker
 	names []string
@@ -169,11 +170,15 @@ func (m *Multi) attempt(ctx context.Context, token string) (*MultiLease, Grant, 
 	leases := make([]*Lease, 0, len(m.names))
 	for _, name := range m.names {
 		req := Request{Name: name, Token: token, Mode: ModeMutex, TTL: c.ttl + c.lockDelay}
+		sent := time.Now()
 		ls, g, err := m.l.tryOnce(ctx, c, req)
 		if ls == nil {
 			m.undo(ctx, leases)
 			return nil, g, name, err
 		}
+		// Each name's lease is reported like any grant, so that its
+		// release (or loss) is matched by an acquire for observers.
+		m.l.emit(Event{Kind: EventAcquire, Mode: ModeMutex, Name: name, Result: "acquired", Fence: ls.fence, Duration: time.Since(sent)})
 		leases = append(leases, ls)
 	}
 	ml := &MultiLease{token: token, names: m.names, leases: leases, done: make(chan struct{})}
