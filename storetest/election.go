@@ -425,7 +425,10 @@ func electionObserveExpiry(t *testing.T, s dlock.Store) {
 	lo := newLocker(t, s)
 	obs := lo.Election(name).Observe(ctx)
 	nextLeader(t, obs, func(ld dlock.Leader) bool { return ld.Term == 0 })
-	const ttl = 300 * time.Millisecond
+	// Long enough for the observer to read the leader even when the push
+	// of its grant came before the store tracked the name (Observe then
+	// reads again within a second while nobody leads).
+	const ttl = 2 * time.Second
 	req := electionReq(name, "short", ttl)
 	start := time.Now()
 	g := mustAcquire(t, s, req)
