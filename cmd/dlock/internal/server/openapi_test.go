@@ -181,6 +181,8 @@ func validateEventStream(doc *openapi3.T, body []byte) error {
 				schema = "Snapshot"
 			case "shutdown":
 				schema = "Shutdown"
+			case "leader": // GET /v1/elections/{name}/observe
+				schema = "Election"
 			}
 			if err := validateSchema(doc, schema, []byte(line[len("data: "):])); err != nil {
 				return fmt.Errorf("event %q: %w", event, err)
