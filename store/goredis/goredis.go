@@ -94,7 +94,7 @@ type Store struct {
 	hub    *redisproto.Hub     // wakes this Store's waiters (Watch)
 	track  tracker             // server-side tracking of the watched keys
 	grants redisproto.Handoffs // handoffs to this Store's waiters (WatchGrant)
-	bus    bus                 // dlock.Broadcaster messages
+	bus    redisproto.Bus      // dlock.Broadcaster messages
 
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -189,8 +189,9 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 		l:      redisproto.NewLayout(cfg.prefix, cfg.fenceRetention),
 		closed: make(chan struct{}),
 	}
-	s.grants.Sub = &subscriber{c: client}
-	s.grants.Log = cfg.logger
+	sub := &subscriber{c: client}
+	s.grants.Sub, s.grants.Log = sub, cfg.logger
+	s.bus.Sub, s.bus.Log = sub, cfg.logger
 	s.track.s = s
 	s.hub = redisproto.NewHub(s.track.arm, cfg.logger)
 	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
@@ -213,7 +214,7 @@ func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		close(s.closed)
 		s.grants.Close()
-		s.bus.stop()
+		s.bus.Close()
 		s.hub.Stop()
 		s.track.close()
 	})

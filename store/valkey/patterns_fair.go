@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 
 	vk "github.com/valkey-io/valkey-go"
@@ -55,6 +54,13 @@ func (s *Store) watching(name string, m dlock.Mode, token string) bool {
 	return s.grants.Watching(s.l.GrantChannel(name, m), token)
 }
 
+// setSubscriber makes the handoffs and the broadcast bus subscribe through
+// s.client.
+func (s *Store) setSubscriber() {
+	sub := &subscriber{c: s.client}
+	s.grants.Sub, s.bus.Sub = sub, sub
+}
+
 // subscriber is redisproto.Subscriber on valkey-go: SSUBSCRIBE, or
 // SUBSCRIBE on a server without it.
 type subscriber struct {
@@ -81,7 +87,7 @@ func (p *subscriber) Receive(ctx context.Context, channel string, ready func(), 
 		cmd = p.c.B().Subscribe().Channel(channel).Build()
 	}
 	err := p.c.Receive(hctx, cmd, func(m vk.PubSubMessage) { onMessage(m.Message) })
-	if ve, ok := vk.IsValkeyErr(err); ok && !legacy && strings.Contains(strings.ToLower(ve.Error()), "unknown command") {
+	if ve, ok := vk.IsValkeyErr(err); ok && !legacy && unknownCommand(ve) {
 		p.mu.Lock()
 		p.legacy = true
 		p.mu.Unlock()

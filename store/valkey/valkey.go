@@ -134,7 +134,7 @@ type Store struct {
 	// hook, so acquire attempts can be tracked reads (see hub).
 	trackAcquire bool
 	grants       redisproto.Handoffs // handoffs to waiters (patterns_fair.go)
-	bus          bus                 // Publish and Subscribe (broadcast.go)
+	bus          redisproto.Bus      // Publish and Subscribe (broadcast.go)
 
 	closeOnce sync.Once
 }
@@ -158,7 +158,7 @@ func New(client vk.Client, opts ...Option) (*Store, error) {
 		return nil, err
 	}
 	s.client = client
-	s.grants.Sub = &subscriber{c: client}
+	s.setSubscriber()
 	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
 	defer cancel()
 	if err := s.start(ctx, false); err != nil {
@@ -220,7 +220,7 @@ func Open(ctx context.Context, opt vk.ClientOption, opts ...Option) (*Store, err
 		return nil, &dlock.StoreError{Op: "dial", Node: -1, Err: err}
 	}
 	s.client, s.own = client, true
-	s.grants.Sub = &subscriber{c: client}
+	s.setSubscriber()
 	// Tracked attempts need the default OPTIN tracking and the shared,
 	// always-read pipelined connections (WAIT and a disabled auto-pipeline
 	// use pooled ones, whose pushes wait until their next use).
@@ -243,7 +243,7 @@ func newStore(opts []Option) (*Store, error) {
 		return nil, cfg.err
 	}
 	s := &Store{cfg: cfg, l: redisproto.NewLayout(cfg.prefix, cfg.fenceRetention)}
-	s.grants.Log = cfg.logger
+	s.grants.Log, s.bus.Log = cfg.logger, cfg.logger
 	s.hub = redisproto.NewHub(s.armKeys, cfg.logger)
 	return s, nil
 }
@@ -269,7 +269,7 @@ func (s *Store) Client() vk.Client { return s.client }
 // nil.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
-		s.bus.stop(s)
+		s.bus.Close()
 		s.grants.Close()
 		s.hub.Stop()
 		if s.own {
