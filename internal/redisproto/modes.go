@@ -51,7 +51,7 @@ type Ops struct {
 //	           and the shard channel {t}:mutex:ch:<store ID> of each store with registered waiters
 //	reentrant  lock:<name> marker, {t}:reentrant (hash), {t}:reentrant:gate
 //	read-write lock:<name> marker, {t}:rw (holders), {t}:rw:meta, {t}:rw:intents, {t}:rw:deadlines, {t}:rw:gate
-//	fair       lock:<name> marker, {t}:fair (holder), {t}:fair:queue, {t}:fair:deadlines, {t}:fair:waiters, {t}:fair:audit (stream),
+//	fair       lock:<name> marker, {t}:fair (holder), {t}:fair:queue, {t}:fair:deadlines, {t}:fair:handoffs, {t}:fair:audit (stream),
 //	           and the shard channel {t}:fair:ch:<store ID> of each store with waiters
 //	semaphore  lock:<name> marker, {t}:semaphore (holders), {t}:semaphore:meta, {t}:semaphore:gate
 //	election   lock:<name> marker, {t}:election (hash: token, value, term); see election.go
@@ -198,7 +198,7 @@ func rwKeys(l *Layout, name string) []string {
 // waiters; it is a channel, not a key, declared among the keys so that it
 // routes to the lock's slot.
 func fairKeys(l *Layout, name string) []string {
-	return withMain(l, name, l.KeySet(false, name, "fair", "fence", "fair:queue", "fair:deadlines", "fair:waiters", "fair:audit", l.fairSuffix))
+	return withMain(l, name, l.KeySet(false, name, "fair", "fence", "fair:queue", "fair:deadlines", "fair:handoffs", "fair:audit", l.fairSuffix))
 }
 
 func semaphoreKeys(l *Layout, name string) []string {
