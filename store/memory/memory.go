@@ -464,7 +464,11 @@ func (s *Store) acquireWrite(k key, lk *lock, req dlock.Request, now time.Time) 
 		}
 		ahead := len(lk.queue) > 0 && lk.queue[0].token != req.Token
 		if len(lk.holders) > 0 || ahead {
-			g := dlock.Grant{RetryAfter: lk.remaining(now), Position: len(lk.queue), Held: lk.heldMode()}
+			held := lk.heldMode()
+			if len(lk.holders) == 0 {
+				held = dlock.ModeWrite // refused by a writer queued ahead: the request's own mode
+			}
+			g := dlock.Grant{RetryAfter: lk.remaining(now), Position: len(lk.queue), Held: held}
 			if req.Queue {
 				g.Position = lk.enqueue(req, now)
 			} else if i := lk.queued(req.Token); i >= 0 {

@@ -25,6 +25,15 @@ func TestConformance(t *testing.T) {
 	})
 }
 
+// TestModel checks the store against storetest's model of the lock
+// semantics, in virtual time.
+func TestModel(t *testing.T) {
+	t.Parallel()
+	storetest.RunModel(t, storetest.Harness{
+		New: func(t *testing.T) dlock.Store { return memory.New() },
+	}, storetest.ModelConfig{VirtualTime: true})
+}
+
 // TestFenceAboveEarlierStore checks that a new store (a restarted process)
 // issues fences above every fence an earlier store issued, through the
 // wall-clock floor of DESIGN §3, even after many grants.

@@ -1,0 +1,500 @@
+package storetest
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/dlock-dev/dlock"
+)
+
+// The reference model of the lock semantics that RunModel checks stores
+// against (model_run.go drives it). A world is one possible state of the
+// store: the holds and queue places on each name. Time on a server store is
+// only known within a window (an operation runs somewhere between its call
+// and its reply, and expiry is judged by the server's clock), so an
+// operation whose outcome depends on an expiry near the window may go
+// either way: the model keeps every world consistent with the replies seen
+// so far, and a reply that no world allows is a failure. Where the Store
+// contract leaves an order open (a fair lock's queue served when another
+// pattern frees the name, at once or at the queue's next operation) the
+// model branches the same way.
+
+// mHold is a hold of one name: one token, or the tokens of one reentrant
+// owner, which share one expiry.
+type mHold struct {
+	toks     []string
+	mode     dlock.Mode
+	owner    string
+	fence    int64 // 0: handed over, not seen yet
+	minFence int64 // a handed-over fence is above this
+	lo, hi   time.Duration
+}
+
+// mWaiter is a queue place: a fair ticket or a writer's intent.
+type mWaiter struct {
+	tok      string
+	ttl      time.Duration // lease length on handoff
+	enq      time.Duration // when it queued (earliest)
+	minFence int64
+	lo, hi   time.Duration
+}
+
+type mName struct {
+	holds  []mHold
+	fairQ  []mWaiter
+	writeQ []mWaiter
+	freeLo time.Duration // earliest time the name may have become free
+}
+
+type mWorld []mName
+
+func (w mWorld) clone() mWorld {
+	c := make(mWorld, len(w))
+	for i, n := range w {
+		c[i] = mName{freeLo: n.freeLo, fairQ: slices.Clone(n.fairQ), writeQ: slices.Clone(n.writeQ)}
+		for _, h := range n.holds {
+			h.toks = slices.Clone(h.toks)
+			c[i].holds = append(c[i].holds, h)
+		}
+	}
+	return c
+}
+
+func (w mWorld) key() string { return fmt.Sprintf("%+v", []mName(w)) }
+
+// family groups the modes that share one lock state: readers and writers.
+func family(m dlock.Mode) dlock.Mode {
+	if m == dlock.ModeWrite {
+		return dlock.ModeRead
+	}
+	return m
+}
+
+// mOp is one generated operation.
+type mOp struct {
+	kind  opKind
+	name  int
+	tok   string
+	mode  dlock.Mode
+	owner string
+	ttl   time.Duration
+	queue bool
+	qttl  time.Duration
+	sleep time.Duration
+}
+
+type opKind uint8
+
+const (
+	opAcquire opKind = iota
+	opExtend
+	opRelease
+	opSleep
+)
+
+func (k opKind) String() string {
+	return [...]string{"Acquire", "Extend", "Release", "Sleep"}[k]
+}
+
+func (op mOp) String() string {
+	switch op.kind {
+	case opAcquire:
+		s := fmt.Sprintf("Acquire(name%d, %s, %v, ttl %v", op.name, short(op.tok), op.mode, op.ttl)
+		if op.owner != "" {
+			s += ", owner " + op.owner
+		}
+		if op.queue {
+			s += fmt.Sprintf(", queue %v", op.qttl)
+		}
+		return s + ")"
+	case opExtend:
+		return fmt.Sprintf("Extend(name%d, %s, %v, ttl %v)", op.name, short(op.tok), op.mode, op.ttl)
+	case opRelease:
+		return fmt.Sprintf("Release(name%d, %s, %v)", op.name, short(op.tok), op.mode)
+	}
+	return fmt.Sprintf("Sleep(%v)", op.sleep)
+}
+
+func short(tok string) string { return tok[:min(6, len(tok))] }
+
+// mObs is what the store answered.
+type mObs struct {
+	grant  dlock.Grant
+	err    error
+	s, e   time.Duration // the call's window on the test's clock
+	maxFen int64         // the highest fence seen on the name before
+	limit  int
+}
+
+// expiryStatus of a window [lo, hi] at an operation running in [s, e]:
+// -1 surely alive, 1 surely expired, 0 either.
+func expiryStatus(lo, hi, s, e, tol time.Duration) int {
+	switch {
+	case e+tol < lo:
+		return -1
+	case s > hi+tol:
+		return 1
+	}
+	return 0
+}
+
+// expire returns the worlds that the passing of time up to an operation in
+// [s, e] may have left of w on name n: each hold and queue place that is
+// near its expiry is kept in some worlds and dropped in others.
+func expire(w mWorld, n int, s, e, tol time.Duration) []mWorld {
+	out := []mWorld{w}
+	nm := w[n]
+	type ent struct {
+		kind int // 0 hold, 1 fair place, 2 intent
+		i    int
+		st   int
+	}
+	var ents []ent
+	for i, h := range nm.holds {
+		ents = append(ents, ent{0, i, expiryStatus(h.lo, h.hi, s, e, tol)})
+	}
+	for i, q := range nm.fairQ {
+		ents = append(ents, ent{1, i, expiryStatus(q.lo, q.hi, s, e, tol)})
+	}
+	for i, q := range nm.writeQ {
+		ents = append(ents, ent{2, i, expiryStatus(q.lo, q.hi, s, e, tol)})
+	}
+	for _, en := range ents {
+		if en.st < 0 {
+			continue
+		}
+		var next []mWorld
+		for _, x := range out {
+			if en.st == 0 {
+				next = append(next, x)
+			}
+			d := x.clone()
+			drop(&d[n], en.kind, en.i)
+			next = append(next, d)
+		}
+		out = next
+	}
+	for _, x := range out {
+		compact(&x[n])
+	}
+	return out
+}
+
+// drop marks an entity dropped (compact removes it), keeping indexes.
+func drop(nm *mName, kind, i int) {
+	switch kind {
+	case 0:
+		if nm.holds[i].toks != nil {
+			nm.freeLo = max(nm.freeLo, nm.holds[i].lo)
+		}
+		nm.holds[i].toks = nil
+	case 1:
+		nm.fairQ[i].tok = ""
+	case 2:
+		nm.writeQ[i].tok = ""
+	}
+}
+
+func compact(nm *mName) {
+	nm.holds = slices.DeleteFunc(nm.holds, func(h mHold) bool { return len(h.toks) == 0 })
+	nm.fairQ = slices.DeleteFunc(nm.fairQ, func(q mWaiter) bool { return q.tok == "" })
+	nm.writeQ = slices.DeleteFunc(nm.writeQ, func(q mWaiter) bool { return q.tok == "" })
+}
+
+// promote hands a free name to its fair queue's head.
+func promote(nm *mName, e time.Duration) {
+	if len(nm.holds) > 0 || len(nm.fairQ) == 0 {
+		return
+	}
+	q := nm.fairQ[0]
+	nm.fairQ = nm.fairQ[1:]
+	from := max(nm.freeLo, q.enq)
+	nm.holds = append(nm.holds, mHold{toks: []string{q.tok}, mode: dlock.ModeFair, minFence: q.minFence, lo: from + q.ttl, hi: e + q.ttl})
+}
+
+// promotions returns w with the fair queue of name n served (forced) or
+// both served and not (a pattern other than the fair lock freed the name:
+// the queue is served at once or at its next operation).
+func promotions(w mWorld, n int, forced bool, e time.Duration) []mWorld {
+	nm := w[n]
+	if len(nm.holds) > 0 || len(nm.fairQ) == 0 {
+		return []mWorld{w}
+	}
+	p := w.clone()
+	promote(&p[n], e)
+	if forced {
+		return []mWorld{p}
+	}
+	return []mWorld{w, p}
+}
+
+func (nm *mName) findHold(tok string) int {
+	return slices.IndexFunc(nm.holds, func(h mHold) bool { return slices.Contains(h.toks, tok) })
+}
+
+func findPlace(q []mWaiter, tok string) int {
+	return slices.IndexFunc(q, func(w mWaiter) bool { return w.tok == tok })
+}
+
+// heldMode is the mode a refusal by nm's holds reports.
+func (nm *mName) heldMode() (dlock.Mode, bool) {
+	for _, h := range nm.holds {
+		if h.mode == dlock.ModeWrite {
+			return dlock.ModeWrite, true
+		}
+	}
+	if len(nm.holds) > 0 {
+		return nm.holds[0].mode, true
+	}
+	return 0, false
+}
+
+func (nm *mName) count(m dlock.Mode) int {
+	n := 0
+	for _, h := range nm.holds {
+		if h.mode == m {
+			n++
+		}
+	}
+	return n
+}
+
+// enqueue adds or refreshes tok's place in q and returns its index.
+func enqueue(q *[]mWaiter, op mOp, o mObs) int {
+	if i := findPlace(*q, op.tok); i >= 0 {
+		(*q)[i].lo, (*q)[i].hi, (*q)[i].ttl = o.s+op.qttl, o.e+op.qttl, op.ttl
+		return i
+	}
+	*q = append(*q, mWaiter{tok: op.tok, ttl: op.ttl, enq: o.s, minFence: o.maxFen, lo: o.s + op.qttl, hi: o.e + op.qttl})
+	return len(*q) - 1
+}
+
+// step applies op, answered by o, to world w (already expired and
+// promoted for the operation's time) and returns the world after it, or
+// why the reply is not what w predicts.
+func step(w mWorld, op mOp, o mObs) (mWorld, string) {
+	w = w.clone()
+	nm := &w[op.name]
+	switch op.kind {
+	case opExtend:
+		i := nm.findHold(op.tok)
+		if i < 0 {
+			if o.err != dlock.ErrNotHeld {
+				return nil, fmt.Sprintf("Extend = %v, want ErrNotHeld (the token holds nothing)", o.err)
+			}
+			return w, ""
+		}
+		if o.err != nil {
+			return nil, fmt.Sprintf("Extend = %v, want nil (the token holds a %v lock)", o.err, nm.holds[i].mode)
+		}
+		refresh(&nm.holds[i], op, o)
+		return w, ""
+	case opRelease:
+		if o.err != nil && o.err != dlock.ErrNotHeld {
+			return nil, fmt.Sprintf("Release = %v, want nil or ErrNotHeld", o.err)
+		}
+		if i := nm.findHold(op.tok); i >= 0 {
+			if o.err != nil {
+				return nil, fmt.Sprintf("Release = %v, want nil (the token holds a %v lock)", o.err, nm.holds[i].mode)
+			}
+			h := &nm.holds[i]
+			h.toks = slices.DeleteFunc(h.toks, func(t string) bool { return t == op.tok })
+			if len(h.toks) == 0 {
+				nm.holds = slices.Delete(nm.holds, i, i+1)
+				nm.freeLo = max(nm.freeLo, o.s)
+			}
+			return w, ""
+		}
+		for _, q := range []*[]mWaiter{&nm.fairQ, &nm.writeQ} {
+			if i := findPlace(*q, op.tok); i >= 0 {
+				if o.err != nil {
+					return nil, fmt.Sprintf("Release = %v, want nil (the token is queued)", o.err)
+				}
+				*q = slices.Delete(*q, i, i+1)
+				return w, ""
+			}
+		}
+		if o.err == nil {
+			return nil, "Release = nil, want ErrNotHeld (the token holds nothing and is not queued)"
+		}
+		return w, ""
+	}
+	return acquire(w, op, o)
+}
+
+func refresh(h *mHold, op mOp, o mObs) {
+	if h.mode == dlock.ModeReentrant {
+		h.lo, h.hi = max(h.lo, o.s+op.ttl), max(h.hi, o.e+op.ttl)
+		return
+	}
+	h.lo, h.hi = o.s+op.ttl, o.e+op.ttl
+}
+
+func acquire(w mWorld, op mOp, o mObs) (mWorld, string) {
+	nm := &w[op.name]
+	g := o.grant
+	if o.err != nil {
+		return nil, fmt.Sprintf("Acquire error %v, want a grant or a refusal", o.err)
+	}
+	refuse := func(held dlock.Mode, pos int) (mWorld, string) {
+		if g.Acquired {
+			return nil, fmt.Sprintf("Acquire granted (fence %d), want a refusal with Held %v", g.Fence, held)
+		}
+		if g.Held != held {
+			return nil, fmt.Sprintf("Acquire refused with Held %v, want %v", g.Held, held)
+		}
+		if pos >= 0 && g.Position != pos {
+			return nil, fmt.Sprintf("Acquire refused at Position %d, want %d", g.Position, pos)
+		}
+		return w, ""
+	}
+	grantNew := func(h mHold) (mWorld, string) {
+		if !g.Acquired {
+			return nil, fmt.Sprintf("Acquire refused (Held %v), want a grant", g.Held)
+		}
+		if op.mode == dlock.ModeRead {
+			if g.Fence < o.maxFen || g.Fence <= 0 {
+				return nil, fmt.Sprintf("read grant fence %d, want at least %d (the current fence)", g.Fence, max(o.maxFen, 1))
+			}
+		} else if g.Fence <= o.maxFen {
+			return nil, fmt.Sprintf("%v grant fence %d, want > %d (every earlier fence of the name)", op.mode, g.Fence, o.maxFen)
+		}
+		if op.mode == dlock.ModeReentrant && g.Count != 1 {
+			return nil, fmt.Sprintf("new reentrant grant Count %d, want 1", g.Count)
+		}
+		h.toks, h.mode, h.owner, h.fence = []string{op.tok}, op.mode, op.owner, g.Fence
+		h.lo, h.hi = o.s+op.ttl, o.e+op.ttl
+		nm.holds = append(nm.holds, h)
+		return w, ""
+	}
+	// The caller holds already: a retry, or a handed-over fair lock.
+	if i := nm.findHold(op.tok); i >= 0 {
+		h := &nm.holds[i]
+		if !g.Acquired {
+			return nil, fmt.Sprintf("Acquire by the holding token refused (Held %v), want the same grant", g.Held)
+		}
+		if h.fence == 0 {
+			if g.Fence <= h.minFence {
+				return nil, fmt.Sprintf("handed-over fair grant fence %d, want > %d (fences before the waiter queued)", g.Fence, h.minFence)
+			}
+			h.fence = g.Fence
+		} else if g.Fence != h.fence {
+			return nil, fmt.Sprintf("retried Acquire fence %d, want %d (the hold's)", g.Fence, h.fence)
+		}
+		if h.mode == dlock.ModeReentrant && g.Count != len(h.toks) {
+			return nil, fmt.Sprintf("retried reentrant Acquire Count %d, want %d", g.Count, len(h.toks))
+		}
+		refresh(h, op, o)
+		return w, ""
+	}
+	// Another pattern holds the name.
+	for _, h := range nm.holds {
+		if family(h.mode) != family(op.mode) {
+			held, _ := nm.heldMode()
+			pos := -1
+			if op.queue && op.mode == dlock.ModeFair {
+				pos = enqueue(&nm.fairQ, op, o)
+			}
+			if op.queue && op.mode == dlock.ModeWrite {
+				enqueue(&nm.writeQ, op, o)
+			}
+			return refuse(held, pos)
+		}
+	}
+	switch op.mode {
+	case dlock.ModeMutex:
+		if len(nm.holds) > 0 {
+			return refuse(dlock.ModeMutex, -1)
+		}
+	case dlock.ModeReentrant:
+		if len(nm.holds) > 0 {
+			h := &nm.holds[0]
+			if h.owner != op.owner {
+				return refuse(dlock.ModeReentrant, -1)
+			}
+			if !g.Acquired {
+				return nil, fmt.Sprintf("re-entry by owner %s refused (Held %v), want a grant", op.owner, g.Held)
+			}
+			if g.Fence != h.fence {
+				return nil, fmt.Sprintf("re-entry fence %d, want %d (the hold's)", g.Fence, h.fence)
+			}
+			h.toks = append(h.toks, op.tok)
+			if g.Count != len(h.toks) {
+				return nil, fmt.Sprintf("re-entry Count %d, want %d", g.Count, len(h.toks))
+			}
+			refresh(h, op, o)
+			return w, ""
+		}
+	case dlock.ModeRead:
+		if held, ok := nm.heldMode(); ok && held == dlock.ModeWrite {
+			return refuse(dlock.ModeWrite, -1)
+		}
+		if len(nm.writeQ) > 0 {
+			return refuse(dlock.ModeRead, -1) // a waiting writer keeps new readers out
+		}
+	case dlock.ModeWrite:
+		ahead := len(nm.writeQ) > 0 && nm.writeQ[0].tok != op.tok
+		if len(nm.holds) > 0 || ahead {
+			held, ok := nm.heldMode()
+			if !ok {
+				held = dlock.ModeWrite // refused by its own queue: the request's mode
+			}
+			if op.queue {
+				enqueue(&nm.writeQ, op, o)
+			}
+			return refuse(held, -1)
+		}
+		if i := findPlace(nm.writeQ, op.tok); i >= 0 {
+			nm.writeQ = slices.Delete(nm.writeQ, i, i+1)
+		}
+	case dlock.ModeFair:
+		if len(nm.holds) > 0 || len(nm.fairQ) > 0 {
+			pos := -1
+			if op.queue {
+				pos = enqueue(&nm.fairQ, op, o)
+			}
+			return refuse(dlock.ModeFair, pos)
+		}
+	case dlock.ModeSemaphore:
+		if nm.count(dlock.ModeSemaphore) >= o.limit {
+			return refuse(dlock.ModeSemaphore, -1)
+		}
+	}
+	return grantNew(mHold{})
+}
+
+// empty reports whether no world has anything left on any name.
+func emptyWorlds(ws []mWorld) bool {
+	for _, w := range ws {
+		for _, n := range w {
+			if len(n.holds)+len(n.fairQ)+len(n.writeQ) > 0 {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func describeWorld(w mWorld) string {
+	var b strings.Builder
+	for i, n := range w {
+		fmt.Fprintf(&b, "name%d:", i)
+		for _, h := range n.holds {
+			var toks []string
+			for _, t := range h.toks {
+				toks = append(toks, short(t))
+			}
+			fmt.Fprintf(&b, " %v%v fence %d expires [%v, %v];", h.mode, toks, h.fence, h.lo, h.hi)
+		}
+		for _, q := range n.fairQ {
+			fmt.Fprintf(&b, " fair-queued %s until [%v, %v];", short(q.tok), q.lo, q.hi)
+		}
+		for _, q := range n.writeQ {
+			fmt.Fprintf(&b, " write-intent %s until [%v, %v];", short(q.tok), q.lo, q.hi)
+		}
+		b.WriteString(" ")
+	}
+	return b.String()
+}
