@@ -43,7 +43,7 @@ func FuzzParseArgs(f *testing.F) {
 		if argv != "" {
 			args = strings.Split(argv, "\x00")
 		}
-		env := Env{Getenv: envMap("DLOCK_TTL=" + ttlEnv, "DLOCK_WAIT=" + waitEnv)}
+		env := Env{Getenv: envMap("DLOCK_TTL="+ttlEnv, "DLOCK_WAIT="+waitEnv)}
 		x := newCmd(c, env)
 		pos, tail, err := x.fs.parse(args, len(c.argNames), c.tail)
 		if err != nil {
