@@ -89,7 +89,7 @@ func RunModel(t *testing.T, h Harness, cfg ModelConfig) {
 	s := h.New(t)
 	var failed atomic.Bool
 	start := time.Now()
-	runs, ops := 0, 0
+	runs, ops, worlds := 0, 0, 0
 	rapid.Check(t, func(rt *rapid.T) {
 		defer func() {
 			if r := recover(); r != nil {
@@ -111,8 +111,9 @@ func RunModel(t *testing.T, h Harness, cfg ModelConfig) {
 			m.run()
 		}
 		ops += m.ops
+		worlds = max(worlds, m.maxWorlds)
 	})
-	t.Logf("model: %d sequences, %d store operations in %v", runs, ops, time.Since(start).Round(time.Millisecond))
+	t.Logf("model: %d sequences, %d store operations in %v; at most %d possible states at once", runs, ops, time.Since(start).Round(time.Millisecond), worlds)
 }
 
 var (
@@ -139,6 +140,8 @@ type modelRun struct {
 	toks   []modelTok
 	worlds []mWorld
 	ops    int
+	// maxWorlds is the most possible states the model kept at once.
+	maxWorlds int
 }
 
 func (m *modelRun) run() {
@@ -162,6 +165,8 @@ func (m *modelRun) run() {
 	}
 	m.rt.Repeat(map[string]func(*rapid.T){
 		"acquire": func(rt *rapid.T) { m.do(m.drawAcquire(rt, ttls, qttls)) },
+		// Twice the weight: most of what can go wrong starts with one.
+		"acquire again": func(rt *rapid.T) { m.do(m.drawAcquire(rt, ttls, qttls)) },
 		"extend": func(rt *rapid.T) {
 			if tk, ok := pickToken(rt); ok {
 				m.do(mOp{kind: opExtend, name: tk.name, tok: tk.tok, mode: tk.mode, owner: tk.owner, ttl: rapid.SampledFrom(ttls).Draw(rt, "ttl")})
@@ -196,8 +201,8 @@ func (m *modelRun) run() {
 var (
 	virtualTTLs   = []time.Duration{100 * time.Millisecond, 300 * time.Millisecond, time.Second, time.Minute}
 	virtualSleeps = []time.Duration{time.Millisecond, 100 * time.Millisecond, 299 * time.Millisecond, 300 * time.Millisecond, time.Second}
-	realTTLs      = []time.Duration{250 * time.Millisecond, time.Minute}
-	realSleeps    = []time.Duration{10 * time.Millisecond, 150 * time.Millisecond, 400 * time.Millisecond}
+	realTTLs      = []time.Duration{120 * time.Millisecond, time.Minute}
+	realSleeps    = []time.Duration{time.Millisecond, 5 * time.Millisecond, 60 * time.Millisecond, 200 * time.Millisecond}
 	modelOwners   = []string{"owner-a", "owner-b"}
 )
 
@@ -282,7 +287,9 @@ func (m *modelRun) do(op mOp) {
 	}
 	for _, w := range m.worlds {
 		for _, x := range expire(w, op.name, o.s, o.e, tol) {
-			forced := op.mode == dlock.ModeFair
+			// A fair Acquire serves the fair queue first; other
+			// operations may leave a free name's queue waiting.
+			forced := op.mode == dlock.ModeFair && op.kind == opAcquire
 			for _, y := range promotions(x, op.name, forced, o.e) {
 				z, reason := step(y, op, o)
 				if reason != "" {
@@ -293,8 +300,9 @@ func (m *modelRun) do(op mOp) {
 					keep(z)
 					continue
 				}
-				// A release may free the name for the fair queue.
-				for _, r := range promotions(z, op.name, forced, o.e) {
+				// A release may free the name for the fair queue; a fair
+				// hold's release hands it to the head.
+				for _, r := range promotions(z, op.name, op.mode == dlock.ModeFair, o.e) {
 					keep(r)
 				}
 			}
@@ -313,4 +321,5 @@ func (m *modelRun) do(op mOp) {
 		m.rt.Fatalf("model: %d possible states after %v (the model branches too much)", len(next), op)
 	}
 	m.worlds = next
+	m.maxWorlds = max(m.maxWorlds, len(next))
 }

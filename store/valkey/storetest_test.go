@@ -42,3 +42,26 @@ func TestConformanceCluster(t *testing.T) {
 		Unsupported: unsupported,
 	})
 }
+
+// TestModel checks one redis-server against storetest's model of the lock
+// semantics.
+func TestModel(t *testing.T) {
+	t.Parallel()
+	srv := testredis.Start(t)
+	storetest.RunModel(t, storetest.Harness{
+		New:         func(t *testing.T) dlock.Store { return dial(t, srv.URL()) },
+		Unsupported: unsupported,
+	}, storetest.ModelConfig{})
+}
+
+// TestModelCluster checks a Redis Cluster of three masters against
+// storetest's model of the lock semantics.
+func TestModelCluster(t *testing.T) {
+	t.Parallel()
+	c := testredis.StartCluster(t, 3)
+	url := "redis://" + strings.Join(c.Addrs(), ",")
+	storetest.RunModel(t, storetest.Harness{
+		New:         func(t *testing.T) dlock.Store { return dial(t, url) },
+		Unsupported: unsupported,
+	}, storetest.ModelConfig{})
+}
