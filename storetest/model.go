@@ -356,10 +356,10 @@ func acquire(w mWorld, op mOp, o mObs) (mWorld, string) {
 		}
 		if op.mode == dlock.ModeRead {
 			if g.Fence < o.maxFen || g.Fence <= 0 {
-				return nil, fmt.Sprintf("read grant fence %d, want at least %d (the current fence)", g.Fence, max(o.maxFen, 1))
+				return nil, fmt.Sprintf("read grant fence %d, want at least %d (the last exclusive or permit fence)", g.Fence, max(o.maxFen, 1))
 			}
 		} else if g.Fence <= o.maxFen {
-			return nil, fmt.Sprintf("%v grant fence %d, want > %d (every earlier fence of the name)", op.mode, g.Fence, o.maxFen)
+			return nil, fmt.Sprintf("%v grant fence %d, want > %d (every earlier fence of the name but readers')", op.mode, g.Fence, o.maxFen)
 		}
 		if op.mode == dlock.ModeReentrant && g.Count != 1 {
 			return nil, fmt.Sprintf("new reentrant grant Count %d, want 1", g.Count)

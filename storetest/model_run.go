@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -88,6 +89,14 @@ func RunModel(t *testing.T, h Harness, cfg ModelConfig) {
 	}
 	s := h.New(t)
 	var failed atomic.Bool
+	var first string // the first failing sequence, as run
+	defer func() {
+		if t.Failed() && first != "" {
+			// On a server store the replay rapid shrinks may not fail
+			// again (timing): this is the failure as it happened.
+			t.Logf("model: the first failing sequence, as run:\n%s", first)
+		}
+	}()
 	start := time.Now()
 	runs, ops, worlds := 0, 0, 0
 	rapid.Check(t, func(rt *rapid.T) {
@@ -101,7 +110,7 @@ func RunModel(t *testing.T, h Harness, cfg ModelConfig) {
 			return
 		}
 		runs++
-		m := &modelRun{rt: rt, s: s, cfg: cfg, modes: modes}
+		m := &modelRun{rt: rt, s: s, cfg: cfg, modes: modes, first: &first}
 		if cfg.VirtualTime {
 			rapid.SyncTest(rt, func(rt *rapid.T) {
 				m.rt = rt
@@ -140,6 +149,10 @@ type modelRun struct {
 	toks   []modelTok
 	worlds []mWorld
 	ops    int
+	lines  []string
+	first  *string // where the first failing run's lines go
+	// unavailable counts operations that failed with ErrUnavailable.
+	unavailable int
 	// maxWorlds is the most possible states the model kept at once.
 	maxWorlds int
 }
@@ -184,6 +197,7 @@ func (m *modelRun) run() {
 		m.do(mOp{kind: opRelease, name: tk.name, tok: tk.tok, mode: tk.mode, owner: tk.owner})
 	}
 	if !emptyWorlds(m.worlds) {
+		m.keepFirst()
 		m.rt.Fatalf("model: state left after releasing every token: %s", describeWorld(m.worlds[0]))
 	}
 	for i := range m.names {
@@ -248,7 +262,7 @@ func (m *modelRun) request(op mOp) dlock.Request {
 func (m *modelRun) do(op mOp) {
 	if op.kind == opSleep {
 		time.Sleep(op.sleep)
-		m.rt.Logf("%v", op)
+		m.logf("%v", op)
 		return
 	}
 	m.ops++
@@ -268,8 +282,18 @@ func (m *modelRun) do(op mOp) {
 		reply = fmt.Sprint(o.err)
 	}
 	o.e = time.Since(m.start)
-	m.rt.Logf("%v = %s  [%v..%v]", op, reply, o.s, o.e)
-	if o.grant.Acquired {
+	if errors.Is(o.err, dlock.ErrUnavailable) {
+		// Allowed now and then (a loaded machine, a redlock lease that ran
+		// out while acquiring), never as a habit.
+		if m.unavailable++; m.unavailable > 3 && m.unavailable*5 > m.ops {
+			m.keepFirst()
+			m.rt.Fatalf("model: %d of %d operations failed with ErrUnavailable, the last: %v", m.unavailable, m.ops, o.err)
+		}
+	}
+	m.logf("%v = %s  [%v..%v]", op, reply, o.s, o.e)
+	if o.grant.Acquired && op.mode != dlock.ModeRead {
+		// A reader's fence is the current fence, at least the last
+		// exclusive one; later grants are compared with those only.
 		m.maxFen[op.name] = max(m.maxFen[op.name], o.grant.Fence)
 	}
 	tol := m.cfg.Tolerance
@@ -291,6 +315,17 @@ func (m *modelRun) do(op mOp) {
 			// operations may leave a free name's queue waiting.
 			forced := op.mode == dlock.ModeFair && op.kind == opAcquire
 			for _, y := range promotions(x, op.name, forced, o.e) {
+				if errors.Is(o.err, dlock.ErrUnavailable) {
+					// The store failed: an Acquire undone, an Extend or a
+					// Release done or not.
+					keep(y)
+					if op.kind != opAcquire {
+						if z, reason := step(y, op, mObs{s: o.s, e: o.e, maxFen: o.maxFen, limit: o.limit}); reason == "" {
+							keep(z)
+						}
+					}
+					continue
+				}
 				z, reason := step(y, op, o)
 				if reason != "" {
 					why = append(why, reason+" — in world: "+describeWorld(y))
@@ -311,7 +346,8 @@ func (m *modelRun) do(op mOp) {
 	if len(next) == 0 {
 		slices.Sort(why)
 		why = slices.Compact(why)
-		m.rt.Logf("model: %v = %s does not match the model:\n  %s", op, reply, strings.Join(why[:min(len(why), 6)], "\n  "))
+		m.logf("model: %v = %s does not match the model:\n  %s", op, reply, strings.Join(why[:min(len(why), 6)], "\n  "))
+		m.keepFirst()
 		// rapid shrinks while the message stays the same: no tokens,
 		// fences or times in it.
 		reason, _, _ := strings.Cut(why[0], " — ")
@@ -322,4 +358,17 @@ func (m *modelRun) do(op mOp) {
 	}
 	m.worlds = next
 	m.maxWorlds = max(m.maxWorlds, len(next))
+}
+
+func (m *modelRun) logf(format string, args ...any) {
+	line := fmt.Sprintf(format, args...)
+	m.lines = append(m.lines, line)
+	m.rt.Logf("%s", line)
+}
+
+// keepFirst records the lines of the first run that fails.
+func (m *modelRun) keepFirst() {
+	if *m.first == "" {
+		*m.first = "    " + strings.Join(m.lines, "\n    ")
+	}
 }

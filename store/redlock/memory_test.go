@@ -255,3 +255,14 @@ func TestFenceWriteBack(t *testing.T) {
 		t.Errorf("fence of the next holder = %d, want above the stale holder's %d", gb.Fence, ga.Fence)
 	}
 }
+
+// TestModelMemory checks redlock over five memory nodes against
+// storetest's model of the lock semantics.
+func TestModelMemory(t *testing.T) {
+	t.Parallel()
+	nodes := asStores(memoryNodes(5))
+	storetest.RunModel(t, storetest.Harness{
+		New:         func(t *testing.T) dlock.Store { return newRedlock(t, nodes) },
+		Unsupported: []dlock.Mode{dlock.ModeReentrant, dlock.ModeFair, dlock.ModeSemaphore},
+	}, storetest.ModelConfig{})
+}

@@ -349,3 +349,16 @@ func TestFencedAfterClockJump(t *testing.T) {
 		t.Errorf("register = %q, want %q", reg.value, "b")
 	}
 }
+
+// TestModelValkey checks redlock over five redis-servers against
+// storetest's model of the lock semantics.
+func TestModelValkey(t *testing.T) {
+	t.Parallel()
+	c := startNodes(t, 5)
+	storetest.RunModel(t, storetest.Harness{
+		New: func(t *testing.T) dlock.Store {
+			return newRedlock(t, c.nodes(), redlock.WithNodeTimeout(2*time.Second))
+		},
+		Unsupported: unsupportedOn(t, c.stores[0]),
+	}, storetest.ModelConfig{})
+}
