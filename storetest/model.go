@@ -22,14 +22,14 @@ import (
 // model branches the same way.
 
 // mHold is a hold of one name: one token, or the tokens of one reentrant
-// owner, which share one expiry.
+// owner (the acquisitions), each with its expiry window.
 type mHold struct {
 	toks     []string
+	los, his []time.Duration
 	mode     dlock.Mode
 	owner    string
 	fence    int64 // 0: handed over, not seen yet
 	minFence int64 // a handed-over fence is above this
-	lo, hi   time.Duration
 }
 
 // mWaiter is a queue place: a fair ticket or a writer's intent.
@@ -55,7 +55,7 @@ func (w mWorld) clone() mWorld {
 	for i, n := range w {
 		c[i] = mName{freeLo: n.freeLo, fairQ: slices.Clone(n.fairQ), writeQ: slices.Clone(n.writeQ)}
 		for _, h := range n.holds {
-			h.toks = slices.Clone(h.toks)
+			h.toks, h.los, h.his = slices.Clone(h.toks), slices.Clone(h.los), slices.Clone(h.his)
 			c[i].holds = append(c[i].holds, h)
 		}
 	}
@@ -126,6 +126,8 @@ type mObs struct {
 	s, e   time.Duration // the call's window on the test's clock
 	maxFen int64         // the highest fence seen on the name before
 	limit  int
+	apart  bool // ModelConfig.ReentrantApart
+	oneQ   bool // ModelConfig.OneQueue
 }
 
 // expiryStatus of a window [lo, hi] at an operation running in [s, e]:
@@ -148,18 +150,20 @@ func expire(w mWorld, n int, s, e, tol time.Duration) []mWorld {
 	nm := w[n]
 	type ent struct {
 		kind int // 0 hold, 1 fair place, 2 intent
-		i    int
+		i, j int // j: the acquisition of hold i
 		st   int
 	}
 	var ents []ent
 	for i, h := range nm.holds {
-		ents = append(ents, ent{0, i, expiryStatus(h.lo, h.hi, s, e, tol)})
+		for j := range h.toks {
+			ents = append(ents, ent{0, i, j, expiryStatus(h.los[j], h.his[j], s, e, tol)})
+		}
 	}
 	for i, q := range nm.fairQ {
-		ents = append(ents, ent{1, i, expiryStatus(q.lo, q.hi, s, e, tol)})
+		ents = append(ents, ent{1, i, 0, expiryStatus(q.lo, q.hi, s, e, tol)})
 	}
 	for i, q := range nm.writeQ {
-		ents = append(ents, ent{2, i, expiryStatus(q.lo, q.hi, s, e, tol)})
+		ents = append(ents, ent{2, i, 0, expiryStatus(q.lo, q.hi, s, e, tol)})
 	}
 	for _, en := range ents {
 		if en.st < 0 {
@@ -171,7 +175,7 @@ func expire(w mWorld, n int, s, e, tol time.Duration) []mWorld {
 				next = append(next, x)
 			}
 			d := x.clone()
-			drop(&d[n], en.kind, en.i)
+			drop(&d[n], en.kind, en.i, en.j)
 			next = append(next, d)
 		}
 		out = next
@@ -183,13 +187,14 @@ func expire(w mWorld, n int, s, e, tol time.Duration) []mWorld {
 }
 
 // drop marks an entity dropped (compact removes it), keeping indexes.
-func drop(nm *mName, kind, i int) {
+func drop(nm *mName, kind, i, j int) {
 	switch kind {
 	case 0:
-		if nm.holds[i].toks != nil {
-			nm.freeLo = max(nm.freeLo, nm.holds[i].lo)
+		h := &nm.holds[i]
+		h.toks[j] = ""
+		if !slices.ContainsFunc(h.toks, func(t string) bool { return t != "" }) {
+			nm.freeLo = max(nm.freeLo, h.los[j])
 		}
-		nm.holds[i].toks = nil
 	case 1:
 		nm.fairQ[i].tok = ""
 	case 2:
@@ -198,6 +203,14 @@ func drop(nm *mName, kind, i int) {
 }
 
 func compact(nm *mName) {
+	for i := range nm.holds {
+		h := &nm.holds[i]
+		for j := len(h.toks) - 1; j >= 0; j-- {
+			if h.toks[j] == "" {
+				h.removeAt(j)
+			}
+		}
+	}
 	nm.holds = slices.DeleteFunc(nm.holds, func(h mHold) bool { return len(h.toks) == 0 })
 	nm.fairQ = slices.DeleteFunc(nm.fairQ, func(q mWaiter) bool { return q.tok == "" })
 	nm.writeQ = slices.DeleteFunc(nm.writeQ, func(q mWaiter) bool { return q.tok == "" })
@@ -211,7 +224,7 @@ func promote(nm *mName, e time.Duration) {
 	q := nm.fairQ[0]
 	nm.fairQ = nm.fairQ[1:]
 	from := max(nm.freeLo, q.enq)
-	nm.holds = append(nm.holds, mHold{toks: []string{q.tok}, mode: dlock.ModeFair, minFence: q.minFence, lo: from + q.ttl, hi: e + q.ttl})
+	nm.holds = append(nm.holds, mHold{toks: []string{q.tok}, los: []time.Duration{from + q.ttl}, his: []time.Duration{e + q.ttl}, mode: dlock.ModeFair, minFence: q.minFence})
 }
 
 // promotions returns w with the fair queue of name n served (forced) or
@@ -228,6 +241,10 @@ func promotions(w mWorld, n int, forced bool, e time.Duration) []mWorld {
 		return []mWorld{p}
 	}
 	return []mWorld{w, p}
+}
+
+func (h *mHold) removeAt(j int) {
+	h.toks, h.los, h.his = slices.Delete(h.toks, j, j+1), slices.Delete(h.los, j, j+1), slices.Delete(h.his, j, j+1)
 }
 
 func (nm *mName) findHold(tok string) int {
@@ -264,7 +281,10 @@ func (nm *mName) count(m dlock.Mode) int {
 // enqueue adds or refreshes tok's place in q and returns its index.
 func enqueue(q *[]mWaiter, op mOp, o mObs) int {
 	if i := findPlace(*q, op.tok); i >= 0 {
-		(*q)[i].lo, (*q)[i].hi, (*q)[i].ttl = o.s+op.qttl, o.e+op.qttl, op.ttl
+		// A place refreshed with a shorter QueueTTL may keep its longer
+		// lease (etcd leases cannot shrink): the contract is silent.
+		w := &(*q)[i]
+		w.lo, w.hi, w.ttl = min(w.lo, o.s+op.qttl), max(w.hi, o.e+op.qttl), op.ttl
 		return i
 	}
 	*q = append(*q, mWaiter{tok: op.tok, ttl: op.ttl, enq: o.s, minFence: o.maxFen, lo: o.s + op.qttl, hi: o.e + op.qttl})
@@ -289,7 +309,7 @@ func step(w mWorld, op mOp, o mObs) (mWorld, string) {
 		if o.err != nil {
 			return nil, fmt.Sprintf("Extend = %v, want nil (the token holds a %v lock)", o.err, nm.holds[i].mode)
 		}
-		refresh(&nm.holds[i], op, o)
+		refresh(&nm.holds[i], op, o, o.apart)
 		return w, ""
 	case opRelease:
 		if o.err != nil && o.err != dlock.ErrNotHeld {
@@ -300,7 +320,7 @@ func step(w mWorld, op mOp, o mObs) (mWorld, string) {
 				return nil, fmt.Sprintf("Release = %v, want nil (the token holds a %v lock)", o.err, nm.holds[i].mode)
 			}
 			h := &nm.holds[i]
-			h.toks = slices.DeleteFunc(h.toks, func(t string) bool { return t == op.tok })
+			h.removeAt(slices.Index(h.toks, op.tok))
 			if len(h.toks) == 0 {
 				nm.holds = slices.Delete(nm.holds, i, i+1)
 				nm.freeLo = max(nm.freeLo, o.s)
@@ -324,12 +344,22 @@ func step(w mWorld, op mOp, o mObs) (mWorld, string) {
 	return acquire(w, op, o)
 }
 
-func refresh(h *mHold, op mOp, o mObs) {
-	if h.mode == dlock.ModeReentrant {
-		h.lo, h.hi = max(h.lo, o.s+op.ttl), max(h.hi, o.e+op.ttl)
-		return
+// refresh renews op.tok's acquisition of h to op.ttl. Whether a shorter
+// TTL cuts a lease short is left open by the contract (etcd leases cannot
+// shrink; ZooKeeper's TTLs are pushed out, never in), so the new expiry is
+// anywhere from the new TTL to the later of the old and the new one. A
+// reentrant hold has one expiry, pushed out, never in, unless apart (each
+// acquisition keeps its own).
+func refresh(h *mHold, op mOp, o mObs, apart bool) {
+	j := slices.Index(h.toks, op.tok)
+	h.los[j], h.his[j] = o.s+op.ttl, max(h.his[j], o.e+op.ttl)
+	if h.mode == dlock.ModeReentrant && !apart {
+		lo, hi := slices.Max(h.los), slices.Max(h.his)
+		lo = max(lo, o.s+op.ttl)
+		for k := range h.toks {
+			h.los[k], h.his[k] = lo, hi
+		}
 	}
-	h.lo, h.hi = o.s+op.ttl, o.e+op.ttl
 }
 
 func acquire(w mWorld, op mOp, o mObs) (mWorld, string) {
@@ -338,6 +368,10 @@ func acquire(w mWorld, op mOp, o mObs) (mWorld, string) {
 	if o.err != nil {
 		return nil, fmt.Sprintf("Acquire error %v, want a grant or a refusal", o.err)
 	}
+	slack := 0
+	if o.oneQ {
+		slack = len(nm.writeQ) // writer intents may queue ahead of fair waiters
+	}
 	refuse := func(held dlock.Mode, pos int) (mWorld, string) {
 		if g.Acquired {
 			return nil, fmt.Sprintf("Acquire granted (fence %d), want a refusal with Held %v", g.Fence, held)
@@ -345,7 +379,7 @@ func acquire(w mWorld, op mOp, o mObs) (mWorld, string) {
 		if g.Held != held {
 			return nil, fmt.Sprintf("Acquire refused with Held %v, want %v", g.Held, held)
 		}
-		if pos >= 0 && g.Position != pos {
+		if pos >= 0 && (g.Position < pos || g.Position > pos+slack) {
 			return nil, fmt.Sprintf("Acquire refused at Position %d, want %d", g.Position, pos)
 		}
 		return w, ""
@@ -365,7 +399,7 @@ func acquire(w mWorld, op mOp, o mObs) (mWorld, string) {
 			return nil, fmt.Sprintf("new reentrant grant Count %d, want 1", g.Count)
 		}
 		h.toks, h.mode, h.owner, h.fence = []string{op.tok}, op.mode, op.owner, g.Fence
-		h.lo, h.hi = o.s+op.ttl, o.e+op.ttl
+		h.los, h.his = []time.Duration{o.s + op.ttl}, []time.Duration{o.e + op.ttl}
 		nm.holds = append(nm.holds, h)
 		return w, ""
 	}
@@ -386,22 +420,34 @@ func acquire(w mWorld, op mOp, o mObs) (mWorld, string) {
 		if h.mode == dlock.ModeReentrant && g.Count != len(h.toks) {
 			return nil, fmt.Sprintf("retried reentrant Acquire Count %d, want %d", g.Count, len(h.toks))
 		}
-		refresh(h, op, o)
+		refresh(h, op, o, o.apart)
 		return w, ""
 	}
 	// Another pattern holds the name.
 	for _, h := range nm.holds {
 		if family(h.mode) != family(op.mode) {
 			held, _ := nm.heldMode()
-			pos := -1
 			if op.queue && op.mode == dlock.ModeFair {
-				pos = enqueue(&nm.fairQ, op, o)
+				// Position is not checked here: store/etcd reports 0 for
+				// every fair waiter while another pattern holds the name.
+				enqueue(&nm.fairQ, op, o)
 			}
 			if op.queue && op.mode == dlock.ModeWrite {
 				enqueue(&nm.writeQ, op, o)
 			}
-			return refuse(held, pos)
+			return refuse(held, -1)
 		}
+	}
+	if o.oneQ && !g.Acquired && len(nm.fairQ)+len(nm.writeQ) > 0 {
+		// One queue for every pattern: a waiter of another pattern keeps a
+		// newcomer out; the caller keeps or takes its own place.
+		if op.queue && op.mode == dlock.ModeFair {
+			enqueue(&nm.fairQ, op, o)
+		}
+		if op.queue && op.mode == dlock.ModeWrite {
+			enqueue(&nm.writeQ, op, o)
+		}
+		return w, ""
 	}
 	switch op.mode {
 	case dlock.ModeMutex:
@@ -421,10 +467,11 @@ func acquire(w mWorld, op mOp, o mObs) (mWorld, string) {
 				return nil, fmt.Sprintf("re-entry fence %d, want %d (the hold's)", g.Fence, h.fence)
 			}
 			h.toks = append(h.toks, op.tok)
+			h.los, h.his = append(h.los, o.s+op.ttl), append(h.his, o.e+op.ttl)
 			if g.Count != len(h.toks) {
 				return nil, fmt.Sprintf("re-entry Count %d, want %d", g.Count, len(h.toks))
 			}
-			refresh(h, op, o)
+			refresh(h, op, o, o.apart)
 			return w, ""
 		}
 	case dlock.ModeRead:
@@ -483,10 +530,10 @@ func describeWorld(w mWorld) string {
 		fmt.Fprintf(&b, "name%d:", i)
 		for _, h := range n.holds {
 			var toks []string
-			for _, t := range h.toks {
-				toks = append(toks, short(t))
+			for j, t := range h.toks {
+				toks = append(toks, fmt.Sprintf("%s until [%v, %v]", short(t), h.los[j], h.his[j]))
 			}
-			fmt.Fprintf(&b, " %v%v fence %d expires [%v, %v];", h.mode, toks, h.fence, h.lo, h.hi)
+			fmt.Fprintf(&b, " %v[%s] fence %d;", h.mode, strings.Join(toks, ", "), h.fence)
 		}
 		for _, q := range n.fairQ {
 			fmt.Fprintf(&b, " fair-queued %s until [%v, %v];", short(q.tok), q.lo, q.hi)

@@ -70,6 +70,16 @@ func TestConformance(t *testing.T) {
 		Restart:     func(t *testing.T) { srv.Restart(t) },
 		Unsupported: []dlock.Mode{dlock.ModeElection},
 	})
+	t.Run("Model", func(t *testing.T) {
+		storetest.RunModel(t, storetest.Harness{
+			New: func(t *testing.T) dlock.Store { return newStore(t, srv.URL()) },
+		}, storetest.ModelConfig{
+			// Each acquisition of a reentrant hold keeps its own expiry.
+			ReentrantApart: true,
+			// Not yet: fair handoffs after another pattern's hold.
+			NoQueue: true,
+		})
+	})
 }
 
 // advisoryUnsupported are the modes Advisory documents as unsupported.
@@ -81,6 +91,16 @@ func TestAdvisoryConformance(t *testing.T) {
 		New:         func(t *testing.T) dlock.Store { return newAdvisory(t, srv.URL()) },
 		Restart:     func(t *testing.T) { srv.Restart(t) },
 		Unsupported: advisoryUnsupported,
+	})
+	t.Run("Model", func(t *testing.T) {
+		storetest.RunModel(t, storetest.Harness{
+			New:         func(t *testing.T) dlock.Store { return newAdvisory(t, srv.URL()) },
+			Unsupported: advisoryUnsupported,
+		}, storetest.ModelConfig{
+			// Not yet: a reentrant acquisition outlives a re-entry's Extend
+			// inconsistently (found by the model, issue #17).
+			Modes: []dlock.Mode{dlock.ModeMutex},
+		})
 	})
 }
 

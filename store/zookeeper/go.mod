@@ -8,4 +8,9 @@ require (
 	go.uber.org/goleak v1.3.0
 )
 
+require (
+	go.yaml.in/yaml/v3 v3.0.6 // indirect
+	pgregory.net/rapid v1.3.0 // indirect
+)
+
 replace github.com/dlock-dev/dlock => ../..

@@ -34,6 +34,19 @@ func TestConformance(t *testing.T) {
 		Restart:     func(t *testing.T) { srv.Restart(t) },
 		Unsupported: []dlock.Mode{dlock.ModeElection},
 	})
+	t.Run("Model", func(t *testing.T) {
+		storetest.RunModel(t, storetest.Harness{
+			New: func(t *testing.T) dlock.Store { return newStore(t, srv.Addr()) },
+		}, storetest.ModelConfig{
+			// One queue of nodes for every pattern.
+			OneQueue: true,
+			// Each acquisition of a reentrant hold keeps its own TTL.
+			ReentrantApart: true,
+			// Not yet: a queued writer is handed the name like a fair
+			// waiter, which the model does not follow.
+			NoQueue: true,
+		})
+	})
 }
 
 func TestStore(t *testing.T) {
