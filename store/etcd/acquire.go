@@ -189,6 +189,7 @@ func (s *Store) tryAcquire(ctx context.Context, kind string, req dlock.Request, 
 			// The current fence, checked to be still current at commit
 			// (a writer that came and went since the read changed it).
 			fence = vw.fence.ModRevision
+			me.v.Fence = fence // a retry returns it, not the key's revision
 			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(s.fenceKey(kind, req.Name)), "=", fence))
 		}
 	}
