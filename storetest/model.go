@@ -348,12 +348,20 @@ func step(w mWorld, op mOp, o mObs) (mWorld, string) {
 // TTL cuts a lease short is left open by the contract (etcd leases cannot
 // shrink; ZooKeeper's TTLs are pushed out, never in), so the new expiry is
 // anywhere from the new TTL to the later of the old and the new one. A
-// reentrant hold has one expiry, pushed out, never in, unless apart (each
-// acquisition keeps its own).
+// reentrant hold has one expiry, pushed out, never in, unless apart.
 func refresh(h *mHold, op mOp, o mObs, apart bool) {
 	j := slices.Index(h.toks, op.tok)
 	h.los[j], h.his[j] = o.s+op.ttl, max(h.his[j], o.e+op.ttl)
-	if h.mode == dlock.ModeReentrant && !apart {
+	if h.mode == dlock.ModeReentrant && apart {
+		// Apart: each acquisition expires between its own TTL and the
+		// hold's latest expiry (the others may or may not be pushed out).
+		hi := slices.Max(h.his)
+		for k := range h.toks {
+			h.his[k] = hi
+		}
+		return
+	}
+	if h.mode == dlock.ModeReentrant {
 		lo, hi := slices.Max(h.los), slices.Max(h.his)
 		lo = max(lo, o.s+op.ttl)
 		for k := range h.toks {

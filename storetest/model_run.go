@@ -29,10 +29,12 @@ type ModelConfig struct {
 	// judge a hold or queue place expired: the clock reading of a server
 	// (rounded to milliseconds) or of a store's own reaper. Default 50ms.
 	Tolerance time.Duration
-	// ReentrantApart lets each acquisition of a reentrant hold keep its own
-	// expiry: a re-entry or an Extend does not push the owner's other
-	// acquisitions out, and they lapse at their own TTL (store/etcd). The
-	// other stores push every acquisition out, never in.
+	// ReentrantApart lets the acquisitions of a reentrant hold expire
+	// apart: each anywhere between its own TTL and the hold's latest
+	// expiry (store/etcd leaves the owner's other acquisitions alone on a
+	// re-entry; store/postgres pushes them out but not the new one). The
+	// memory and Valkey stores give the hold one expiry, pushed out, never
+	// in, which the model checks exactly without this option.
 	ReentrantApart bool
 	// OneQueue lets the store keep one queue for the waiters of every
 	// pattern (store/zookeeper): a queued waiter of one pattern may keep out
@@ -40,6 +42,9 @@ type ModelConfig struct {
 	// intents ahead of it, and a fair Acquire may leave a free name to an
 	// earlier waiter of another pattern.
 	OneQueue bool
+	// LazyHandoff lets a free name's fair queue wait even at a fair
+	// Acquire by a caller that is not queued (store/postgres).
+	LazyHandoff bool
 	// Modes, when set, restricts the generated requests to these modes
 	// (and the ones the store supports); NoQueue leaves out fair and writer
 	// queue places. For stores whose divergences from the model are
@@ -330,7 +335,7 @@ func (m *modelRun) do(op mOp) {
 		for _, x := range expire(w, op.name, o.s, o.e, tol) {
 			// A fair Acquire serves the fair queue first; other
 			// operations may leave a free name's queue waiting.
-			forced := op.mode == dlock.ModeFair && op.kind == opAcquire && !m.cfg.OneQueue
+			forced := op.mode == dlock.ModeFair && op.kind == opAcquire && !m.cfg.OneQueue && !m.cfg.LazyHandoff
 			for _, y := range promotions(x, op.name, forced, o.e) {
 				if errors.Is(o.err, dlock.ErrUnavailable) {
 					// The store failed: an Acquire undone, an Extend or a

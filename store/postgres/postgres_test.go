@@ -76,8 +76,7 @@ func TestConformance(t *testing.T) {
 		}, storetest.ModelConfig{
 			// Each acquisition of a reentrant hold keeps its own expiry.
 			ReentrantApart: true,
-			// Not yet: fair handoffs after another pattern's hold.
-			NoQueue: true,
+			LazyHandoff:    true,
 		})
 	})
 }
