@@ -13,6 +13,7 @@ require (
 	github.com/valkey-io/valkey-go v1.0.79 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
+	pgregory.net/rapid v1.3.0 // indirect
 )
 
 replace github.com/dlock-dev/dlock => ../../

@@ -69,6 +69,11 @@ func TestConformance(t *testing.T) {
 		New:     func(t *testing.T) dlock.Store { return open(t, srv.Addr()) },
 		Restart: func(t *testing.T) { srv.Restart(t) },
 	})
+	t.Run("Model", func(t *testing.T) {
+		storetest.RunModel(t, storetest.Harness{
+			New: func(t *testing.T) dlock.Store { return open(t, srv.Addr()) },
+		}, storetest.ModelConfig{})
+	})
 }
 
 // TestConformanceCluster runs storetest on a Redis Cluster of three masters
