@@ -120,6 +120,13 @@ func RunModel(t *testing.T, h Harness, cfg ModelConfig) {
 		}
 	}()
 	start := time.Now()
+	// The budget is kept on the real clock (a synctest bubble has its own):
+	// once it is spent, new sequences stop at once and running ones stop
+	// generating operations, unless a failure is being shrunk.
+	var spent atomic.Bool
+	budget := time.AfterFunc(cfg.Budget, func() { spent.Store(true) })
+	defer budget.Stop()
+	over := func() bool { return spent.Load() && !failed.Load() }
 	runs, ops, worlds := 0, 0, 0
 	rapid.Check(t, func(rt *rapid.T) {
 		defer func() {
@@ -128,11 +135,11 @@ func RunModel(t *testing.T, h Harness, cfg ModelConfig) {
 				panic(r)
 			}
 		}()
-		if !failed.Load() && time.Since(start) > cfg.Budget {
+		if over() {
 			return
 		}
 		runs++
-		m := &modelRun{rt: rt, s: s, cfg: cfg, modes: modes, first: &first}
+		m := &modelRun{rt: rt, s: s, cfg: cfg, modes: modes, first: &first, over: over}
 		if cfg.VirtualTime {
 			rapid.SyncTest(rt, func(rt *rapid.T) {
 				m.rt = rt
@@ -173,6 +180,7 @@ type modelRun struct {
 	ops    int
 	lines  []string
 	first  *string // where the first failing run's lines go
+	over   func() bool
 	// unavailable counts operations that failed with ErrUnavailable.
 	unavailable int
 	// maxWorlds is the most possible states the model kept at once.
@@ -198,21 +206,28 @@ func (m *modelRun) run() {
 		}
 		return m.toks[rapid.IntRange(0, len(m.toks)-1).Draw(rt, "token")], true
 	}
+	act := func(f func(*rapid.T)) func(*rapid.T) {
+		return func(rt *rapid.T) {
+			if !m.over() {
+				f(rt)
+			}
+		}
+	}
 	m.rt.Repeat(map[string]func(*rapid.T){
-		"acquire": func(rt *rapid.T) { m.do(m.drawAcquire(rt, ttls, qttls)) },
+		"acquire": act(func(rt *rapid.T) { m.do(m.drawAcquire(rt, ttls, qttls)) }),
 		// Twice the weight: most of what can go wrong starts with one.
-		"acquire again": func(rt *rapid.T) { m.do(m.drawAcquire(rt, ttls, qttls)) },
-		"extend": func(rt *rapid.T) {
+		"acquire again": act(func(rt *rapid.T) { m.do(m.drawAcquire(rt, ttls, qttls)) }),
+		"extend": act(func(rt *rapid.T) {
 			if tk, ok := pickToken(rt); ok {
 				m.do(mOp{kind: opExtend, name: tk.name, tok: tk.tok, mode: tk.mode, owner: tk.owner, ttl: rapid.SampledFrom(ttls).Draw(rt, "ttl")})
 			}
-		},
-		"release": func(rt *rapid.T) {
+		}),
+		"release": act(func(rt *rapid.T) {
 			if tk, ok := pickToken(rt); ok {
 				m.do(mOp{kind: opRelease, name: tk.name, tok: tk.tok, mode: tk.mode, owner: tk.owner})
 			}
-		},
-		"sleep": func(rt *rapid.T) { m.do(mOp{kind: opSleep, sleep: rapid.SampledFrom(sleeps).Draw(rt, "sleep")}) },
+		}),
+		"sleep": act(func(rt *rapid.T) { m.do(mOp{kind: opSleep, sleep: rapid.SampledFrom(sleeps).Draw(rt, "sleep")}) }),
 	})
 	// Give everything back, then every name must be free in every mode.
 	for _, tk := range m.toks {
@@ -338,10 +353,17 @@ func (m *modelRun) do(op mOp) {
 			forced := op.mode == dlock.ModeFair && op.kind == opAcquire && !m.cfg.OneQueue && !m.cfg.LazyHandoff
 			for _, y := range promotions(x, op.name, forced, o.e) {
 				if errors.Is(o.err, dlock.ErrUnavailable) {
-					// The store failed: an Acquire undone, an Extend or a
-					// Release done or not.
+					// The store failed: an Acquire undone (redlock's undo
+					// releases the token, even a hold it had before the
+					// retry), an Extend or a Release done or not.
 					keep(y)
-					if op.kind != opAcquire {
+					if op.kind == opAcquire {
+						rel := op
+						rel.kind = opRelease
+						if z, reason := step(y, rel, mObs{s: o.s, e: o.e, maxFen: o.maxFen, limit: o.limit, apart: o.apart, oneQ: o.oneQ}); reason == "" {
+							keep(z)
+						}
+					} else {
 						ok := o
 						ok.err = nil
 						if z, reason := step(y, op, ok); reason == "" {
