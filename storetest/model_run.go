@@ -382,8 +382,10 @@ func (m *modelRun) do(op mOp) {
 					continue
 				}
 				// A release may free the name for the fair queue; a fair
-				// hold's release hands it to the head.
-				for _, r := range promotions(z, op.name, op.mode == dlock.ModeFair, o.e) {
+				// hold's release hands it to the head (a release of
+				// nothing hands nothing).
+				handoff := op.mode == dlock.ModeFair && y[op.name].findHold(op.tok) >= 0
+				for _, r := range promotions(z, op.name, handoff, o.e) {
 					keep(r)
 				}
 			}
