@@ -26,7 +26,7 @@ func allKeys(l *Layout, name string) []string {
 }
 
 // fuzzPrefixes are the key prefixes the fuzz target picks from.
-var fuzzPrefixes = []string{"lock:", "app/locks:", "x"}
+var fuzzPrefixes = []string{"lock:", "app/locks:", "x", "", "{locks}:"}
 
 // clusterSlot is the Redis Cluster slot of key: CRC16 (XMODEM) of its hash
 // tag (the bytes between the first "{" and the first "}" after it, when
@@ -93,9 +93,12 @@ func FuzzKeys(f *testing.F) {
 		{"a\x00b", "a\nb"},
 		{"fair", "fair:queue"},
 		{"x}:fence", "{x"},
+		{"x", "{x}:fence"},
+		{"x", "{locks}:x:fence"},
 	} {
-		f.Add(uint8(0), seed[0], seed[1])
-		f.Add(uint8(1), seed[0], seed[1])
+		for p := range len(fuzzPrefixes) {
+			f.Add(uint8(p), seed[0], seed[1])
+		}
 	}
 	f.Fuzz(func(t *testing.T, p uint8, a, b string) {
 		prefix := fuzzPrefixes[int(p)%len(fuzzPrefixes)]

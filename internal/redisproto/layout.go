@@ -130,7 +130,40 @@ func (l *Layout) CheckName(name string) error {
 	if _, ok := HashTag(main); !ok && strings.IndexByte(main, '}') >= 0 {
 		return &dlock.InvalidError{Field: "name", Reason: `contains "}" outside a {hash tag}, so the lock's keys could not share a cluster slot`}
 	}
+	if l.isAuxKey(main) {
+		return &dlock.InvalidError{Field: "name", Reason: "its key would be an auxiliary key of another lock name"}
+	}
 	return nil
+}
+
+// isAuxKey reports whether k has the form of an auxiliary key of some lock
+// name (see Aux), whatever the suffix. Only a main key that starts with
+// "{" can (auxiliary keys do): with an empty prefix, or one that starts
+// with "{". Such a name is refused, so that two names never share a key.
+func (l *Layout) isAuxKey(k string) bool {
+	tag, ok := HashTag(k)
+	if !ok || !strings.HasPrefix(k, "{"+tag+"}:") {
+		return false
+	}
+	rest := k[len(tag)+3:]
+	owner := func(main string) bool {
+		name, ok := strings.CutPrefix(main, l.Prefix)
+		return ok && dlock.ValidName(name) == nil
+	}
+	// "{<main>}:<suffix>", main without a hash tag.
+	if _, tagged := HashTag(tag); !tagged && rest != "" && owner(tag) {
+		return true
+	}
+	// "{<tag>}:<main>:<suffix>", main with that hash tag.
+	for i := 0; i < len(rest); i++ {
+		if rest[i] != ':' || i+1 == len(rest) {
+			continue
+		}
+		if t, ok := HashTag(rest[:i]); ok && t == tag && owner(rest[:i]) {
+			return true
+		}
+	}
+	return false
 }
 
 // CheckRequest validates the name, token and TTL of req.

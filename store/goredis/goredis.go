@@ -126,7 +126,9 @@ const DefaultFenceRetention = 24 * time.Hour
 
 // WithPrefix sets the prefix of every lock key: the mutex on name is the
 // string key prefix+name. Default "lock:". Use the same prefix as the
-// store/valkey Stores and foreign libraries that share the locks.
+// store/valkey Stores and foreign libraries that share the locks. With an
+// empty prefix, or one that starts with "{", a name whose key would have the
+// form of another name's auxiliary key ("{x}:fence") is refused.
 func WithPrefix(p string) Option { return func(c *config) { c.prefix = p } }
 
 // WithFenceRetention sets how long a lock name's fence counter is kept after

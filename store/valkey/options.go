@@ -38,6 +38,8 @@ const DefaultPrefix = "lock:"
 // string key prefix+name. Default "lock:", the key other Redis lock
 // libraries use for the same name when given that prefix. The prefix may be
 // empty. A hash tag in it ("{locks}:") puts every lock in one cluster slot.
+// With an empty prefix, or one that starts with "{", a name whose key would
+// have the form of another name's auxiliary key ("{x}:fence") is refused.
 func WithPrefix(p string) Option {
 	return func(c *config) { c.prefix = p }
 }
