@@ -458,9 +458,10 @@ func acquire(w mWorld, op mOp, o mObs) (mWorld, string) {
 		return w, ""
 	}
 	switch op.mode {
-	case dlock.ModeMutex:
+	case dlock.ModeMutex, dlock.ModeElection:
+		// An election is a mutex that keeps the leader's value.
 		if len(nm.holds) > 0 {
-			return refuse(dlock.ModeMutex, -1)
+			return refuse(op.mode, -1)
 		}
 	case dlock.ModeReentrant:
 		if len(nm.holds) > 0 {
