@@ -1,0 +1,243 @@
+package memory
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/dlock-dev/dlock"
+)
+
+func invalid(field, reason string) error {
+	return &dlock.InvalidError{Field: field, Reason: reason}
+}
+
+func check(req dlock.Request) error {
+	if req.Mode > dlock.ModeElection {
+		return fmt.Errorf("%w: memory store mode %v", dlock.ErrNotSupported, req.Mode)
+	}
+	if req.Name == "" {
+		return invalid("name", "must not be empty")
+	}
+	if req.Token == "" {
+		return invalid("token", "must not be empty")
+	}
+	if req.TTL <= 0 {
+		return invalid("ttl", "must be positive")
+	}
+	if req.Mode == dlock.ModeSemaphore && req.Limit < 1 {
+		return invalid("limit", "must be at least 1")
+	}
+	if req.Queue && req.QueueTTL <= 0 {
+		return invalid("queueTTL", "must be positive")
+	}
+	return nil
+}
+
+// Acquire implements [dlock.Store].
+func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, error) {
+	if err := ctx.Err(); err != nil {
+		return dlock.Grant{}, err
+	}
+	if err := check(req); err != nil {
+		return dlock.Grant{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	k := keyOf(req.Name, req.Mode)
+	lk := s.live(k, now)
+	if lk == nil || lk.find(req.Token) == nil {
+		if held, left, ok := s.otherHold(k, now); ok {
+			// A name is one lock: refused, keeping a queued caller's place.
+			g := dlock.Grant{RetryAfter: left, Held: held}
+			if req.Queue && (req.Mode == dlock.ModeFair || req.Mode == dlock.ModeWrite) {
+				if lk == nil {
+					lk = &lock{mode: k.mode}
+					s.locks[k] = lk
+				}
+				g.Position = lk.enqueue(req, now)
+			}
+			return g, nil
+		}
+	}
+	switch req.Mode {
+	case dlock.ModeReentrant:
+		return s.acquireReentrant(k, lk, req, now), nil
+	case dlock.ModeRead:
+		return s.acquireRead(k, lk, req, now), nil
+	case dlock.ModeWrite:
+		return s.acquireWrite(k, lk, req, now)
+	case dlock.ModeFair:
+		return s.acquireFair(k, lk, req, now), nil
+	case dlock.ModeSemaphore:
+		return s.acquireSemaphore(k, lk, req, now)
+	}
+	// The mutex, and the election (a mutex that keeps the leader's value).
+	if lk != nil {
+		if h := lk.find(req.Token); h != nil {
+			h.expires = now.Add(req.TTL)
+			return dlock.Grant{Acquired: true, Fence: h.fence, Count: 1}, nil
+		}
+		return dlock.Grant{RetryAfter: lk.remaining(now), Held: k.mode}, nil
+	}
+	f := s.issue(req.Name, now)
+	h := &holder{token: req.Token, expires: now.Add(req.TTL), fence: f}
+	if k.mode == dlock.ModeElection {
+		h.value = req.Value
+		s.wakeLocked(k) // observers see the new leader
+	}
+	s.locks[k] = &lock{mode: k.mode, holders: []*holder{h}}
+	return dlock.Grant{Acquired: true, Fence: f, Count: 1}, nil
+}
+
+// Leader implements [dlock.Elector].
+func (s *Store) Leader(ctx context.Context, name string) (dlock.Leader, error) {
+	if err := ctx.Err(); err != nil {
+		return dlock.Leader{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	lk := s.live(key{dlock.ModeElection, name}, now)
+	if lk == nil || len(lk.holders) == 0 {
+		return dlock.Leader{}, dlock.ErrNoLeader
+	}
+	h := lk.holders[0]
+	return dlock.Leader{Value: h.value, Term: h.fence, TTL: h.expires.Sub(now)}, nil
+}
+
+// acquireReentrant grants the owner another acquisition under its own
+// token; the hold keeps its first fence and one expiry.
+func (s *Store) acquireReentrant(k key, lk *lock, req dlock.Request, now time.Time) dlock.Grant {
+	owner := cmp.Or(req.Owner, req.Token)
+	if lk == nil {
+		f := s.issue(req.Name, now)
+		s.locks[k] = &lock{mode: k.mode, owner: owner, holders: []*holder{{token: req.Token, expires: now.Add(req.TTL), fence: f}}}
+		return dlock.Grant{Acquired: true, Fence: f, Count: 1}
+	}
+	if lk.find(req.Token) == nil {
+		if lk.owner != owner {
+			return dlock.Grant{RetryAfter: lk.remaining(now), Held: dlock.ModeReentrant}
+		}
+		lk.holders = append(lk.holders, &holder{token: req.Token, expires: lk.holders[0].expires, fence: lk.holders[0].fence})
+	}
+	lk.extendAll(now.Add(req.TTL))
+	return dlock.Grant{Acquired: true, Fence: lk.holders[0].fence, Count: len(lk.holders)}
+}
+
+// acquireRead grants a reader its own hold at the current fence unless a
+// writer holds the lock or waits for it. A reader whose Owner is the token
+// of the holding writer is let in beside it (a downgrade).
+func (s *Store) acquireRead(k key, lk *lock, req dlock.Request, now time.Time) dlock.Grant {
+	if lk != nil {
+		if h := lk.find(req.Token); h != nil {
+			h.expires = now.Add(req.TTL)
+			return dlock.Grant{Acquired: true, Fence: h.fence, Count: 1}
+		}
+		w := lk.writer()
+		beside := w != nil && req.Owner != "" && w.token == req.Owner
+		if !beside && (w != nil || len(lk.queue) > 0) {
+			ra := lk.remaining(now)
+			if ra == 0 && len(lk.queue) > 0 {
+				ra = lk.queue[0].expires.Sub(now)
+			}
+			return dlock.Grant{RetryAfter: ra, Held: lk.heldMode()}
+		}
+	} else {
+		lk = &lock{mode: k.mode}
+		s.locks[k] = lk
+	}
+	f := s.fences[req.Name]
+	if f == 0 {
+		f = s.issue(req.Name, now)
+	}
+	lk.holders = append(lk.holders, &holder{token: req.Token, expires: now.Add(req.TTL), fence: f})
+	return dlock.Grant{Acquired: true, Fence: f, Count: 1}
+}
+
+// acquireWrite grants the writer a new fence when nobody holds the lock and
+// no earlier writer waits; otherwise a queued writer keeps (or takes) its
+// place. A writer whose Owner is the token of a reader holding the lock is
+// refused with ErrUpgrade.
+func (s *Store) acquireWrite(k key, lk *lock, req dlock.Request, now time.Time) (dlock.Grant, error) {
+	if lk != nil {
+		if h := lk.find(req.Token); h != nil {
+			h.expires = now.Add(req.TTL)
+			return dlock.Grant{Acquired: true, Fence: h.fence, Count: 1}, nil
+		}
+		if req.Owner != "" {
+			if h := lk.find(req.Owner); h != nil && !h.write {
+				return dlock.Grant{}, dlock.ErrUpgrade
+			}
+		}
+		ahead := len(lk.queue) > 0 && lk.queue[0].token != req.Token
+		if len(lk.holders) > 0 || ahead {
+			held := lk.heldMode()
+			if len(lk.holders) == 0 {
+				held = dlock.ModeWrite // refused by a writer queued ahead: the request's own mode
+			}
+			g := dlock.Grant{RetryAfter: lk.remaining(now), Position: len(lk.queue), Held: held}
+			if req.Queue {
+				g.Position = lk.enqueue(req, now)
+			} else if i := lk.queued(req.Token); i >= 0 {
+				g.Position = i
+			}
+			return g, nil
+		}
+		lk.dequeue(req.Token)
+	} else {
+		lk = &lock{mode: k.mode}
+		s.locks[k] = lk
+	}
+	f := s.issue(req.Name, now)
+	lk.holders = append(lk.holders, &holder{token: req.Token, expires: now.Add(req.TTL), fence: f, write: true})
+	return dlock.Grant{Acquired: true, Fence: f, Count: 1}, nil
+}
+
+// acquireFair grants the lock to the caller when it is free and nobody is
+// queued (live has already handed a free lock to the head); otherwise a
+// queued caller keeps (or takes) its place in ticket order.
+func (s *Store) acquireFair(k key, lk *lock, req dlock.Request, now time.Time) dlock.Grant {
+	if lk != nil {
+		if h := lk.find(req.Token); h != nil {
+			h.expires = now.Add(req.TTL)
+			return dlock.Grant{Acquired: true, Fence: h.fence, Count: 1}
+		}
+		g := dlock.Grant{RetryAfter: lk.remaining(now), Position: len(lk.queue), Held: dlock.ModeFair}
+		if req.Queue {
+			g.Position = lk.enqueue(req, now)
+		} else if i := lk.queued(req.Token); i >= 0 {
+			g.Position = i
+		}
+		return g
+	}
+	f := s.issue(req.Name, now)
+	s.locks[k] = &lock{mode: k.mode, holders: []*holder{{token: req.Token, expires: now.Add(req.TTL), fence: f}}}
+	return dlock.Grant{Acquired: true, Fence: f, Count: 1}
+}
+
+// acquireSemaphore grants one of req.Limit permits, each with a new fence.
+// A limit other than the held permits' is a *dlock.LimitError.
+func (s *Store) acquireSemaphore(k key, lk *lock, req dlock.Request, now time.Time) (dlock.Grant, error) {
+	if lk != nil {
+		if h := lk.find(req.Token); h != nil {
+			h.expires = now.Add(req.TTL)
+			return dlock.Grant{Acquired: true, Fence: h.fence, Count: 1}, nil
+		}
+		if len(lk.holders) > 0 && lk.limit != req.Limit {
+			return dlock.Grant{}, &dlock.LimitError{Name: req.Name, Held: lk.limit, Asked: req.Limit}
+		}
+		if len(lk.holders) >= req.Limit {
+			return dlock.Grant{RetryAfter: lk.soonest(now), Held: dlock.ModeSemaphore}, nil
+		}
+	} else {
+		lk = &lock{mode: k.mode}
+		s.locks[k] = lk
+	}
+	lk.limit = req.Limit
+	f := s.issue(req.Name, now)
+	lk.holders = append(lk.holders, &holder{token: req.Token, expires: now.Add(req.TTL), fence: f})
+	return dlock.Grant{Acquired: true, Fence: f, Count: 1}, nil
+}

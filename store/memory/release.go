@@ -1,0 +1,82 @@
+package memory
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	"github.com/dlock-dev/dlock"
+)
+
+// Extend implements [dlock.Store]. A reentrant hold's expiry is pushed out,
+// never in. Queue entries are refreshed by Acquire, not Extend.
+func (s *Store) Extend(ctx context.Context, reqs []dlock.Request) []error {
+	errs := make([]error, len(reqs))
+	if err := ctx.Err(); err != nil {
+		for i := range errs {
+			errs[i] = err
+		}
+		return errs
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	for i, req := range reqs {
+		lk := s.live(keyOf(req.Name, req.Mode), now)
+		var h *holder
+		if lk != nil {
+			h = lk.find(req.Token)
+		}
+		switch {
+		case h == nil:
+			errs[i] = dlock.ErrNotHeld
+		case req.Mode == dlock.ModeReentrant:
+			lk.extendAll(now.Add(req.TTL))
+		default:
+			h.expires = now.Add(req.TTL)
+		}
+	}
+	return errs
+}
+
+// Release implements [dlock.Store]. Releasing a fair lock hands it to the
+// live head waiter, which alone is woken. Releasing a queued token drops
+// its place.
+func (s *Store) Release(ctx context.Context, req dlock.Request) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	k := keyOf(req.Name, req.Mode)
+	lk := s.live(k, now)
+	if lk == nil {
+		return dlock.ErrNotHeld
+	}
+	if i := slices.IndexFunc(lk.holders, func(h *holder) bool { return h.token == req.Token }); i >= 0 {
+		// Wake waiters when someone may now get in: the lock is free, a
+		// writer left readers behind after a downgrade, or a permit freed.
+		wake := lk.holders[i].write || k.mode == dlock.ModeSemaphore
+		lk.holders = slices.Delete(lk.holders, i, i+1)
+		free := len(lk.holders) == 0
+		if s.settle(k, lk, now) != nil && k.mode == dlock.ModeFair && len(lk.holders) > 0 {
+			return nil // handed over: settle woke the new holder alone
+		}
+		switch {
+		case free:
+			s.freed(req.Name, now)
+		case wake:
+			s.wakeLocked(k)
+		}
+		return nil
+	}
+	if lk.dequeue(req.Token) {
+		if k.mode == dlock.ModeRead {
+			s.wakeLocked(k) // a withdrawn writer intent may let readers in
+		}
+		s.settle(k, lk, now)
+		return nil
+	}
+	return dlock.ErrNotHeld
+}
