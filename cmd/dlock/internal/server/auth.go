@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net/http"
 	"os"
@@ -152,9 +153,24 @@ type tokenLimits struct {
 	rate     float64 // acquires per second; 0 is no limit
 	bucket   float64
 	last     time.Time
-	pending  int            // holds being acquired
-	leases   []*dlock.Lease // holds granted through /v1 (pruned when ended)
-	running  int            // running demo operations
+	pending  int    // holds being acquired
+	leases   []hold // holds granted through /v1 (pruned when ended)
+	running  int    // running demo operations
+}
+
+// hold is a grant counted against maxHolds: n locks until done closes.
+type hold struct {
+	done <-chan struct{}
+	n    int
+}
+
+func (h hold) ended() bool {
+	select {
+	case <-h.done:
+		return true
+	default:
+		return false
+	}
 }
 
 // take spends one acquire from the token bucket, or returns how long until
@@ -181,8 +197,12 @@ func (l *tokenLimits) take(now time.Time) (time.Duration, bool) {
 
 // holdsLocked counts the token's holds; caller holds l.mu.
 func (l *tokenLimits) holdsLocked() int {
-	l.leases = slices.DeleteFunc(l.leases, ended)
-	return len(l.leases) + l.pending + l.running
+	l.leases = slices.DeleteFunc(l.leases, hold.ended)
+	n := l.pending + l.running
+	for _, h := range l.leases {
+		n += h.n
+	}
+	return n
 }
 
 func (l *tokenLimits) holds() int {
@@ -191,17 +211,17 @@ func (l *tokenLimits) holds() int {
 	return l.holdsLocked()
 }
 
-// reserve books a hold, or reports false at the limit.
-func (l *tokenLimits) reserve(demo bool) bool {
+// reserve books n holds, or reports false when they would pass the limit.
+func (l *tokenLimits) reserve(n int, demo bool) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.maxHolds > 0 && l.holdsLocked() >= l.maxHolds {
+	if l.maxHolds > 0 && l.holdsLocked()+n > l.maxHolds {
 		return false
 	}
 	if demo {
-		l.running++
+		l.running += n
 	} else {
-		l.pending++
+		l.pending += n
 	}
 	return true
 }
@@ -408,6 +428,7 @@ func bearer(r *http.Request) (string, bool) {
 // routeScope says what a route needs of a scoped token.
 type routeScope struct {
 	param   string // path parameter holding the lock name; "" for none
+	names   bool   // the JSON body's "names" are the lock names (multi-locks)
 	write   bool   // refused to read-only tokens
 	acquire bool   // counts against acquiresPerSecond
 	demo    bool   // a demo operation: a hold for as long as the request runs
@@ -425,6 +446,14 @@ var routeScopes = map[string]routeScope{
 	"GET /v1/locks/{name}":                   {param: "name"},
 	"GET /v1/locks":                          {},
 	"GET /v1/events":                         {},
+	"POST /v1/elections/{name}/campaign":     {param: "name", write: true, acquire: true},
+	"POST /v1/elections/{name}/extend":       {param: "name", write: true},
+	"POST /v1/elections/{name}/resign":       {param: "name", write: true},
+	"GET /v1/elections/{name}":               {param: "name"},
+	"GET /v1/elections/{name}/observe":       {param: "name"},
+	"POST /v1/multi/acquire":                 {names: true, write: true, acquire: true},
+	"POST /v1/multi/extend":                  {names: true, write: true},
+	"POST /v1/multi/release":                 {names: true, write: true},
 }
 
 // guard wraps the handler of pattern with the scope and limit checks of
@@ -471,6 +500,15 @@ func (s *Server) guard(pattern string, h http.Handler) http.Handler {
 				Message: fmt.Sprintf("tenant %q: lock %q is outside the token's name prefixes", p.tenant, name)})
 			return
 		}
+		if scope.names {
+			for _, n := range bodyNames(r) {
+				if !p.allows(n) {
+					deny("out_of_scope", &apiError{Status: http.StatusForbidden, Error: "out of scope", Field: "names", Name: n,
+						Message: fmt.Sprintf("tenant %q: lock %q is outside the token's name prefixes", p.tenant, n)})
+					return
+				}
+			}
+		}
 		if scope.acquire {
 			if wait, ok := p.lim.take(time.Now()); !ok {
 				ms := durationMs(wait)
@@ -480,8 +518,8 @@ func (s *Server) guard(pattern string, h http.Handler) http.Handler {
 			}
 		}
 		if scope.demo {
-			if !p.lim.reserve(true) {
-				deny("holds_limit", holdsLimitError(p))
+			if !p.lim.reserve(1, true) {
+				deny("holds_limit", holdsLimitError(p, 1))
 				return
 			}
 			defer func() {
@@ -494,33 +532,78 @@ func (s *Server) guard(pattern string, h http.Handler) http.Handler {
 	})
 }
 
-func holdsLimitError(p *principal) *apiError {
+func holdsLimitError(p *principal, n int) *apiError {
 	one := int64(1000)
-	return &apiError{Status: http.StatusTooManyRequests, Error: "too many holds", RetryAfterMs: &one,
-		Message: fmt.Sprintf("tenant %q: the token already holds its limit of %d locks", p.tenant, p.lim.maxHolds)}
+	msg := fmt.Sprintf("tenant %q: the token already holds its limit of %d locks", p.tenant, p.lim.maxHolds)
+	if n > 1 {
+		msg = fmt.Sprintf("tenant %q: %d more locks would pass the token's limit of %d", p.tenant, n, p.lim.maxHolds)
+	}
+	return &apiError{Status: http.StatusTooManyRequests, Error: "too many holds", RetryAfterMs: &one, Message: msg}
 }
 
 // reserveHold books a /v1 hold for the request's principal before an
 // acquire. The returned func must be called with the granted lease, or
 // nil when the acquire failed.
 func (s *Server) reserveHold(ctx context.Context) (func(*dlock.Lease), *apiError) {
-	p := principalFrom(ctx)
-	if p == nil {
-		return func(*dlock.Lease) {}, nil
-	}
-	if !p.lim.reserve(false) {
-		p.stats.denied.WithLabelValues("holds_limit").Inc()
-		return nil, holdsLimitError(p)
+	claim, e := s.reserveHolds(ctx, 1)
+	if e != nil {
+		return nil, e
 	}
 	return func(ls *dlock.Lease) {
+		if ls == nil {
+			claim(nil)
+			return
+		}
+		claim(ls.Done())
+	}, nil
+}
+
+// reserveHolds books n /v1 holds (a multi-lock's names) for the request's
+// principal. The returned func must be called with the Done channel of
+// the grant, or nil when the acquire failed.
+func (s *Server) reserveHolds(ctx context.Context, n int) (func(done <-chan struct{}), *apiError) {
+	p := principalFrom(ctx)
+	if p == nil {
+		return func(<-chan struct{}) {}, nil
+	}
+	if !p.lim.reserve(n, false) {
+		p.stats.denied.WithLabelValues("holds_limit").Inc()
+		return nil, holdsLimitError(p, n)
+	}
+	return func(done <-chan struct{}) {
 		p.lim.mu.Lock()
 		defer p.lim.mu.Unlock()
-		p.lim.pending--
-		if ls != nil {
-			p.lim.leases = append(p.lim.leases, ls)
+		p.lim.pending -= n
+		if done != nil {
+			p.lim.leases = append(p.lim.leases, hold{done: done, n: n})
 		}
 	}, nil
 }
+
+// bodyNames returns the "names" listed by the request's JSON body, and
+// puts the body back for the handler, with the read error (a body over
+// MaxBodyBytes) at its end. A body that is not such an object lists no
+// names: the handler decodes it with the same encoding/json rules, more
+// strictly, and refuses it (400 or 413) before it touches a lock.
+func bodyNames(r *http.Request) []string {
+	data, err := io.ReadAll(r.Body)
+	var rest io.Reader = bytes.NewReader(nil)
+	if err != nil {
+		rest = errReader{err}
+	}
+	r.Body = io.NopCloser(io.MultiReader(bytes.NewReader(data), rest))
+	var b struct {
+		Names []string `json:"names"`
+	}
+	if err != nil || json.Unmarshal(data, &b) != nil {
+		return nil
+	}
+	return b.Names
+}
+
+type errReader struct{ err error }
+
+func (e errReader) Read([]byte) (int, error) { return 0, e.err }
 
 func patternPath(pattern string) string {
 	if _, path, ok := strings.Cut(pattern, " "); ok {

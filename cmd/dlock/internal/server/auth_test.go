@@ -86,8 +86,29 @@ func TestScopedTokens(t *testing.T) {
 		outOfScope("team-a releases a free team-b name", e.post("/v1/locks/team-b%2Fnone/release", `{"token":"`+stolen+`"}`, a...))
 		outOfScope("team-a demo on team-b/x", e.post("/api/locks/simple/team-b%2Fx?durationMs=0", ``, a...))
 		outOfScope("a name that only looks like team-a's", e.post("/v1/locks/team-a/acquire", `{}`, a...))
+		// Elections and multi-locks: the election's name, and every name of
+		// a multi-lock's body, must be in scope.
+		stolenBody := `{"token":"` + stolen + `"}`
+		outOfScope("team-a campaigns in team-b/x", e.post("/v1/elections/team-b%2Fx/campaign", `{"value":"a"}`, a...))
+		outOfScope("team-a reads the leader of team-b/x", e.get("/v1/elections/team-b%2Fx", a...))
+		outOfScope("team-a observes team-b/x", e.get("/v1/elections/team-b%2Fx/observe", a...))
+		outOfScope("team-a extends team-b/x's leadership", e.post("/v1/elections/team-b%2Fx/extend", stolenBody, a...))
+		outOfScope("team-a resigns team-b/x's leadership", e.post("/v1/elections/team-b%2Fx/resign", stolenBody, a...))
+		multiOut := func(what string, r response) {
+			t.Helper()
+			outOfScope(what, r)
+			if body := r.json(t); body["field"] != "names" || body["name"] != "team-b/x" {
+				t.Errorf("%s: body %s, want field \"names\" and name \"team-b/x\"", what, r.body)
+			}
+		}
+		multiOut("team-a multi-locks a set with team-b/x", e.post("/v1/multi/acquire", `{"names":["team-a/m","team-b/x","team-c/y"],"waitMs":0}`, a...))
+		multiOut("team-a extends a multi-lock with team-b/x", e.post("/v1/multi/extend", `{"token":"`+stolen+`","names":["team-a/m","team-b/x"]}`, a...))
+		multiOut("team-a releases a multi-lock with team-b/x", e.post("/v1/multi/release", `{"token":"`+stolen+`","names":["team-b/x"]}`, a...))
 		if st := e.get("/v1/locks/team-b%2Fx", b...).json(t); st["holders"] != 1.0 {
 			t.Fatalf("after team-a's attempts team-b/x = %v, want held by team-b", st)
+		}
+		if st := e.get("/v1/locks/team-a%2Fm", a...).json(t); st["holders"] != 0.0 {
+			t.Fatalf("after a refused multi-lock team-a/m = %v, want free", st)
 		}
 
 		wantCode(t, "team-a acquires team-a/y", e.post("/v1/locks/team-a%2Fy/acquire", `{}`, a...), http.StatusOK)
@@ -108,6 +129,9 @@ func TestScopedTokens(t *testing.T) {
 			{"/v1/locks/team-b%2Fx/acquire", `{}`},
 			{"/v1/locks/team-b%2Fx/release", `{"token":"` + stolen + `"}`},
 			{"/api/locks/simple/anything?durationMs=0", ``},
+			{"/v1/elections/team-a%2Fe/campaign", `{"value":"r"}`},
+			{"/v1/multi/acquire", `{"names":["team-a/m"]}`},
+			{"/v1/multi/release", `{"token":"` + stolen + `","names":["team-b/x"]}`},
 		} {
 			r := e.post(w.path, w.body, reader...)
 			wantCode(t, "reader POST "+w.path, r, http.StatusForbidden)
@@ -142,6 +166,89 @@ func TestScopedTokens(t *testing.T) {
 		}
 		wantCode(t, "team-b releases team-b/x", e.post("/v1/locks/team-b%2Fx/release", `{"token":"`+stolen+`"}`, b...), http.StatusOK)
 	})
+}
+
+// TestScopedElectionsAndMulti: a scoped token campaigns, reads and
+// observes elections, and takes, extends and releases multi-locks in its
+// scope; a leadership is one hold, a multi-lock one hold per name and one
+// acquire; a multi-lock's body is still the handler's to judge (400, 413).
+func TestScopedElectionsAndMulti(t *testing.T) {
+	file := `{"tokens":[
+  {"tenant":"team-a","sha256":"` + HashToken(tokA) + `","prefixes":["team-a/"],"access":"read-write","maxHolds":3},
+  {"tenant":"slow","sha256":"` + HashToken("rate") + `","prefixes":["s/"],"access":"read-write","acquiresPerSecond":0.001}
+]}`
+	e := newEnv(t, memory.New(), Config{AuthFile: writeAuthFile(t, t.TempDir(), file)})
+	a := bearerOf(tokA)
+	tooMany := func(what string, r response, errCode string) {
+		t.Helper()
+		wantCode(t, what, r, http.StatusTooManyRequests)
+		if got := r.json(t)["error"]; got != errCode {
+			t.Errorf("%s: error %v, want %q (%s)", what, got, errCode, r.body)
+		}
+		if s, err := strconv.Atoi(r.header.Get("Retry-After")); err != nil || s < 1 {
+			t.Errorf("%s: Retry-After %q, want whole seconds >= 1", what, r.header.Get("Retry-After"))
+		}
+	}
+
+	r := e.post("/v1/elections/team-a%2Fe/campaign", `{"value":"host-a"}`, a...)
+	wantCode(t, "campaign", r, http.StatusOK)
+	lead := r.json(t)["token"].(string)
+	if r := e.get("/v1/elections/team-a%2Fe", a...); r.code != http.StatusOK || !strings.Contains(string(r.body), `"host-a"`) {
+		t.Fatalf("leader = %d %s, want 200 with host-a", r.code, r.body)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, e.ts.URL+"/v1/elections/team-a%2Fe/observe", nil)
+	req.Header.Set("Authorization", "Bearer "+tokA)
+	resp, err := e.ts.Client().Do(req)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("observe = %v, %v", resp, err)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() && !strings.HasPrefix(sc.Text(), "data: ") {
+	}
+	if !strings.Contains(sc.Text(), `"host-a"`) {
+		t.Errorf("observe's first event = %q, want the leadership of host-a", sc.Text())
+	}
+	cancel()
+	resp.Body.Close()
+	wantCode(t, "election extend", e.post("/v1/elections/team-a%2Fe/extend", `{"token":"`+lead+`"}`, a...), http.StatusOK)
+
+	// maxHolds 3: the leadership holds one, so a multi-lock of three names
+	// is over the limit and one of two is not.
+	tooMany("multi-lock of 3 beside a leadership", e.post("/v1/multi/acquire", `{"names":["team-a/1","team-a/2","team-a/3"]}`, a...), "too many holds")
+	r = e.post("/v1/multi/acquire", `{"names":["team-a/1","team-a/2","team-a/1"]}`, a...)
+	wantCode(t, "multi-lock of 2 (a repeated name counts once)", r, http.StatusOK)
+	multi := r.json(t)["token"].(string)
+	tooMany("a campaign over the holds", e.post("/v1/elections/team-a%2Ff/campaign", `{"value":"x"}`, a...), "too many holds")
+	if m := string(e.get("/metrics").body); !strings.Contains(m, `dlock_tenant_holds{tenant="team-a"} 3`) {
+		t.Errorf("/metrics lacks team-a's 3 holds")
+	}
+	body := `{"token":"` + multi + `","names":["team-a/1","team-a/2"]}`
+	wantCode(t, "multi extend", e.post("/v1/multi/extend", body, a...), http.StatusOK)
+	wantCode(t, "multi release", e.post("/v1/multi/release", body, a...), http.StatusOK)
+	wantCode(t, "resign", e.post("/v1/elections/team-a%2Fe/resign", `{"token":"`+lead+`"}`, a...), http.StatusOK)
+	r = e.post("/v1/multi/acquire", `{"names":["team-a/1","team-a/2","team-a/3"]}`, a...)
+	wantCode(t, "multi-lock of 3 once the holds are freed", r, http.StatusOK)
+	wantCode(t, "its release", e.post("/v1/multi/release", `{"token":"`+r.json(t)["token"].(string)+`","names":["team-a/1","team-a/2","team-a/3"]}`, a...), http.StatusOK)
+
+	// The body read by the scope check is the handler's to judge.
+	if r := e.post("/v1/multi/acquire", `{"names":["team-a/1"],"ttlMs":"x"}`, a...); r.code != http.StatusBadRequest || r.json(t)["field"] != "ttlMs" {
+		t.Errorf("multi acquire with a bad ttlMs = %d %s, want 400 naming ttlMs", r.code, r.body)
+	}
+	if r := e.post("/v1/multi/acquire", `{"names":"team-b/x"}`, a...); r.code != http.StatusBadRequest || r.json(t)["field"] != "names" {
+		t.Errorf("multi acquire with a string of names = %d %s, want 400 naming names", r.code, r.body)
+	}
+	big := `{"names":["team-a/1"],"pad":"` + strings.Repeat("x", MaxBodyBytes) + `"}`
+	wantCode(t, "multi acquire over 64 KiB", e.post("/v1/multi/acquire", big, a...), http.StatusRequestEntityTooLarge)
+	if st := e.get("/v1/locks/team-a%2F1", a...).json(t); st["holders"] != 0.0 {
+		t.Fatalf("after refused bodies team-a/1 = %v, want free", st)
+	}
+
+	// A multi-lock is one acquire against acquiresPerSecond.
+	s := bearerOf("rate")
+	wantCode(t, "slow multi-lock", e.post("/v1/multi/acquire", `{"names":["s/1","s/2","s/3"]}`, s...), http.StatusOK)
+	tooMany("slow campaign", e.post("/v1/elections/s%2Fe/campaign", `{"value":"x"}`, s...), "rate limited")
+	tooMany("slow multi-lock", e.post("/v1/multi/acquire", `{"names":["s/4"]}`, s...), "rate limited")
 }
 
 // TestTokenLimits: over maxHolds or acquiresPerSecond a token gets 429

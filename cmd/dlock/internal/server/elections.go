@@ -127,8 +127,14 @@ func (s *Server) handleCampaign(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := s.waitContext(requestContext(r.Context()), wait)
 	defer cancel()
+	claim, e := s.reserveHold(r.Context()) // a leadership is a hold
+	if e != nil {
+		writeAPIError(w, e)
+		return
+	}
 	req := dlock.Request{Name: name, Mode: dlock.ModeElection, Value: *b.Value, TTL: ttl}
 	ls, err := s.v1.Acquire(ctx, req, wait > 0, dlock.WithLockDelay(delay))
+	claim(ls)
 	if err != nil {
 		writeAPIError(w, lockError(ctx, name, err))
 		return

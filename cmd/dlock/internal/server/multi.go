@@ -126,6 +126,13 @@ func (s *Server) handleMultiAcquire(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := s.waitContext(requestContext(r.Context()), wait)
 	defer cancel()
+	// Each name is a hold of the token (maxHolds); the request is one
+	// acquire (acquiresPerSecond, counted by guard).
+	claim, e := s.reserveHolds(r.Context(), len(slices.Compact(slices.Sorted(slices.Values(b.Names)))))
+	if e != nil {
+		writeAPIError(w, e)
+		return
+	}
 	m := s.v1.Multi(b.Names, dlock.WithTTL(ttl), dlock.WithLockDelay(delay))
 	var ml *dlock.MultiLease
 	var err error
@@ -133,6 +140,11 @@ func (s *Server) handleMultiAcquire(w http.ResponseWriter, r *http.Request) {
 		ml, err = m.Lock(ctx)
 	} else {
 		ml, err = m.TryLock(ctx)
+	}
+	if ml != nil {
+		claim(ml.Done())
+	} else {
+		claim(nil)
 	}
 	if err != nil {
 		var locked *dlock.LockedError
