@@ -16,6 +16,8 @@ export interface ErrorBody {
   field?: string;
   retryAfterMs?: number;
   heldMode?: HeldMode;
+  /** On a 409 or 403 to a multi-lock request: the name concerned. */
+  name?: string;
   [key: string]: unknown;
 }
 
@@ -35,6 +37,27 @@ export declare class DlockError extends Error {
 export declare class BadRequestError extends DlockError {}
 /** 401 `unauthorized`: the bearer token is missing or wrong. */
 export declare class UnauthorizedError extends DlockError {}
+/**
+ * 403: a scoped token (`dlock serve --auth-file`) may not do this: `out of
+ * scope` (the name is outside the token's prefixes; `field` names the
+ * input), `read only` (a read-only token asked to write) or `forbidden` (an
+ * endpoint not open to scoped tokens). Not retried.
+ */
+export declare class ForbiddenError extends DlockError {
+  /** The multi-lock name found outside the token's scope (the body's `name`), else undefined. */
+  readonly lockName: string | undefined;
+}
+/**
+ * 429: a scoped token over its limit: `rate limited` (over its
+ * `acquiresPerSecond`) or `too many holds` (it holds its `maxHolds`). Not
+ * retried by the client.
+ */
+export declare class RateLimitedError extends DlockError {
+  /** When to try again, in ms (`retryAfterMs`, else `Retry-After`). */
+  readonly retryAfterMs: number;
+  /** The same in seconds. */
+  readonly retryAfter: number;
+}
 /** 409 `locked`: held by another holder (also when `waitMs` ran out). */
 export declare class LockedError extends DlockError {
   /** The holder's remaining lease time in ms (`retryAfterMs`, else `Retry-After`). */

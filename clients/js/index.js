@@ -41,6 +41,24 @@ export class DlockError extends Error {
 export class BadRequestError extends DlockError {}
 /** 401 unauthorized. */
 export class UnauthorizedError extends DlockError {}
+/** 403: a scoped token may not do this (`out of scope`, `read only`, `forbidden`). */
+export class ForbiddenError extends DlockError {
+  /** The multi-lock name found outside the token's scope (the body's `name`), else undefined. */
+  get lockName() {
+    return typeof this.body.name === 'string' ? this.body.name : undefined;
+  }
+}
+/** 429: a scoped token over its limit (`rate limited`, `too many holds`); `retryAfterMs`. */
+export class RateLimitedError extends DlockError {
+  constructor(status, error, message, { retryAfterMs, ...rest }) {
+    super(status, error, message, rest);
+    this.retryAfterMs = retryAfterMs;
+  }
+  /** When to try again, in seconds. */
+  get retryAfter() {
+    return this.retryAfterMs / 1000;
+  }
+}
 /** 409 locked: `retryAfterMs` (holder's remaining lease time), `heldMode`. */
 export class LockedError extends DlockError {
   constructor(status, error, message, { retryAfterMs, heldMode, ...rest }) {
@@ -85,6 +103,12 @@ function toError(status, doc, retryAfterHeader) {
       return new BadRequestError(status, code, message, opts);
     case 401:
       return new UnauthorizedError(status, code, message, opts);
+    case 403:
+      return new ForbiddenError(status, code, message, opts);
+    case 429: {
+      const ms = Number.isInteger(doc.retryAfterMs) ? doc.retryAfterMs : headerMs ?? 1000;
+      return new RateLimitedError(status, code, message, { ...opts, retryAfterMs: ms });
+    }
     case 409: {
       if (code === 'upgrade') return new UpgradeError(status, code, message, opts);
       const ms = Number.isInteger(doc.retryAfterMs) ? doc.retryAfterMs : headerMs ?? 0;

@@ -1,21 +1,27 @@
 // The client against a real `dlock serve` (see server.js).
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
 import { createServer } from 'node:http';
 import { randomUUID } from 'node:crypto';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 
 import {
   BadRequestError,
   Client,
   DlockError,
+  ForbiddenError,
   LeaseLostError,
   LockedError,
+  RateLimitedError,
   TransportError,
   UnauthorizedError,
   UnavailableError,
   newToken,
 } from '../index.js';
-import { freePort, startServer } from './server.js';
+import { dlockBin, freePort, startServer } from './server.js';
 
 const DEADLINE_MS = 30_000; // any awaited event gets this long on a loaded machine
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -412,11 +418,86 @@ describe('dlock client', () => {
   });
 
   test('errors and options', () => {
-    for (const cls of [BadRequestError, LeaseLostError, LockedError, TransportError, UnauthorizedError, UnavailableError]) {
+    for (const cls of [
+      BadRequestError,
+      ForbiddenError,
+      LeaseLostError,
+      LockedError,
+      RateLimitedError,
+      TransportError,
+      UnauthorizedError,
+      UnavailableError,
+    ]) {
       assert.ok(new cls(400, 'x', 'y', {}) instanceof DlockError);
     }
     for (const opts of [{ url: 'ftp://x' }, { url: 'nohost' }, { timeoutMs: 0 }, { retries: -1 }]) {
       assert.throws(() => new Client(opts), /dlock:/);
     }
+  });
+});
+
+// A server with an auth file (docs/operations.md), its hashes made by
+// `dlock auth hash`: team-a may hold two locks under js-a/, the reader reads
+// everything, slow may acquire once in 1000 s under js-s/.
+describe('scoped tokens', () => {
+  const teamA = 'js-team-a-' + randomUUID();
+  const reader = 'js-reader-' + randomUUID();
+  const slow = 'js-slow-' + randomUUID();
+  let server, dir;
+  before(async () => {
+    const sha = (token) => execFileSync(dlockBin(), ['auth', 'hash'], { input: token }).toString().trim();
+    const tokens = [
+      { tenant: 'team-a', sha256: sha(teamA), prefixes: ['js-a/'], access: 'read-write', maxHolds: 2 },
+      { tenant: 'ops', sha256: sha(reader), prefixes: [''], access: 'read-only' },
+      { tenant: 'slow', sha256: sha(slow), prefixes: ['js-s/'], access: 'read-write', acquiresPerSecond: 0.001 },
+    ];
+    dir = mkdtempSync(join(tmpdir(), 'dlock-js-auth-'));
+    const file = join(dir, 'auth.json');
+    writeFileSync(file, JSON.stringify({ tokens }));
+    server = await startServer({ DLOCK_AUTH_FILE: file });
+  });
+  after(async () => {
+    await server?.stop();
+    if (dir) rmSync(dir, { recursive: true, force: true });
+  });
+
+  test('ForbiddenError: out of scope, read only', async () => {
+    const a = new Client({ url: server.url, authToken: teamA });
+    for (const call of [() => a.acquire('js-b/x'), () => a.state('js-b/x')]) {
+      const e = await call().then(() => assert.fail('allowed'), (e) => e);
+      assert.ok(e instanceof ForbiddenError && e instanceof DlockError, String(e));
+      assert.deepEqual([e.status, e.error, e.field, e.lockName], [403, 'out of scope', 'name', undefined]);
+      assert.match(e.detail, /team-a/);
+    }
+    const lease = await a.acquire('js-a/forbidden', { ttlMs: 10_000 });
+    const r = new Client({ url: server.url, authToken: reader });
+    assert.equal((await r.state('js-a/forbidden')).held, true);
+    await assert.rejects(r.acquire('js-a/other'), (e) => e instanceof ForbiddenError && e.status === 403 && e.error === 'read only');
+    await assert.rejects(r.release(lease), (e) => e instanceof ForbiddenError && e.error === 'read only');
+    await lease.release();
+    assert.equal((await a.state('js-a/forbidden')).held, false);
+  });
+
+  test('RateLimitedError: too many holds, rate limited', async () => {
+    const a = new Client({ url: server.url, authToken: teamA });
+    const held = [await a.acquire('js-a/holds/0', { ttlMs: 10_000 }), await a.acquire('js-a/holds/1', { ttlMs: 10_000 })];
+    let e = await a.acquire('js-a/holds/2', { ttlMs: 10_000 }).then(() => assert.fail('acquired'), (e) => e);
+    assert.ok(e instanceof RateLimitedError, String(e));
+    assert.deepEqual([e.status, e.error], [429, 'too many holds']);
+    assert.ok(e.retryAfterMs >= 1 && e.retryAfter === e.retryAfterMs / 1000, String(e.retryAfterMs));
+    await held[0].release();
+    await (await a.acquire('js-a/holds/2', { ttlMs: 10_000 })).release();
+    await held[1].release();
+
+    const s = new Client({ url: server.url, authToken: slow });
+    await (await s.acquire('js-s/1', { ttlMs: 10_000 })).release();
+    e = await s.acquire('js-s/2', { ttlMs: 10_000 }).then(() => assert.fail('acquired'), (e) => e);
+    assert.ok(e instanceof RateLimitedError, String(e));
+    assert.deepEqual([e.status, e.error], [429, 'rate limited']);
+    assert.ok(e.retryAfter > 1, String(e.retryAfterMs)); // a new acquire in about 1000 s
+    await assert.rejects(
+      s.using('js-s/3', async () => assert.fail('must not run')),
+      (e) => e instanceof RateLimitedError,
+    );
   });
 });

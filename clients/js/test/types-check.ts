@@ -1,5 +1,15 @@
 // Compiled (never run) by `tsc --noEmit` to check index.d.ts against typical use.
-import { Client, LeaseLostError, LockedError, TransportError, newToken, type Lease, type LockState } from '../index.js';
+import {
+  Client,
+  ForbiddenError,
+  LeaseLostError,
+  LockedError,
+  RateLimitedError,
+  TransportError,
+  newToken,
+  type Lease,
+  type LockState,
+} from '../index.js';
 
 async function example(): Promise<number> {
   const client = new Client({ url: 'http://127.0.0.1:3009', authToken: 'x', timeoutMs: 5000, retries: 2 });
@@ -14,6 +24,13 @@ async function example(): Promise<number> {
       const after: number = e.retryAfterMs + e.retryAfter;
       const held: string = e.heldMode;
       void after, held;
+    } else if (e instanceof RateLimitedError) {
+      const wait: number = e.retryAfterMs + e.retryAfter;
+      void wait;
+    } else if (e instanceof ForbiddenError) {
+      const outside: string | undefined = e.lockName;
+      const code: string = e.error;
+      void outside, code;
     } else if (e instanceof TransportError && e.token !== undefined) {
       await client.acquire('orders', { token: e.token });
     }

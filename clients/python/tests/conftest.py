@@ -115,6 +115,34 @@ def auth_server(dlock_bin: str) -> Iterator[Server]:
     s.stop()
 
 
+# Tokens of the scoped server (hashed into its auth file by `dlock auth hash`).
+TEAM_A = "py-team-a-" + uuid.uuid4().hex
+READER = "py-reader-" + uuid.uuid4().hex
+SLOW = "py-slow-" + uuid.uuid4().hex
+
+
+@pytest.fixture(scope="session")
+def scoped_server(dlock_bin: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A server with an auth file (docs/operations.md): team-a may hold two
+    locks under py-a/, the reader reads everything, slow may acquire once
+    in 1000 s under py-s/."""
+
+    def sha(token: str) -> str:
+        out = subprocess.run([dlock_bin, "auth", "hash"], input=token, capture_output=True, text=True, check=True)
+        return out.stdout.strip()
+
+    tokens = [
+        {"tenant": "team-a", "sha256": sha(TEAM_A), "prefixes": ["py-a/"], "access": "read-write", "maxHolds": 2},
+        {"tenant": "ops", "sha256": sha(READER), "prefixes": [""], "access": "read-only"},
+        {"tenant": "slow", "sha256": sha(SLOW), "prefixes": ["py-s/"], "access": "read-write", "acquiresPerSecond": 0.001},
+    ]
+    path = tmp_path_factory.mktemp("auth") / "auth.json"
+    path.write_text(json.dumps({"tokens": tokens}))
+    s = start(dlock_bin, {"DLOCK_AUTH_FILE": str(path)})
+    yield s
+    s.stop()
+
+
 @pytest.fixture
 def name(request: pytest.FixtureRequest) -> str:
     """A lock name unique to the test."""

@@ -13,13 +13,15 @@ from typing import Any, Callable, Dict, List, Tuple
 
 import pytest
 
-from conftest import Server
+from conftest import READER, SLOW, TEAM_A, Server
 from dlock_client import (
     BadRequestError,
     Client,
     DlockError,
+    ForbiddenError,
     LeaseLostError,
     LockedError,
+    RateLimitedError,
     TransportError,
     UnauthorizedError,
     UnavailableError,
@@ -210,6 +212,53 @@ def test_auth(auth_server: Server, name: str) -> None:
     lease = c.acquire(name, ttl=5)
     lease.extend()
     lease.release()
+
+
+def test_forbidden(scoped_server: Server) -> None:
+    a = Client(scoped_server.url, auth_token=TEAM_A)
+    calls: List[Callable[[], object]] = [lambda: a.acquire("py-b/x"), lambda: a.state("py-b/x")]
+    for call in calls:
+        with pytest.raises(ForbiddenError) as ei:
+            call()
+        e = ei.value
+        assert (e.status, e.error, e.field) == (403, "out of scope", "name")
+        assert "team-a" in e.message and e.lock_name is None
+    lease = a.acquire("py-a/forbidden", ttl=10)
+    reader = Client(scoped_server.url, auth_token=READER)
+    assert reader.state("py-a/forbidden")["held"] is True
+    with pytest.raises(ForbiddenError) as ei:
+        reader.acquire("py-a/other")
+    assert (ei.value.status, ei.value.error) == (403, "read only")
+    with pytest.raises(ForbiddenError):
+        reader.release(lease)
+    lease.release()
+    assert not a.state("py-a/forbidden")["held"]
+
+
+def test_rate_limited(scoped_server: Server) -> None:
+    # team-a holds at most two locks at once.
+    a = Client(scoped_server.url, auth_token=TEAM_A)
+    held = [a.acquire(f"py-a/holds/{i}", ttl=10) for i in range(2)]
+    with pytest.raises(RateLimitedError) as ei:
+        a.acquire("py-a/holds/2", ttl=10)
+    e = ei.value
+    assert (e.status, e.error) == (429, "too many holds")
+    assert e.retry_after_ms >= 1 and e.retry_after == e.retry_after_ms / 1000.0
+    held[0].release()
+    a.acquire("py-a/holds/2", ttl=10).release()
+    held[1].release()
+
+    # slow may acquire once in 1000 s: the second acquire is told to wait.
+    s = Client(scoped_server.url, auth_token=SLOW)
+    s.acquire("py-s/1", ttl=10).release()
+    with pytest.raises(RateLimitedError) as ei:
+        s.acquire("py-s/2", ttl=10)
+    e = ei.value
+    assert (e.status, e.error) == (429, "rate limited")
+    assert e.retry_after > 1.0  # a new acquire in about 1000 s
+    with pytest.raises(RateLimitedError):
+        with s.with_lock("py-s/3"):
+            raise AssertionError("must not run")
 
 
 def test_unreachable_server() -> None:
@@ -433,7 +482,16 @@ def test_with_lock_refused(server: Server, name: str) -> None:
 
 
 def test_errors_are_dlock_errors() -> None:
-    for cls in (BadRequestError, LeaseLostError, LockedError, TransportError, UnauthorizedError, UnavailableError):
+    for cls in (
+        BadRequestError,
+        ForbiddenError,
+        LeaseLostError,
+        LockedError,
+        RateLimitedError,
+        TransportError,
+        UnauthorizedError,
+        UnavailableError,
+    ):
         assert issubclass(cls, DlockError)
 
 

@@ -18,8 +18,10 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Type
 from ._errors import (
     BadRequestError,
     DlockError,
+    ForbiddenError,
     LeaseLostError,
     LockedError,
+    RateLimitedError,
     TransportError,
     UnauthorizedError,
     UnavailableError,
@@ -231,7 +233,8 @@ class Client:
         Raises :class:`LockedError` (held; ``retry_after``, ``held_mode``)
         when the lock was not free in time, :class:`UpgradeError`,
         :class:`BadRequestError` naming the field, :class:`UnauthorizedError`,
-        :class:`UnavailableError` or :class:`TransportError` once retries are
+        :class:`ForbiddenError` and :class:`RateLimitedError` (a scoped
+        token; not retried), :class:`UnavailableError` or :class:`TransportError` once retries are
         spent (the latter carries the token: the lock may be held with it).
         """
         if not isinstance(name, str) or name == "":
@@ -534,6 +537,13 @@ def _error(status: int, doc: Mapping[str, Any], retry_after_header: Optional[str
         return BadRequestError(status, code, message, field=field, body=doc)
     if status == 401:
         return UnauthorizedError(status, code, message, body=doc)
+    if status == 403:
+        return ForbiddenError(status, code, message, field=field, body=doc)
+    if status == 429:
+        ms = doc.get("retryAfterMs")
+        if not isinstance(ms, int) or isinstance(ms, bool):
+            ms = int(header_s * 1000) if header_s is not None else 1000
+        return RateLimitedError(status, code, message, retry_after_ms=ms, field=field, body=doc)
     if status == 409:
         if code == "upgrade":
             return UpgradeError(status, code, message, body=doc)

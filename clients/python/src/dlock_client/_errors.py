@@ -74,6 +74,51 @@ class LockedError(DlockError):
         return self.retry_after_ms / 1000.0
 
 
+class ForbiddenError(DlockError):
+    """403: a scoped token (``dlock serve --auth-file``) may not do this.
+
+    ``error`` is ``out of scope`` (the lock is outside the token's name
+    prefixes; ``field`` names the input; ``lock_name`` is the name of a
+    multi-lock's ``names`` found outside, else None), ``read only`` (a
+    read-only token asked to write) or ``forbidden`` (the endpoint is not
+    open to scoped tokens). Sending it again does not help.
+    """
+
+    @property
+    def lock_name(self) -> Optional[str]:
+        """The name outside the token's scope, when the server named it."""
+        n = self.body.get("name")
+        return n if isinstance(n, str) else None
+
+
+class RateLimitedError(DlockError):
+    """429: a scoped token over its limit: ``rate limited`` (over its
+    acquires per second) or ``too many holds`` (it holds its ``maxHolds``).
+
+    ``retry_after`` is when to try again, in seconds (``retry_after_ms`` in
+    milliseconds, from the body's ``retryAfterMs``, else from the
+    ``Retry-After`` header). The client does not retry on its own.
+    """
+
+    def __init__(
+        self,
+        status: int,
+        error: str,
+        message: str,
+        *,
+        retry_after_ms: int,
+        field: Optional[str] = None,
+        body: Optional[Mapping[str, Any]] = None,
+    ) -> None:
+        super().__init__(status, error, message, field=field, body=body)
+        self.retry_after_ms = retry_after_ms
+
+    @property
+    def retry_after(self) -> float:
+        """When to try again, in seconds."""
+        return self.retry_after_ms / 1000.0
+
+
 class UpgradeError(DlockError):
     """409 ``upgrade``: a read holder asked for the write lock of the same name."""
 
