@@ -262,7 +262,7 @@ func newTenantMetrics() *tenantMetrics {
 			Help: "Requests refused by a tenant's scope (403) or limits (429), by reason.",
 		}, []string{"tenant", "reason"}),
 		holds: prometheus.NewDesc("dlock_tenant_holds",
-			"Holds of each tenant counted by this server (/v1 leases granted here and running demo operations).",
+			"Holds of each tenant counted by this server (/v1 leases, leaderships and multi-lock names granted here, acquires in progress and running demo operations).",
 			[]string{"tenant"}, nil),
 	}
 }
