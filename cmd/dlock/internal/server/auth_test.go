@@ -306,7 +306,8 @@ func TestTokenLimits(t *testing.T) {
 
 // TestAuthReload: ReloadAuth (SIGHUP in dlock serve) applies a new file
 // without dropping a keep-alive connection: a revoked token gets 401 on
-// the same connection, a new token works; a broken file is refused and
+// the same connection and its event and observe streams end, a new token
+// works; a broken file is refused and
 // the one in force stays.
 func TestAuthReload(t *testing.T) {
 	dir := t.TempDir()
@@ -323,6 +324,13 @@ func TestAuthReload(t *testing.T) {
 		t.Fatalf("team-a GET /v1/events = %v, %v", stream, err)
 	}
 	defer stream.Body.Close()
+	obsReq, _ := http.NewRequestWithContext(ctx, http.MethodGet, e.ts.URL+"/v1/elections/team-a%2Fe/observe", nil)
+	obsReq.Header.Set("Authorization", "Bearer "+tokA)
+	observe, err := (&http.Client{Transport: streamTransport}).Do(obsReq)
+	if err != nil || observe.StatusCode != http.StatusOK {
+		t.Fatalf("team-a GET observe = %v, %v", observe, err)
+	}
+	defer observe.Body.Close()
 	var conns []string
 	get := func(tok string) response {
 		t.Helper()
@@ -345,6 +353,9 @@ func TestAuthReload(t *testing.T) {
 	// team-a's open event stream ends at its next snapshot.
 	if _, err := io.Copy(io.Discard, stream.Body); err != nil {
 		t.Errorf("team-a's event stream after its revocation: %v, want its end", err)
+	}
+	if _, err := io.Copy(io.Discard, observe.Body); err != nil {
+		t.Errorf("team-a's observe stream after its revocation: %v, want its end", err)
 	}
 	wantCode(t, "team-c after the reload", get("team-c-token"), http.StatusOK)
 	wantCode(t, "team-b kept", get(tokB), http.StatusOK)

@@ -333,10 +333,21 @@ func (s *Server) handleObserve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rc.Flush()
+	p := principalFrom(r.Context())
+	var revokedC <-chan time.Time // a scoped token's stream ends when it leaves the auth file
+	if p != nil {
+		tick := time.NewTicker(s.cfg.SnapshotInterval)
+		defer tick.Stop()
+		revokedC = tick.C
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-revokedC:
+			if s.revoked(p) {
+				return
+			}
 		case <-s.drain:
 			send("shutdown", map[string]string{"message": "server shutting down"})
 			return
