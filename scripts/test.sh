@@ -8,7 +8,8 @@
 #   CI=true scripts/test.sh         tests fail (never skip) without redis-server
 #
 # Every directory holding a go.mod is a module (the root first). In each one it
-# runs `go vet ./...` and `go test -race -count=1 -timeout 15m [flags] ./...`,
+# runs `go vet ./...` and `go test -race -count=1 -timeout 15m [flags] ./...`
+# (60m with DLOCK_LONG),
 # carries on after a failure, prints one summary line per module, and exits
 # non-zero if any module failed.
 set -euo pipefail
@@ -75,9 +76,12 @@ fi
 # with its own go.mod and replace lines.
 export GOWORK=off
 
-# DLOCK_LONG=1 turns on the long fault/soak profiles; the tests read it.
+# DLOCK_LONG=1 turns on the long fault/soak profiles; the tests read it. The
+# soak (e2e/soak) then runs 30 minutes, beyond the default per-binary timeout.
+TEST_TIMEOUT=15m
 if [ -n "${DLOCK_LONG:-}" ]; then
 	export DLOCK_LONG
+	TEST_TIMEOUT=60m
 	log "DLOCK_LONG=$DLOCK_LONG: long fault/soak profiles on"
 fi
 
@@ -105,7 +109,7 @@ for mod in "${modules[@]}"; do
 	if ! (cd "$mod" && go vet ./...); then
 		vet=FAILED
 	fi
-	if ! (cd "$mod" && go test -race -count=1 -timeout 15m "$@" ./...); then
+	if ! (cd "$mod" && go test -race -count=1 -timeout "$TEST_TIMEOUT" "$@" ./...); then
 		test=FAILED
 	fi
 	status=PASS
