@@ -42,14 +42,13 @@ func TestFaultsServiceRegister(t *testing.T) {
 // svcClient is one HTTP client: its own links to the service and to the
 // register, and its own connections.
 type svcClient struct {
-	id      int
-	svc     *toxiproxy.Proxy
-	reg     *toxiproxy.Proxy
-	hc      *http.Client
-	record  func(wire.Event)
-	ttl     time.Duration
-	wait    time.Duration
-	granted int
+	id     int
+	svc    *toxiproxy.Proxy
+	reg    *toxiproxy.Proxy
+	hc     *http.Client
+	record func(wire.Event)
+	ttl    time.Duration
+	wait   time.Duration
 }
 
 func (c *svcClient) lease(ctx context.Context, op string, body map[string]any, timeout time.Duration) (int, leaseReply, error) {
@@ -113,7 +112,6 @@ func (c *svcClient) run(ctx context.Context) {
 			}
 			continue
 		}
-		c.granted++
 		c.record(wire.Event{Kind: wire.KindAcquire, Iter: i, Mode: "mutex", Fence: r.Fence})
 		c.record(wire.Event{Kind: wire.KindEnter, Iter: i, Fence: r.Fence})
 		c.record(wire.Event{Kind: wire.KindReadCall, Iter: i, Fence: r.Fence})
