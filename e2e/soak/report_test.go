@@ -140,7 +140,7 @@ directory instead of this page.
 | bound | value | why |
 | --- | --- | --- |
 | this process, goroutines | +%d | clients closed; toxiproxy's own goroutines (it leaks link goroutines when toxics are removed) are counted apart |
-| this process, file descriptors | +%d | clients closed; the register server's last keep-alive connections |
+| this process, file descriptors | +%d | clients closed; the register server's last keep-alive connections; toxiproxy's sockets (accepted on a proxy port or dialled to an upstream) are counted apart |
 | this process, live heap after GC | +%d MiB | the checker keeps a one-minute window; one sample per step |
 | dlock serve, goroutines | +%d | its Valkey client keeps a dedicated connection (3 goroutines) per concurrent blocking wait, one per HTTP client at most |
 | dlock serve, file descriptors | +%d | one per such connection |
