@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -236,9 +237,12 @@ func isKill(err error) bool {
 }
 
 // follow reads the worker's events and feeds its grants and holds to the
-// checker. A hold ends at the section's exit or at invoke + TTL, whichever
-// is first (the key was set after the invoke, so it cannot expire sooner);
-// a worker killed or paused in its section holds until then.
+// checker. A hold ends at the section's exit or at the validity the library
+// promises a lease from its acquire call, invoke + TTL - drift (default
+// factor: TTL/100 + 2ms), whichever is first; a worker killed or paused in
+// its section holds until then. Without the drift the bound is too tight:
+// Valkey sets a key's expiry from its own clock, truncated to the
+// millisecond, and a 30-minute run saw one grant 0.2ms inside invoke + TTL.
 func (w *workerSlot) follow(out interface{ Read([]byte) (int, error) }, name, who string) {
 	type open struct {
 		invoke int64
@@ -247,7 +251,7 @@ func (w *workerSlot) follow(out interface{ Read([]byte) (int, error) }, name, wh
 	}
 	opens := map[int]*open{}
 	finish := func(o *open, end int64) {
-		o.h.end = min(end, o.invoke+int64(w.ttl))
+		o.h.end = min(end, o.invoke+int64(w.ttl-workerDrift(w.ttl)))
 		w.chk.finished(o.h)
 	}
 	sc := bufio.NewScanner(out)
@@ -278,10 +282,14 @@ func (w *workerSlot) follow(out interface{ Read([]byte) (int, error) }, name, wh
 	}
 	for _, o := range opens {
 		if o.in {
-			finish(o, o.invoke+int64(w.ttl))
+			finish(o, math.MaxInt64)
 		}
 	}
 }
+
+// workerDrift is the library's default validity margin for a lease of ttl
+// (the workers run with the default drift factor, 0.01).
+func workerDrift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }
 
 func (w *workerSlot) current() (*exec.Cmd, chan struct{}) {
 	w.mu.Lock()

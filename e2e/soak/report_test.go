@@ -115,7 +115,8 @@ directory instead of this page.
   acquire's return to the earlier of leaving the section and the end of
   the lease's validity as its holder knew it (library: the Locker's own
   validity, read with `+"`Lease.TTL`"+`; HTTP: send time + the granted `+"`ttlMs`"+`,
-  moved on by confirmed extends; workers: acquire call + TTL). Both ends
+  moved on by confirmed extends; workers: acquire call + TTL − the
+  library's drift margin, TTL/100 + 2 ms). Both ends
   are conservative, so an overlap means the store granted a name while
   another holder's lease was valid, not that a paused holder overran. Two
   holds of one name by different holders conflict unless both are readers
