@@ -241,8 +241,9 @@ func isKill(err error) bool {
 // promises a lease from its acquire call, invoke + TTL - drift (default
 // factor: TTL/100 + 2ms), whichever is first; a worker killed or paused in
 // its section holds until then. Without the drift the bound is too tight:
-// Valkey sets a key's expiry from its own clock, truncated to the
-// millisecond, and a 30-minute run saw one grant 0.2ms inside invoke + TTL.
+// Valkey times expiry on its wall clock at millisecond resolution, not on
+// CLOCK_MONOTONIC, and a 30-minute run saw one grant 0.2ms inside
+// invoke + TTL.
 func (w *workerSlot) follow(out interface{ Read([]byte) (int, error) }, name, who string) {
 	type open struct {
 		invoke int64
