@@ -24,7 +24,7 @@ import (
 	"github.com/dlock-dev/dlock/internal/testredis"
 )
 
-// TestFaultsServiceRegister (T23) checks the HTTP lock service the way
+// TestFaultsServiceRegister (T25) checks the HTTP lock service the way
 // Jepsen checks a lock service: concurrent HTTP clients write a fenced
 // register only under /v1 leases while `dlock serve` is paused and killed,
 // Valkey is paused and links are delayed. The register history must be
@@ -34,9 +34,9 @@ import (
 // writes in.
 func TestFaultsServiceRegister(t *testing.T) {
 	for _, seed := range seeds() {
-		t.Run(fmt.Sprintf("T23_service_register_fenced/seed%d", seed), func(t *testing.T) { testServiceRegister(t, true, seed) })
+		t.Run(fmt.Sprintf("T25_service_register_fenced/seed%d", seed), func(t *testing.T) { testServiceRegister(t, true, seed) })
 	}
-	t.Run("T23_service_register_unfenced/seed1", func(t *testing.T) { testServiceRegister(t, false, 1) })
+	t.Run("T25_service_register_unfenced/seed1", func(t *testing.T) { testServiceRegister(t, false, 1) })
 }
 
 // svcClient is one HTTP client: its own links to the service and to the
@@ -200,14 +200,14 @@ func testServiceRegister(t *testing.T, fenced bool, seed uint64) {
 	counts := map[string]int{}
 	delay := func(ps []*toxiproxy.Proxy, stream string, lat time.Duration) {
 		for _, p := range ps {
-			if err := addToxic(p, "t23-delay", "latency", stream, map[string]any{"latency": lat.Milliseconds()}); err != nil {
+			if err := addToxic(p, "t25-delay", "latency", stream, map[string]any{"latency": lat.Milliseconds()}); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
 	undelay := func(ps []*toxiproxy.Proxy) {
 		for _, p := range ps {
-			if err := p.Toxics.RemoveToxic(t.Context(), "t23-delay"); err != nil {
+			if err := p.Toxics.RemoveToxic(t.Context(), "t25-delay"); err != nil {
 				t.Fatalf("remove latency from %s: %v", p.Name, err)
 			}
 		}
