@@ -263,6 +263,6 @@ func TestModelMemory(t *testing.T) {
 	nodes := asStores(memoryNodes(5))
 	storetest.RunModel(t, storetest.Harness{
 		New:         func(t *testing.T) dlock.Store { return newRedlock(t, nodes) },
-		Unsupported: []dlock.Mode{dlock.ModeReentrant, dlock.ModeFair, dlock.ModeSemaphore},
+		Unsupported: []dlock.Mode{dlock.ModeReentrant, dlock.ModeFair, dlock.ModeSemaphore, dlock.ModeElection},
 	}, storetest.ModelConfig{})
 }
