@@ -119,14 +119,14 @@ func (s *Store) tryAcquire(ctx context.Context, kind string, req dlock.Request, 
 	}
 
 	pfx := s.lockPrefix(kind, req.Name)
-	me := &entry{token: req.Token, v: val{Mode: req.Mode, Owner: req.Owner, TTL: ms(req.TTL), Held: true}}
+	me := &entry{token: req.Token, v: val{Mode: req.Mode, Owner: req.Owner, TTL: ms(req.TTL), Held: true, Value: req.Value}}
 	cmps := append([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)}, s.othersUnchanged(kind, req.Name, vw)...)
 	empty := clientv3.Compare(clientv3.CreateRevision(pfx).WithPrefix(), "=", 0)
 	unchanged := clientv3.Compare(clientv3.ModRevision(pfx).WithPrefix(), "<", vw.rev+1)
 	var fence int64 // known before the write: a reader's or a re-entry's
 	var extra []clientv3.Op
 	switch {
-	case kind == "m" || kind == "f" || req.Mode == dlock.ModeWrite:
+	case kind == "m" || kind == "f" || kind == "e" || req.Mode == dlock.ModeWrite:
 		if req.Mode == dlock.ModeWrite && req.Owner != "" {
 			for _, e := range vw.entries {
 				if e.token == req.Owner && e.v.Mode == dlock.ModeRead && vw.holds(kind, slicesIndex(vw, e)) {

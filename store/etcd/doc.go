@@ -34,8 +34,11 @@
 // the lock to the head (its key is claimed with a new fence). Read-write
 // locks use key modes: readers hold while no writer key is ahead of them; a
 // refused writer may leave its key as an intent that blocks new readers.
-// Semaphores hold up to Limit keys, each on a free slot key. Every pattern is
-// supported.
+// Semaphores hold up to Limit keys, each on a free slot key. A leader
+// election ([dlock.ModeElection], [Store.Leader]) is an exclusive pattern
+// of its own whose key keeps the leader's value; the term is the grant's
+// fence, and an election's watch also wakes on a new leader's key. Every
+// pattern is supported.
 //
 // # Fences
 //

@@ -28,9 +28,8 @@ func newStore(t *testing.T, endpoint string, opts ...etcd.Option) *etcd.Store {
 func TestConformance(t *testing.T) {
 	srv := etcdtest.Start(t)
 	storetest.Run(t, storetest.Harness{
-		New:         func(t *testing.T) dlock.Store { return newStore(t, srv.Endpoint()) },
-		Restart:     func(t *testing.T) { srv.Restart(t) },
-		Unsupported: []dlock.Mode{dlock.ModeElection},
+		New:     func(t *testing.T) dlock.Store { return newStore(t, srv.Endpoint()) },
+		Restart: func(t *testing.T) { srv.Restart(t) },
 	})
 	t.Run("Model", func(t *testing.T) {
 		storetest.RunModel(t, storetest.Harness{

@@ -28,13 +28,15 @@ func kindOf(m dlock.Mode) (string, error) {
 		return "f", nil
 	case dlock.ModeSemaphore:
 		return "s", nil
+	case dlock.ModeElection:
+		return "e", nil
 	}
 	return "", fmt.Errorf("%w: etcd store mode %v", dlock.ErrNotSupported, m)
 }
 
-var kinds = []string{"m", "r", "w", "f", "s"}
+var kinds = []string{"m", "r", "w", "f", "s", "e"}
 
-var kindMode = map[string]dlock.Mode{"m": dlock.ModeMutex, "r": dlock.ModeReentrant, "w": dlock.ModeRead, "f": dlock.ModeFair, "s": dlock.ModeSemaphore}
+var kindMode = map[string]dlock.Mode{"m": dlock.ModeMutex, "r": dlock.ModeReentrant, "w": dlock.ModeRead, "f": dlock.ModeFair, "s": dlock.ModeSemaphore, "e": dlock.ModeElection}
 
 // nameKey renders a lock name so that no name's keys are a prefix of
 // another's: its length, a colon, the name.
@@ -84,6 +86,7 @@ type val struct {
 	Limit int        `json:"l,omitempty"`  // semaphore
 	Slot  int        `json:"s,omitempty"`  // semaphore: slot index + 1
 	Hold  int64      `json:"ht,omitempty"` // queue key: the hold's TTL to claim with, ms
+	Value string     `json:"v,omitempty"`  // election: the leader's value
 }
 
 func (v val) encode() string {
@@ -165,7 +168,7 @@ func (vw *view) find(token string) (int, *entry) {
 }
 
 // holds reports whether entry i holds the lock by the rules of its kind:
-// the first key (mutex, fair, writer), any permit (semaphore: every key is
+// the first key (mutex, fair, writer, leader), any permit (semaphore: every key is
 // a permit), the owner's keys (reentrant), a reader with no writer ahead
 // other than the writer it was let in beside.
 func (vw *view) holds(kind string, i int) bool {

@@ -14,15 +14,21 @@ import (
 // Watch implements [dlock.Store]: etcd watches on the keys of every kind
 // of the name (a name is one lock: a release of any kind may free it) that
 // wake on every deletion (release or lease expiry, which etcd reports too).
+// For an election, puts of the election's keys wake too (a new leader).
 // It returns once etcd has confirmed the watches.
 func (s *Store) Watch(ctx context.Context, name string, mode dlock.Mode) (<-chan struct{}, func(), error) {
-	if _, err := kindOf(mode); err != nil {
+	kind, err := kindOf(mode)
+	if err != nil {
 		return nil, nil, err
 	}
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(context.WithoutCancel(ctx)))
 	var wchs []clientv3.WatchChan
 	for _, k := range kinds {
-		wch := s.cli.Watch(wctx, s.lockPrefix(k, name), clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
+		opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithCreatedNotify()}
+		if k != "e" || kind != "e" {
+			opts = append(opts, clientv3.WithFilterPut())
+		}
+		wch := s.cli.Watch(wctx, s.lockPrefix(k, name), opts...)
 		select {
 		case wr, ok := <-wch:
 			if !ok || wr.Err() != nil {

@@ -1,0 +1,48 @@
+package etcd
+
+import (
+	"context"
+	"time"
+
+	"github.com/dlock-dev/dlock"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// The election (dlock.ModeElection) is the exclusive pattern "e": the
+// leader's key holds its value, the grant's revision is the term.
+
+var _ dlock.Elector = (*Store)(nil)
+
+// Leader implements [dlock.Elector] with one read of the name's keys. The
+// TTL is known to the millisecond for a leader that campaigned through this
+// store; for another process's leader it is the remaining time of its etcd
+// lease (whole seconds, one more round trip), at most the TTL it asked for.
+func (s *Store) Leader(ctx context.Context, name string) (dlock.Leader, error) {
+	if err := dlock.ValidName(name); err != nil {
+		return dlock.Leader{}, err
+	}
+	vw, err := s.read(ctx, "e", name)
+	if err != nil {
+		return dlock.Leader{}, storeErr("leader", err)
+	}
+	if len(vw.entries) == 0 || !vw.entries[0].v.Held {
+		return dlock.Leader{}, dlock.ErrNoLeader
+	}
+	e := vw.entries[0]
+	ld := dlock.Leader{Value: e.v.Value, Term: e.fence(), TTL: time.Duration(e.v.TTL) * time.Millisecond}
+	if r, ok := s.remaining(string(e.kv.Key)); ok {
+		ld.TTL = r
+		return ld, nil
+	}
+	if e.kv.Lease != 0 {
+		resp, err := s.cli.TimeToLive(ctx, clientv3.LeaseID(e.kv.Lease))
+		if err != nil {
+			return dlock.Leader{}, storeErr("leader", err)
+		}
+		if resp.TTL <= 0 {
+			return dlock.Leader{}, dlock.ErrNoLeader // expired since the read
+		}
+		ld.TTL = min(ld.TTL, time.Duration(resp.TTL)*time.Second)
+	}
+	return ld, nil
+}
