@@ -25,8 +25,9 @@ const MaxValueLen = 4096
 // (GC, SIGSTOP) may resume believing it leads: pass [Lease.Fence], the term,
 // with every write and have the resource refuse lower terms.
 //
-// Elections need a store implementing [Elector] (memory, valkey, goredis, etcd); on other
-// stores Campaign and Leader return an error wrapping [ErrNotSupported].
+// Elections need a store implementing [Elector] (memory, valkey, goredis,
+// etcd, postgres); on other stores Campaign and Leader return an error
+// wrapping [ErrNotSupported].
 // An Election is safe for concurrent use; one Election is one candidate.
 type Election struct {
 	l    *Locker

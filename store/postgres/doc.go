@@ -12,7 +12,10 @@
 // (clock_timestamp()) only; clients never compare their clock with it. Every
 // pattern is supported: mutex, reentrant, read-write (writer intents block new
 // readers), fair (FIFO tickets from a sequence; a release hands the lock to
-// the head of the queue in the same transaction) and semaphore.
+// the head of the queue in the same transaction), semaphore and leader
+// election ([dlock.ModeElection], [Store.Leader]: an exclusive hold whose row
+// keeps the leader's value; the term is its fence; a new leader is notified
+// like a release). The advisory store has no elections.
 //
 // Fences come from the lock's row: max(last+1, now_ms*1000) by the
 // database's clock, the hybrid floor every dlock store uses (DESIGN §3). They

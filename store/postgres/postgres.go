@@ -129,7 +129,7 @@ func newStore(ctx context.Context, pool *pgxpool.Pool, own bool, opts []Option) 
 }
 
 // schemaVersion is the comment Schema puts on dlock_acquire.
-const schemaVersion = "dlock schema 2"
+const schemaVersion = "dlock schema 3"
 
 // Migrate runs [Schema] on pool's database in one transaction, serialised
 // against other migrations by an advisory lock. It does nothing when the
@@ -187,11 +187,13 @@ func kind(m dlock.Mode) (int16, error) {
 		return 3, nil
 	case dlock.ModeSemaphore:
 		return 4, nil
+	case dlock.ModeElection:
+		return 6, nil // 5 is the advisory store's
 	}
 	return 0, fmt.Errorf("%w: postgres store mode %v", dlock.ErrNotSupported, m)
 }
 
-var kindMode = [...]dlock.Mode{dlock.ModeMutex, dlock.ModeReentrant, dlock.ModeRead, dlock.ModeFair, dlock.ModeSemaphore}
+var kindMode = map[int16]dlock.Mode{0: dlock.ModeMutex, 1: dlock.ModeReentrant, 2: dlock.ModeRead, 3: dlock.ModeFair, 4: dlock.ModeSemaphore, 6: dlock.ModeElection}
 
 func validate(req dlock.Request) error {
 	if err := dlock.ValidName(req.Name); err != nil {
@@ -230,6 +232,9 @@ func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, er
 	qttl := req.QueueTTL
 	if req.Queue && qttl <= 0 {
 		qttl = req.TTL
+	}
+	if req.Mode == dlock.ModeElection {
+		req.Owner = req.Value // the leader's value is kept in owner
 	}
 	var (
 		status       string
@@ -357,9 +362,7 @@ func scanStates(rows pgx.Rows) ([]dlock.State, error) {
 		if err := rows.Scan(&k, &st.Name, &st.Fence, &lim, &holders, &queue, &ttl, &writer); err != nil {
 			return nil, err
 		}
-		if int(k) < len(kindMode) {
-			st.Mode = kindMode[k]
-		}
+		st.Mode = kindMode[k]
 		if writer {
 			st.Mode = dlock.ModeWrite
 		}

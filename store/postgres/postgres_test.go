@@ -66,9 +66,8 @@ func ctxT(t *testing.T) context.Context {
 func TestConformance(t *testing.T) {
 	srv := pgtest.Start(t)
 	storetest.Run(t, storetest.Harness{
-		New:         func(t *testing.T) dlock.Store { return newStore(t, srv.URL()) },
-		Restart:     func(t *testing.T) { srv.Restart(t) },
-		Unsupported: []dlock.Mode{dlock.ModeElection},
+		New:     func(t *testing.T) dlock.Store { return newStore(t, srv.URL()) },
+		Restart: func(t *testing.T) { srv.Restart(t) },
 	})
 	t.Run("Model", func(t *testing.T) {
 		storetest.RunModel(t, storetest.Harness{

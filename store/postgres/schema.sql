@@ -1,4 +1,4 @@
--- dlock PostgreSQL schema, version 2. Idempotent: New runs it at start
+-- dlock PostgreSQL schema, version 3. Idempotent: New runs it at start
 -- unless WithoutMigrate is given (then a DBA runs this file once).
 --
 -- dlock_locks   one row per lock that has been used: the row every operation
@@ -6,11 +6,13 @@
 -- dlock_leases  one row per holder or queue place. Expiry is judged by the
 --               database's clock (clock_timestamp()), never the client's.
 --
--- kind: 0 mutex, 1 reentrant, 2 read-write, 3 fair, 4 semaphore; -1 is the
+-- kind: 0 mutex, 1 reentrant, 2 read-write, 3 fair, 4 semaphore, 6 election
+-- (5: the fence rows of the advisory store); -1 is the
 -- name's own row, which every acquire and release locks first (FOR UPDATE),
 -- so that a name is one lock whatever kind asks, and which keeps the name's
 -- one fence counter. mode: dlock.Mode (0 mutex, 1 reentrant, 2 read,
--- 3 write, 4 fair, 5 semaphore).
+-- 3 write, 4 fair, 5 semaphore, 6 election). An election's hold keeps the
+-- leader's value in owner.
 
 CREATE TABLE IF NOT EXISTS dlock_locks (
     kind       smallint    NOT NULL,
@@ -55,7 +57,8 @@ $$;
 -- held limit) or 'upgrade'), the fence, the
 -- remaining hold in ms when locked, the hold count (reentrant) and the queue
 -- position. Idempotent per token: a token that holds gets the same fence
--- back and its lease refreshed to p_ttl_ms.
+-- back and its lease refreshed to p_ttl_ms. An election (kind 6) passes the
+-- candidate's value as p_owner; a new leader is notified like a release.
 CREATE OR REPLACE FUNCTION dlock_acquire(
     p_kind smallint, p_name text, p_token text, p_mode smallint, p_owner text,
     p_limit integer, p_ttl_ms bigint, p_queue boolean, p_queue_ttl_ms bigint,
@@ -125,7 +128,7 @@ BEGIN
 
     IF v_cross THEN
         v_ok := false;
-    ELSIF p_kind = 0 THEN
+    ELSIF p_kind = 0 OR p_kind = 6 THEN
         v_ok := v_held = 0;
     ELSIF p_kind = 1 THEN
         IF v_held = 0 THEN
@@ -184,6 +187,9 @@ BEGIN
             held = true, ttl_ms = excluded.ttl_ms, expires_at = excluded.expires_at;
         o_status := 'acquired';
         o_count := CASE WHEN p_kind = 1 THEN v_held + 1 ELSE 1 END;
+        IF p_kind = 6 THEN
+            PERFORM pg_notify('dlock', p_kind::text || ':' || p_name); -- observers: a new leader
+        END IF;
         RETURN;
     END IF;
 
@@ -258,4 +264,4 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION dlock_acquire(smallint, text, text, smallint, text, integer, bigint, boolean, bigint) IS 'dlock schema 2';
+COMMENT ON FUNCTION dlock_acquire(smallint, text, text, smallint, text, integer, bigint, boolean, bigint) IS 'dlock schema 3';
