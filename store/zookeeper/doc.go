@@ -19,8 +19,10 @@
 // waiter or a writer intent, which then blocks new readers). A lock that
 // plainly cannot be had is refused after the listing alone, without a write.
 // Fair waiters watch only the node just before their own
-// ([Store.WatchGrant]): one release wakes one waiter, no herd. Every pattern
-// is supported.
+// ([Store.WatchGrant]): one release wakes one waiter, no herd. A leader
+// election ([dlock.ModeElection], [Store.Leader]) is an exclusive pattern of
+// its own (letter e) whose node keeps the leader's value in its data; the
+// term is the node's czxid. Every pattern is supported.
 //
 // The fence of a grant is its node's czxid, the zxid of the transaction that
 // created it: strictly increasing across grants ensemble-wide and across

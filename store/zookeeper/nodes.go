@@ -24,11 +24,13 @@ func kindOf(m dlock.Mode) (string, error) {
 		return "f", nil
 	case dlock.ModeSemaphore:
 		return "s", nil
+	case dlock.ModeElection:
+		return "e", nil
 	}
 	return "", fmt.Errorf("%w: zookeeper store mode %v", dlock.ErrNotSupported, m)
 }
 
-var kindMode = map[string]dlock.Mode{"m": dlock.ModeMutex, "r": dlock.ModeReentrant, "w": dlock.ModeRead, "f": dlock.ModeFair, "s": dlock.ModeSemaphore}
+var kindMode = map[string]dlock.Mode{"m": dlock.ModeMutex, "r": dlock.ModeReentrant, "w": dlock.ModeRead, "f": dlock.ModeFair, "s": dlock.ModeSemaphore, "e": dlock.ModeElection}
 
 var b64 = base64.RawURLEncoding
 
@@ -62,7 +64,7 @@ func nodePrefix(req dlock.Request, beside bool) string {
 
 type entry struct {
 	name   string
-	kind   byte // m, r, w, f or s
+	kind   byte // m, r, w, f, s or e
 	mode   byte // r, w or x
 	beside bool // entered beside its owner's hold
 	owner  string
@@ -146,7 +148,7 @@ func find(es []entry, token string) int {
 
 // holds reports whether node i holds the lock. A name is one lock: a node
 // with a node of another kind ahead of it does not; otherwise the rules of
-// its kind decide: the first node (mutex, fair, writer), the first limit
+// its kind decide: the first node (mutex, fair, writer, leader), the first limit
 // nodes (semaphore), the nodes of the first node's owner (reentrant), a
 // reader with no writer ahead other than the writer whose token is its
 // owner (a downgrade).
@@ -240,9 +242,10 @@ func ownerFirst(es []entry, owner string) int {
 
 // nodeData is the data of a node: what a refused caller needs to know.
 type nodeData struct {
-	TTL   int64 `json:"t"` // ms
-	Limit int   `json:"l,omitempty"`
-	Fence int64 `json:"f,omitempty"` // a re-entry's: its hold's fence
+	TTL   int64  `json:"t"` // ms
+	Limit int    `json:"l,omitempty"`
+	Fence int64  `json:"f,omitempty"` // a re-entry's: its hold's fence
+	Value string `json:"v,omitempty"` // a leader's value (election)
 }
 
 // ensure creates the lock's znode (a container, which ZooKeeper deletes

@@ -107,7 +107,7 @@ func (s *Store) acquire(kind string, req dlock.Request) (dlock.Grant, error) {
 	if !holds(kind, append(es[:len(es):len(es)], me), len(es), req.Limit) && !queueable {
 		return s.refusal(kind, dir, es, -1, req.Limit), nil
 	}
-	data, _ := json.Marshal(nodeData{TTL: req.TTL.Milliseconds(), Limit: req.Limit})
+	data, _ := json.Marshal(nodeData{TTL: req.TTL.Milliseconds(), Limit: req.Limit, Value: req.Value})
 	path, err := s.conn.Create(dir+"/"+nodePrefix(req, false), data, zk.FlagEphemeralSequential, s.acl)
 	if errors.Is(err, zk.ErrNoNode) {
 		if err = s.ensure(kind, dir); err == nil {

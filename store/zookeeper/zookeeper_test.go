@@ -30,9 +30,8 @@ func newStore(t *testing.T, addr string, opts ...zookeeper.Option) *zookeeper.St
 func TestConformance(t *testing.T) {
 	srv := zktest.Start(t)
 	storetest.Run(t, storetest.Harness{
-		New:         func(t *testing.T) dlock.Store { return newStore(t, srv.Addr()) },
-		Restart:     func(t *testing.T) { srv.Restart(t) },
-		Unsupported: []dlock.Mode{dlock.ModeElection},
+		New:     func(t *testing.T) dlock.Store { return newStore(t, srv.Addr()) },
+		Restart: func(t *testing.T) { srv.Restart(t) },
 	})
 	t.Run("Model", func(t *testing.T) {
 		storetest.RunModel(t, storetest.Harness{
