@@ -15,7 +15,10 @@ import (
 
 // The CLI drives each coordination-service store through its flag's env
 // var: `dlock run` holds the lock for a child, a second run is refused,
-// status shows it, and the lock is free again once the holder ends.
+// status shows it, and the lock is free again once the holder ends; `dlock
+// elect` runs its command while it leads, a standby with --wait gives up
+// while it does, and another candidate leads with a higher term once it
+// ends.
 func TestCoordinationStores(t *testing.T) {
 	tests := []struct {
 		name string
@@ -48,6 +51,24 @@ func TestCoordinationStores(t *testing.T) {
 			if code, _, stderr := runDlock(t, env, "run", "--wait", "30s", name, "--", "true"); code != 0 {
 				t.Errorf("dlock run on a released lock = %d, want the child's 0; stderr:\n%s", code, stderr)
 			}
+
+			ename := name + "-elect"
+			leader := startDlock(t, env, "elect", "--ttl", "20s", ename, "--", "sh", "-c", electScript)
+			first := nextStart(t, []*dlockProc{leader})
+			if code, out, stderr := runDlock(t, env, "elect", "--wait", "200ms", ename, "--", "echo", "ran"); code != runner.ExitLocked || out != "" {
+				t.Errorf("standby with --wait = %d, stdout %q; want %d without running; stderr:\n%s", code, out, runner.ExitLocked, stderr)
+			}
+			leader.stdin.Close() // the command ends: dlock resigns
+			if code := leader.wait(); code != 0 {
+				t.Errorf("leader exited %d, want its command's 0; stderr:\n%s", code, leader.stderr.String())
+			}
+			next := startDlock(t, env, "elect", "--wait", "30s", ename, "--", "sh", "-c", electScript)
+			second := nextStart(t, []*dlockProc{next})
+			if second.term <= first.term {
+				t.Errorf("next leader's term %d, want > %d", second.term, first.term)
+			}
+			next.stdin.Close()
+			next.wait()
 		})
 	}
 }
