@@ -46,7 +46,7 @@ func testMutexStore(t *testing.T, h Harness) {
 // storeMutualExclusion runs many goroutines that each take the lock, check
 // that nobody else is inside, and give it back, for many rounds.
 func storeMutualExclusion(t *testing.T, s dlock.Store) {
-	const workers, rounds = 16, 20
+	const workers, rounds = 16, 12
 	ctx := testContext(t)
 	name := lockName(t)
 	var (
@@ -74,8 +74,10 @@ func storeMutualExclusion(t *testing.T, s dlock.Store) {
 				}
 				if !g.Acquired {
 					// Wait for a wake-up, or retry soon in case the store
-					// only wakes some watchers.
-					timer := time.NewTimer(time.Duration(1+rand.IntN(4)) * time.Millisecond)
+					// only wakes some watchers (not too soon: 15 pollers
+					// every millisecond or two kept a loaded etcd from
+					// finishing in a minute).
+					timer := time.NewTimer(time.Duration(2+rand.IntN(9)) * time.Millisecond)
 					select {
 					case <-wake:
 					case <-timer.C:
