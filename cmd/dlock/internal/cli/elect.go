@@ -3,9 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"os"
-	"os/signal"
 	"strconv"
 	"time"
 
@@ -92,41 +90,9 @@ func runElect(ctx context.Context, x *cmd, pos, tail []string) int {
 		host, _ := os.Hostname()
 		f.value = host + ":" + strconv.Itoa(os.Getpid())
 	}
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, runner.ForwardedSignals...)
-	defer signal.Stop(sigs)
-
-	b, code := x.openClient(ctx)
-	if b == nil {
-		return code
-	}
-	defer b.close()
-	level := slog.LevelWarn
-	if f.verbose {
-		level = slog.LevelInfo
-	}
-	log := x.logger(level)
-	opTimeout := min(max(f.ttl, time.Second), 5*time.Second)
-	locker, err := dlock.New(b.store, dlock.WithLogger(log), dlock.WithOpTimeout(opTimeout))
-	if err != nil {
-		return x.fail(err)
-	}
-	defer locker.Close()
-	code, err = runner.Run(ctx, runner.Config{
-		Locker:  locker,
-		Name:    name,
-		TTL:     f.ttl,
-		Wait:    f.wait,
-		Grace:   f.grace,
-		Command: tail,
-		Stdin:   x.env.Stdin,
-		Stdout:  x.env.Stdout,
-		Stderr:  x.env.Stderr,
-		Env:     x.env.Environ(),
-		Signals: sigs,
-		Logger:  log,
-		Elect:   true,
-		Value:   f.value,
+	code, err := runUnderLease(ctx, x, f.verbose, runner.Config{
+		Name: name, TTL: f.ttl, Wait: f.wait, Grace: f.grace, Command: tail,
+		Elect: true, Value: f.value,
 	})
 	if err != nil {
 		fmt.Fprintln(x.env.Stderr, errorLine(err))

@@ -87,43 +87,8 @@ func runRun(ctx context.Context, x *cmd, pos, tail []string) int {
 	if f.conflictCode < 0 || f.conflictCode > 255 {
 		return x.usageFail("--conflict-exit-code must be between 0 and 255")
 	}
-	// Catch signals from the start: one that arrives while the lock is
-	// being acquired cancels the acquisition.
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, runner.ForwardedSignals...)
-	defer signal.Stop(sigs)
-
-	b, code := x.openClient(ctx)
-	if b == nil {
-		return code
-	}
-	defer b.close()
-	level := slog.LevelWarn
-	if f.verbose {
-		level = slog.LevelInfo
-	}
-	log := x.logger(level)
-	// No store call outlives a lease: a store that stops answering delays
-	// dlock's exit (releasing a lost lease) by at most that long.
-	opTimeout := min(max(f.ttl, time.Second), 5*time.Second)
-	locker, err := dlock.New(b.store, dlock.WithLogger(log), dlock.WithOpTimeout(opTimeout))
-	if err != nil {
-		return x.fail(err)
-	}
-	defer locker.Close()
-	code, err = runner.Run(ctx, runner.Config{
-		Locker:  locker,
-		Name:    name,
-		TTL:     f.ttl,
-		Wait:    f.wait,
-		Grace:   f.grace,
-		Command: tail,
-		Stdin:   x.env.Stdin,
-		Stdout:  x.env.Stdout,
-		Stderr:  x.env.Stderr,
-		Env:     x.env.Environ(),
-		Signals: sigs,
-		Logger:  log,
+	code, err := runUnderLease(ctx, x, f.verbose, runner.Config{
+		Name: name, TTL: f.ttl, Wait: f.wait, Grace: f.grace, Command: tail,
 	})
 	if err != nil && code == runner.ExitLocked { // dlock's outcome, not the command's
 		code = f.conflictCode
@@ -135,4 +100,37 @@ func runRun(ctx context.Context, x *cmd, pos, tail []string) int {
 		fmt.Fprintln(x.env.Stderr, errorLine(err))
 	}
 	return code
+}
+
+// runUnderLease runs cfg.Command under a lease (a leadership with
+// cfg.Elect) on the store the flags name, as dlock run and dlock elect do.
+// Signals are caught from the start: one that arrives while the lock is
+// being acquired cancels the acquisition. It returns the exit code and the
+// error to report; a store that cannot be opened was reported already.
+func runUnderLease(ctx context.Context, x *cmd, verbose bool, cfg runner.Config) (int, error) {
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, runner.ForwardedSignals...)
+	defer signal.Stop(sigs)
+
+	b, code := x.openClient(ctx)
+	if b == nil {
+		return code, nil
+	}
+	defer b.close()
+	level := slog.LevelWarn
+	if verbose {
+		level = slog.LevelInfo
+	}
+	log := x.logger(level)
+	// No store call outlives a lease: a store that stops answering delays
+	// dlock's exit (releasing a lost lease) by at most that long.
+	opTimeout := min(max(cfg.TTL, time.Second), 5*time.Second)
+	locker, err := dlock.New(b.store, dlock.WithLogger(log), dlock.WithOpTimeout(opTimeout))
+	if err != nil {
+		return x.fail(err), nil
+	}
+	defer locker.Close()
+	cfg.Locker, cfg.Signals, cfg.Logger = locker, sigs, log
+	cfg.Stdin, cfg.Stdout, cfg.Stderr, cfg.Env = x.env.Stdin, x.env.Stdout, x.env.Stderr, x.env.Environ()
+	return runner.Run(ctx, cfg)
 }
