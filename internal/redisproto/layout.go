@@ -166,13 +166,21 @@ func (l *Layout) isAuxKey(k string) bool {
 	return false
 }
 
-// CheckRequest validates the name, token and TTL of req.
-func (l *Layout) CheckRequest(req dlock.Request) error {
+// CheckToken validates the name and token of req (Release, RaiseFence).
+func (l *Layout) CheckToken(req dlock.Request) error {
 	if err := l.CheckName(req.Name); err != nil {
 		return err
 	}
 	if req.Token == "" {
 		return &dlock.InvalidError{Field: "token", Reason: "must not be empty"}
+	}
+	return nil
+}
+
+// CheckRequest validates the name, token and TTL of req.
+func (l *Layout) CheckRequest(req dlock.Request) error {
+	if err := l.CheckToken(req); err != nil {
+		return err
 	}
 	if req.TTL <= 0 {
 		return &dlock.InvalidError{Field: "ttl", Reason: "must be positive"}

@@ -17,15 +17,21 @@ func (s *Store) ops(m dlock.Mode) (*redisproto.Ops, error) {
 
 // run runs sc by EVALSHA, and by EVAL when the server does not know it.
 func (s *Store) run(ctx context.Context, sc *redisproto.Script, keys, args []string) *redis.Cmd {
-	argv := make([]any, len(args))
-	for i, a := range args {
-		argv[i] = a
-	}
+	argv := anys(args)
 	cmd := s.client.EvalSha(ctx, sc.SHA, keys, argv...)
 	if isNoScript(cmd.Err()) {
 		cmd = s.client.Eval(ctx, sc.Src, keys, argv...)
 	}
 	return cmd
+}
+
+// anys returns args as go-redis takes arguments.
+func anys(args []string) []any {
+	out := make([]any, len(args))
+	for i, a := range args {
+		out[i] = a
+	}
+	return out
 }
 
 func isNoScript(err error) bool {
@@ -85,8 +91,7 @@ func (s *Store) Extend(ctx context.Context, reqs []dlock.Request) []error {
 	type call struct {
 		i          int
 		sc         *redisproto.Script
-		keys, args []any
-		ks         []string
+		keys, args []string
 	}
 	calls := make([]call, 0, len(reqs))
 	for i, req := range reqs {
@@ -101,23 +106,14 @@ func (s *Store) Extend(ctx context.Context, reqs []dlock.Request) []error {
 			errs[i] = err
 			continue
 		}
-		args := o.Args(s.l, req)
-		argv := make([]any, len(args))
-		for j, a := range args {
-			argv[j] = a
-		}
-		calls = append(calls, call{i: i, sc: o.Extend, ks: o.Keys(s.l, req.Name), args: argv})
+		calls = append(calls, call{i: i, sc: o.Extend, keys: o.Keys(s.l, req.Name), args: o.Args(s.l, req)})
 	}
 	if len(calls) == 0 {
 		return errs
 	}
 	if len(calls) == 1 {
 		c := calls[0]
-		args := make([]string, len(c.args))
-		for j, a := range c.args {
-			args[j] = a.(string)
-		}
-		errs[c.i] = held("extend", s.run(ctx, c.sc, c.ks, args))
+		errs[c.i] = held("extend", s.run(ctx, c.sc, c.keys, c.args))
 		return errs
 	}
 	cmds := make([]*redis.Cmd, len(calls))
@@ -126,9 +122,9 @@ func (s *Store) Extend(ctx context.Context, reqs []dlock.Request) []error {
 		for _, j := range again {
 			c := calls[j]
 			if eval {
-				cmds[j] = p.Eval(ctx, c.sc.Src, c.ks, c.args...)
+				cmds[j] = p.Eval(ctx, c.sc.Src, c.keys, anys(c.args)...)
 			} else {
-				cmds[j] = p.EvalSha(ctx, c.sc.SHA, c.ks, c.args...)
+				cmds[j] = p.EvalSha(ctx, c.sc.SHA, c.keys, anys(c.args)...)
 			}
 		}
 		p.Exec(ctx) // errors are per command
@@ -175,11 +171,8 @@ func (s *Store) Release(ctx context.Context, req dlock.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := s.l.CheckName(req.Name); err != nil {
+	if err := s.l.CheckToken(req); err != nil {
 		return err
-	}
-	if req.Token == "" {
-		return &dlock.InvalidError{Field: "token", Reason: "must not be empty"}
 	}
 	if err := ctx.Err(); err != nil {
 		return err
@@ -209,11 +202,8 @@ func (s *Store) RaiseFence(ctx context.Context, req dlock.Request, fence int64) 
 	if err != nil || o.Raise == nil {
 		return fmt.Errorf("%w: goredis store cannot raise the fence of mode %v", dlock.ErrNotSupported, req.Mode)
 	}
-	if err := s.l.CheckName(req.Name); err != nil {
+	if err := s.l.CheckToken(req); err != nil {
 		return err
-	}
-	if req.Token == "" {
-		return &dlock.InvalidError{Field: "token", Reason: "must not be empty"}
 	}
 	if fence <= 0 || fence >= redisproto.MaxFence {
 		return &dlock.InvalidError{Field: "fence", Reason: "must be positive and below 2^53"}

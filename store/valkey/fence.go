@@ -26,11 +26,8 @@ func (s *Store) RaiseFence(ctx context.Context, req dlock.Request, fence int64) 
 	if err != nil || o.Raise == nil {
 		return fmt.Errorf("%w: valkey store cannot raise the fence of mode %v", dlock.ErrNotSupported, req.Mode)
 	}
-	if err := dlock.ValidName(req.Name); err != nil {
+	if err := s.l.CheckToken(req); err != nil {
 		return err
-	}
-	if req.Token == "" {
-		return &dlock.InvalidError{Field: "token", Reason: "must not be empty"}
 	}
 	if fence <= 0 || fence >= redisproto.MaxFence {
 		return &dlock.InvalidError{Field: "fence", Reason: "must be positive and below 2^53"}

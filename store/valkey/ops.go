@@ -229,11 +229,8 @@ func (s *Store) Release(ctx context.Context, req dlock.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := s.checkName(req.Name); err != nil {
+	if err := s.l.CheckToken(req); err != nil {
 		return err
-	}
-	if req.Token == "" {
-		return &dlock.InvalidError{Field: "token", Reason: "must not be empty"}
 	}
 	if err := ctx.Err(); err != nil {
 		return err
