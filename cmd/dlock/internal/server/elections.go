@@ -58,6 +58,24 @@ func toElection(name string, ld dlock.Leader) electionBody {
 	return electionBody{Name: name, Leader: &leaderBody{Value: ld.Value, Term: ld.Term, TTLMs: durationMs(ld.TTL)}}
 }
 
+// holdTimes reads the ttlMs (default DefaultTTLMs), waitMs and lockDelayMs
+// fields of a campaign or a multi-lock acquire.
+func (s *Server) holdTimes(ttlMs, waitMs, lockDelayMs *int64) (ttl, wait, delay time.Duration, e *apiError) {
+	if ttl, e = msField("ttlMs", ttlMs, MinTTLMs, MaxTTLMs); e != nil {
+		return
+	}
+	if ttl == 0 {
+		ttl = DefaultTTLMs * time.Millisecond
+	}
+	if wait, e = msField("waitMs", waitMs, 0, MaxWaitMs); e != nil {
+		return
+	}
+	if delay, e = msField("lockDelayMs", lockDelayMs, 0, MaxLockDelayMs); e != nil {
+		return
+	}
+	return ttl, wait, delay, s.lockDelayError(delay)
+}
+
 // msField validates an optional millisecond field.
 func msField(field string, v *int64, lo, hi int64) (time.Duration, *apiError) {
 	if v == nil {
@@ -101,23 +119,7 @@ func (s *Server) handleCampaign(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, badField("value", "must be valid UTF-8"))
 		return
 	}
-	ttl, e := msField("ttlMs", b.TTLMs, MinTTLMs, MaxTTLMs)
-	if e != nil {
-		writeAPIError(w, e)
-		return
-	}
-	if ttl == 0 {
-		ttl = DefaultTTLMs * time.Millisecond
-	}
-	wait, e := msField("waitMs", b.WaitMs, 0, MaxWaitMs)
-	if e != nil {
-		writeAPIError(w, e)
-		return
-	}
-	delay, e := msField("lockDelayMs", b.LockDelayMs, 0, MaxLockDelayMs)
-	if e == nil {
-		e = s.lockDelayError(delay)
-	}
+	ttl, wait, delay, e := s.holdTimes(b.TTLMs, b.WaitMs, b.LockDelayMs)
 	if e != nil {
 		writeAPIError(w, e)
 		return

@@ -100,23 +100,7 @@ func (s *Server) handleMultiAcquire(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, e)
 		return
 	}
-	ttl, e := msField("ttlMs", b.TTLMs, MinTTLMs, MaxTTLMs)
-	if e != nil {
-		writeAPIError(w, e)
-		return
-	}
-	if ttl == 0 {
-		ttl = DefaultTTLMs * time.Millisecond
-	}
-	wait, e := msField("waitMs", b.WaitMs, 0, MaxWaitMs)
-	if e != nil {
-		writeAPIError(w, e)
-		return
-	}
-	delay, e := msField("lockDelayMs", b.LockDelayMs, 0, MaxLockDelayMs)
-	if e == nil {
-		e = s.lockDelayError(delay)
-	}
+	ttl, wait, delay, e := s.holdTimes(b.TTLMs, b.WaitMs, b.LockDelayMs)
 	if e != nil {
 		writeAPIError(w, e)
 		return
