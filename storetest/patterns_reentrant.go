@@ -24,6 +24,7 @@ func testReentrant(t *testing.T, h Harness) {
 		{"Counts", reentrantCounts},
 		{"ExpiryClearsWholeHold", reentrantExpiry},
 		{"ReentryNeverShortensHold", reentrantNeverShortens},
+		{"RetryNeverShortensOthers", reentrantRetryKeepsOthers},
 		{"Inspector", reentrantInspector},
 		{"LockerWokenOnRelease", func(t *testing.T, s dlock.Store) { reentrantLockerWoken(t, s, peerStore(t, h, s)) }},
 		{"LockerNested", reentrantLockerNested},
@@ -139,6 +140,32 @@ func reentrantNeverShortens(t *testing.T, s dlock.Store) {
 		t.Errorf("Extend of the outer acquisition = %v, want nil", err)
 	}
 	mustRelease(t, s, a)
+}
+
+// reentrantRetryKeepsOthers checks that a retried Acquire with a short TTL
+// does not cut short the owner's other acquisitions (found by RunModel on
+// store/etcd: the retry renewed every acquisition's lease to its own TTL).
+func reentrantRetryKeepsOthers(t *testing.T, s dlock.Store) {
+	name := lockName(t)
+	owner := newToken()
+	const short = 150 * time.Millisecond
+	a := reentrantReq(name, owner, longTTL)
+	mustAcquire(t, s, a)
+	b := reentrantReq(name, owner, longTTL)
+	mustAcquire(t, s, b)
+	a.TTL = short
+	if g := mustAcquire(t, s, a); g.Count != 2 {
+		t.Errorf("retried Acquire with a short TTL: Count = %d, want 2", g.Count)
+	}
+	sleepUntil(time.Now().Add(3 * short))
+	c := reentrantReq(name, owner, longTTL)
+	if g := mustAcquire(t, s, c); g.Count < 2 {
+		t.Errorf("re-entry %v after a short retry: Count = %d, want b's acquisition still counted (2 or 3)", 3*short, g.Count)
+	}
+	mustRefuse(t, s, reentrantReq(name, newToken(), longTTL))
+	for _, r := range []dlock.Request{a, b, c} {
+		s.Release(testContext(t), r)
+	}
 }
 
 // reentrantInspector checks that State reports one holder (the owner),

@@ -91,13 +91,8 @@ func (s *Store) tryAcquire(ctx context.Context, kind string, req dlock.Request, 
 			return dlock.Grant{}, err
 		}
 		if kind == "r" {
-			// One hold: every acquisition's lease is pushed out.
-			for _, e := range vw.entries {
-				if e != me {
-					if err := s.keepAlive(ctx, req.Name, e, req.TTL, s.lockPrefix(kind, req.Name)+"h/"+e.token); err != nil && !errors.Is(err, errRetry) {
-						return dlock.Grant{}, err
-					}
-				}
+			if err := s.pushOutReentry(ctx, req, vw, me); err != nil {
+				return dlock.Grant{}, err
 			}
 		}
 		return dlock.Grant{Acquired: true, Fence: me.fence(), Count: s.count(kind, vw, me)}, nil

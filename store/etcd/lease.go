@@ -217,6 +217,9 @@ func (s *Store) Extend(ctx context.Context, reqs []dlock.Request) []error {
 		}
 		wg.Go(func() {
 			err := s.keepAlive(ctx, reqs[i].Name, e, reqs[i].TTL, keys[i])
+			if err == nil && reqs[i].Mode == dlock.ModeReentrant {
+				err = s.extendReentry(ctx, reqs[i], e)
+			}
 			switch {
 			case errors.Is(err, errRetry):
 				errs[i] = dlock.ErrNotHeld
@@ -227,6 +230,38 @@ func (s *Store) Extend(ctx context.Context, reqs []dlock.Request) []error {
 	}
 	wg.Wait()
 	return errs
+}
+
+// extendReentry pushes out the other acquisitions of the reentrant hold
+// that me belongs to: one hold, one expiry, as on every store.
+func (s *Store) extendReentry(ctx context.Context, req dlock.Request, me *entry) error {
+	vw, err := s.read(ctx, "r", req.Name)
+	if err != nil {
+		return err
+	}
+	return s.pushOutReentry(ctx, req, vw, me)
+}
+
+// pushOutReentry renews the lease of every other acquisition of me's owner
+// to last at least req.TTL from now; an acquisition that had longer left
+// keeps it (a retry or an Extend with a shorter TTL shortens its own
+// acquisition only).
+func (s *Store) pushOutReentry(ctx context.Context, req dlock.Request, vw *view, me *entry) error {
+	pfx := s.lockPrefix("r", req.Name)
+	for _, e := range vw.entries {
+		if e.token == me.token || e.v.Owner != me.v.Owner {
+			continue
+		}
+		key := pfx + "h/" + e.token
+		ttl := req.TTL
+		if left, ok := s.remaining(key); ok {
+			ttl = max(ttl, left)
+		}
+		if err := s.keepAlive(ctx, req.Name, e, ttl, key); err != nil && !errors.Is(err, errRetry) {
+			return err
+		}
+	}
+	return nil
 }
 
 // Release implements [dlock.Store]: it reads the key's lease and revokes it,
