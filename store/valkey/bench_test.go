@@ -7,6 +7,7 @@ import (
 
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/internal/testredis"
+	vk "github.com/valkey-io/valkey-go"
 )
 
 // Run with: go test -run ^$ -bench . -benchtime 2000x ./store/valkey/
@@ -67,6 +68,49 @@ func BenchmarkStoreAcquireRelease(b *testing.B) {
 			b.Fatal(g, err)
 		}
 		if err := s.Release(ctx, req); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkRawSetNXCompareDel is the raw baseline of the bench command's W1:
+// SET key token NX PX, then a compare-and-delete script (GET, DEL): a safe
+// release without a fence.
+func BenchmarkRawSetNXCompareDel(b *testing.B) {
+	srv := testredis.Start(b)
+	c := dialB(b, srv.URL()).Client()
+	ctx := b.Context()
+	del := vk.NewLuaScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
+	b.ResetTimer()
+	for i := range b.N {
+		key := "lock:raw-" + strconv.Itoa(i)
+		if err := c.Do(ctx, c.B().Set().Key(key).Value("token").Nx().PxMilliseconds(30000).Build()).Error(); err != nil {
+			b.Fatal(err)
+		}
+		if err := del.Exec(ctx, c, []string{key}, []string{"token"}).Error(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkLockRelease is the blocking Lock of a free mutex then Release:
+// the path of the bench command's W1 and W2.
+func BenchmarkLockRelease(b *testing.B) {
+	srv := testredis.Start(b)
+	s := dialB(b, srv.URL())
+	l, err := dlock.New(s)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	ctx := b.Context()
+	b.ResetTimer()
+	for i := range b.N {
+		ls, err := l.Mutex("bench-" + strconv.Itoa(i)).Lock(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := ls.Release(ctx); err != nil {
 			b.Fatal(err)
 		}
 	}
