@@ -15,6 +15,11 @@ type scheduler struct {
 	l    *Locker
 	h    leaseHeap
 	kick chan struct{}
+	// wakeAt is when the loop looks at the heap next (its timer, or now
+	// while it runs). A lease due before it kicks the loop; one due later
+	// waits for that look, so taking and releasing a lease usually costs
+	// the loop nothing.
+	wakeAt time.Time
 }
 
 type leaseHeap []*Lease
@@ -51,13 +56,13 @@ func (ls *Lease) deadline() time.Time {
 // reschedule puts ls in the heap at its current deadline. Caller holds l.mu.
 func (s *scheduler) reschedule(ls *Lease) {
 	ls.next = ls.deadline()
-	wakeLoop := len(s.h) == 0 || ls.next.Before(s.h[0].next)
 	if ls.index >= 0 {
 		heap.Fix(&s.h, ls.index)
 	} else {
 		heap.Push(&s.h, ls)
 	}
-	if wakeLoop {
+	if ls.next.Before(s.wakeAt) {
+		s.wakeAt = ls.next
 		select {
 		case s.kick <- struct{}{}:
 		default:
@@ -104,8 +109,9 @@ func (s *scheduler) run(stop <-chan struct{}) {
 		}
 		wait := time.Hour
 		if len(s.h) > 0 {
-			wait = max(time.Until(s.h[0].next), 0)
+			wait = max(s.h[0].next.Sub(now), 0)
 		}
+		s.wakeAt = now.Add(wait)
 		l.mu.Unlock()
 		for _, ls := range lost {
 			l.afterLoss(ls)

@@ -2,6 +2,8 @@ package valkey_test
 
 import (
 	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -26,6 +28,8 @@ func BenchmarkTryLockRelease(b *testing.B) {
 	defer l.Close()
 	ctx := b.Context()
 	b.ResetTimer()
+	cpu := startCPU(b, srv)
+	defer cpu.report(b)
 	for i := range b.N {
 		ls, err := l.Mutex("bench-" + strconv.Itoa(i)).TryLock(ctx)
 		if err != nil {
@@ -44,6 +48,8 @@ func BenchmarkRawSetNXDel(b *testing.B) {
 	c := dialB(b, srv.URL()).Client()
 	ctx := b.Context()
 	b.ResetTimer()
+	cpu := startCPU(b, srv)
+	defer cpu.report(b)
 	for i := range b.N {
 		key := "lock:raw-" + strconv.Itoa(i)
 		if err := c.Do(ctx, c.B().Set().Key(key).Value("token").Nx().PxMilliseconds(30000).Build()).Error(); err != nil {
@@ -62,6 +68,8 @@ func BenchmarkStoreAcquireRelease(b *testing.B) {
 	s := dialB(b, srv.URL())
 	ctx := b.Context()
 	b.ResetTimer()
+	cpu := startCPU(b, srv)
+	defer cpu.report(b)
 	for i := range b.N {
 		req := dlock.Request{Name: "bench-" + strconv.Itoa(i), Token: "token", TTL: 30 * time.Second, Mode: dlock.ModeMutex}
 		if g, err := s.Acquire(ctx, req); err != nil || !g.Acquired {
@@ -73,15 +81,21 @@ func BenchmarkStoreAcquireRelease(b *testing.B) {
 	}
 }
 
-// BenchmarkRawSetNXCompareDel is the raw baseline of the bench command's W1:
-// SET key token NX PX, then a compare-and-delete script (GET, DEL): a safe
-// release without a fence.
+// BenchmarkRawSetNXCompareDel is the raw baseline of the bench command's W1
+// on a client of its own, as there: SET key token NX PX, then a
+// compare-and-delete script (GET, DEL): a safe release without a fence.
 func BenchmarkRawSetNXCompareDel(b *testing.B) {
 	srv := testredis.Start(b)
-	c := dialB(b, srv.URL()).Client()
+	c, err := vk.NewClient(vk.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
 	ctx := b.Context()
 	del := vk.NewLuaScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
 	b.ResetTimer()
+	cpu := startCPU(b, srv)
+	defer cpu.report(b)
 	for i := range b.N {
 		key := "lock:raw-" + strconv.Itoa(i)
 		if err := c.Do(ctx, c.B().Set().Key(key).Value("token").Nx().PxMilliseconds(30000).Build()).Error(); err != nil {
@@ -105,6 +119,8 @@ func BenchmarkLockRelease(b *testing.B) {
 	defer l.Close()
 	ctx := b.Context()
 	b.ResetTimer()
+	cpu := startCPU(b, srv)
+	defer cpu.report(b)
 	for i := range b.N {
 		ls, err := l.Mutex("bench-" + strconv.Itoa(i)).Lock(ctx)
 		if err != nil {
@@ -114,4 +130,45 @@ func BenchmarkLockRelease(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// cpuMeter reports the CPU time per op of this process (the client) and of
+// the redis-server: on a shared machine, work per op is steadier than time.
+type cpuMeter struct {
+	srv            *testredis.Server
+	client, server time.Duration
+}
+
+func startCPU(b *testing.B, srv *testredis.Server) *cpuMeter {
+	m := &cpuMeter{srv: srv}
+	m.client, m.server = selfCPU(), serverCPU(b, srv)
+	return m
+}
+
+func (m *cpuMeter) report(b *testing.B) {
+	c, s := selfCPU()-m.client, serverCPU(b, m.srv)-m.server
+	b.ReportMetric(float64(c.Microseconds())/float64(b.N), "client-µs/op")
+	b.ReportMetric(float64(s.Microseconds())/float64(b.N), "server-µs/op")
+}
+
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func serverCPU(b *testing.B, srv *testredis.Server) time.Duration {
+	info, err := srv.Do("INFO", "cpu")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var total float64
+	for _, line := range strings.Split(info, "\n") {
+		k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
+		if k == "used_cpu_sys" || k == "used_cpu_user" {
+			f, _ := strconv.ParseFloat(v, 64)
+			total += f
+		}
+	}
+	return time.Duration(total * float64(time.Second))
 }

@@ -41,11 +41,12 @@ func fail(op string, err error) error {
 // set) in one round trip, and again with EVAL for those that the server
 // did not know by SHA.
 func (s *Store) do(ctx context.Context, n int, build func(i int, eval bool) vk.Completed) []vk.ValkeyResult {
+	c := s.direct(ctx)
 	if n == 1 {
 		// One command: Do, which costs less than a DoMulti of one.
-		r := s.client.Do(ctx, build(0, false))
+		r := c.Do(ctx, build(0, false))
 		if isNoScript(r.Error()) {
-			r = s.client.Do(ctx, build(0, true))
+			r = c.Do(ctx, build(0, true))
 		}
 		return []vk.ValkeyResult{r}
 	}
@@ -53,7 +54,7 @@ func (s *Store) do(ctx context.Context, n int, build func(i int, eval bool) vk.C
 	for i := range cmds {
 		cmds[i] = build(i, false)
 	}
-	res := s.client.DoMulti(ctx, cmds...)
+	res := c.DoMulti(ctx, cmds...)
 	var again []int
 	for i, r := range res {
 		if isNoScript(r.Error()) {
@@ -67,7 +68,7 @@ func (s *Store) do(ctx context.Context, n int, build func(i int, eval bool) vk.C
 	for _, i := range again {
 		cmds = append(cmds, build(i, true))
 	}
-	for j, r := range s.client.DoMulti(ctx, cmds...) {
+	for j, r := range c.DoMulti(ctx, cmds...) {
 		res[again[j]] = r
 	}
 	return res
@@ -121,12 +122,16 @@ func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, er
 	if watchKey != "" {
 		at = 1
 	}
+	c := s.client // a tracked read: on the connection that tracks
+	if watchKey == "" {
+		c = s.direct(ctx)
+	}
 	run := func(eval bool) []vk.ValkeyResult {
 		cmds := build(eval)
 		if len(cmds) == 1 {
-			return []vk.ValkeyResult{s.client.Do(ctx, cmds[0])}
+			return []vk.ValkeyResult{c.Do(ctx, cmds[0])}
 		}
-		return s.client.DoMulti(ctx, cmds...)
+		return c.DoMulti(ctx, cmds...)
 	}
 	res := run(false)
 	if isNoScript(res[at].Error()) {

@@ -126,10 +126,15 @@ func (e *ReplicationError) Unwrap() []error {
 // Make one with [New], [Dial] or [Open]; Close it when done.
 type Store struct {
 	client vk.Client
-	own    bool // Close closes client
-	cfg    config
-	l      *redisproto.Layout // key layout, fence retention, handoff channels
-	hub    *redisproto.Hub
+	// plain runs the scripts that need no tracked read: a client of the
+	// same options without client-side caching, whose connections a lone
+	// caller uses directly (a client with an invalidation hook sends every
+	// command through its pipeline goroutines). Nil: client runs them.
+	plain vk.Client
+	own   bool // Close closes client
+	cfg   config
+	l     *redisproto.Layout // key layout, fence retention, handoff channels
+	hub   *redisproto.Hub
 	// trackAcquire: the client tracks keys in OPTIN mode with this Store's
 	// hook, so acquire attempts can be tracked reads (see hub).
 	trackAcquire bool
@@ -225,8 +230,16 @@ func Open(ctx context.Context, opt vk.ClientOption, opts ...Option) (*Store, err
 	// always-read pipelined connections (WAIT and a disabled auto-pipeline
 	// use pooled ones, whose pushes wait until their next use).
 	s.trackAcquire = tracking && opt.ClientTrackingOptions == nil && !opt.DisableAutoPipelining && s.cfg.waitReplicas == 0
+	if tracking {
+		popt := opt
+		popt.DisableCache, popt.OnInvalidations, popt.ClientTrackingOptions = true, nil, nil
+		if s.plain, err = vk.NewClient(popt); err != nil {
+			client.Close()
+			return nil, &dlock.StoreError{Op: "dial", Node: -1, Err: err}
+		}
+	}
 	if err := s.start(ctx, tracking); err != nil {
-		client.Close()
+		s.closeClients()
 		return nil, err
 	}
 	return s, nil
@@ -273,10 +286,32 @@ func (s *Store) Close() error {
 		s.grants.Close()
 		s.hub.Stop()
 		if s.own {
-			s.client.Close()
+			s.closeClients()
 		}
 	})
 	return nil
+}
+
+func (s *Store) closeClients() {
+	s.client.Close()
+	if s.plain != nil {
+		s.plain.Close()
+	}
+}
+
+// direct returns the client for a call for ctx that needs no tracked read:
+// plain when ctx has a deadline or never ends. valkey-go runs a lone call
+// on plain's connection directly, bounded by its deadline; a call that
+// ctx may cancel without one goes through client's pipeline, which gives
+// it up at once when ctx ends.
+func (s *Store) direct(ctx context.Context) vk.Client {
+	if s.plain == nil {
+		return s.client
+	}
+	if _, ok := ctx.Deadline(); ok || ctx.Done() == nil {
+		return s.plain
+	}
+	return s.client
 }
 
 // parseURL turns a URL, possibly with several comma-separated seeds, into a
