@@ -57,6 +57,19 @@
 // its backoff. Use [Open] to bring your own valkey.ClientOption and keep
 // the wake-ups.
 //
+// # Connections
+//
+// A client with an invalidation hook sends every command through valkey-go's
+// pipeline goroutines (a push may come at any time, so its connections are
+// always read). A Store made by [Dial] or [Open] therefore keeps a second
+// client of the same options without client-side caching, and runs on it
+// the calls that need no tracked read and carry a deadline (every call a
+// Locker makes does): a lone caller's call is written and read on its
+// connection directly, with no goroutine handoff. Calls for a ctx that can
+// be cancelled but has no deadline stay on the pipelined client, which gives
+// them up at once when ctx ends. So such a Store holds the connections of
+// two valkey-go clients.
+//
 // # What it does not guarantee
 //
 // A single node is a single point of truth: if it fails over to a replica
