@@ -10,7 +10,9 @@ import (
 	"net/http/httptest"
 	"runtime"
 	"sync/atomic"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/dlockprom"
@@ -34,6 +36,19 @@ func benchStores(b *testing.B, fn func(b *testing.B, store dlock.Store)) {
 		defer s.Close()
 		fn(b, s)
 	})
+}
+
+// reportCPU reports the process's CPU time (user and system) per op from
+// now until the returned func is called: on a busy machine a steadier
+// figure than ns/op.
+func reportCPU(b *testing.B) func() {
+	cpu := func() time.Duration {
+		var ru syscall.Rusage
+		syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	c0 := cpu()
+	return func() { b.ReportMetric(float64(cpu()-c0)/float64(b.N), "cpu-ns/op") }
 }
 
 // parallel runs body on benchClients goroutines whatever GOMAXPROCS is.
@@ -78,6 +93,7 @@ func BenchmarkV1AcquireRelease(b *testing.B) {
 		}
 		b.ReportAllocs()
 		b.ResetTimer()
+		defer reportCPU(b)()
 		parallel(b, func(id int, pb *testing.PB) {
 			i := 0
 			for pb.Next() {
@@ -109,6 +125,7 @@ func BenchmarkLibraryAcquireRelease(b *testing.B) {
 		ctx := context.Background()
 		b.ReportAllocs()
 		b.ResetTimer()
+		defer reportCPU(b)()
 		parallel(b, func(id int, pb *testing.PB) {
 			i := 0
 			for pb.Next() {
@@ -120,6 +137,54 @@ func BenchmarkLibraryAcquireRelease(b *testing.B) {
 				}
 				if err := ls.Release(ctx); err != nil {
 					b.Error(err)
+					return
+				}
+			}
+		})
+	})
+}
+
+// BenchmarkV1Handler is BenchmarkV1AcquireRelease without the network:
+// the server's handler called directly, which is what the server spends
+// per request on top of net/http.
+func BenchmarkV1Handler(b *testing.B) {
+	benchStores(b, func(b *testing.B, store dlock.Store) {
+		m := dlockprom.New()
+		l, err := dlock.New(store, dlock.WithObserver(m.Observe))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer l.Close()
+		srv, err := New(l, Config{Metrics: m})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer srv.Close()
+		post := func(path string, body []byte) *httptest.ResponseRecorder {
+			rec := httptest.NewRecorder()
+			req, err := http.NewRequest(http.MethodPost, "http://dlock"+path, bytes.NewReader(body))
+			if err != nil {
+				b.Fatal(err)
+			}
+			srv.ServeHTTP(rec, req)
+			return rec
+		}
+		b.ReportAllocs()
+		b.ResetTimer()
+		defer reportCPU(b)()
+		parallel(b, func(id int, pb *testing.PB) {
+			i := 0
+			for pb.Next() {
+				i++
+				name := fmt.Sprintf("/v1/locks/bench-%d-%d", id, i%16)
+				rec := post(name+"/acquire", []byte(`{"ttlMs":10000}`))
+				var g grantBody
+				if rec.Code != http.StatusOK || json.Unmarshal(rec.Body.Bytes(), &g) != nil {
+					b.Errorf("acquire: status %d: %s", rec.Code, rec.Body)
+					return
+				}
+				if rec := post(name+"/release", []byte(`{"token":"`+g.Token+`"}`)); rec.Code != http.StatusOK {
+					b.Errorf("release: status %d: %s", rec.Code, rec.Body)
 					return
 				}
 			}

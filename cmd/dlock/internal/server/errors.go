@@ -42,6 +42,11 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	if err != nil { // only our own types are marshalled; cannot happen
 		code, b = http.StatusInternalServerError, []byte(`{"error":"internal","message":"cannot encode response"}`)
 	}
+	writeBody(w, code, b)
+}
+
+// writeBody writes b, a JSON value, as writeJSON does.
+func writeBody(w http.ResponseWriter, code int, b []byte) {
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("Cache-Control", "no-store")

@@ -312,8 +312,7 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 			// A retried acquire: refresh the TTL as the store contract says.
 			err := ls.Extend(ctx, p.req.TTL)
 			if err == nil {
-				writeJSON(w, http.StatusOK, grantBody{Name: name, Token: ls.Token(), Fence: ls.Fence(),
-					TTLMs: p.req.TTL.Milliseconds(), Mode: modeName(ls.Mode()), Count: ls.Count()})
+				writeGrant(w, name, ls, p.req.TTL)
 				return
 			}
 			if !errors.Is(err, dlock.ErrLeaseLost) && !errors.Is(err, dlock.ErrNotHeld) {
@@ -352,8 +351,11 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 	}
 	entry.lease = ls
 	s.noteLease(key)
-	writeJSON(w, http.StatusOK, grantBody{Name: name, Token: ls.Token(), Fence: ls.Fence(),
-		TTLMs: p.req.TTL.Milliseconds(), Mode: modeName(ls.Mode()), Count: ls.Count()})
+	writeGrant(w, name, ls, p.req.TTL)
+}
+
+func writeGrant(w http.ResponseWriter, name string, ls *dlock.Lease, ttl time.Duration) {
+	writeOK(w, &grantBody{Name: name, Token: ls.Token(), Fence: ls.Fence(), TTLMs: ttl.Milliseconds(), Mode: modeName(ls.Mode()), Count: ls.Count()})
 }
 
 // waitContext returns ctx limited to wait (when positive) and cancelled
@@ -467,7 +469,7 @@ func (s *Server) handleExtend(w http.ResponseWriter, r *http.Request) {
 			}
 			err := ls.Extend(ctx, ttl)
 			if err == nil {
-				writeJSON(w, http.StatusOK, extendBody{Name: name, Fence: ls.Fence(), TTLMs: durationMs(ls.TTL())})
+				writeOK(w, &extendBody{Name: name, Fence: ls.Fence(), TTLMs: durationMs(ls.TTL())})
 				return
 			}
 			if !errors.Is(err, dlock.ErrLeaseLost) && !errors.Is(err, dlock.ErrNotHeld) {
@@ -494,7 +496,7 @@ func (s *Server) handleExtend(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.servedElsewhere(name, *b.Token, mode, false)
-	writeJSON(w, http.StatusOK, extendBody{Name: name, TTLMs: ttl.Milliseconds()})
+	writeOK(w, &extendBody{Name: name, TTLMs: ttl.Milliseconds()})
 }
 
 type releaseBody struct {
@@ -521,7 +523,7 @@ func (s *Server) handleRelease(w http.ResponseWriter, r *http.Request) {
 				s.leases.remove(key, entry)
 			}
 			if err == nil {
-				writeJSON(w, http.StatusOK, releaseBody{Name: name, Released: true})
+				writeOK(w, &releaseBody{Name: name, Released: true})
 				return
 			}
 			if !errors.Is(err, dlock.ErrLeaseLost) && !errors.Is(err, dlock.ErrNotHeld) {
@@ -541,7 +543,7 @@ func (s *Server) handleRelease(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.servedElsewhere(name, *b.Token, mode, true)
-	writeJSON(w, http.StatusOK, releaseBody{Name: name, Released: true})
+	writeOK(w, &releaseBody{Name: name, Released: true})
 }
 
 // stateBody describes a lock; it never carries tokens.

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -63,6 +64,7 @@ type pubItem struct {
 
 type replicaState struct {
 	id   string
+	self []byte            // how this instance's batches start
 	bus  dlock.Broadcaster // nil when the store cannot broadcast
 	feed feed
 
@@ -91,6 +93,8 @@ func (s *Server) startReplicas() {
 	var b [8]byte
 	rand.Read(b[:])
 	r.id = hex.EncodeToString(b[:])
+	r.self = (&busMsg{Replica: r.id}).appendJSON(nil)
+	r.self = r.self[:len(r.self)-1] // {"replica":"ID"
 	r.seen = make(map[string]time.Time)
 	r.ids = make(map[string]leaseKey)
 	r.silenced = make(map[silenceKey]int)
@@ -145,10 +149,7 @@ func (s *Server) emit(ev eventBody, share bool) {
 	s.history.observe(ev)
 	s.rep.feed.send(ev)
 	if share && s.rep.bus != nil {
-		b, err := json.Marshal(ev)
-		if err == nil {
-			s.rep.queue(pubItem{event: b})
-		}
+		s.rep.queue(pubItem{event: ev.appendJSON(make([]byte, 0, 160))})
 	}
 }
 
@@ -269,6 +270,11 @@ func (r *replicaState) unsilence(name string, fence int64) bool {
 // remote handles a message of the bus. It runs on the store's delivery
 // goroutine, so it never blocks.
 func (s *Server) remote(msg []byte) {
+	// This instance's own batches come back too: skip them undecoded (its
+	// batches start with its ID, see busMsg.appendJSON).
+	if bytes.HasPrefix(msg, s.rep.self) {
+		return
+	}
 	var m busMsg
 	if json.Unmarshal(msg, &m) != nil || m.Replica == "" || m.Replica == s.rep.id {
 		return
@@ -318,14 +324,11 @@ func (s *Server) publishLoop() {
 	defer beat.Stop()
 	sent := time.Now()
 	flush := func() {
-		b, err := json.Marshal(m)
-		if err == nil {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			if err := r.bus.Publish(ctx, busTopic, b); err != nil {
-				s.log.Debug("dlock: server: sharing events failed", "err", err)
-			}
-			cancel()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		if err := r.bus.Publish(ctx, busTopic, m.appendJSON(make([]byte, 0, size+64))); err != nil {
+			s.log.Debug("dlock: server: sharing events failed", "err", err)
 		}
+		cancel()
 		m.Events, m.Drop, size = nil, nil, 0
 		if armed {
 			timer.Stop()

@@ -1,0 +1,132 @@
+package server
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+)
+
+// Hand-written JSON for the bodies written on every /v1 acquire and
+// release and for the lock events: the same bytes encoding/json writes
+// for these structs (field order, omitempty, HTML-safe escaping), without
+// its reflection. encode_test.go checks each against json.Marshal.
+
+// jsonBody is a body with a hand-written encoding.
+type jsonBody interface{ appendJSON(b []byte) []byte }
+
+// writeOK writes v as a 200, as writeJSON does.
+func writeOK(w http.ResponseWriter, v jsonBody) {
+	writeBody(w, http.StatusOK, v.appendJSON(make([]byte, 0, 256)))
+}
+
+// appendString appends s as a JSON string, escaped as json.Marshal does.
+func appendString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s) // a string always encodes
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
+}
+
+func appendBool(b []byte, v bool) []byte {
+	if v {
+		return append(b, "true"...)
+	}
+	return append(b, "false"...)
+}
+
+func (g *grantBody) appendJSON(b []byte) []byte {
+	b = append(b, `{"name":`...)
+	b = appendString(b, g.Name)
+	b = append(b, `,"token":`...)
+	b = appendString(b, g.Token)
+	b = append(b, `,"fence":`...)
+	b = strconv.AppendInt(b, g.Fence, 10)
+	b = append(b, `,"ttlMs":`...)
+	b = strconv.AppendInt(b, g.TTLMs, 10)
+	b = append(b, `,"mode":`...)
+	b = appendString(b, g.Mode)
+	b = append(b, `,"count":`...)
+	b = strconv.AppendInt(b, int64(g.Count), 10)
+	return append(b, '}')
+}
+
+func (r *releaseBody) appendJSON(b []byte) []byte {
+	b = append(b, `{"name":`...)
+	b = appendString(b, r.Name)
+	b = append(b, `,"released":`...)
+	b = appendBool(b, r.Released)
+	return append(b, '}')
+}
+
+func (e *extendBody) appendJSON(b []byte) []byte {
+	b = append(b, `{"name":`...)
+	b = appendString(b, e.Name)
+	if e.Fence != 0 {
+		b = append(b, `,"fence":`...)
+		b = strconv.AppendInt(b, e.Fence, 10)
+	}
+	b = append(b, `,"ttlMs":`...)
+	b = strconv.AppendInt(b, e.TTLMs, 10)
+	return append(b, '}')
+}
+
+func (e *eventBody) appendJSON(b []byte) []byte {
+	b = append(b, `{"type":`...)
+	b = appendString(b, e.Type)
+	b = append(b, `,"name":`...)
+	b = appendString(b, e.Name)
+	b = append(b, `,"mode":`...)
+	b = appendString(b, e.Mode)
+	if e.Result != "" {
+		b = append(b, `,"result":`...)
+		b = appendString(b, e.Result)
+	}
+	if e.Fence != 0 {
+		b = append(b, `,"fence":`...)
+		b = strconv.AppendInt(b, e.Fence, 10)
+	}
+	b = append(b, `,"durationMs":`...)
+	b = strconv.AppendInt(b, e.DurationMs, 10)
+	if e.Waited {
+		b = append(b, `,"waited":true`...)
+	}
+	b = append(b, `,"time":`...)
+	b = strconv.AppendInt(b, e.Time, 10)
+	b = append(b, `,"replica":`...)
+	b = appendString(b, e.Replica)
+	return append(b, '}')
+}
+
+// appendJSON encodes a batch of the bus. Its events must be compact,
+// HTML-safe JSON (as eventBody.appendJSON and json.Marshal write them),
+// which json.Marshal would copy unchanged.
+func (m *busMsg) appendJSON(b []byte) []byte {
+	b = append(b, `{"replica":`...)
+	b = appendString(b, m.Replica)
+	if len(m.Events) > 0 {
+		b = append(b, `,"events":[`...)
+		for i, ev := range m.Events {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, ev...)
+		}
+		b = append(b, ']')
+	}
+	if len(m.Drop) > 0 {
+		b = append(b, `,"drop":[`...)
+		for i, id := range m.Drop {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendString(b, id)
+		}
+		b = append(b, ']')
+	}
+	return append(b, '}')
+}
