@@ -362,7 +362,8 @@ func writeGrant(w http.ResponseWriter, name string, ls *dlock.Lease, ttl time.Du
 // with errShuttingDown when the server begins to shut down.
 func (s *Server) waitContext(ctx context.Context, wait time.Duration) (context.Context, context.CancelFunc) {
 	cctx, cancelCause := context.WithCancelCause(ctx)
-	stop := context.AfterFunc(drainContext{s.drain}, func() { cancelCause(errShuttingDown) })
+	// s.drainCtx is a cancelCtx: AfterFunc registers with it, no goroutine.
+	stop := context.AfterFunc(s.drainCtx, func() { cancelCause(errShuttingDown) })
 	var cancelTimeout context.CancelFunc = func() {}
 	out := context.Context(cctx)
 	if wait > 0 {
@@ -374,21 +375,6 @@ func (s *Server) waitContext(ctx context.Context, wait time.Duration) (context.C
 		cancelCause(context.Canceled)
 	}
 }
-
-// drainContext is a context that is done when ch is closed.
-type drainContext struct{ ch chan struct{} }
-
-func (drainContext) Deadline() (time.Time, bool) { return time.Time{}, false }
-func (d drainContext) Done() <-chan struct{}     { return d.ch }
-func (d drainContext) Err() error {
-	select {
-	case <-d.ch:
-		return context.Canceled
-	default:
-		return nil
-	}
-}
-func (drainContext) Value(any) any { return nil }
 
 // extendWriteDeadline gives a response that legitimately takes d more time
 // to start (a wait for a lock, a demo operation) a write deadline past it.

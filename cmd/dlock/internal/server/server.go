@@ -112,6 +112,10 @@ type Server struct {
 	inflight  sync.WaitGroup
 	closeOnce sync.Once
 	drain     chan struct{} // closed when shutdown starts: waits and event streams end
+	// drainCtx is done with drain: a cancelCtx, with which waitContext's
+	// AfterFunc registers instead of starting a goroutine per request.
+	drainCtx  context.Context
+	endDrain  context.CancelFunc
 	halt      chan struct{} // closed when the shutdown timeout passed: demo operations end
 	stopOnce  sync.Once
 	serveOnce sync.Once
@@ -174,6 +178,7 @@ func New(locker *dlock.Locker, cfg Config) (*Server, error) {
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
 		}, []string{"route"}),
 	}
+	s.drainCtx, s.endDrain = context.WithCancel(context.Background())
 	if cfg.AuthToken != "" {
 		s.authSum = sha256.Sum256([]byte(cfg.AuthToken))
 	}
@@ -402,7 +407,12 @@ func (s *Server) Close() error {
 	return nil
 }
 
-func (s *Server) beginDrain() { s.stopOnce.Do(func() { close(s.drain) }) }
+func (s *Server) beginDrain() {
+	s.stopOnce.Do(func() {
+		close(s.drain)
+		s.endDrain()
+	})
+}
 
 // statusWriter records the status code of a response.
 type statusWriter struct {
