@@ -92,6 +92,9 @@ func TestDriverSmoke(t *testing.T) {
 				t.Errorf("cell %s: overtaken max %v (present %v), release p50 %v µs", c.ID, c.Median["overtaken_max"], ok, c.Median["release_p50_us"])
 			}
 		}
+		if c.Workload == "W5" && c.Median != nil && (c.Median["errors"] != 0 || c.Median["ops_per_s"] == 0) {
+			t.Errorf("cell %s: %v errors, %v ops/s; want none and some", c.ID, c.Median["errors"], c.Median["ops_per_s"])
+		}
 		// The proxy holds every chunk D each way: a lower bound by design.
 		if c.Workload == "W3-net" && c.Median != nil && c.Median["net_idle_rtt_p50_us"] < 2*float64(cfg.netDelay/time.Microsecond) {
 			t.Errorf("cell %s: idle PING through the proxy %.0f µs, under 2 × %v", c.ID, c.Median["net_idle_rtt_p50_us"], cfg.netDelay)

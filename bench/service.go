@@ -1,12 +1,14 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"runtime"
 	"slices"
@@ -22,7 +24,8 @@ import (
 // httpService runs W5: acquire+release pairs through the /v1 API of a
 // `dlock serve` process (cmd/dlock, built once, over a valkey store, on a
 // loopback port), from clients goroutines each on its own keep-alive
-// connection, on fresh names.
+// connection, on fresh names. The clients are lean HTTP/1.1 (httpConn),
+// so that the cores the server shares with them go to the server.
 func httpService(ctx context.Context, nodes cluster, clients int, warm, dur time.Duration) (metrics, error) {
 	if err := nodes.flush(ctx); err != nil {
 		return nil, err
@@ -32,28 +35,8 @@ func httpService(ctx context.Context, nodes cluster, clients int, warm, dur time
 		return nil, err
 	}
 	defer svc.stop()
-	base := "http://" + svc.addr + "/v1/locks/"
 
-	tr := &http.Transport{MaxIdleConns: clients * 2, MaxIdleConnsPerHost: clients * 2, MaxConnsPerHost: clients}
-	defer tr.CloseIdleConnections()
-	hc := &http.Client{Transport: tr, Timeout: 10 * time.Second}
-	post := func(url string, body []byte, out any) error {
-		resp, err := hc.Post(url, "application/json", bytes.NewReader(body))
-		if err != nil {
-			return err
-		}
-		defer resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			b, _ := io.ReadAll(resp.Body)
-			return fmt.Errorf("%s: status %d: %s", url, resp.StatusCode, b)
-		}
-		if out != nil {
-			return json.NewDecoder(resp.Body).Decode(out)
-		}
-		_, err = io.Copy(io.Discard, resp.Body)
-		return err
-	}
-	prefix := "h" + strconv.FormatInt(cellSeq.Add(1), 10) + "-"
+	prefix := "/v1/locks/h" + strconv.FormatInt(cellSeq.Add(1), 10) + "-"
 	acquireBody := []byte(`{"ttlMs":` + strconv.FormatInt(lockTTL.Milliseconds(), 10) + `}`)
 	w := &window{nodes: nodes}
 	var (
@@ -66,19 +49,27 @@ func httpService(ctx context.Context, nodes cluster, clients int, warm, dur time
 	)
 	for range clients {
 		wg.Go(func() {
+			c := &httpConn{addr: svc.addr}
+			defer c.close()
 			var lat []time.Duration
 			var g struct{ Token string }
+			var body []byte
 			for !w.stopped.Load() {
-				url := base + prefix + strconv.FormatInt(seq.Add(1), 10)
+				path := prefix + strconv.FormatInt(seq.Add(1), 10)
 				t0 := time.Now()
-				err := post(url+"/acquire", acquireBody, &g)
+				resp, err := c.post(path+"/acquire", acquireBody)
 				if err == nil {
-					err = post(url+"/release", []byte(`{"token":"`+g.Token+`"}`), nil)
+					g.Token = ""
+					if err = json.Unmarshal(resp, &g); err == nil {
+						body = append(append(append(body[:0], `{"token":"`...), g.Token...), `"}`...)
+						_, err = c.post(path+"/release", body)
+					}
 				}
 				d := time.Since(t0)
 				if err != nil {
 					errs.Add(1)
 					first.CompareAndSwap(nil, err.Error())
+					c.close()
 					continue
 				}
 				if w.measuring.Load() {
@@ -111,6 +102,97 @@ func httpService(ctx context.Context, nodes cluster, clients int, warm, dur time
 		"svc_cpu_us_op":    float64(svcCPU) / float64(time.Microsecond) / n,
 		"errors":           float64(errs.Load()),
 	}, nil
+}
+
+// httpConn is one keep-alive HTTP/1.1 connection of W5's load: a request
+// is one write, a response is read through a bufio.Reader. Only what the
+// server sends is understood (a status line, headers, a Content-Length
+// body); anything else is an error, and the connection is dialled again.
+type httpConn struct {
+	addr string
+	c    net.Conn
+	br   *bufio.Reader
+	req  []byte
+	body []byte
+}
+
+func (h *httpConn) close() {
+	if h.c != nil {
+		h.c.Close()
+		h.c = nil
+	}
+}
+
+// post sends a POST of a JSON body to path and returns the body of its
+// 200 response, valid until the next call; any other status is an error.
+func (h *httpConn) post(path string, body []byte) ([]byte, error) {
+	if h.c == nil {
+		c, err := net.DialTimeout("tcp", h.addr, 10*time.Second)
+		if err != nil {
+			return nil, err
+		}
+		h.c = c
+		h.br = bufio.NewReaderSize(c, 4096)
+	}
+	h.c.SetDeadline(time.Now().Add(10 * time.Second))
+	r := append(h.req[:0], "POST "...)
+	r = append(r, path...)
+	r = append(r, " HTTP/1.1\r\nHost: "...)
+	r = append(r, h.addr...)
+	r = append(r, "\r\nContent-Type: application/json\r\nContent-Length: "...)
+	r = strconv.AppendInt(r, int64(len(body)), 10)
+	r = append(r, "\r\n\r\n"...)
+	r = append(r, body...)
+	h.req = r
+	if _, err := h.c.Write(r); err != nil {
+		return nil, err
+	}
+	line, err := h.br.ReadSlice('\n')
+	if err != nil {
+		return nil, err
+	}
+	status, ok := 0, false
+	if f := bytes.Fields(line); len(f) >= 2 && bytes.HasPrefix(f[0], []byte("HTTP/1.")) {
+		status, err = strconv.Atoi(string(f[1]))
+		ok = err == nil
+	}
+	if !ok {
+		return nil, fmt.Errorf("%s: bad status line %q", path, line)
+	}
+	length := -1
+	for {
+		line, err := h.br.ReadSlice('\n')
+		if err != nil {
+			return nil, err
+		}
+		line = bytes.TrimRight(line, "\r\n")
+		if len(line) == 0 {
+			break
+		}
+		k, v, _ := bytes.Cut(line, []byte(":"))
+		switch {
+		case bytes.EqualFold(k, []byte("Content-Length")):
+			if length, err = strconv.Atoi(string(bytes.TrimSpace(v))); err != nil {
+				return nil, fmt.Errorf("%s: bad Content-Length %q", path, v)
+			}
+		case bytes.EqualFold(k, []byte("Transfer-Encoding")), bytes.EqualFold(k, []byte("Connection")) && bytes.EqualFold(bytes.TrimSpace(v), []byte("close")):
+			return nil, fmt.Errorf("%s: unexpected %s", path, line)
+		}
+	}
+	if length < 0 {
+		return nil, fmt.Errorf("%s: response without Content-Length", path)
+	}
+	if cap(h.body) < length {
+		h.body = make([]byte, length)
+	}
+	h.body = h.body[:length]
+	if _, err := io.ReadFull(h.br, h.body); err != nil {
+		return nil, err
+	}
+	if status != http.StatusOK {
+		return nil, fmt.Errorf("%s: status %d: %s", path, status, h.body)
+	}
+	return h.body, nil
 }
 
 // countingStore passes everything to a valkey store and counts Extend
