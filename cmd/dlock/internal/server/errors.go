@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -138,6 +139,24 @@ func lockError(ctx context.Context, name string, err error) *apiError {
 // body decodes as {} when emptyOK. The errors are 400s naming the field,
 // or 413 for a body over [MaxBodyBytes].
 func decodeJSON(r io.Reader, v any, emptyOK bool) *apiError {
+	if fb, ok := v.(fastBody); ok {
+		// A small body is read whole and, when plain, decoded without
+		// encoding/json (fastjson.go); otherwise the decoder below reads
+		// the same bytes, and the same error after them.
+		buf := make([]byte, fastBodyBytes)
+		n, err := io.ReadFull(r, buf)
+		switch {
+		case err == io.EOF || err == io.ErrUnexpectedEOF:
+			if fb.decodeFast(buf[:n]) {
+				return nil
+			}
+			r = bytes.NewReader(buf[:n])
+		case err == nil:
+			r = io.MultiReader(bytes.NewReader(buf), r)
+		default:
+			r = io.MultiReader(bytes.NewReader(buf[:n]), errReader{err})
+		}
+	}
 	dec := json.NewDecoder(r)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
