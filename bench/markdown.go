@@ -207,7 +207,7 @@ func (r *report) markdown() string {
 	if c := r.cell("W5/dlock-http"); c != nil && c.Median != nil {
 		lib := r.cell("W2/dlock")
 		raw := r.cell("W2/raw-valkeygo")
-		sb.WriteString("| path | acq+rel/s | × raw | × library | p50 µs | p99 µs | srv cmds/op | client CPU µs/op |\n|---|--:|--:|--:|--:|--:|--:|--:|\n")
+		sb.WriteString("| path | acq+rel/s | × raw | × library | p50 µs | p99 µs | srv cmds/op | client CPU µs/op | service CPU µs/op |\n|---|--:|--:|--:|--:|--:|--:|--:|--:|\n")
 		row := func(name string, x *cell) {
 			if x == nil || x.Median == nil {
 				return
@@ -217,15 +217,20 @@ func (r *report) markdown() string {
 			if lib != nil && lib.Median != nil {
 				vl = fmt.Sprintf("%.2f×", x.Median["ops_per_s"]/lib.Median["ops_per_s"])
 			}
-			fmt.Fprintf(&sb, "| %s | %.0f | %s | %s | %.0f | %.0f | %.1f | %.0f |\n", name, x.Median["ops_per_s"], vs, vl,
-				x.Median["p50_us"], x.Median["p99_us"], x.Median["srv_cmds_per_op"], x.Median["client_cpu_us_op"])
+			svc := "–"
+			if v, ok := x.Median["svc_cpu_us_op"]; ok {
+				svc = fmt.Sprintf("%.0f", v)
+			}
+			fmt.Fprintf(&sb, "| %s | %.0f | %s | %s | %.0f | %.0f | %.1f | %.0f | %s |\n", name, x.Median["ops_per_s"], vs, vl,
+				x.Median["p50_us"], x.Median["p99_us"], x.Median["srv_cmds_per_op"], x.Median["client_cpu_us_op"], svc)
 		}
 		if raw != nil && raw.Median != nil {
 			row("dlock serve /v1 over HTTP", c)
+			row("net/http floor: fixed bodies, no lock (diagnostic)", r.cell("W5/nethttp-floor"))
 			row("dlock library (W2, same run)", lib)
 			row("raw valkey-go (W2, same run)", raw)
 		}
-		sb.WriteString("\nThe HTTP server, its 64 clients and redis-server share the same cores; client CPU includes the server's.\n\n")
+		sb.WriteString("\nThe HTTP server, its 64 clients and redis-server share the same cores. Client CPU is the driver process's: the 64 lean HTTP/1.1 clients (and, for the floor, its in-process server too); service CPU is the `dlock serve` process's.\n\n")
 	} else {
 		r.table(&sb, "W5", thr)
 	}

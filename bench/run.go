@@ -80,6 +80,10 @@ func spec(cfg config, one, five cluster) []*cell {
 		func(ctx context.Context) (metrics, error) {
 			return httpService(ctx, one, 64, cfg.warm, cfg.dur)
 		})
+	add("W5", contender{name: "nethttp-floor", note: "diagnostic: the same 64 clients against net/http in the driver, configured as `dlock serve` configures it, answering fixed bodies with no lock behind them: the ceiling of any Go HTTP service on these cores"},
+		func(ctx context.Context) (metrics, error) {
+			return httpFloor(ctx, one, 64, cfg.warm, cfg.dur)
+		})
 	add("W6", contender{name: "dlock", note: "one Locker, WithAutoRenew, store/valkey"},
 		func(ctx context.Context) (metrics, error) {
 			return manyLeases(ctx, one, cfg.w6N, cfg.w6TTL, cfg.w6Window)

@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,7 +36,47 @@ func httpService(ctx context.Context, nodes cluster, clients int, warm, dur time
 		return nil, err
 	}
 	defer svc.stop()
+	return httpLoad(ctx, nodes, svc.addr, svc.cpu, clients, warm, dur)
+}
 
+// httpFloor runs W5's load against net/http configured as `dlock serve`
+// configures it, in this process, answering acquire and release with
+// fixed bodies of the same shape and doing nothing else: the most any
+// HTTP service in Go can do on these cores with these clients.
+func httpFloor(ctx context.Context, nodes cluster, clients int, warm, dur time.Duration) (metrics, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	grant := []byte(`{"name":"x","token":"0123456789abcdef0123456789abcdef","fence":1,"ttlMs":30000,"mode":"mutex","count":1}` + "\n")
+	released := []byte(`{"name":"x","released":true}` + "\n")
+	srv := &http.Server{
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			io.Copy(io.Discard, r.Body)
+			h := w.Header()
+			h.Set("Content-Type", "application/json")
+			h.Set("Cache-Control", "no-store")
+			h.Set("X-Content-Type-Options", "nosniff")
+			w.WriteHeader(http.StatusOK)
+			if strings.HasSuffix(r.URL.Path, "/acquire") {
+				w.Write(grant)
+			} else {
+				w.Write(released)
+			}
+		}),
+	}
+	go srv.Serve(ln)
+	defer srv.Close()
+	return httpLoad(ctx, nodes, ln.Addr().String(), nil, clients, warm, dur)
+}
+
+// httpLoad runs W5's clients against the HTTP server at addr; svcCPU,
+// when not nil, is the CPU time the server's process used so far.
+func httpLoad(ctx context.Context, nodes cluster, addr string, svcCPU func() time.Duration, clients int, warm, dur time.Duration) (metrics, error) {
 	prefix := "/v1/locks/h" + strconv.FormatInt(cellSeq.Add(1), 10) + "-"
 	acquireBody := []byte(`{"ttlMs":` + strconv.FormatInt(lockTTL.Milliseconds(), 10) + `}`)
 	w := &window{nodes: nodes}
@@ -49,7 +90,7 @@ func httpService(ctx context.Context, nodes cluster, clients int, warm, dur time
 	)
 	for range clients {
 		wg.Go(func() {
-			c := &httpConn{addr: svc.addr}
+			c := &httpConn{addr: addr}
 			defer c.close()
 			var lat []time.Duration
 			var g struct{ Token string }
@@ -81,9 +122,14 @@ func httpService(ctx context.Context, nodes cluster, clients int, warm, dur time
 			mu.Unlock()
 		})
 	}
-	cpu0 := svc.cpu()
+	var cpu0, cpu1 time.Duration
+	if svcCPU != nil {
+		cpu0 = svcCPU()
+	}
 	werr := w.run(ctx, warm, dur)
-	svcCPU := svc.cpu() - cpu0
+	if svcCPU != nil {
+		cpu1 = svcCPU()
+	}
 	wg.Wait()
 	if werr != nil {
 		return nil, werr
@@ -93,15 +139,18 @@ func httpService(ctx context.Context, nodes cluster, clients int, warm, dur time
 	}
 	slices.Sort(all)
 	n := float64(len(all))
-	return metrics{
+	m := metrics{
 		"ops_per_s":        n / w.wall.Seconds(),
 		"p50_us":           pct(all, 50),
 		"p99_us":           pct(all, 99),
 		"srv_cmds_per_op":  float64(w.srv.calls) / n,
 		"client_cpu_us_op": float64(w.client) / float64(time.Microsecond) / n,
-		"svc_cpu_us_op":    float64(svcCPU) / float64(time.Microsecond) / n,
 		"errors":           float64(errs.Load()),
-	}, nil
+	}
+	if svcCPU != nil {
+		m["svc_cpu_us_op"] = float64(cpu1-cpu0) / float64(time.Microsecond) / n
+	}
+	return m, nil
 }
 
 // httpConn is one keep-alive HTTP/1.1 connection of W5's load: a request
