@@ -79,7 +79,7 @@ func httpFloor(ctx context.Context, nodes cluster, clients int, warm, dur time.D
 func httpLoad(ctx context.Context, nodes cluster, addr string, svcCPU func() time.Duration, clients int, warm, dur time.Duration) (metrics, error) {
 	prefix := "/v1/locks/h" + strconv.FormatInt(cellSeq.Add(1), 10) + "-"
 	acquireBody := []byte(`{"ttlMs":` + strconv.FormatInt(lockTTL.Milliseconds(), 10) + `}`)
-	w := &window{nodes: nodes}
+	w := &window{nodes: nodes, counted: true}
 	var (
 		wg    sync.WaitGroup
 		mu    sync.Mutex
@@ -113,7 +113,7 @@ func httpLoad(ctx context.Context, nodes cluster, addr string, svcCPU func() tim
 					c.close()
 					continue
 				}
-				if w.measuring.Load() {
+				if w.done() {
 					lat = append(lat, d)
 				}
 			}

@@ -22,6 +22,12 @@ type window struct {
 	nodes     cluster
 	measuring atomic.Bool
 	stopped   atomic.Bool
+	// counted: the workload calls done for each operation it records, and
+	// the window stays open past dur (up to maxExtra) until one has: on a
+	// loaded machine a short smoke window may otherwise close before the
+	// first operation of a slow contender comes back.
+	counted bool
+	ops     atomic.Int64
 
 	wall       time.Duration
 	start, end time.Time // the measured interval (wall clock for W3-procs)
@@ -50,6 +56,11 @@ func (w *window) run(ctx context.Context, warm, dur time.Duration) error {
 	if err := sleepCtx(ctx, dur); err != nil {
 		return err
 	}
+	for extra := time.Duration(0); w.counted && w.ops.Load() == 0 && extra < maxExtra; extra += dur {
+		if err := sleepCtx(ctx, dur); err != nil {
+			return err
+		}
+	}
 	w.measuring.Store(false)
 	w.start, w.end = t0, time.Now()
 	w.wall, w.client = w.end.Sub(t0), processCPU()-c0
@@ -59,6 +70,20 @@ func (w *window) run(ctx context.Context, warm, dur time.Duration) error {
 	}
 	w.srv = s1.sub(s0)
 	return nil
+}
+
+// maxExtra bounds how long a counted window waits past its duration for
+// its first operation.
+const maxExtra = 20 * time.Second
+
+// done records one measured operation; it reports whether the window was
+// measuring.
+func (w *window) done() bool {
+	if !w.measuring.Load() {
+		return false
+	}
+	w.ops.Add(1)
+	return true
 }
 
 // pct returns the p-th percentile (0..100) of sorted durations, in µs.
@@ -96,7 +121,7 @@ func throughput(ctx context.Context, c contender, nodes cluster, goroutines int,
 	}
 	defer lk.Close()
 	prefix := "t" + strconv.FormatInt(cellSeq.Add(1), 10) + "-"
-	w := &window{nodes: nodes}
+	w := &window{nodes: nodes, counted: true}
 	var (
 		wg    sync.WaitGroup
 		mu    sync.Mutex
@@ -132,7 +157,7 @@ func throughput(ctx context.Context, c contender, nodes cluster, goroutines int,
 					first.CompareAndSwap(nil, err.Error())
 					continue
 				}
-				if w.measuring.Load() {
+				if w.done() {
 					lat = append(lat, d)
 				}
 			}
