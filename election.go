@@ -152,15 +152,16 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 // then closes the channel. The first value is the leadership when Observe
 // starts; each later value differs from the one before: a new leader (a
 // higher Term), or the zero Leader when nobody leads any more. Values come
-// in order (terms only increase). Observe is woken by the store when the
-// name changes (a new leader, a resignation) and by a timer at the leader's
-// expiry; while nobody leads it also reads again every maximum backoff
-// (see [WithBackoff]; default 1s), in case a push was missed. A receiver
-// that falls behind is given the
-// leadership current when it reads, so a leader that came and went
-// meanwhile may be skipped. Store failures are retried with capped backoff.
-// On a bad name or a store without elections the channel is closed at once;
-// call [Election.Leader] first to see the error.
+// in order (terms only increase). Observe waits for the store to push each
+// change: the store's Watch of the name wakes it when a leader is elected
+// or resigns, also while nobody leads, and a timer at the leader's expiry
+// covers stores that do not push expiry. It re-reads on its own only as a
+// safety net, after 30s without a push (or every maximum backoff, see
+// [WithBackoff], when the store's Watch failed). A receiver that falls
+// behind is given the leadership current when it reads, so a leader that
+// came and went meanwhile may be skipped. Store failures are retried with
+// capped backoff. On a bad name or a store without elections the channel
+// is closed at once; call [Election.Leader] first to see the error.
 func (e *Election) Observe(ctx context.Context) <-chan Leader {
 	ch := make(chan Leader)
 	el, err := e.elector()
@@ -182,6 +183,10 @@ func (e *Election) Observe(ctx context.Context) <-chan Leader {
 	}()
 	return ch
 }
+
+// observeSafety is how long Observe waits for a push before it reads the
+// leadership again anyway, in case a push was lost.
+const observeSafety = 30 * time.Second
 
 func (e *Election) observe(ctx context.Context, el Elector, ch chan<- Leader) {
 	c := &e.cfg
@@ -217,12 +222,13 @@ func (e *Election) observe(ctx context.Context, el Elector, ch chan<- Leader) {
 				last = ld
 				continue // read again: it may have changed while we sent
 			}
-			if ld.Term != 0 {
+			switch {
+			case ld.Term != 0:
 				delay = ld.TTL + time.Millisecond // expiry is not always pushed
-			} else {
-				// A safety net for a push missed while nobody leads: read
-				// again after the longest backoff (WithBackoff; 1s).
-				delay = c.maxBackoff
+			case wake == nil:
+				delay = c.maxBackoff // no pushes: poll
+			default:
+				delay = observeSafety // the next push wakes us first
 			}
 		default:
 			if ctx.Err() != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -53,6 +54,10 @@ func testElection(t *testing.T, h Harness) {
 	t.Run("ObserveInOrder", func(t *testing.T) {
 		parallel(t)
 		electionObserveBurst(t, h)
+	})
+	t.Run("ObservePushedWhileNobodyLeads", func(t *testing.T) {
+		parallel(t)
+		electionObservePushed(t, h)
 	})
 	t.Run("ObserveExpiry", func(t *testing.T) {
 		parallel(t)
@@ -425,9 +430,8 @@ func electionObserveExpiry(t *testing.T, s dlock.Store) {
 	lo := newLocker(t, s)
 	obs := lo.Election(name).Observe(ctx)
 	nextLeader(t, obs, func(ld dlock.Leader) bool { return ld.Term == 0 })
-	// Long enough for the observer to read the leader even when the push
-	// of its grant came before the store tracked the name (Observe then
-	// reads again within a second while nobody leads).
+	// Long enough for the observer to see the leader before it expires,
+	// on a loaded machine.
 	const ttl = 2 * time.Second
 	req := electionReq(name, "short", ttl)
 	start := time.Now()
@@ -488,4 +492,84 @@ func electionResign(t *testing.T, s dlock.Store) {
 	if _, err := other.Campaign(ctx, string(make([]byte, dlock.MaxValueLen+1))); !errors.Is(err, dlock.ErrInvalid) {
 		t.Errorf("Campaign with a %d-byte value = %v, want ErrInvalid", dlock.MaxValueLen+1, err)
 	}
+}
+
+// electionObservePushed checks that an observer waiting while nobody leads
+// is woken by the store's push when a leader is elected, not by a re-read
+// of its own: Observe re-reads on its own only after 30s without a push,
+// and each new leader must arrive within waitTimeout (10s). The observer's
+// store counts its Watch wake-ups and leadership reads, for the log.
+func electionObservePushed(t *testing.T, h Harness) {
+	ctx := testContext(t)
+	name := lockName(t)
+	s := h.New(t)
+	peer := peerStore(t, h, s)
+	cs := &countingElector{Store: peer, el: elector(t, peer)}
+	lo := newLocker(t, cs)
+	obs := lo.Election(name).Observe(ctx)
+	nextLeader(t, obs, func(ld dlock.Leader) bool { return ld.Term == 0 })
+	l := newLocker(t, s, dlock.WithTTL(longTTL))
+	for i := range 3 {
+		e := l.Election(name)
+		value := fmt.Sprintf("leader-%d", i)
+		wakes, reads := cs.wakes.Load(), cs.reads.Load()
+		start := time.Now()
+		lease, err := e.Campaign(ctx, value)
+		if err != nil {
+			t.Fatalf("Campaign(%s) = %v", value, err)
+		}
+		nextLeader(t, obs, func(ld dlock.Leader) bool { return ld.Term == lease.Fence() })
+		t.Logf("leader %d observed %v after its campaign began (%d Watch wake-ups, %d leadership reads since)",
+			i, time.Since(start).Round(time.Millisecond), cs.wakes.Load()-wakes, cs.reads.Load()-reads)
+		if err := e.Resign(ctx); err != nil {
+			t.Fatalf("Resign = %v", err)
+		}
+		nextLeader(t, obs, func(ld dlock.Leader) bool { return ld.Term == 0 })
+	}
+}
+
+// countingElector is a Store and Elector that counts leadership reads and
+// the wake-ups of its Watch channels.
+type countingElector struct {
+	dlock.Store
+	el           dlock.Elector
+	wakes, reads atomic.Int64
+}
+
+func (c *countingElector) Leader(ctx context.Context, name string) (dlock.Leader, error) {
+	c.reads.Add(1)
+	return c.el.Leader(ctx, name)
+}
+
+// Watch forwards the store's wake-ups, counting them.
+func (c *countingElector) Watch(ctx context.Context, name string, mode dlock.Mode) (<-chan struct{}, func(), error) {
+	in, stop, err := c.Store.Watch(ctx, name, mode)
+	if err != nil {
+		return nil, nil, err
+	}
+	out := make(chan struct{}, 1)
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-quit:
+				return
+			case <-in:
+			}
+			c.wakes.Add(1)
+			select {
+			case out <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	var once sync.Once
+	return out, func() {
+		once.Do(func() {
+			stop()
+			close(quit)
+			<-done
+		})
+	}, nil
 }

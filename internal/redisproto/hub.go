@@ -54,6 +54,9 @@ type watched struct {
 	selfArmed bool
 	// stale: an invalidation came and no tracked read has followed yet.
 	stale bool
+	// observers: channels also woken by every answered tracked read
+	// (AddObserver).
+	observers map[chan struct{}]struct{}
 }
 
 const (
@@ -117,10 +120,35 @@ func (h *Hub) Add(key string, ch chan struct{}, selfArmed bool) {
 	}
 }
 
+// AddObserver is Add for a waiter that wants every change of key, not
+// only those that may free a lock (an election observer waits for a new
+// leader): ch also receives each time a tracked read of key is answered,
+// whatever it found, the first time just after this call. Between an
+// invalidation and the read that tracks the key again the server pushes
+// nothing; a caller that reads the lock after each wake-up so misses no
+// change. Without tracking it is Add.
+func (h *Hub) AddObserver(key string, ch chan struct{}) {
+	h.Add(key, ch, false)
+	h.mu.Lock()
+	arm := h.running
+	if w := h.keys[key]; arm && w != nil {
+		if w.observers == nil {
+			w.observers = make(map[chan struct{}]struct{})
+		}
+		w.observers[ch] = struct{}{}
+		h.pending[key] = time.Time{} // now
+	}
+	h.mu.Unlock()
+	if arm {
+		h.poke()
+	}
+}
+
 func (h *Hub) Remove(key string, ch chan struct{}) {
 	h.mu.Lock()
 	if w := h.keys[key]; w != nil {
 		delete(w.chans, ch)
+		delete(w.observers, ch)
 		if len(w.chans) == 0 {
 			delete(h.keys, key)
 		}
@@ -267,6 +295,12 @@ func (h *Hub) armPending() (next time.Time) {
 		case err == nil:
 			if w := h.keys[k]; w != nil {
 				w.stale = false
+				for ch := range w.observers {
+					select {
+					case ch <- struct{}{}:
+					default:
+					}
+				}
 			}
 			if r.Absent {
 				h.notifyLocked(k)

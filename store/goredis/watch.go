@@ -17,7 +17,10 @@ import (
 // gate key or its main key: a name is one lock) was written, deleted or
 // expired on the server, by any process (see the package doc, "Wake-ups").
 // A holder's renewal also wakes waiters, who then find the lock still held.
-// ctx is not used: Watch does not block. It returns an error wrapping
+// For [dlock.ModeElection] the channel also receives when a leader is
+// elected (the election's gate key is written), and each time the server
+// tracks the gate anew (after Watch and after each change), so that an
+// observer who reads the leader after each wake-up misses no change. ctx is not used: Watch does not block. It returns an error wrapping
 // [dlock.ErrNotSupported] for a mode this store does not run.
 func (s *Store) Watch(ctx context.Context, name string, mode dlock.Mode) (<-chan struct{}, func(), error) {
 	o, err := s.ops(mode)
@@ -29,7 +32,13 @@ func (s *Store) Watch(ctx context.Context, name string, mode dlock.Mode) (<-chan
 	}
 	ch := make(chan struct{}, 1)
 	key, main := o.WatchKey(s.l, name), s.l.Key(name)
-	s.hub.Add(key, ch, false)
+	if mode == dlock.ModeElection {
+		// An observer waits for a new leader, not for a free name: it is
+		// also woken whenever the server tracks the gate anew.
+		s.hub.AddObserver(key, ch)
+	} else {
+		s.hub.Add(key, ch, false)
+	}
 	if key != main {
 		// A name is one lock: whatever pattern holds it, its main key
 		// changes when the name frees.

@@ -57,7 +57,11 @@ func (s *Store) invalidated(msgs []vk.ValkeyMessage) {
 // its key written, deleted or expired on the server. A holder's renewal
 // also wakes waiters, who then find the lock still held. Expiry is noticed
 // when the server expires the key, which Redis does within about 100ms
-// of the deadline for a few keys. ctx is not used: Watch does not block.
+// of the deadline for a few keys. For [dlock.ModeElection] the channel
+// also receives when a leader is elected (the election's gate key is
+// written), and once the server tracks the gate, so that an observer who
+// reads the leader after that misses no change. ctx is not used: Watch
+// does not block.
 // It returns an error wrapping [dlock.ErrNotSupported] for a mode this store
 // does not run.
 func (s *Store) Watch(ctx context.Context, name string, mode dlock.Mode) (<-chan struct{}, func(), error) {
@@ -70,7 +74,13 @@ func (s *Store) Watch(ctx context.Context, name string, mode dlock.Mode) (<-chan
 	}
 	ch := make(chan struct{}, 1)
 	key, main := o.WatchKey(s.l, name), s.key(name)
-	s.hub.Add(key, ch, s.trackAcquire && o.ReadsWatchKey)
+	if mode == dlock.ModeElection {
+		// An observer waits for a new leader, not for a free name: it is
+		// also woken whenever the server tracks the gate anew.
+		s.hub.AddObserver(key, ch)
+	} else {
+		s.hub.Add(key, ch, s.trackAcquire && o.ReadsWatchKey)
+	}
 	if key != main {
 		// A name is one lock: whatever pattern holds it, its main key
 		// changes when the name frees.
