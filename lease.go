@@ -102,28 +102,41 @@ func (ls *Lease) Err() error {
 // [*StoreError] when the store did not answer (the lease stays valid until
 // its current validity ends), or an [*InvalidError] for a bad ttl.
 func (ls *Lease) Extend(ctx context.Context, ttl time.Duration) error {
+	req, ttl, err := ls.extendReq(ttl)
+	if err != nil {
+		return err
+	}
+	sent := time.Now()
+	return ls.extended(sent, ttl, ls.l.store.Extend(ctx, []Request{req})[0])
+}
+
+// extendReq checks ttl (0: the lease's TTL) and returns the store request
+// that extends the lease to it, or the error Extend returns at once.
+func (ls *Lease) extendReq(ttl time.Duration) (Request, time.Duration, error) {
 	if ttl == 0 {
 		ttl = ls.req.TTL - ls.delay
 	}
 	if ttl < MinTTL || ttl > MaxTTL {
-		return invalid("ttl", "must be between 100ms and 24h")
+		return Request{}, 0, invalid("ttl", "must be between 100ms and 24h")
 	}
 	l := ls.l
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	if ls.state != leaseHeld {
-		err := ls.err
-		l.mu.Unlock()
-		if err == nil {
-			err = ErrNotHeld
+		if ls.err != nil {
+			return Request{}, 0, ls.err
 		}
-		return err
+		return Request{}, 0, ErrNotHeld
 	}
 	req := ls.req
 	req.TTL = ttl + ls.delay
-	l.mu.Unlock()
+	return req, ttl, nil
+}
 
-	sent := time.Now()
-	err := l.store.Extend(ctx, []Request{req})[0]
+// extended applies the store's answer err to an extension to ttl sent at
+// sent, and returns what Extend returns.
+func (ls *Lease) extended(sent time.Time, ttl time.Duration, err error) error {
+	l := ls.l
 	l.mu.Lock()
 	if ls.state != leaseHeld {
 		err := ls.err
@@ -163,6 +176,22 @@ func (ls *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 // or a [*StoreError] when the store did not answer (the lock then frees
 // itself when its TTL runs out). Done is closed in every case.
 func (ls *Lease) Release(ctx context.Context) error {
+	if err := ls.markReleased(); err != nil {
+		return err
+	}
+	l := ls.l
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, l.cfg.opTimeout)
+		defer cancel()
+	}
+	return releaseErr(l.store.Release(ctx, ls.req))
+}
+
+// markReleased ends a held lease as Release does, without asking the store.
+// It returns the loss error of a lost lease, ErrNotHeld for one already
+// released, and nil when the caller must now release ls.req on the store.
+func (ls *Lease) markReleased() error {
 	l := ls.l
 	l.mu.Lock()
 	switch ls.state {
@@ -180,14 +209,12 @@ func (ls *Lease) Release(ctx context.Context) error {
 	close(ls.done)
 	held := time.Since(ls.acquiredAt)
 	l.mu.Unlock()
-
 	l.emit(Event{Kind: EventRelease, Mode: ls.req.Mode, Name: ls.req.Name, Fence: ls.fence, Duration: held})
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, l.cfg.opTimeout)
-		defer cancel()
-	}
-	err := l.store.Release(ctx, ls.req)
+	return nil
+}
+
+// releaseErr is what Release returns for the store's answer err.
+func releaseErr(err error) error {
 	switch {
 	case err == nil, errors.Is(err, ErrNotHeld):
 		return err

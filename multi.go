@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -16,14 +17,21 @@ const MaxMultiNames = 64
 // with its own fence, so a Multi and a [Mutex] on one of its names exclude
 // each other, and other libraries see the `lock:<name>` keys on Valkey.
 //
-// Names are taken one by one in one global order (sorted bytewise), all
-// with one token. A refusal releases the names already taken before the
-// caller waits (undo on refusal), so a waiting Multi holds nothing and
-// overlapping Multis never deadlock. Another client may briefly see some
-// names of a Multi held while it is still acquiring or undoing; it never
-// holds some names past a failed acquire (a name whose release failed runs
-// out at its TTL). Observers ([WithObserver]) get an acquire event for each
-// name taken, undone ones included, matched by its release or loss.
+// On a store that can take the names in one atomic operation ([MultiStore]:
+// Valkey/Redis on one node, or a cluster when every name hashes to one slot,
+// e.g. names sharing a {hash tag}) the names are taken, extended and
+// released with one script each, all with one token: all or nothing, with
+// no moment at which another client sees some of them held.
+//
+// Otherwise names are taken one by one in one global order (sorted
+// bytewise), all with one token. A refusal releases the names already taken
+// before the caller waits (undo on refusal), so a waiting Multi holds
+// nothing and overlapping Multis never deadlock. Another client may briefly
+// see some names of such a Multi held while it is still acquiring or
+// undoing; it never holds some names past a failed acquire (a name whose
+// release failed runs out at its TTL). Observers ([WithObserver]) get an
+// acquire event for each name taken, undone ones included, matched by its
+// release or loss.
 type Multi struct {
 	l     *Locker
 	names []string
@@ -163,9 +171,24 @@ func (m *Multi) check() error {
 	return nil
 }
 
-// attempt takes every name in order with token. On a refusal or an error
-// it releases what it took and returns the refusing name with its grant.
+// Atomic reports whether the Multi is taken with one operation of the
+// store (see [MultiStore]) rather than name by name.
+func (m *Multi) Atomic() bool { return m.atomic() != nil }
+
+func (m *Multi) atomic() MultiStore {
+	if ms, ok := m.l.store.(MultiStore); ok && m.err == nil && ms.AtomicMulti(m.names) {
+		return ms
+	}
+	return nil
+}
+
+// attempt takes every name with token: in one operation of the store when
+// it can, otherwise in order. On a refusal or an error nothing is left held
+// and it returns the refusing name with its grant.
 func (m *Multi) attempt(ctx context.Context, token string) (*MultiLease, Grant, string, error) {
+	if ms := m.atomic(); ms != nil {
+		return m.attemptAtomic(ctx, ms, token)
+	}
 	c := &m.cfg
 	leases := make([]*Lease, 0, len(m.names))
 	for _, name := range m.names {
@@ -182,6 +205,71 @@ func (m *Multi) attempt(ctx context.Context, token string) (*MultiLease, Grant, 
 		leases = append(leases, ls)
 	}
 	ml := &MultiLease{token: token, names: m.names, leases: leases, done: make(chan struct{})}
+	for _, ls := range leases {
+		ls.notifyLoss(ml.lost)
+	}
+	return ml, Grant{}, "", nil
+}
+
+// attemptAtomic takes every name with one AcquireMulti of ms. A reply lost
+// to a network error is asked for again with the same token (the store
+// answers idempotently), and released when that fails too, as tryOnce does.
+func (m *Multi) attemptAtomic(ctx context.Context, ms MultiStore, token string) (*MultiLease, Grant, string, error) {
+	c, l := &m.cfg, m.l
+	l.mu.Lock()
+	closed := l.closed
+	l.mu.Unlock()
+	if closed {
+		return nil, Grant{}, "", ErrClosed
+	}
+	reqs := make([]Request, len(m.names))
+	for i, name := range m.names {
+		reqs[i] = Request{Name: name, Token: token, Mode: ModeMutex, TTL: c.ttl + c.lockDelay}
+	}
+	sent := time.Now()
+	actx, acancel := attemptContext(ctx, c.opTimeout)
+	mg, err := ms.AcquireMulti(actx, reqs)
+	acancel()
+	if err != nil {
+		if errors.Is(err, ErrInvalid) || errors.Is(err, ErrNotSupported) {
+			return nil, Grant{}, "", err
+		}
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opTimeout)
+		defer cancel()
+		sent = time.Now()
+		if mg, err = ms.AcquireMulti(rctx, reqs); err != nil {
+			ms.ReleaseMulti(rctx, reqs)
+			return nil, Grant{}, "", errors.Join(&StoreError{Op: "acquire", Node: -1, Err: err}, ctx.Err())
+		}
+	}
+	if !mg.Acquired {
+		return nil, mg.Refusal, reqs[mg.Refused].Name, nil
+	}
+	if len(mg.Fences) != len(reqs) {
+		return nil, Grant{}, "", &StoreError{Op: "acquire", Node: -1, Err: fmt.Errorf("%d fences for %d names", len(mg.Fences), len(reqs))}
+	}
+	took := time.Since(sent)
+	leases := make([]*Lease, 0, len(reqs))
+	for i, req := range reqs {
+		ls, err := l.newLease(ctx, c, req, Grant{Acquired: true, Fence: mg.Fences[i]}, sent)
+		if err != nil {
+			// newLease released req's name; give up the others too.
+			rest := make([]Request, 0, len(reqs))
+			for _, ls := range leases {
+				if ls.markReleased() == nil {
+					rest = append(rest, ls.req)
+				}
+			}
+			rest = append(rest, reqs[i+1:]...)
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opTimeout)
+			ms.ReleaseMulti(rctx, rest)
+			cancel()
+			return nil, Grant{}, "", err
+		}
+		m.l.emit(Event{Kind: EventAcquire, Mode: ModeMutex, Name: req.Name, Result: "acquired", Fence: ls.fence, Duration: took})
+		leases = append(leases, ls)
+	}
+	ml := &MultiLease{token: token, names: m.names, leases: leases, ms: ms, opTimeout: c.opTimeout, done: make(chan struct{})}
 	for _, ls := range leases {
 		ls.notifyLoss(ml.lost)
 	}
@@ -208,6 +296,9 @@ type MultiLease struct {
 	token  string
 	names  []string
 	leases []*Lease // in names order
+	// ms, when set, extends and releases every name in one operation.
+	ms        MultiStore
+	opTimeout time.Duration
 
 	once sync.Once
 	done chan struct{}
@@ -279,10 +370,14 @@ func (ml *MultiLease) TTL() time.Duration {
 	return max(d, 0)
 }
 
-// Extend renews every name's lease to ttl (0 keeps the TTL), name by name.
-// It returns the first error as [Lease.Extend] does; a lost lease ends the
+// Extend renews every name's lease to ttl (0 keeps the TTL): in one
+// operation of the store for an atomic Multi, otherwise name by name. It
+// returns the first error as [Lease.Extend] does; a lost lease ends the
 // whole hold.
 func (ml *MultiLease) Extend(ctx context.Context, ttl time.Duration) error {
+	if ml.ms != nil {
+		return ml.extendAtomic(ctx, ttl)
+	}
 	for _, ls := range ml.leases {
 		if err := ls.Extend(ctx, ttl); err != nil {
 			return err
@@ -291,10 +386,32 @@ func (ml *MultiLease) Extend(ctx context.Context, ttl time.Duration) error {
 	return nil
 }
 
+func (ml *MultiLease) extendAtomic(ctx context.Context, ttl time.Duration) error {
+	reqs := make([]Request, len(ml.leases))
+	ttls := make([]time.Duration, len(ml.leases))
+	for i, ls := range ml.leases {
+		req, d, err := ls.extendReq(ttl)
+		if err != nil {
+			return err
+		}
+		reqs[i], ttls[i] = req, d
+	}
+	sent := time.Now()
+	errs := ml.ms.ExtendMulti(ctx, reqs)
+	var first error
+	for i, ls := range ml.leases {
+		if err := ls.extended(sent, ttls[i], errs[i]); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
 // Release gives up every name, including after a loss (the names still
-// held are freed). It returns nil when all were released, the loss error
-// when the hold had been lost, [ErrNotHeld] when it was already released,
-// or the first [*StoreError]. Done is closed in every case.
+// held are freed): in one operation of the store for an atomic Multi,
+// otherwise name by name. It returns nil when all were released, the loss
+// error when the hold had been lost, [ErrNotHeld] when it was already
+// released, or the first [*StoreError]. Done is closed in every case.
 func (ml *MultiLease) Release(ctx context.Context) error {
 	lostErr := ml.Err()
 	released := true
@@ -306,14 +423,43 @@ func (ml *MultiLease) Release(ctx context.Context) error {
 		return ErrNotHeld
 	}
 	var first error
-	for _, ls := range ml.leases {
-		err := ls.Release(ctx)
-		if err != nil && !errors.Is(err, ErrLeaseLost) && !errors.Is(err, ErrNotHeld) && first == nil {
-			first = err
+	if ml.ms != nil {
+		first = ml.releaseAtomic(ctx)
+	} else {
+		for _, ls := range ml.leases {
+			err := ls.Release(ctx)
+			if err != nil && !errors.Is(err, ErrLeaseLost) && !errors.Is(err, ErrNotHeld) && first == nil {
+				first = err
+			}
 		}
 	}
 	if lostErr != nil {
 		return lostErr
 	}
 	return first
+}
+
+// releaseAtomic releases the leases still held in one operation of the
+// store, and returns the first failure as a [*StoreError].
+func (ml *MultiLease) releaseAtomic(ctx context.Context) error {
+	reqs := make([]Request, 0, len(ml.leases))
+	for _, ls := range ml.leases {
+		if ls.markReleased() == nil {
+			reqs = append(reqs, ls.req)
+		}
+	}
+	if len(reqs) == 0 {
+		return nil
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, ml.opTimeout)
+		defer cancel()
+	}
+	for _, err := range ml.ms.ReleaseMulti(ctx, reqs) {
+		if err != nil && !errors.Is(err, ErrNotHeld) {
+			return releaseErr(err)
+		}
+	}
+	return nil
 }

@@ -213,3 +213,41 @@ type Broadcaster interface {
 
 // MaxBroadcast is the largest message every [Broadcaster] carries.
 const MaxBroadcast = 4000
+
+// MultiStore is implemented by stores that can take several mutex names in
+// one atomic operation (one script on Valkey/Redis). A [Multi] whose names
+// the store reports as atomic takes, extends and releases them in one
+// operation each; other multi-locks take their names one by one in a
+// global order, with undo on refusal.
+type MultiStore interface {
+	// AtomicMulti reports whether names can be taken in one operation: on
+	// Valkey/Redis, all on one node or, on a cluster, in one hash slot.
+	AtomicMulti(names []string) bool
+	// AcquireMulti takes every request or none, atomically. The requests
+	// are ModeMutex, share one Token and name distinct names that
+	// AtomicMulti accepts; each name is an ordinary mutex hold with its own
+	// fence, issued as Acquire issues it, so a name held in any mode (or by
+	// a foreign library's key) refuses the whole request and nothing
+	// changes. A retry by the token that holds every name refreshes their
+	// TTLs and returns the same fences. Refusals are a MultiGrant with
+	// Acquired false, not errors.
+	AcquireMulti(ctx context.Context, reqs []Request) (MultiGrant, error)
+	// ExtendMulti renews every request's lease to its TTL; ReleaseMulti
+	// gives every request's name up (handing it to a registered waiter as
+	// Release does). Each returns one error per request, as Extend and
+	// Release do: nil, ErrNotHeld, or the store's failure.
+	ExtendMulti(ctx context.Context, reqs []Request) []error
+	ReleaseMulti(ctx context.Context, reqs []Request) []error
+}
+
+// MultiGrant is a store's answer to [MultiStore.AcquireMulti].
+type MultiGrant struct {
+	Acquired bool
+	// Fences holds, when Acquired, each request's fence, in request order.
+	Fences []int64
+	// Refused is, when not Acquired, the index of a request whose name is
+	// held, and Refusal the Grant that Acquire would have answered for it
+	// (RetryAfter, Held).
+	Refused int
+	Refusal Grant
+}
