@@ -145,36 +145,42 @@ func crossPair(t *testing.T, s, other dlock.Store, held, asked dlock.Mode) {
 
 // crossMulti checks that a multi-lock is refused by a hold of any mode on
 // one of its names (naming it and its mode, leaving the other name free),
-// and that its holds refuse every mode.
+// and that its holds refuse every mode; with names spread over a cluster's
+// slots and with names in one slot (taken in one operation where the store
+// can).
 func crossMulti(t *testing.T, s dlock.Store, modes []dlock.Mode) {
-	ctx := testContext(t)
 	l := newLocker(t, s, dlock.WithTTL(longTTL))
 	for _, m := range modes {
-		base := lockName(t)
-		names := []string{base + "-a", base + "-b"}
-		held := crossReq(names[1], m, longTTL)
-		mustAcquire(t, s, held)
-		_, err := l.Multi(names).TryLock(ctx)
-		var le *dlock.LockedError
-		if !errors.As(err, &le) || le.Name != names[1] || le.Held != m {
-			t.Errorf("multi-lock TryLock while a %v hold has %q = %v; want a *LockedError naming it, Held %v", m, names[1], err, m)
+		for _, c := range slotCases {
+			crossMultiMode(t, s, l, m, multiNames(lockName(t), 2, c.oneSlot))
 		}
-		free := crossReq(names[0], m, longTTL)
-		mustAcquire(t, s, free) // the refused multi-lock left it free
-		mustRelease(t, s, free)
-		mustRelease(t, s, held)
-		ml, err := l.Multi(names).TryLock(ctx)
-		if err != nil {
-			t.Fatalf("multi-lock TryLock when free = %v", err)
+	}
+}
+
+func crossMultiMode(t *testing.T, s dlock.Store, l *dlock.Locker, m dlock.Mode, names []string) {
+	ctx := testContext(t)
+	held := crossReq(names[1], m, longTTL)
+	mustAcquire(t, s, held)
+	_, err := l.Multi(names).TryLock(ctx)
+	var le *dlock.LockedError
+	if !errors.As(err, &le) || le.Name != names[1] || le.Held != m {
+		t.Errorf("multi-lock %q TryLock while a %v hold has %q = %v; want a *LockedError naming it, Held %v", names, m, names[1], err, m)
+	}
+	free := crossReq(names[0], m, longTTL)
+	mustAcquire(t, s, free) // the refused multi-lock left it free
+	mustRelease(t, s, free)
+	mustRelease(t, s, held)
+	ml, err := l.Multi(names).TryLock(ctx)
+	if err != nil {
+		t.Fatalf("multi-lock %q TryLock when free = %v", names, err)
+	}
+	for _, n := range names {
+		if g := mustRefuse(t, s, crossReq(n, m, longTTL)); g.Held != dlock.ModeMutex {
+			t.Errorf("%v request on a multi-locked name: Held = %v, want mutex", m, g.Held)
 		}
-		for _, n := range names {
-			if g := mustRefuse(t, s, crossReq(n, m, longTTL)); g.Held != dlock.ModeMutex {
-				t.Errorf("%v request on a multi-locked name: Held = %v, want mutex", m, g.Held)
-			}
-		}
-		if err := ml.Release(ctx); err != nil {
-			t.Errorf("multi-lock Release = %v", err)
-		}
+	}
+	if err := ml.Release(ctx); err != nil {
+		t.Errorf("multi-lock Release = %v", err)
 	}
 }
 
