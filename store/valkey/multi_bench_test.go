@@ -16,7 +16,7 @@ import (
 // Run with: go test -run ^$ -bench Multi -benchtime 3s ./store/valkey/
 
 // BenchmarkMultiUncontended takes and releases a multi-lock on 4 fresh
-// names: 4 acquire scripts and 4 releases, one after another.
+// names: on one node, one acquire script and one release script.
 func BenchmarkMultiUncontended(b *testing.B) {
 	srv := testredis.Start(b)
 	l, err := dlock.New(dialB(b, srv.URL()))

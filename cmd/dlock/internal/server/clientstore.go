@@ -36,6 +36,30 @@ func (s clientStore) Release(ctx context.Context, req dlock.Request) error {
 	return s.Store.Release(ctx, req)
 }
 
+// AtomicMulti implements [dlock.MultiStore] as the store does: false when
+// it takes multi-locks name by name, so the other MultiStore methods are
+// called only on a store that has them.
+func (s clientStore) AtomicMulti(names []string) bool {
+	ms, ok := s.Store.(dlock.MultiStore)
+	return ok && ms.AtomicMulti(names)
+}
+
+func (s clientStore) AcquireMulti(ctx context.Context, reqs []dlock.Request) (dlock.MultiGrant, error) {
+	return s.Store.(dlock.MultiStore).AcquireMulti(ctx, reqs)
+}
+
+func (s clientStore) ExtendMulti(ctx context.Context, reqs []dlock.Request) []error {
+	return s.Store.(dlock.MultiStore).ExtendMulti(ctx, reqs)
+}
+
+// ReleaseMulti implements [dlock.MultiStore] as Release does.
+func (s clientStore) ReleaseMulti(ctx context.Context, reqs []dlock.Request) []error {
+	if ctx.Value(forRequest{}) == nil {
+		return make([]error, len(reqs)) // the lease's client decides
+	}
+	return s.Store.(dlock.MultiStore).ReleaseMulti(ctx, reqs)
+}
+
 // grantWatchingStore is a clientStore that keeps the store's
 // [dlock.GrantWatcher], with which fair waiters are handed the lock.
 type grantWatchingStore struct {
