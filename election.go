@@ -156,8 +156,9 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 // change: the store's Watch of the name wakes it when a leader is elected
 // or resigns, also while nobody leads, and a timer at the leader's expiry
 // covers stores that do not push expiry. It re-reads on its own only as a
-// safety net, after 30s without a push (or every maximum backoff, see
-// [WithBackoff], when the store's Watch failed). A receiver that falls
+// safety net, after 30s without a push; when the store's Watch of the
+// election fails (a store without pushes), it reads every maximum backoff
+// instead (see [WithBackoff]; default 1s). A receiver that falls
 // behind is given the leadership current when it reads, so a leader that
 // came and went meanwhile may be skipped. Store failures are retried with
 // capped backoff. On a bad name or a store without elections the channel
@@ -223,10 +224,13 @@ func (e *Election) observe(ctx context.Context, el Elector, ch chan<- Leader) {
 				continue // read again: it may have changed while we sent
 			}
 			switch {
-			case ld.Term != 0:
-				delay = ld.TTL + time.Millisecond // expiry is not always pushed
 			case wake == nil:
 				delay = c.maxBackoff // no pushes: poll
+				if ld.Term != 0 {
+					delay = min(delay, ld.TTL+time.Millisecond)
+				}
+			case ld.Term != 0:
+				delay = ld.TTL + time.Millisecond // expiry is not always pushed
 			default:
 				delay = observeSafety // the next push wakes us first
 			}

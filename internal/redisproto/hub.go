@@ -102,6 +102,14 @@ func (h *Hub) Stop() {
 	}
 }
 
+// Running reports whether the hub keeps the server tracking watched keys
+// (the Store's client has its invalidation hook).
+func (h *Hub) Running() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.running
+}
+
 func (h *Hub) Add(key string, ch chan struct{}, selfArmed bool) {
 	h.mu.Lock()
 	w := h.keys[key]

@@ -20,7 +20,8 @@ import (
 // For [dlock.ModeElection] the channel also receives when a leader is
 // elected (the election's gate key is written), and each time the server
 // tracks the gate anew (after Watch and after each change), so that an
-// observer who reads the leader after each wake-up misses no change. ctx is not used: Watch does not block. It returns an error wrapping
+// observer who reads the leader after each wake-up misses no change. ctx
+// is not used: Watch does not block. It returns an error wrapping
 // [dlock.ErrNotSupported] for a mode this store does not run.
 func (s *Store) Watch(ctx context.Context, name string, mode dlock.Mode) (<-chan struct{}, func(), error) {
 	o, err := s.ops(mode)

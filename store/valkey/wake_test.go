@@ -2,6 +2,7 @@ package valkey_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strconv"
 	"strings"
@@ -290,6 +291,60 @@ func TestNewWithoutHook(t *testing.T) {
 	if err := client.Do(ctx, client.B().Ping().Build()).Error(); err != nil {
 		t.Errorf("PING on the caller's client after Store.Close = %v, want nil", err)
 	}
+}
+
+// TestNewWithoutHookObserve: on a Store that gets no server pushes, Watch of
+// an election is not supported, so Election.Observe polls (every maximum
+// backoff) and still sees a leader elected through another Store, and the
+// end of its leadership.
+func TestNewWithoutHookObserve(t *testing.T) {
+	srv := testredis.Start(t)
+	client, err := vk.NewClient(vk.ClientOption{InitAddress: []string{srv.Addr()}})
+	if err != nil {
+		t.Fatalf("NewClient = %v", err)
+	}
+	t.Cleanup(client.Close)
+	s, err := valkey.New(client)
+	if err != nil {
+		t.Fatalf("New = %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	ctx := testContext(t)
+	if _, _, err := s.Watch(ctx, "e", dlock.ModeElection); !errors.Is(err, dlock.ErrNotSupported) {
+		t.Errorf("Watch(election) without pushes = %v, want ErrNotSupported", err)
+	}
+	obs := newLocker(t, s, dlock.WithBackoff(time.Millisecond, 50*time.Millisecond)).Election("e").Observe(ctx)
+	var seen []dlock.Leader
+	next := func(want func(dlock.Leader) bool) {
+		t.Helper()
+		timer := time.NewTimer(10 * time.Second)
+		defer timer.Stop()
+		for {
+			select {
+			case ld, ok := <-obs:
+				if !ok {
+					t.Fatalf("Observe channel closed")
+				}
+				seen = append(seen, ld)
+				if want(ld) {
+					return
+				}
+			case <-timer.C:
+				t.Fatalf("no awaited leadership change within 10s; seen %+v", seen)
+			}
+		}
+	}
+	next(func(ld dlock.Leader) bool { return ld.Term == 0 })
+	e := newLocker(t, dial(t, srv.URL())).Election("e")
+	lease, err := e.Campaign(ctx, "a")
+	if err != nil {
+		t.Fatalf("Campaign = %v", err)
+	}
+	next(func(ld dlock.Leader) bool { return ld.Term == lease.Fence() && ld.Value == "a" })
+	if err := e.Resign(ctx); err != nil {
+		t.Fatalf("Resign = %v", err)
+	}
+	next(func(ld dlock.Leader) bool { return ld.Term == 0 })
 }
 
 // TestTrackedAcquireRearms: a Lock waiter is woken by every change of the

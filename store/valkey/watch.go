@@ -2,6 +2,7 @@ package valkey
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -59,11 +60,13 @@ func (s *Store) invalidated(msgs []vk.ValkeyMessage) {
 // when the server expires the key, which Redis does within about 100ms
 // of the deadline for a few keys. For [dlock.ModeElection] the channel
 // also receives when a leader is elected (the election's gate key is
-// written), and once the server tracks the gate, so that an observer who
-// reads the leader after that misses no change. ctx is not used: Watch
-// does not block.
+// written), and each time the server tracks the gate anew (after Watch and
+// after each change), so that an observer who reads the leader after each
+// wake-up misses no change. ctx is not used: Watch does not block.
 // It returns an error wrapping [dlock.ErrNotSupported] for a mode this store
-// does not run.
+// does not run, and for ModeElection on a Store without server pushes
+// (made by [New]), on which a new leader would go unseen: callers then poll
+// ([dlock.Election.Observe] every maximum backoff).
 func (s *Store) Watch(ctx context.Context, name string, mode dlock.Mode) (<-chan struct{}, func(), error) {
 	o, err := s.ops(mode)
 	if err != nil {
@@ -71,6 +74,9 @@ func (s *Store) Watch(ctx context.Context, name string, mode dlock.Mode) (<-chan
 	}
 	if err := s.checkName(name); err != nil {
 		return nil, nil, err
+	}
+	if mode == dlock.ModeElection && !s.hub.Running() {
+		return nil, nil, fmt.Errorf("%w: valkey election watch without server pushes (a Store made by New)", dlock.ErrNotSupported)
 	}
 	ch := make(chan struct{}, 1)
 	key, main := o.WatchKey(s.l, name), s.key(name)
