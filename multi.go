@@ -260,10 +260,11 @@ func (m *Multi) attemptAtomic(ctx context.Context, ms MultiStore, token string) 
 					rest = append(rest, ls.req)
 				}
 			}
-			rest = append(rest, reqs[i+1:]...)
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opTimeout)
-			ms.ReleaseMulti(rctx, rest)
-			cancel()
+			if rest = append(rest, reqs[i+1:]...); len(rest) > 0 {
+				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opTimeout)
+				ms.ReleaseMulti(rctx, rest)
+				cancel()
+			}
 			return nil, Grant{}, "", err
 		}
 		m.l.emit(Event{Kind: EventAcquire, Mode: ModeMutex, Name: req.Name, Result: "acquired", Fence: ls.fence, Duration: took})
