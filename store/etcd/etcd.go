@@ -46,6 +46,9 @@ type Store struct {
 	stop   chan struct{}     // closed by Close
 	wg     sync.WaitGroup    // the reaper and WatchGrant goroutines
 	bus    busState          // the lease of published messages (broadcast.go)
+	// dead are the leases revoked for a lapsed TTL, for deadFor: a
+	// keep-alive that reached etcd before the revocation renews nothing.
+	dead map[clientv3.LeaseID]time.Time
 }
 
 // local is a hold or queue place granted through this store: its lease and
@@ -85,7 +88,7 @@ func New(ctx context.Context, endpoints []string, opts ...Option) (*Store, error
 // NewWithClient returns a store on the caller's client; Close leaves it
 // open.
 func NewWithClient(cli *clientv3.Client, opts ...Option) *Store {
-	s := &Store{cli: cli, prefix: DefaultPrefix, local: map[string]*local{}, kick: make(chan struct{}, 1), stop: make(chan struct{})}
+	s := &Store{cli: cli, prefix: DefaultPrefix, local: map[string]*local{}, dead: map[clientv3.LeaseID]time.Time{}, kick: make(chan struct{}, 1), stop: make(chan struct{})}
 	for _, o := range opts {
 		o(s)
 	}

@@ -18,13 +18,16 @@ import (
 // is gone.
 func (s *Store) keepAlive(ctx context.Context, name string, e *entry, ttl time.Duration, key string) error {
 	lease := clientv3.LeaseID(e.kv.Lease)
+	if s.isDead(lease) {
+		return errRetry // lapsed: its revocation is on its way
+	}
 	if seconds(ttl) <= seconds(time.Duration(e.v.TTL)*time.Millisecond) {
 		_, err := s.cli.KeepAliveOnce(ctx, lease)
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			return errRetry
 		}
-		if err == nil {
-			s.track(key, lease, ttl)
+		if err == nil && !s.renew(key, lease, ttl) {
+			return errRetry // lapsed meanwhile: the revocation follows the keep-alive
 		}
 		return err
 	}
@@ -69,6 +72,26 @@ func (s *Store) track(key string, lease clientv3.LeaseID, ttl time.Duration) {
 	}
 }
 
+// renew is track for a keep-alive of lease: false when the lease lapsed
+// and this store is revoking it, so the keep-alive is void.
+func (s *Store) renew(key string, lease clientv3.LeaseID, ttl time.Duration) bool {
+	s.mu.Lock()
+	_, dead := s.dead[lease]
+	s.mu.Unlock()
+	if dead {
+		return false
+	}
+	s.track(key, lease, ttl)
+	return true
+}
+
+func (s *Store) isDead(lease clientv3.LeaseID) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, dead := s.dead[lease]
+	return dead
+}
+
 func (s *Store) untrack(key string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -82,13 +105,23 @@ func (s *Store) lapsed(key string) bool {
 	l := s.local[key]
 	gone := l != nil && !time.Now().Before(l.deadline)
 	if gone {
-		delete(s.local, key)
+		s.lapseLocked(key)
 	}
 	s.mu.Unlock()
 	if gone {
 		s.revoke(l.lease)
 	}
 	return gone
+}
+
+// lapseLocked stops tracking key, whose TTL passed, and remembers its
+// lease as dead until it is revoked and a while after. It returns the
+// lease to revoke. s.mu is held.
+func (s *Store) lapseLocked(key string) clientv3.LeaseID {
+	l := s.local[key]
+	delete(s.local, key)
+	s.dead[l.lease] = time.Now()
+	return l.lease
 }
 
 // lapsedEntry is lapsed for a key as read: when the key has moved to
@@ -133,10 +166,16 @@ func (s *Store) reap() {
 		var due []clientv3.LeaseID
 		for k, l := range s.local {
 			if !now.Before(l.deadline) {
-				due = append(due, l.lease)
-				delete(s.local, k)
+				due = append(due, s.lapseLocked(k))
 			} else if l.deadline.Before(next) {
 				next = l.deadline
+			}
+		}
+		for id, at := range s.dead {
+			if now.Sub(at) > deadFor {
+				delete(s.dead, id)
+			} else if at.Add(deadFor).Before(next) {
+				next = at.Add(deadFor)
 			}
 		}
 		s.mu.Unlock()
@@ -158,6 +197,10 @@ func (s *Store) reap() {
 		}
 	}
 }
+
+// deadFor is how long a revoked lease is remembered: longer than any
+// keep-alive in flight when it was revoked.
+const deadFor = time.Minute
 
 // revoke drops a lease (and its keys) after an operation no longer needs
 // it, bounded by a short timeout.
@@ -288,6 +331,9 @@ func (s *Store) Release(ctx context.Context, req dlock.Request) error {
 		return dlock.ErrNotHeld
 	}
 	kv := resp.Kvs[0]
+	if s.isDead(clientv3.LeaseID(kv.Lease)) {
+		return dlock.ErrNotHeld // lapsed: its revocation is on its way
+	}
 	if kv.Lease == 0 {
 		_, err = s.cli.Delete(ctx, key)
 	} else {
