@@ -435,15 +435,14 @@ func acquire(w mWorld, op mOp, o mObs) (mWorld, string) {
 	for _, h := range nm.holds {
 		if family(h.mode) != family(op.mode) {
 			held, _ := nm.heldMode()
+			pos := -1
 			if op.queue && op.mode == dlock.ModeFair {
-				// Position is not checked here: store/etcd reports 0 for
-				// every fair waiter while another pattern holds the name.
-				enqueue(&nm.fairQ, op, o)
+				pos = enqueue(&nm.fairQ, op, o)
 			}
 			if op.queue && op.mode == dlock.ModeWrite {
 				enqueue(&nm.writeQ, op, o)
 			}
-			return refuse(held, -1)
+			return refuse(held, pos)
 		}
 	}
 	if o.oneQ && !g.Acquired && len(nm.fairQ)+len(nm.writeQ) > 0 {

@@ -53,19 +53,17 @@ func (s *Store) tryAcquire(ctx context.Context, kind string, req dlock.Request, 
 	if s.lapsed(key) {
 		return dlock.Grant{}, errRetry
 	}
-	*last = s.refusal(kind, vw, -1)
+	*last = s.refusal(kind, vw, -1, req.Mode)
 	if i, me := vw.find(req.Token); me != nil {
 		switch {
 		case !vw.holds(kind, i):
-			// A queue place: keep it alive and report the position.
-			qttl := req.QueueTTL
-			if qttl <= 0 {
-				qttl = req.TTL
-			}
-			if err := s.keepAlive(ctx, req.Name, me, qttl, key); err != nil {
+			// A queue place: report the position, keeping the place alive
+			// for another QueueTTL when asked to queue (Queue false leaves
+			// it to run out, as on every store).
+			if err := s.keepPlace(ctx, req, me, key); err != nil {
 				return dlock.Grant{}, err
 			}
-			g := s.refusal(kind, vw, i)
+			g := s.refusal(kind, vw, i, req.Mode)
 			if held, left, ok := s.otherHold(vw); ok {
 				g.Held, g.RetryAfter = held, left
 			}
@@ -74,9 +72,9 @@ func (s *Store) tryAcquire(ctx context.Context, kind string, req dlock.Request, 
 			// At the head of the queue: claim it, unless another kind
 			// holds the name.
 			if held, left, ok := s.otherHold(vw); ok {
-				g := s.refusal(kind, vw, i)
+				g := s.refusal(kind, vw, i, req.Mode)
 				g.Held, g.RetryAfter = held, left
-				if err := s.keepAlive(ctx, req.Name, me, max(req.QueueTTL, req.TTL), key); err != nil {
+				if err := s.keepPlace(ctx, req, me, key); err != nil {
 					return dlock.Grant{}, err
 				}
 				return g, nil
@@ -222,6 +220,20 @@ func (s *Store) tryAcquire(ctx context.Context, kind string, req dlock.Request, 
 	return dlock.Grant{Acquired: true, Fence: fence, Count: count}, nil
 }
 
+// keepPlace renews the queue place me of a queued request for its queue
+// TTL (the TTL when none is given); a request that does not ask to queue
+// leaves the place as it is.
+func (s *Store) keepPlace(ctx context.Context, req dlock.Request, me *entry, key string) error {
+	if !req.Queue {
+		return nil
+	}
+	qttl := req.QueueTTL
+	if qttl <= 0 {
+		qttl = req.TTL
+	}
+	return s.keepAlive(ctx, req.Name, me, qttl, key)
+}
+
 func slicesIndex(vw *view, e *entry) int {
 	for i, x := range vw.entries {
 		if x == e {
@@ -302,26 +314,29 @@ func (s *Store) enqueue(ctx context.Context, kind string, req dlock.Request, vw 
 		return dlock.Grant{}, err
 	}
 	s.track(key, lease.ID, qttl)
-	return s.refusal(kind, vw, -1), nil
+	return s.refusal(kind, vw, -1, req.Mode), nil
 }
 
-// queued is the number of keys in vw that do not hold the lock.
-func queued(kind string, vw *view) int {
-	n := 0
-	for i := range vw.entries {
-		if !vw.holds(kind, i) {
-			n++
+// queued is the number of queue places among the first n keys of vw
+// (keys that were not granted the lock, the head's included).
+func queued(kind string, vw *view, n int) int {
+	q := 0
+	for i := range n {
+		if !vw.claimed(kind, i) {
+			q++
 		}
 	}
-	return n
+	return q
 }
 
 // refusal describes a refused Acquire: RetryAfter is the longest TTL the
 // holders asked for (the shortest for a semaphore), an upper bound of their
 // remaining time (etcd leases do not tell it below a second); Position is the
 // caller's place in the queue (i its index, or -1: the queue's length).
-func (s *Store) refusal(kind string, vw *view, i int) dlock.Grant {
-	g := dlock.Grant{Held: vw.heldMode(kind)}
+// Held is the holders' mode, or mode (the request's) when only queue places
+// keep the caller out.
+func (s *Store) refusal(kind string, vw *view, i int, mode dlock.Mode) dlock.Grant {
+	g := dlock.Grant{Held: vw.heldMode(kind, mode)}
 	first := true
 	for j, e := range vw.entries {
 		if !vw.holds(kind, j) {
@@ -341,13 +356,8 @@ func (s *Store) refusal(kind string, vw *view, i int) dlock.Grant {
 		first = false
 	}
 	if i < 0 {
-		g.Position = queued(kind, vw)
-	} else {
-		for j := range vw.entries[:i] {
-			if !vw.holds(kind, j) {
-				g.Position++
-			}
-		}
+		i = len(vw.entries)
 	}
+	g.Position = queued(kind, vw, i)
 	return g
 }

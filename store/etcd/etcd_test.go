@@ -41,10 +41,10 @@ func TestConformance(t *testing.T) {
 			// Each acquisition of a reentrant hold is a key on its own lease:
 			// a re-entry with a longer TTL does not keep the first one.
 			ReentrantApart: true,
-			// Not yet: a reader refused by a queued writer alone is told
-			// Held write, and fair waiters queued during another pattern's
-			// hold are all at Position 0 (found by the model, issue #17).
-			NoQueue: true,
+			// A name freed by another pattern is claimed by the fair
+			// queue's head at its own next Acquire: a fair Acquire by a
+			// caller that is not queued does not claim it for the head.
+			LazyHandoff: true,
 		})
 	})
 }

@@ -119,14 +119,29 @@ type view struct {
 }
 
 // heldMode is the mode of the lock's holders (kind's): ModeWrite while a
-// writer holds a read-write lock.
-func (vw *view) heldMode(kind string) dlock.Mode {
+// writer holds a read-write lock, or def when only queue places are left
+// (a writer's intent at the head holds nothing yet).
+func (vw *view) heldMode(kind string, def dlock.Mode) dlock.Mode {
+	held := false
 	for i, e := range vw.entries {
-		if vw.holds(kind, i) && e.v.Mode == dlock.ModeWrite {
+		if !vw.claimed(kind, i) {
+			continue
+		}
+		if e.v.Mode == dlock.ModeWrite {
 			return dlock.ModeWrite
 		}
+		held = true
+	}
+	if !held {
+		return def
 	}
 	return kindMode[kind]
+}
+
+// claimed reports whether entry i holds the lock and was granted: not a
+// queue place, even at the head.
+func (vw *view) claimed(kind string, i int) bool {
+	return vw.entries[i].v.Held && vw.holds(kind, i)
 }
 
 // otherHold reports a hold of another kind on the name (a name is one
@@ -137,9 +152,9 @@ func (s *Store) otherHold(vw *view) (dlock.Mode, time.Duration, bool) {
 		if ov == nil {
 			continue
 		}
-		for i, e := range ov.entries {
-			if e.v.Held && ov.holds(k, i) { // a queue place at the head holds nothing yet
-				return ov.heldMode(k), s.refusal(k, ov, -1).RetryAfter, true
+		for i := range ov.entries {
+			if ov.claimed(k, i) { // a queue place at the head holds nothing yet
+				return ov.heldMode(k, kindMode[k]), s.refusal(k, ov, -1, 0).RetryAfter, true
 			}
 		}
 	}
