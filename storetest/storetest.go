@@ -68,6 +68,11 @@ type Harness struct {
 	// suite checks that Acquire in such a mode returns an error wrapping
 	// [dlock.ErrNotSupported], and skips the suites of those modes.
 	Unsupported []dlock.Mode
+	// QueuedWriterHolds tells that a writer whose intent reaches the head
+	// of the queue is handed the name (store/zookeeper), so no refusal
+	// comes from a writer's intent alone; the checks of that refusal are
+	// skipped.
+	QueuedWriterHolds bool
 }
 
 func (h Harness) supports(m dlock.Mode) bool { return !slices.Contains(h.Unsupported, m) }

@@ -81,7 +81,9 @@ func (s *Store) acquire(kind string, req dlock.Request) (dlock.Grant, error) {
 			return s.refusal(kind, dir, es, -1, req.Limit), nil
 		}
 		if !holds(kind, es, i, req.Limit) {
-			s.track(path, qttl, 0)
+			if req.Queue { // else the place runs out, as on every store
+				s.track(path, qttl, 0)
+			}
 			return s.refusal(kind, dir, es, i, req.Limit), nil
 		}
 		return s.grant(kind, req, dir, path, es, i)

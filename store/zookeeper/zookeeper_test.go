@@ -32,6 +32,8 @@ func TestConformance(t *testing.T) {
 	storetest.Run(t, storetest.Harness{
 		New:     func(t *testing.T) dlock.Store { return newStore(t, srv.Addr()) },
 		Restart: func(t *testing.T) { srv.Restart(t) },
+		// The head of the one queue holds, a writer's intent too.
+		QueuedWriterHolds: true,
 	})
 	t.Run("Model", func(t *testing.T) {
 		storetest.RunModel(t, storetest.Harness{
