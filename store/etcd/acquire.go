@@ -262,8 +262,15 @@ func (s *Store) count(kind string, vw *view, me *entry) int {
 // key moves to a new lease of ttl (its queue lease was as short as the
 // queue TTL), and the claiming transaction's revision is the fence,
 // recorded on the fence key. It fails with errRetry when the key changed
-// since it was read (expired, or claimed by someone else).
+// since it was read (expired, or claimed by someone else), or when this
+// store judged the place lapsed. A hold claimed for a waiter of this store
+// (mine, or a handoff to a place it tracks) is tracked for ttl.
 func (s *Store) claim(ctx context.Context, kind, name string, me *entry, ttl time.Duration, key string, mine bool, others []clientv3.Cmp) (int64, error) {
+	old := clientv3.LeaseID(me.kv.Lease)
+	if s.isDead(old) {
+		return 0, errRetry // the place lapsed: its revocation is on its way
+	}
+	mine = mine || s.tracks(key)
 	lease, err := s.cli.Grant(ctx, seconds(ttl))
 	if err != nil {
 		return 0, err
@@ -284,10 +291,10 @@ func (s *Store) claim(ctx context.Context, kind, name string, me *entry, ttl tim
 		}
 		return 0, err
 	}
-	if mine {
+	if mine || s.isDead(old) { // lapsed meanwhile: the hold is still ours to expire
 		s.track(key, lease.ID, ttl)
 	}
-	s.revoke(clientv3.LeaseID(me.kv.Lease))
+	s.revoke(old)
 	return resp.Header.Revision, nil
 }
 

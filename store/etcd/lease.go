@@ -85,6 +85,14 @@ func (s *Store) renew(key string, lease clientv3.LeaseID, ttl time.Duration) boo
 	return true
 }
 
+// tracks reports whether this store tracks key (a hold or queue place it
+// granted).
+func (s *Store) tracks(key string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.local[key] != nil
+}
+
 func (s *Store) isDead(lease clientv3.LeaseID) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -364,7 +372,11 @@ func (s *Store) handOff(ctx context.Context, name string) {
 		}
 		head := vw.entries[0]
 		key := s.lockPrefix("f", name) + "h/" + head.token
-		_, err = s.claim(ctx, "f", name, head, time.Duration(max(head.v.Hold, head.v.TTL))*time.Millisecond, key, false, s.othersUnchanged("f", name, vw))
+		hold := head.v.Hold // the TTL the waiter asked to hold for
+		if hold == 0 {
+			hold = head.v.TTL
+		}
+		_, err = s.claim(ctx, "f", name, head, time.Duration(hold)*time.Millisecond, key, false, s.othersUnchanged("f", name, vw))
 		if !errors.Is(err, errRetry) {
 			return
 		}
