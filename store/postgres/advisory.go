@@ -95,6 +95,19 @@ type advLock struct {
 	holders map[string]time.Time // token → local expiry
 }
 
+// pushOut gives every acquisition of a reentrant hold the hold's one
+// expiry: the latest of theirs and exp (pushed out, never in).
+func (lk *advLock) pushOut(exp time.Time) {
+	for _, e := range lk.holders {
+		if e.After(exp) {
+			exp = e
+		}
+	}
+	for tok := range lk.holders {
+		lk.holders[tok] = exp
+	}
+}
+
 // NewAdvisory returns an advisory-lock store on the database at url. It runs
 // [Schema] (for the fence table) unless [WithoutMigrate] is given, with a
 // short-lived pool it then closes, and opens its pinned session when first
@@ -265,17 +278,17 @@ func (a *Advisory) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant,
 	if lk := a.locks[req.Name]; lk != nil {
 		exp := now.Add(req.TTL)
 		if _, ok := lk.holders[req.Token]; ok {
-			lk.holders[req.Token] = exp
+			if lk.mode == dlock.ModeReentrant {
+				lk.pushOut(exp) // a retry shortens no acquisition, its own neither
+			} else {
+				lk.holders[req.Token] = exp
+			}
 			return dlock.Grant{Acquired: true, Fence: lk.fence, Count: len(lk.holders)}, nil
 		}
 		switch {
 		case lk.mode == dlock.ModeReentrant && req.Mode == dlock.ModeReentrant && lk.owner == owner:
-			for tok, e := range lk.holders {
-				if e.Before(exp) {
-					lk.holders[tok] = exp // one expiry, pushed out, never in
-				}
-			}
 			lk.holders[req.Token] = exp
+			lk.pushOut(exp)
 			return dlock.Grant{Acquired: true, Fence: lk.fence, Count: len(lk.holders)}, nil
 		}
 		var left time.Duration
@@ -339,12 +352,7 @@ func (a *Advisory) Extend(ctx context.Context, reqs []dlock.Request) []error {
 			continue
 		}
 		if lk.mode == dlock.ModeReentrant {
-			exp := now.Add(req.TTL)
-			for tok, e := range lk.holders {
-				if e.Before(exp) {
-					lk.holders[tok] = exp
-				}
-			}
+			lk.pushOut(now.Add(req.TTL))
 		} else {
 			lk.holders[req.Token] = now.Add(req.TTL)
 		}
