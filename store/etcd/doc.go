@@ -63,5 +63,7 @@
 // every kind of the name with its own and commits only if no other kind's
 // key was written since, so a hold of one pattern refuses every other
 // pattern's request on the name; waiters watch every kind's keys; all kinds
-// share the name's fence key.
+// share the name's fence key. A name that another pattern frees is claimed
+// by the fair queue's head at its own next Acquire (its watch wakes it);
+// until then a request of any pattern may take the free name.
 package etcd
