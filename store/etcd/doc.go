@@ -64,6 +64,6 @@
 // key was written since, so a hold of one pattern refuses every other
 // pattern's request on the name; waiters watch every kind's keys; all kinds
 // share the name's fence key. A name that another pattern frees is claimed
-// by the fair queue's head at its own next Acquire;
-// until then a request of any pattern may take the free name.
+// by the fair queue's head at its own next Acquire; until then a request
+// of any pattern may take the free name.
 package etcd
