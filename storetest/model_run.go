@@ -127,7 +127,7 @@ func RunModel(t *testing.T, h Harness, cfg ModelConfig) {
 	budget := time.AfterFunc(cfg.Budget, func() { spent.Store(true) })
 	defer budget.Stop()
 	over := func() bool { return spent.Load() && !failed.Load() }
-	runs, ops, worlds := 0, 0, 0
+	runs, ops, worlds, unavailable := 0, 0, 0, 0
 	rapid.Check(t, func(rt *rapid.T) {
 		defer func() {
 			if r := recover(); r != nil {
@@ -149,9 +149,10 @@ func RunModel(t *testing.T, h Harness, cfg ModelConfig) {
 			m.run()
 		}
 		ops += m.ops
+		unavailable += m.unavailable
 		worlds = max(worlds, m.maxWorlds)
 	})
-	t.Logf("model: %d sequences, %d store operations in %v; at most %d possible states at once", runs, ops, time.Since(start).Round(time.Millisecond), worlds)
+	t.Logf("model: %d sequences, %d store operations (%d ErrUnavailable) in %v; at most %d possible states at once", runs, ops, unavailable, time.Since(start).Round(time.Millisecond), worlds)
 }
 
 var (
