@@ -196,7 +196,9 @@ func (s *Store) grant(kind string, req dlock.Request, dir, path string, es []ent
 	if err != nil {
 		return dlock.Grant{}, err
 	}
-	s.track(path, req.TTL, fence)
+	if !s.track(path, req.TTL, fence) {
+		return s.refusal(kind, dir, es, -1, req.Limit), nil // lapsed meanwhile
+	}
 	count := 1
 	if kind == "r" {
 		count = 0
@@ -320,14 +322,16 @@ func (s *Store) Extend(ctx context.Context, reqs []dlock.Request) []error {
 			errs[i] = dlock.ErrNotHeld
 			continue
 		}
+		if !s.push(path, req.TTL) {
+			errs[i] = dlock.ErrNotHeld // lapsed meanwhile
+			continue
+		}
 		if kind == "r" {
 			for _, e := range j.es {
 				if e.kind == 'r' && e.owner == j.es[k].owner {
 					s.push(j.dir+"/"+e.name, req.TTL)
 				}
 			}
-		} else {
-			s.push(path, req.TTL)
 		}
 	}
 	return errs

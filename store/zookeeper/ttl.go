@@ -11,10 +11,18 @@ type local struct {
 	czxid    int64
 }
 
-// track starts or renews the TTL of a node created through this store.
-func (s *Store) track(path string, ttl time.Duration, fence int64) {
+// deadFor is how long a node deleted for a lapsed TTL is remembered:
+// longer than any operation that read it before the deletion.
+const deadFor = time.Minute
+
+// track starts or renews the TTL of a node created through this store. It
+// reports false, renewing nothing, for a node deleted for a lapsed TTL.
+func (s *Store) track(path string, ttl time.Duration, fence int64) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if _, dead := s.dead[path]; dead {
+		return false
+	}
 	l := s.local[path]
 	if l == nil {
 		l = &local{}
@@ -28,17 +36,19 @@ func (s *Store) track(path string, ttl time.Duration, fence int64) {
 	case s.kick <- struct{}{}:
 	default:
 	}
+	return true
 }
 
 // push renews path's TTL to at least ttl from now (a reentrant hold's one
-// expiry is pushed out, never in).
-func (s *Store) push(path string, ttl time.Duration) {
+// expiry is pushed out, never in); false as track.
+func (s *Store) push(path string, ttl time.Duration) bool {
 	s.mu.Lock()
 	l := s.local[path]
 	s.mu.Unlock()
 	if l == nil || time.Now().Add(ttl).After(l.deadline) {
-		s.track(path, ttl, 0)
+		return s.track(path, ttl, 0)
 	}
+	return true
 }
 
 func (s *Store) cached(path string) int64 {
@@ -69,16 +79,27 @@ func (s *Store) remaining(path string) (time.Duration, bool) {
 // without renewal; such a node is deleted at once.
 func (s *Store) lapsed(path string) bool {
 	s.mu.Lock()
+	if _, dead := s.dead[path]; dead {
+		s.mu.Unlock()
+		return true // its deletion is on its way
+	}
 	l := s.local[path]
 	gone := l != nil && !time.Now().Before(l.deadline)
 	if gone {
-		delete(s.local, path)
+		s.lapseLocked(path)
 	}
 	s.mu.Unlock()
 	if gone {
 		s.conn.Delete(path, -1)
 	}
 	return gone
+}
+
+// lapseLocked stops tracking path, whose TTL passed, and remembers it as
+// dead; the caller deletes the node. s.mu is held.
+func (s *Store) lapseLocked(path string) {
+	delete(s.local, path)
+	s.dead[path] = time.Now()
 }
 
 // reap deletes the nodes of this store whose TTL passed without renewal:
@@ -95,9 +116,16 @@ func (s *Store) reap() {
 		for p, l := range s.local {
 			if !now.Before(l.deadline) {
 				due = append(due, p)
-				delete(s.local, p)
+				s.lapseLocked(p)
 			} else if l.deadline.Before(next) {
 				next = l.deadline
+			}
+		}
+		for p, at := range s.dead {
+			if now.Sub(at) > deadFor {
+				delete(s.dead, p)
+			} else if at.Add(deadFor).Before(next) {
+				next = at.Add(deadFor)
 			}
 		}
 		s.mu.Unlock()

@@ -36,6 +36,9 @@ type Store struct {
 	kick    chan struct{}
 	stop    chan struct{}
 	wg      sync.WaitGroup // event pump, reaper, watchers
+	// dead are the nodes deleted for a lapsed TTL, for deadFor: an
+	// operation racing the deletion renews nothing.
+	dead map[string]time.Time
 }
 
 // handshakeTimeout bounds the wait for a server's answer to a new
@@ -103,7 +106,7 @@ func New(ctx context.Context, servers []string, opts ...Option) (*Store, error) 
 	}
 	s := &Store{
 		root: DefaultRoot, askTimeout: DefaultSessionTimeout, acl: zk.WorldACL(zk.PermAll),
-		local: map[string]*local{}, dirs: map[string]bool{}, nets: map[*netConn]struct{}{},
+		local: map[string]*local{}, dead: map[string]time.Time{}, dirs: map[string]bool{}, nets: map[*netConn]struct{}{},
 		kick: make(chan struct{}, 1), stop: make(chan struct{}),
 	}
 	for _, o := range opts {
