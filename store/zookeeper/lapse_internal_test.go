@@ -52,3 +52,41 @@ func TestExtendRacingReaper(t *testing.T) {
 		}
 	}
 }
+
+// TestReentryBesideLapsedHold: a re-entry whose anchor (the owner's hold)
+// lapses between the listing it decided on and its own node's creation is
+// not a re-entry: it asks again rather than report Count 1 with the lapsed
+// hold's fence (RunModel seed 13912318814901605033, a loaded machine).
+func TestReentryBesideLapsedHold(t *testing.T) {
+	srv := zktest.Start(t)
+	s, err := New(t.Context(), []string{srv.Addr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	a := dlock.Request{Name: "reentry-lapsed", Token: "a", TTL: 20 * time.Second, Mode: dlock.ModeReentrant, Owner: "o"}
+	first, err := s.Acquire(ctx, a)
+	if err != nil || !first.Acquired {
+		t.Fatalf("Acquire(a) = %+v, %v", first, err)
+	}
+	dir := s.dir("r", a.Name)
+	es, err := s.list(dir)
+	if err != nil || len(es) != 1 {
+		t.Fatalf("list = %v, %v", es, err)
+	}
+	s.mu.Lock()
+	s.lapseLocked(dir + "/" + es[0].name) // a lapses after the listing
+	s.mu.Unlock()
+	b := a
+	b.Token = "b"
+	if g, err := s.acquireBeside("r", b, dir, es, 0); !errors.Is(err, errAnchorGone) {
+		t.Errorf("re-entry beside a lapsed hold = %+v, %v; want errAnchorGone", g, err)
+	}
+	s.conn.Delete(dir+"/"+es[0].name, -1)
+	g, err := s.Acquire(ctx, b)
+	if err != nil || !g.Acquired || g.Count != 1 || g.Fence <= first.Fence {
+		t.Errorf("Acquire(b) after a's lapse = %+v, %v; want a new hold (Count 1, fence > %d)", g, err, first.Fence)
+	}
+	s.Release(ctx, b)
+}

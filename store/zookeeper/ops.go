@@ -179,9 +179,16 @@ func (s *Store) acquireBeside(kind string, req dlock.Request, dir string, es []e
 		return dlock.Grant{}, err
 	}
 	path := res[1].String
+	anchor := es[a].token
 	if es, err = s.list(dir); err != nil {
 		s.conn.Delete(path, -1)
 		return dlock.Grant{}, err
+	}
+	if find(es, anchor) < 0 {
+		// The anchor lapsed (or went) before the new node was listed: not
+		// a re-entry of a live hold; the caller asks again.
+		s.conn.Delete(path, -1)
+		return dlock.Grant{}, errAnchorGone
 	}
 	i := find(es, req.Token)
 	if i < 0 {
