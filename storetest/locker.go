@@ -111,8 +111,7 @@ func lockerTryLockHeld(t *testing.T, s dlock.Store) {
 	name := lockName(t)
 	const ttl = 5 * time.Second
 	l := newLocker(t, s, dlock.WithTTL(ttl))
-	start := time.Now()
-	lease, err := l.Mutex(name).TryLock(ctx)
+	lease, start, err := tryLockShort(ctx, l.Mutex(name))
 	if err != nil {
 		t.Fatalf("TryLock(%q) on a free lock = %v", name, err)
 	}
@@ -161,6 +160,22 @@ func lockerFencesIncrease(t *testing.T, s dlock.Store) {
 	}
 }
 
+// tryLockShort is TryLock of a lease with a short TTL, asked again while
+// it fails with ErrUnavailable (for up to waitTimeout): on a loaded machine
+// a grant may come back after such a lease ran out, and the Locker then
+// gives it back and reports a *StoreError. It returns when the granted
+// attempt started.
+func tryLockShort(ctx context.Context, m *dlock.Mutex) (*dlock.Lease, time.Time, error) {
+	deadline := time.Now().Add(waitTimeout)
+	for {
+		start := time.Now()
+		lease, err := m.TryLock(ctx)
+		if err == nil || !errors.Is(err, dlock.ErrUnavailable) || time.Now().After(deadline) {
+			return lease, start, err
+		}
+	}
+}
+
 // lockerTTLExpiry checks that a lease that is not renewed ends locally
 // (Done, ErrLeaseLost) before the store lets another holder in, and that
 // the lock becomes free, not before its TTL.
@@ -169,8 +184,7 @@ func lockerTTLExpiry(t *testing.T, s dlock.Store) {
 	name := lockName(t)
 	const ttl = 200 * time.Millisecond
 	l := newLocker(t, s, dlock.WithTTL(ttl))
-	start := time.Now()
-	lease, err := l.Mutex(name).TryLock(ctx)
+	lease, start, err := tryLockShort(ctx, l.Mutex(name))
 	if err != nil {
 		t.Fatalf("TryLock(%q) = %v", name, err)
 	}
@@ -403,7 +417,7 @@ func lockerLostOnExtend(t *testing.T, s dlock.Store) {
 func lockerLostOnRenew(t *testing.T, s dlock.Store) {
 	ctx := testContext(t)
 	name := lockName(t)
-	lease, err := newLocker(t, s, dlock.WithTTL(300*time.Millisecond), dlock.WithAutoRenew()).Mutex(name).TryLock(ctx)
+	lease, _, err := tryLockShort(ctx, newLocker(t, s, dlock.WithTTL(300*time.Millisecond), dlock.WithAutoRenew()).Mutex(name))
 	if err != nil {
 		t.Fatalf("TryLock(%q) = %v", name, err)
 	}
