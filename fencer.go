@@ -14,6 +14,9 @@ type FenceRaiser interface {
 	// and returns nil. It returns [ErrNotHeld] when the token holds nothing;
 	// the counter is then unchanged. It never lowers the counter. A
 	// repeated Acquire by the holder may afterwards return either the
-	// fence first issued or the raised one.
+	// fence first issued or the raised one. In [ModeElection] (where
+	// supported) it also makes the leadership's term max(term, fence) and
+	// its value req.Value, as [Elector.Leader] then reports, and wakes the
+	// name's watchers: store/redlock settles its majority's term with it.
 	RaiseFence(ctx context.Context, req Request, fence int64) error
 }

@@ -22,6 +22,7 @@ func init() {
 		Acquire: joined("scripts/election_acquire.lua"),
 		Extend:  joined("scripts/election_extend.lua"),
 		Release: joined("scripts/election_release.lua"),
+		Raise:   joined("scripts/election_raise_fence.lua"),
 		keys:    electionKeys,
 		args:    electionArgs,
 		watch:   "election:gate",

@@ -129,9 +129,10 @@ func (o *Ops) Args(l *Layout, req dlock.Request) []string {
 	return stdArgs(l, req)
 }
 
-// RaiseArgs returns ARGV for o.Raise: {token, fence, fence retention ms}.
+// RaiseArgs returns ARGV for o.Raise: {token, fence, fence retention ms,
+// value}; the value is the election's (see election_raise_fence.lua).
 func (o *Ops) RaiseArgs(l *Layout, req dlock.Request, fence int64) []string {
-	return []string{req.Token, strconv.FormatInt(fence, 10), l.Retention}
+	return []string{req.Token, strconv.FormatInt(fence, 10), l.Retention, req.Value}
 }
 
 // WatchKey returns the key whose change (write, delete, expiry) may free

@@ -194,8 +194,8 @@ func (s *Store) Release(ctx context.Context, req dlock.Request) error {
 // while req.Token holds the lock, the lock's fence counter becomes
 // max(counter, fence). It returns [dlock.ErrNotHeld] when the token holds
 // nothing, an error wrapping [dlock.ErrNotSupported] for a mode without a
-// write-back script (the mutex and the write side of the read-write lock
-// have one), [dlock.ErrInvalid] for a bad request, and a
+// write-back script (the mutex, the write side of the read-write lock
+// and the election have one), [dlock.ErrInvalid] for a bad request, and a
 // [*dlock.StoreError] when the server did not answer.
 func (s *Store) RaiseFence(ctx context.Context, req dlock.Request, fence int64) error {
 	o, err := s.ops(req.Mode)

@@ -43,11 +43,13 @@ func (fls flights) wait(ctx context.Context, i int) error {
 	return nil
 }
 
-// hold remembers the fence of a grant until the token is released or its
-// TTL has passed, so that a repeated Acquire by the holder can return the
-// same fence (see settleNodes).
+// hold remembers the fence of a grant (and an election's value) until the
+// token is released or its TTL has passed, so that a repeated Acquire by
+// the holder can return the same fence (see settleNodes) and keep the
+// first value.
 type hold struct {
 	fence   int64
+	value   string
 	expires time.Time
 }
 
@@ -103,8 +105,8 @@ func (s *Store) flightsOf(name string) flights {
 	return s.flights[name]
 }
 
-// remember records the fence of req's grant.
-func (s *Store) remember(req dlock.Request, fence int64) {
+// remember records the fence of req's grant, and value, an election's.
+func (s *Store) remember(req dlock.Request, fence int64, value string) {
 	now := time.Now()
 	s.fmu.Lock()
 	defer s.fmu.Unlock()
@@ -116,18 +118,19 @@ func (s *Store) remember(req dlock.Request, fence int64) {
 		}
 		s.sweepAt = max(minSweep, 2*len(s.holds))
 	}
-	s.holds[holdKey{req.Name, req.Token}] = &hold{fence: fence, expires: now.Add(req.TTL)}
+	s.holds[holdKey{req.Name, req.Token}] = &hold{fence: fence, value: value, expires: now.Add(req.TTL)}
 }
 
-// prevFence returns the fence of req's token's current grant, or 0.
-func (s *Store) prevFence(req dlock.Request) int64 {
+// prevHold returns the fence and value of req's token's current grant, or
+// 0 and "".
+func (s *Store) prevHold(req dlock.Request) (int64, string) {
 	s.fmu.Lock()
 	defer s.fmu.Unlock()
 	h := s.holds[holdKey{req.Name, req.Token}]
 	if h == nil || time.Now().After(h.expires) {
-		return 0
+		return 0, ""
 	}
-	return h.fence
+	return h.fence, h.value
 }
 
 // extended pushes back the expiry of the record of req's grant.

@@ -48,7 +48,7 @@ func TestConformanceMemory(t *testing.T) {
 	nodes := asStores(memoryNodes(5))
 	storetest.Run(t, storetest.Harness{
 		New:         func(t *testing.T) dlock.Store { return newRedlock(t, nodes) },
-		Unsupported: []dlock.Mode{dlock.ModeReentrant, dlock.ModeFair, dlock.ModeSemaphore, dlock.ModeElection},
+		Unsupported: []dlock.Mode{dlock.ModeReentrant, dlock.ModeFair, dlock.ModeSemaphore},
 	})
 }
 
@@ -263,6 +263,6 @@ func TestModelMemory(t *testing.T) {
 	nodes := asStores(memoryNodes(5))
 	storetest.RunModel(t, storetest.Harness{
 		New:         func(t *testing.T) dlock.Store { return newRedlock(t, nodes) },
-		Unsupported: []dlock.Mode{dlock.ModeReentrant, dlock.ModeFair, dlock.ModeSemaphore, dlock.ModeElection},
+		Unsupported: []dlock.Mode{dlock.ModeReentrant, dlock.ModeFair, dlock.ModeSemaphore},
 	}, storetest.ModelConfig{})
 }

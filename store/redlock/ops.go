@@ -24,7 +24,7 @@ const (
 
 func checkMode(m dlock.Mode) error {
 	switch m {
-	case dlock.ModeMutex, dlock.ModeRead, dlock.ModeWrite:
+	case dlock.ModeMutex, dlock.ModeRead, dlock.ModeWrite, dlock.ModeElection:
 		return nil
 	}
 	return fmt.Errorf("%w: redlock cannot keep mode %v consistent over a quorum", dlock.ErrNotSupported, m)
@@ -58,13 +58,14 @@ type acquireReply struct {
 //   - a [*dlock.StoreError] when a majority granted but no validity was
 //     left;
 //   - an error wrapping [dlock.ErrNotSupported] for the fair, semaphore and
-//     reentrant modes, or whatever request error (invalid name, ...) the
+//     reentrant modes (and elections over nodes that are not
+//     [dlock.Elector]s), or whatever request error (invalid name, ...) the
 //     nodes return.
 //
-// A grant of the write side of a read-write lock, and a repeated Acquire by
-// the token that holds, wait for every node to answer (or its node
-// timeout) before settling the fence, so that readers and the repeat find
-// it (see settleNodes).
+// A grant of the write side of a read-write lock, an election, and a
+// repeated Acquire by the token that holds, wait for every node to answer
+// (or its node timeout) before settling the fence, so that readers, the
+// repeat and [Store.Leader] find it (see settleNodes and election.go).
 //
 // In every case but a grant, Acquire first releases req.Token on each node
 // that granted it or might have (a failed or late node), and waits for
@@ -78,6 +79,11 @@ func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, er
 		// it a grant on that node alone, not a quorum: never register.
 		req.Queue = false
 	}
+	if req.Mode == dlock.ModeElection {
+		if err := s.canElect(); err != nil {
+			return dlock.Grant{}, err
+		}
+	}
 	if err := ctx.Err(); err != nil {
 		return dlock.Grant{}, err
 	}
@@ -90,11 +96,24 @@ func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, er
 	n, q := len(s.nodes), s.quorum
 	timeout := s.nodeTimeout(req.TTL)
 	fl := s.flightsOf(req.Name)
+	prev, value := s.prevHold(req)
+	// settleReq is req as the fence write-back sees it; for an election
+	// it carries the settled value (see election.go), the nodes being
+	// granted a pending one.
+	nodeReq, settleReq := req, req
+	if req.Mode == dlock.ModeElection {
+		if prev == 0 {
+			value = req.Value
+		}
+		nodeReq.Value, settleReq.Value = "", settledPrefix+value
+	} else {
+		value = ""
+	}
 	ch := fan(s, ctx, timeout, s.all, func(ctx context.Context, i int) acquireReply {
 		if err := fl.wait(ctx, i); err != nil {
 			return acquireReply{err: err}
 		}
-		g, err := s.nodes[i].Acquire(ctx, req)
+		g, err := s.nodes[i].Acquire(ctx, nodeReq)
 		return acquireReply{g, err}
 	})
 	state := make([]uint8, n)
@@ -102,12 +121,13 @@ func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, er
 	var nGranted, nRefused, nFailed int
 	var errs []error
 	var fatal error
-	// A write grant, and a repeated Acquire by the holder, wait for every
-	// node (see settleNodes): readers take the highest counter of their
-	// nodes and must find the writer's fence there, and a repeat must find
-	// the nodes that gave the first fence.
-	prev := s.prevFence(req)
-	all := req.Mode == dlock.ModeWrite || prev > 0
+	// A write grant, an election, and a repeated Acquire by the holder,
+	// wait for every node (see settleNodes): readers take the highest
+	// counter of their nodes and must find the writer's fence there, a
+	// leader's term is settled on every node that granted it (and Leader
+	// reads it there), and a repeat must find the nodes that gave the
+	// first fence.
+	all := req.Mode == dlock.ModeWrite || req.Mode == dlock.ModeElection || prev > 0
 	answered := 0
 	// Once refusals and failures together deny a majority, no grant is
 	// possible, but what to report is not decided until the refusals alone
@@ -137,14 +157,14 @@ func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, er
 	}
 	if fatal == nil && nGranted >= q {
 		use := s.settleNodes(prev, state, grants)
-		fence, err := s.settle(ctx, req, timeout, use, grants)
+		fence, err := s.settle(ctx, settleReq, timeout, use, grants)
 		if err == nil {
 			if validity := req.TTL - time.Since(start) - s.drift(req.TTL); validity > 0 {
 				late := make([]bool, n)
 				for i, st := range state {
 					late[i] = st == pending
 				}
-				s.remember(req, fence)
+				s.remember(req, fence, value)
 				track(s, req, late, ch, n-answered)
 				return dlock.Grant{Acquired: true, Fence: fence, Count: 1}, nil
 			}
@@ -232,7 +252,9 @@ func retryAfter(state []uint8, grants []dlock.Grant, q int) time.Duration {
 // the highest fence those nodes issued, F. Unless a majority issued F itself, it writes F back
 // to the nodes that issued less, and succeeds once a majority of the nodes
 // it holds have a counter of F. Readers take F and write nothing back
-// (readers share the current fence).
+// (readers share the current fence). An election writes F and req.Value
+// (the settled value) back to every node in use, so that a majority
+// reports the leader with term F (see election.go).
 func (s *Store) settle(ctx context.Context, req dlock.Request, timeout time.Duration, use []bool, grants []dlock.Grant) (int64, error) {
 	var v int64
 	for i, u := range use {
@@ -249,7 +271,7 @@ func (s *Store) settle(ctx context.Context, req dlock.Request, timeout time.Dura
 	for i, u := range use {
 		switch {
 		case !u:
-		case grants[i].Fence == v:
+		case grants[i].Fence == v && req.Mode != dlock.ModeElection:
 			eq++
 		default:
 			raise = append(raise, i)

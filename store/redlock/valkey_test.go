@@ -56,7 +56,7 @@ func (c *cluster) get(t *testing.T, i int, key string) string {
 // unsupportedOn lists the modes redlock over s refuses: those redlock
 // never runs, and read-write when s does not run it.
 func unsupportedOn(t *testing.T, s dlock.Store) []dlock.Mode {
-	out := []dlock.Mode{dlock.ModeReentrant, dlock.ModeFair, dlock.ModeSemaphore, dlock.ModeElection}
+	out := []dlock.Mode{dlock.ModeReentrant, dlock.ModeFair, dlock.ModeSemaphore}
 	req := dlock.Request{Name: "probe-rw", Token: "probe", TTL: time.Second, Mode: dlock.ModeWrite}
 	g, err := s.Acquire(t.Context(), req)
 	if g.Acquired {

@@ -16,8 +16,8 @@ var _ dlock.FenceRaiser = (*Store)(nil)
 // while req.Token holds the lock, the lock's fence counter becomes
 // max(counter, fence). It returns [dlock.ErrNotHeld] when the token holds
 // nothing, an error wrapping [dlock.ErrNotSupported] for a mode without a
-// write-back script (the mutex and the write side of the read-write lock
-// have one), [dlock.ErrInvalid] for a bad
+// write-back script (the mutex, the write side of the read-write lock
+// and the election have one), [dlock.ErrInvalid] for a bad
 // request, and a [*dlock.StoreError] when the server did not answer.
 // A repeated Acquire of the mutex by the holder returns the raised fence
 // afterwards; the write side keeps returning the fence it was granted.

@@ -1,0 +1,41 @@
+-- election_raise_fence: settle the term of a leadership held by a token.
+-- Fenced Redlock (store/redlock) calls it on the nodes of its majority once
+-- it has picked the term F of a grant: the fence counter becomes at least F,
+-- so that every later grant on the node is issued a higher fence, and the
+-- leadership takes F as its term and the value the quorum reports.
+--
+-- KEYS[1]  leadership (see election_acquire)
+-- KEYS[2]  fence counter
+-- KEYS[3]  gate (see election_acquire): written again, which wakes
+--          observers to read the settled leadership
+-- KEYS[4]  main key (see name_lib)
+-- ARGV[1]  token
+-- ARGV[2]  fence F (a positive integer below 2^53)
+-- ARGV[3]  fence retention in milliseconds (see election_acquire)
+-- ARGV[4]  the leadership's value from now on
+--
+-- Reply: 1 when ARGV[1] leads; the counter and the term are then at least
+-- ARGV[2] (neither is ever lowered; a raise keeps the counter for
+-- max(ARGV[3], the hold's remaining TTL + 1 min)). 0 when it does not lead,
+-- or another holder has the name; nothing changed.
+local H = KEYS[1]
+if redis.call('HGET', H, 't') ~= ARGV[1] then
+  return 0
+end
+if blocker(function(v) return v == 'dlock:election' end) then
+  return 0
+end
+local f = tonumber(ARGV[2])
+local left = redis.call('PTTL', H)
+if f > (tonumber(redis.call('GET', KEYS[2])) or 0) then
+  local keep = math.max(tonumber(ARGV[3]), left + 60000)
+  redis.call('SET', KEYS[2], ARGV[2], 'PX', string.format('%.0f', keep))
+end
+if f > tonumber(redis.call('HGET', H, 'f')) then
+  redis.call('HSET', H, 'f', ARGV[2])
+end
+redis.call('HSET', H, 'v', ARGV[4])
+if left > 0 then
+  redis.call('SET', KEYS[3], redis.call('HGET', H, 'f'), 'PX', left)
+end
+return 1
