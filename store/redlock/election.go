@@ -147,8 +147,9 @@ func (s *Store) readLeader(ctx context.Context, name string, timeout time.Durati
 			}
 			best = max(best, len(groups[k]))
 		}
-		if best+n-answered-1 < q && held+n-answered-1 < q {
-			// No leader could reach a majority whatever the others say.
+		if unknown := n - answered - 1 + len(errs); best+unknown < q && held+unknown < q {
+			// No leader could reach a majority whatever the nodes that
+			// failed or have not answered yet hold.
 			return dlock.Leader{}, false, dlock.ErrNoLeader
 		}
 	}
