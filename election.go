@@ -26,7 +26,7 @@ const MaxValueLen = 4096
 // with every write and have the resource refuse lower terms.
 //
 // Elections need a store implementing [Elector] (memory, valkey, goredis,
-// etcd, postgres, zookeeper); on other stores (redlock, postgres' advisory
+// redlock, etcd, postgres, zookeeper); on other stores (postgres' advisory
 // store) Campaign and Leader return an error wrapping [ErrNotSupported].
 // An Election is safe for concurrent use; one Election is one candidate.
 type Election struct {

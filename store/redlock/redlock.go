@@ -34,8 +34,12 @@
 // believe they hold the lock at once. Only the fence, checked by the
 // protected resource, makes the older holder harmless.
 //
-// Patterns: mutex, and read-write when the nodes support it, with
-// everything built on them (retry, watchdog, Do). The fair queue, the
+// Patterns: mutex, read-write and leader election when the nodes support
+// them, with everything built on them (retry, watchdog, Do, Campaign,
+// Observe). A leader's term is its fence, settled on every node that
+// granted it before Acquire returns; [Store.Leader] reports the leader a
+// majority of nodes agrees on. An election waits for every node (or its
+// node timeout), as a write lock does. The fair queue, the
 // semaphore and the reentrant lock cannot be kept consistent over a quorum
 // (a lost reply leaves a count or a queue place that a retry cannot
 // reconcile), so they return an error wrapping [dlock.ErrNotSupported].

@@ -143,7 +143,7 @@ func without(procs []*dlockProc, p *dlockProc) []*dlockProc {
 }
 
 // TestElectWaitAndUnsupported: a standby with --wait gives up with 75
-// while another leads; a store without elections exits 64.
+// while another leads; a store without elections (a remote server) exits 64.
 func TestElectWaitAndUnsupported(t *testing.T) {
 	srv := testredis.Start(t)
 	env := []string{"DLOCK_REDIS_URL=" + srv.URL()}
@@ -157,8 +157,45 @@ func TestElectWaitAndUnsupported(t *testing.T) {
 	leader.stdin.Close()
 	leader.wait()
 
-	red := []string{"DLOCK_REDLOCK_URLS=" + srv.URL() + "," + testredis.Start(t).URL() + "," + testredis.Start(t).URL()}
-	if code, _, stderr := runDlock(t, red, "elect", name, "--", "echo", "ran"); code != runner.ExitUsage || !strings.Contains(stderr, "not supported") {
-		t.Errorf("dlock elect on redlock = %d, stderr %q; want %d, not supported", code, stderr, runner.ExitUsage)
+	// A remote dlock serve has no elections; the store is not even dialled.
+	remote := []string{"DLOCK_SERVER=http://127.0.0.1:1"}
+	if code, _, stderr := runDlock(t, remote, "elect", name, "--", "echo", "ran"); code != runner.ExitUsage || !strings.Contains(stderr, "not supported") {
+		t.Errorf("dlock elect on a remote server = %d, stderr %q; want %d, not supported", code, stderr, runner.ExitUsage)
+	}
+}
+
+// TestElectOnRedlock runs dlock elect on a Redlock store over three
+// redis-servers: one candidate runs its command, a standby with --wait
+// gives up, and when the leader's command exits the waiting standby is
+// elected with a higher term; nothing is left on any node.
+func TestElectOnRedlock(t *testing.T) {
+	srvs := []*testredis.Server{testredis.Start(t), testredis.Start(t), testredis.Start(t)}
+	env := []string{"DLOCK_REDLOCK_URLS=" + srvs[0].URL() + "," + srvs[1].URL() + "," + srvs[2].URL()}
+	name := uniqueName(t)
+	leader := startDlock(t, env, "elect", "--ttl", "5s", name, "--", "sh", "-c", electScript)
+	first := nextStart(t, []*dlockProc{leader})
+	code, out, stderr := runDlock(t, env, "elect", "--wait", "200ms", name, "--", "echo", "ran")
+	if code != runner.ExitLocked || out != "" {
+		t.Errorf("standby with --wait on redlock = %d, stdout %q, stderr %q; want %d without running", code, out, stderr, runner.ExitLocked)
+	}
+	standby := startDlock(t, env, "elect", "--ttl", "5s", name, "--", "sh", "-c", electScript)
+	resigned := time.Now()
+	leader.stdin.Close()
+	if code := leader.wait(); code != 0 {
+		t.Fatalf("leader on redlock exited %d; stderr:\n%s", code, leader.stderr.String())
+	}
+	second := nextStart(t, []*dlockProc{standby})
+	t.Logf("handover on redlock after the leader's command exited: %v", second.at.Sub(resigned).Round(time.Millisecond))
+	if second.term <= first.term {
+		t.Errorf("second term %d, want > %d", second.term, first.term)
+	}
+	standby.stdin.Close()
+	if code := standby.wait(); code != 0 {
+		t.Fatalf("second leader on redlock exited %d; stderr:\n%s", code, standby.stderr.String())
+	}
+	for i, srv := range srvs {
+		if v, err := srv.Do("EXISTS", "lock:"+name); err != nil || v != "0" {
+			t.Errorf("node %d: EXISTS lock:%s after the last leader resigned = %q, %v; want 0", i, name, v, err)
+		}
 	}
 }

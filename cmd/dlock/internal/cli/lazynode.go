@@ -16,6 +16,7 @@ var (
 	_ dlock.FenceRaiser = (*lazyNode)(nil)
 	_ dlock.Pinger      = (*lazyNode)(nil)
 	_ dlock.Inspector   = (*lazyNode)(nil)
+	_ dlock.Elector     = (*lazyNode)(nil)
 )
 
 // redialEvery is how often a Redlock node that could not be reached is
@@ -123,6 +124,14 @@ func (n *lazyNode) List(ctx context.Context) ([]dlock.State, error) {
 		return nil, err
 	}
 	return st.List(ctx)
+}
+
+func (n *lazyNode) Leader(ctx context.Context, name string) (dlock.Leader, error) {
+	st, err := n.get(ctx)
+	if err != nil {
+		return dlock.Leader{}, err
+	}
+	return st.Leader(ctx, name)
 }
 
 func (n *lazyNode) Ping(ctx context.Context) error {

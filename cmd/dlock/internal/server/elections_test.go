@@ -11,7 +11,10 @@ import (
 	"time"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/testredis"
 	"github.com/dlock-dev/dlock/store/memory"
+	"github.com/dlock-dev/dlock/store/redlock"
+	"github.com/dlock-dev/dlock/store/valkey"
 )
 
 // TestElections walks the election API on every store: campaign, the
@@ -19,74 +22,98 @@ import (
 // resign, 410 for a token that no longer leads, and a standby that waits
 // and is elected with a higher term.
 func TestElections(t *testing.T) {
-	forEachStore(t, func(t *testing.T, store dlock.Store) {
-		e := newEnv(t, store, Config{})
-		r := e.get("/v1/elections/jobs")
-		wantCode(t, "leader before any campaign", r, http.StatusOK)
-		if strings.TrimSpace(string(r.body)) != `{"name":"jobs","leader":null}` {
-			t.Errorf("leader before any campaign = %s, want leader null", r.body)
-		}
-		r = e.post("/v1/elections/jobs/campaign", `{"value":"host-a:8080","ttlMs":5000}`)
-		wantCode(t, "campaign", r, http.StatusOK)
-		var lead leadBody
-		json.Unmarshal(r.body, &lead)
-		if lead.Name != "jobs" || lead.Value != "host-a:8080" || lead.Term <= 0 || len(lead.Token) != 32 || lead.TTLMs != 5000 {
-			t.Errorf("campaign = %s", r.body)
-		}
-		r = e.get("/v1/elections/jobs")
-		wantCode(t, "leader", r, http.StatusOK)
-		var el electionBody
-		json.Unmarshal(r.body, &el)
-		if el.Leader == nil || el.Leader.Value != "host-a:8080" || el.Leader.Term != lead.Term || el.Leader.TTLMs <= 0 || el.Leader.TTLMs > 5000 {
-			t.Errorf("leader = %s; want host-a:8080, term %d", r.body, lead.Term)
-		}
-		if strings.Contains(string(r.body), lead.Token) {
-			t.Errorf("leader reveals the token: %s", r.body)
-		}
-		if m := e.get("/v1/locks/jobs").json(t); m["mode"] != "election" || m["fence"] != float64(lead.Term) || m["held"] != true {
-			t.Errorf("lock state of an election = %v, want mode election, fence %d (the term)", m, lead.Term)
-		}
-		r = e.post("/v1/elections/jobs/campaign", `{"value":"host-b"}`)
-		wantCode(t, "campaign while another leads", r, http.StatusConflict)
-		if ra := r.header.Get("Retry-After"); ra == "" || r.json(t)["heldMode"] != "election" {
-			t.Errorf("refused campaign: Retry-After %q, body %s", ra, r.body)
-		}
-		r = e.post("/v1/locks/jobs/acquire", `{}`)
-		wantCode(t, "mutex on an election's name", r, http.StatusConflict)
-		r = e.post("/v1/elections/jobs/extend", fmt.Sprintf(`{"token":%q,"ttlMs":8000}`, lead.Token))
-		wantCode(t, "extend", r, http.StatusOK)
-		if r.json(t)["term"] != float64(lead.Term) {
-			t.Errorf("extend = %s, want term %d", r.body, lead.Term)
-		}
+	forEachStore(t, electionWalk)
+}
 
-		type result struct {
-			r   response
-			err error
+// TestElectionsRedlock walks the election API on a Redlock store over three
+// redis-servers.
+func TestElectionsRedlock(t *testing.T) {
+	var stores []dlock.Store
+	for range 3 {
+		srv := testredis.Start(t)
+		s, err := valkey.Dial(t.Context(), srv.URL())
+		if err != nil {
+			t.Fatalf("valkey.Dial(%q) = %v", srv.URL(), err)
 		}
-		standby := make(chan result, 1)
-		go func() {
-			r, err := e.try(t.Context(), http.MethodPost, "/v1/elections/jobs/campaign", `{"value":"host-b","waitMs":20000}`)
-			standby <- result{r, err}
-		}()
-		r = e.post("/v1/elections/jobs/resign", fmt.Sprintf(`{"token":%q}`, lead.Token))
-		wantCode(t, "resign", r, http.StatusOK)
-		res := <-standby
-		if res.err != nil {
-			t.Fatal(res.err)
-		}
-		wantCode(t, "waiting campaign", res.r, http.StatusOK)
-		var next leadBody
-		json.Unmarshal(res.r.body, &next)
-		if next.Term <= lead.Term || next.Value != "host-b" {
-			t.Errorf("standby elected with %s; want a term above %d", res.r.body, lead.Term)
-		}
-		r = e.post("/v1/elections/jobs/resign", fmt.Sprintf(`{"token":%q}`, lead.Token))
-		wantCode(t, "resign by a former leader", r, http.StatusGone)
-		r = e.post("/v1/elections/jobs/extend", fmt.Sprintf(`{"token":%q}`, lead.Token))
-		wantCode(t, "extend by a former leader", r, http.StatusGone)
-		r = e.post("/v1/elections/jobs/resign", fmt.Sprintf(`{"token":%q}`, next.Token))
-		wantCode(t, "resign", r, http.StatusOK)
-	})
+		t.Cleanup(func() { s.Close() })
+		stores = append(stores, s)
+	}
+	rl, err := redlock.New(stores)
+	if err != nil {
+		t.Fatalf("redlock.New = %v", err)
+	}
+	t.Cleanup(func() { rl.Close() })
+	electionWalk(t, rl)
+}
+
+// electionWalk is the walk of TestElections on store.
+func electionWalk(t *testing.T, store dlock.Store) {
+	e := newEnv(t, store, Config{})
+	r := e.get("/v1/elections/jobs")
+	wantCode(t, "leader before any campaign", r, http.StatusOK)
+	if strings.TrimSpace(string(r.body)) != `{"name":"jobs","leader":null}` {
+		t.Errorf("leader before any campaign = %s, want leader null", r.body)
+	}
+	r = e.post("/v1/elections/jobs/campaign", `{"value":"host-a:8080","ttlMs":5000}`)
+	wantCode(t, "campaign", r, http.StatusOK)
+	var lead leadBody
+	json.Unmarshal(r.body, &lead)
+	if lead.Name != "jobs" || lead.Value != "host-a:8080" || lead.Term <= 0 || len(lead.Token) != 32 || lead.TTLMs != 5000 {
+		t.Errorf("campaign = %s", r.body)
+	}
+	r = e.get("/v1/elections/jobs")
+	wantCode(t, "leader", r, http.StatusOK)
+	var el electionBody
+	json.Unmarshal(r.body, &el)
+	if el.Leader == nil || el.Leader.Value != "host-a:8080" || el.Leader.Term != lead.Term || el.Leader.TTLMs <= 0 || el.Leader.TTLMs > 5000 {
+		t.Errorf("leader = %s; want host-a:8080, term %d", r.body, lead.Term)
+	}
+	if strings.Contains(string(r.body), lead.Token) {
+		t.Errorf("leader reveals the token: %s", r.body)
+	}
+	if m := e.get("/v1/locks/jobs").json(t); m["mode"] != "election" || m["fence"] != float64(lead.Term) || m["held"] != true {
+		t.Errorf("lock state of an election = %v, want mode election, fence %d (the term)", m, lead.Term)
+	}
+	r = e.post("/v1/elections/jobs/campaign", `{"value":"host-b"}`)
+	wantCode(t, "campaign while another leads", r, http.StatusConflict)
+	if ra := r.header.Get("Retry-After"); ra == "" || r.json(t)["heldMode"] != "election" {
+		t.Errorf("refused campaign: Retry-After %q, body %s", ra, r.body)
+	}
+	r = e.post("/v1/locks/jobs/acquire", `{}`)
+	wantCode(t, "mutex on an election's name", r, http.StatusConflict)
+	r = e.post("/v1/elections/jobs/extend", fmt.Sprintf(`{"token":%q,"ttlMs":8000}`, lead.Token))
+	wantCode(t, "extend", r, http.StatusOK)
+	if r.json(t)["term"] != float64(lead.Term) {
+		t.Errorf("extend = %s, want term %d", r.body, lead.Term)
+	}
+
+	type result struct {
+		r   response
+		err error
+	}
+	standby := make(chan result, 1)
+	go func() {
+		r, err := e.try(t.Context(), http.MethodPost, "/v1/elections/jobs/campaign", `{"value":"host-b","waitMs":20000}`)
+		standby <- result{r, err}
+	}()
+	r = e.post("/v1/elections/jobs/resign", fmt.Sprintf(`{"token":%q}`, lead.Token))
+	wantCode(t, "resign", r, http.StatusOK)
+	res := <-standby
+	if res.err != nil {
+		t.Fatal(res.err)
+	}
+	wantCode(t, "waiting campaign", res.r, http.StatusOK)
+	var next leadBody
+	json.Unmarshal(res.r.body, &next)
+	if next.Term <= lead.Term || next.Value != "host-b" {
+		t.Errorf("standby elected with %s; want a term above %d", res.r.body, lead.Term)
+	}
+	r = e.post("/v1/elections/jobs/resign", fmt.Sprintf(`{"token":%q}`, lead.Token))
+	wantCode(t, "resign by a former leader", r, http.StatusGone)
+	r = e.post("/v1/elections/jobs/extend", fmt.Sprintf(`{"token":%q}`, lead.Token))
+	wantCode(t, "extend by a former leader", r, http.StatusGone)
+	r = e.post("/v1/elections/jobs/resign", fmt.Sprintf(`{"token":%q}`, next.Token))
+	wantCode(t, "resign", r, http.StatusOK)
 }
 
 // TestElectionBadInput: 400 naming the field, never a 500; "election" is
