@@ -35,9 +35,9 @@ with dlock run. If dlock itself is killed, COMMAND is killed too (Linux).
 
 A standby waits until it leads (with --wait, at most that long). Elections
 need a store that keeps the leader's value, one Valkey/Redis node or cluster
-(--redis-url), etcd (--etcd-endpoints), PostgreSQL (--postgres-url) or
-ZooKeeper (--zookeeper-servers); on the other stores (a Redlock list, a
-remote DLOCK_SERVER) dlock elect exits 64 (not supported).
+(--redis-url), a Redlock quorum (--redlock-urls), etcd (--etcd-endpoints),
+PostgreSQL (--postgres-url) or ZooKeeper (--zookeeper-servers); on a remote
+DLOCK_SERVER dlock elect exits 64 (not supported).
 
 Exit status: COMMAND's own, or 128+N if it was killed by signal N; else
   64  usage error, no shared store configured, or elections not supported
