@@ -106,8 +106,6 @@ func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, er
 			value = req.Value
 		}
 		nodeReq.Value, settleReq.Value = "", settledPrefix+value
-	} else {
-		value = ""
 	}
 	ch := fan(s, ctx, timeout, s.all, func(ctx context.Context, i int) acquireReply {
 		if err := fl.wait(ctx, i); err != nil {

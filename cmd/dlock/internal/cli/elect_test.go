@@ -166,32 +166,55 @@ func TestElectWaitAndUnsupported(t *testing.T) {
 
 // TestElectOnRedlock runs dlock elect on a Redlock store over three
 // redis-servers: one candidate runs its command, a standby with --wait
-// gives up, and when the leader's command exits the waiting standby is
-// elected with a higher term; nothing is left on any node.
+// gives up; when the leader's command exits a waiting standby is elected
+// with a higher term, and when that leader is killed (SIGKILL) the last
+// standby takes over within the TTL; nothing is left on any node.
 func TestElectOnRedlock(t *testing.T) {
 	srvs := []*testredis.Server{testredis.Start(t), testredis.Start(t), testredis.Start(t)}
 	env := []string{"DLOCK_REDLOCK_URLS=" + srvs[0].URL() + "," + srvs[1].URL() + "," + srvs[2].URL()}
 	name := uniqueName(t)
-	leader := startDlock(t, env, "elect", "--ttl", "5s", name, "--", "sh", "-c", electScript)
+	const ttl = 2 * time.Second
+	elect := func() *dlockProc {
+		return startDlock(t, env, "elect", "--ttl", ttl.String(), name, "--", "sh", "-c", electScript)
+	}
+	leader := elect()
 	first := nextStart(t, []*dlockProc{leader})
 	code, out, stderr := runDlock(t, env, "elect", "--wait", "200ms", name, "--", "echo", "ran")
 	if code != runner.ExitLocked || out != "" {
 		t.Errorf("standby with --wait on redlock = %d, stdout %q, stderr %q; want %d without running", code, out, stderr, runner.ExitLocked)
 	}
-	standby := startDlock(t, env, "elect", "--ttl", "5s", name, "--", "sh", "-c", electScript)
+	standbys := []*dlockProc{elect(), elect()}
 	resigned := time.Now()
 	leader.stdin.Close()
 	if code := leader.wait(); code != 0 {
 		t.Fatalf("leader on redlock exited %d; stderr:\n%s", code, leader.stderr.String())
 	}
-	second := nextStart(t, []*dlockProc{standby})
+	second := nextStart(t, standbys)
 	t.Logf("handover on redlock after the leader's command exited: %v", second.at.Sub(resigned).Round(time.Millisecond))
 	if second.term <= first.term {
 		t.Errorf("second term %d, want > %d", second.term, first.term)
 	}
-	standby.stdin.Close()
-	if code := standby.wait(); code != 0 {
-		t.Fatalf("second leader on redlock exited %d; stderr:\n%s", code, standby.stderr.String())
+
+	last := without(standbys, second.p)[0]
+	killed := time.Now()
+	second.p.signal(syscall.SIGKILL)
+	second.p.wait()
+	third := nextStart(t, []*dlockProc{last})
+	takeover := third.at.Sub(killed)
+	t.Logf("takeover on redlock after the leader was killed: %v (TTL %v)", takeover.Round(time.Millisecond), ttl)
+	if alive(second.pid) {
+		t.Errorf("the killed leader's command (pid %d) still runs beside the new leader's", second.pid)
+	}
+	if third.term <= second.term {
+		t.Errorf("third term %d, want > %d", third.term, second.term)
+	}
+	// Within the TTL, with a margin for a loaded machine.
+	if takeover > ttl+5*time.Second {
+		t.Errorf("takeover took %v, want about the TTL %v", takeover, ttl)
+	}
+	last.stdin.Close()
+	if code := last.wait(); code != 0 {
+		t.Fatalf("last leader on redlock exited %d; stderr:\n%s", code, last.stderr.String())
 	}
 	for i, srv := range srvs {
 		if v, err := srv.Do("EXISTS", "lock:"+name); err != nil || v != "0" {
