@@ -40,3 +40,38 @@ func ExampleNew() {
 	// held on a majority (2 of 3 nodes), fenced: true
 	// second TryLock: true
 }
+
+// A leader election over a Redlock of three nodes: the term is the fence
+// settled on the nodes, and Leader reports what a majority of them agree
+// on.
+func ExampleStore_Leader() {
+	nodes := []dlock.Store{memory.New(), memory.New(), memory.New()}
+	store, err := redlock.New(nodes)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer store.Close()
+	locker, err := dlock.New(store)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locker.Close()
+
+	ctx := context.Background()
+	e := locker.Election("scheduler")
+	lease, err := e.Campaign(ctx, "host-a:8080")
+	if err != nil {
+		log.Fatal(err)
+	}
+	ld, err := store.Leader(ctx, "scheduler")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("leader %s, term is the lease's fence: %v\n", ld.Value, ld.Term == lease.Fence())
+	e.Resign(ctx)
+	_, err = store.Leader(ctx, "scheduler")
+	fmt.Println("after Resign:", errors.Is(err, dlock.ErrNoLeader))
+	// Output:
+	// leader host-a:8080, term is the lease's fence: true
+	// after Resign: true
+}
