@@ -47,7 +47,9 @@ func asStores[S dlock.Store](ss []S) []dlock.Store {
 func TestConformanceMemory(t *testing.T) {
 	nodes := asStores(memoryNodes(5))
 	storetest.Run(t, storetest.Harness{
-		New:         func(t *testing.T) dlock.Store { return newRedlock(t, nodes) },
+		// A generous node timeout, as over redis-servers: with -race on a
+		// loaded machine a memory node can stall past the default 100ms.
+		New:         func(t *testing.T) dlock.Store { return newRedlock(t, nodes, redlock.WithNodeTimeout(2*time.Second)) },
 		Unsupported: []dlock.Mode{dlock.ModeReentrant, dlock.ModeFair, dlock.ModeSemaphore},
 	})
 }
@@ -262,7 +264,7 @@ func TestModelMemory(t *testing.T) {
 	t.Parallel()
 	nodes := asStores(memoryNodes(5))
 	storetest.RunModel(t, storetest.Harness{
-		New:         func(t *testing.T) dlock.Store { return newRedlock(t, nodes) },
+		New:         func(t *testing.T) dlock.Store { return newRedlock(t, nodes, redlock.WithNodeTimeout(2*time.Second)) },
 		Unsupported: []dlock.Mode{dlock.ModeReentrant, dlock.ModeFair, dlock.ModeSemaphore},
 	}, storetest.ModelConfig{})
 }
