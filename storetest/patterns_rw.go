@@ -563,7 +563,9 @@ func rwLockerWoken(t *testing.T, s, peer dlock.Store) {
 func rwLockerLongWait(t *testing.T, s dlock.Store) {
 	// Short against the wait, not against a stall of the test process (the
 	// writer refreshes every queueTTL/3; see fairLockerLongWait).
-	const queueTTL = time.Second
+	// 2s: a refresh delayed past a 1s queue TTL let a reader in once on
+	// a loaded Redlock (five nodes, -race).
+	const queueTTL = 2 * time.Second
 	ctx := testContext(t)
 	name := lockName(t)
 	r := readReq(name, longTTL)
@@ -578,7 +580,7 @@ func rwLockerLongWait(t *testing.T, s dlock.Store) {
 		done <- err
 	}()
 	spy.waitRefused(t)
-	sleepUntil(time.Now().Add(3 * queueTTL))
+	sleepUntil(time.Now().Add(5 * queueTTL / 2))
 	mustRefuse(t, s, readReq(name, longTTL)) // the writer's intent still keeps readers out
 	mustRelease(t, s, r)
 	if err := <-done; err != nil {
