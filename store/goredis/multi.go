@@ -27,11 +27,7 @@ func (s *Store) AtomicMulti(names []string) bool {
 	case *redis.Client:
 		return true
 	case *redis.ClusterClient:
-		keys := make([]string, len(names))
-		for i, n := range names {
-			keys[i] = s.l.Key(n)
-		}
-		return redisproto.SameSlot(keys)
+		return s.l.NamesInOneSlot(names)
 	}
 	return false
 }

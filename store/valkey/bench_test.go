@@ -1,6 +1,7 @@
 package valkey_test
 
 import (
+	"context"
 	"strconv"
 	"strings"
 	"syscall"
@@ -19,6 +20,17 @@ import (
 // BenchmarkTryLockRelease is a dlock Locker on this store: TryLock (one
 // acquire script, with its fence) then Release (one compare-and-delete).
 func BenchmarkTryLockRelease(b *testing.B) {
+	benchLocker(b, (*dlock.Mutex).TryLock)
+}
+
+// BenchmarkLockRelease is the blocking Lock of a free mutex then Release:
+// the path of the bench command's W1 and W2.
+func BenchmarkLockRelease(b *testing.B) {
+	benchLocker(b, (*dlock.Mutex).Lock)
+}
+
+// benchLocker takes a fresh mutex with take and releases it, b.N times.
+func benchLocker(b *testing.B, take func(*dlock.Mutex, context.Context) (*dlock.Lease, error)) {
 	srv := testredis.Start(b)
 	s := dialB(b, srv.URL())
 	l, err := dlock.New(s)
@@ -31,7 +43,7 @@ func BenchmarkTryLockRelease(b *testing.B) {
 	cpu := startCPU(b, srv)
 	defer cpu.report(b)
 	for i := range b.N {
-		ls, err := l.Mutex("bench-" + strconv.Itoa(i)).TryLock(ctx)
+		ls, err := take(l.Mutex("bench-"+strconv.Itoa(i)), ctx)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -102,31 +114,6 @@ func BenchmarkRawSetNXCompareDel(b *testing.B) {
 			b.Fatal(err)
 		}
 		if err := del.Exec(ctx, c, []string{key}, []string{"token"}).Error(); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
-// BenchmarkLockRelease is the blocking Lock of a free mutex then Release:
-// the path of the bench command's W1 and W2.
-func BenchmarkLockRelease(b *testing.B) {
-	srv := testredis.Start(b)
-	s := dialB(b, srv.URL())
-	l, err := dlock.New(s)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer l.Close()
-	ctx := b.Context()
-	b.ResetTimer()
-	cpu := startCPU(b, srv)
-	defer cpu.report(b)
-	for i := range b.N {
-		ls, err := l.Mutex("bench-" + strconv.Itoa(i)).Lock(ctx)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := ls.Release(ctx); err != nil {
 			b.Fatal(err)
 		}
 	}

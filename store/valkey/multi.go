@@ -26,11 +26,7 @@ func (s *Store) AtomicMulti(names []string) bool {
 	if s.client.Mode() != vk.ClientModeCluster {
 		return true
 	}
-	keys := make([]string, len(names))
-	for i, n := range names {
-		keys[i] = s.key(n)
-	}
-	return redisproto.SameSlot(keys)
+	return s.l.NamesInOneSlot(names)
 }
 
 // checkMulti validates reqs and that their names can be taken together.
