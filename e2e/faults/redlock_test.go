@@ -155,6 +155,13 @@ func testRedlockSlowReplies(t *testing.T) {
 // unfenced one takes it.
 func testRedlockSplit(t *testing.T, fenced bool, how string) {
 	e := newEnv(t, 5, fenced)
+	// Twenty grants on all five nodes first, so that the split meets
+	// counters that issue last + 1 rather than fresh ones on the clock
+	// floor: node C's forgotten or restarted counter must still lose to the
+	// fences those counters issued.
+	warm := e.prepare(3)
+	warm.start("-ttl", "5s", "-wait", "5s", "-iters", "20", "-rmw")
+	warm.wait(time.Minute)
 	a := e.prepare(1)
 	only(a, 0, 1, 2)
 	b := e.prepare(2)

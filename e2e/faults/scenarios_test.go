@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/anishathalye/porcupine"
 
 	"github.com/dlock-dev/dlock/e2e/faults/wire"
+	"github.com/dlock-dev/dlock/internal/testredis"
 )
 
 // lockKey is the Valkey key of the lock every scenario uses ("x").
@@ -455,6 +457,10 @@ func testFenceRestart(t *testing.T) {
 	if _, ok := w1.waitEvent(20*time.Second, func(ev wire.Event) bool { return ev.Kind == wire.KindAcquire && ev.Iter >= iters/3 }); !ok {
 		t.Fatalf("worker 1 made no progress\n%s", w1.stderrText())
 	}
+	// Fences are last + 1 while the counter lives and the clock floor
+	// once it is gone: a restart is safe at any moment only while the
+	// counter stays below the floor. Checked before the kill and at the end.
+	behind := []int64{counterBehindClock(t, e.nodes[0], "x")}
 	killed := wire.Now()
 	e.nodes[0].Restart(t)
 	e.fault("SIGKILL the node and restart it at once, no persistence")
@@ -471,7 +477,41 @@ func testFenceRestart(t *testing.T) {
 	if minAfter >= 0 && minAfter <= maxBefore {
 		t.Errorf("first fence after the restart %d <= last before %d", minAfter, maxBefore)
 	}
-	r.Extra = fmt.Sprintf("max fence before restart %d, min after %d", maxBefore, minAfter)
+	behind = append(behind, counterBehindClock(t, e.nodes[0], "x"))
+	r.Extra = fmt.Sprintf("max fence before restart %d, min after %d; counter behind the clock floor by %d and %d ms", maxBefore, minAfter, behind[0]/1000, behind[1]/1000)
 	requireSafe(t, r)
 	e.record(r)
+}
+
+// counterBehindClock returns how far lock name's fence counter on the node
+// is below the clock floor (server ms × 1000), failing the test when it is
+// not below: a node restarted empty at that moment could then repeat a
+// fence.
+func counterBehindClock(t *testing.T, node *testredis.Server, name string) int64 {
+	t.Helper()
+	v, err := node.Do("GET", "{lock:"+name+"}:fence")
+	if err != nil {
+		t.Fatalf("GET fence counter: %v", err)
+	}
+	counter, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		t.Fatalf("fence counter %q: %v", v, err)
+	}
+	// TIME after GET: the floor only rises, so this cannot hide a counter
+	// ahead of the floor at the GET.
+	now, err := node.Do("TIME")
+	if err != nil {
+		t.Fatalf("TIME: %v", err)
+	}
+	sec, usec, _ := strings.Cut(now, "\n")
+	s, err1 := strconv.ParseInt(sec, 10, 64)
+	us, err2 := strconv.ParseInt(usec, 10, 64)
+	if err1 != nil || err2 != nil {
+		t.Fatalf("TIME = %q", now)
+	}
+	floor := s*1_000_000 + us/1000*1000
+	if counter >= floor {
+		t.Errorf("fence counter %d is not below the clock floor %d: a restart now could repeat a fence", counter, floor)
+	}
+	return floor - counter
 }

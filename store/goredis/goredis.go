@@ -132,7 +132,8 @@ const DefaultFenceRetention = 24 * time.Hour
 func WithPrefix(p string) Option { return func(c *config) { c.prefix = p } }
 
 // WithFenceRetention sets how long a lock name's fence counter is kept after
-// its last grant: d, but never less than the grant's TTL plus a minute.
+// the grant that created it: d, but never less than that grant's TTL plus a
+// minute (as store/valkey's option of the same name).
 // Default a day; at least a second. See store/valkey's WithFenceRetention.
 func WithFenceRetention(d time.Duration) Option {
 	return func(c *config) {

@@ -48,8 +48,10 @@ func WithPrefix(p string) Option {
 const DefaultFenceRetention = 24 * time.Hour
 
 // WithFenceRetention sets how long a lock name's fence counter is kept after
-// its last grant (or extension of a mutex): d, but never less than the
-// grant's TTL plus a minute, so the counter outlives every hold it fenced.
+// the grant that created it: d, but never less than that grant's TTL plus a
+// minute (an extension of a mutex tops it up to its TTL plus a minute).
+// Later grants increment the counter and keep its expiry, so a busy name's
+// counter too is created anew once per retention, from the clock floor.
 // Default a day.
 //
 // Each name has one counter, so a workload that locks many distinct names

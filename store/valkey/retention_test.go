@@ -76,7 +76,7 @@ func TestFenceRetentionMutexPaths(t *testing.T) {
 	if g, err := s.Acquire(ctx, w); err != nil || g.Acquired {
 		t.Fatalf("Acquire(waiter) = %+v, %v; want refused", g, err)
 	}
-	mustDo(t, srv, "PEXPIRE", s.AuxKey("m", "fence"), "1000000")
+	mustDo(t, srv, "DEL", s.AuxKey("m", "fence")) // as if it expired
 	if err := s.Release(ctx, hold); err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +89,7 @@ func TestFenceRetentionMutexPaths(t *testing.T) {
 		t.Fatal("no handoff")
 	}
 	if got := counterTTL(t, srv, s, "m"); !within(got, 160_000) {
-		t.Errorf("counter PTTL after a handoff of a 100 s hold = %d ms, want about 160 000", got)
+		t.Errorf("counter PTTL after a handoff of a 100 s hold that created it = %d ms, want about 160 000", got)
 	}
 
 	// An extension tops the counter up once it is below TTL + 1 min.
@@ -110,6 +110,38 @@ func TestFenceRetentionMutexPaths(t *testing.T) {
 	}
 	if got := counterTTL(t, srv, s, "m"); !within(got, 120_000) {
 		t.Errorf("counter PTTL after a write-back = %d ms, want about 120 000", got)
+	}
+}
+
+// TestFenceRetentionFromCreation checks that a grant on a name whose counter
+// exists keeps the counter's expiry: the retention counts from the grant
+// that created it, so a counter expires even while its name stays in use
+// and counters of busy names do not live for ever.
+func TestFenceRetentionFromCreation(t *testing.T) {
+	srv := testredis.Start(t)
+	ctx := testContext(t)
+	s := dial(t, srv.URL(), valkey.WithFenceRetention(2*time.Minute))
+	modes := []dlock.Mode{dlock.ModeMutex, dlock.ModeReentrant, dlock.ModeWrite, dlock.ModeFair, dlock.ModeSemaphore}
+	for _, m := range modes {
+		name := "created-" + m.String()
+		var last int64
+		for i := range 2 {
+			req := dlock.Request{Name: name, Token: "t" + strconv.Itoa(i), TTL: 10 * time.Second, Mode: m, Limit: 1}
+			g, err := s.Acquire(ctx, req)
+			if err != nil || !g.Acquired || g.Fence <= last {
+				t.Fatalf("%v: grant %d = %+v, %v; want a fence above %d", m, i, g, err, last)
+			}
+			last = g.Fence
+			if i == 0 {
+				mustDo(t, srv, "PEXPIRE", s.AuxKey(name, "fence"), "100000")
+			}
+			if err := s.Release(ctx, req); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := counterTTL(t, srv, s, name); !within(got, 100_000) {
+			t.Errorf("%v: counter PTTL after a second grant = %d ms, want the first grant's expiry kept (about 100 000)", m, got)
+		}
 	}
 }
 

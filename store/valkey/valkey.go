@@ -13,10 +13,12 @@
 //
 // # Fences
 //
-// Every grant issues max(last+1, server time in ms*1000) atomically with the
-// grant, so fences stay monotonic even across a restart of a node that kept
-// nothing on disk (unless its clock stepped back). The counter expires a
-// day after the last grant ([WithFenceRetention]).
+// Every grant issues last+1 from the name's counter (INCR) atomically with
+// the grant; a grant that finds no counter issues the clock floor, server
+// time in ms*1000, and creates it. So fences stay monotonic even across a
+// restart of a node that kept nothing on disk (unless its clock stepped
+// back, see docs/safety.md). The counter expires a day after the grant that
+// created it ([WithFenceRetention]).
 //
 // # Wake-ups
 //

@@ -13,11 +13,16 @@ local function now()
   return now_ms
 end
 
--- fence issues max(last + 1, server time in ms * 1000) for a grant of TTL
--- ttl ms, and keeps the counter for max(ARGV[7], ttl + 1 min).
+-- fence issues the name's next fence for a grant of TTL ttl ms: last + 1
+-- (INCR, which keeps the counter's expiry), or the clock floor, server time
+-- in ms * 1000, when the counter is absent; a counter so created is kept for
+-- max(ARGV[7], ttl + 1 min). See mutex_acquire.
 local function fence(ttl)
-  local f = math.max((tonumber(redis.call('GET', KEYS[2])) or 0) + 1, now() * 1000)
-  local keep = math.max(tonumber(ARGV[7]), ttl + 60000)
-  redis.call('SET', KEYS[2], string.format('%.0f', f), 'PX', string.format('%.0f', keep))
+  local f = redis.call('INCR', KEYS[2])
+  if f < 1e15 then
+    f = math.max(f, now() * 1000)
+    local keep = math.max(tonumber(ARGV[7]), ttl + 60000)
+    redis.call('SET', KEYS[2], string.format('%.0f', f), 'PX', string.format('%.0f', keep))
+  end
   return f
 end

@@ -50,8 +50,7 @@ if refused then
   end
   return {0, refused, left, held}
 end
-local t = redis.call('TIME')
-local floor = tonumber(t[1]) * 1000000 + math.floor(tonumber(t[2]) / 1000) * 1000
+local floor
 local reply = {1}
 for i = 1, n do
   local ttl = ARGV[2 + i]
@@ -61,12 +60,19 @@ for i = 1, n do
     reply[i + 1] = last[i]
   else
     redis.call('SET', KEYS[2 * i - 1], me, 'PX', ttl)
-    local f = floor
-    if last[i] and last[i] >= f then
-      f = last[i] + 1
+    -- The fence as in mutex_acquire: INCR, or the clock floor.
+    local f
+    if last[i] and last[i] >= 1e15 then
+      f = redis.call('INCR', KEYS[2 * i])
+    else
+      if not floor then
+        local t = redis.call('TIME')
+        floor = tonumber(t[1]) * 1000000 + math.floor(tonumber(t[2]) / 1000) * 1000
+      end
+      f = math.max((last[i] or 0) + 1, floor)
+      local keep = string.format('%.0f', math.max(tonumber(ARGV[2]), tonumber(ttl) + 60000))
+      redis.call('SET', KEYS[2 * i], string.format('%.0f', f), 'PX', keep)
     end
-    local keep = string.format('%.0f', math.max(tonumber(ARGV[2]), tonumber(ttl) + 60000))
-    redis.call('SET', KEYS[2 * i], string.format('%.0f', f), 'PX', keep)
     reply[i + 1] = f
   end
 end

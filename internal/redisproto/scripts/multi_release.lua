@@ -38,11 +38,10 @@ local function handoff(i)
       n = tonumber(n)
       if ttl and n and #rest > n then
         local ch, tok = string.sub(rest, 1, n), string.sub(rest, n + 1)
-        local f = c[1] * 1000000 + math.floor(c[2] / 1000) * 1000
-        local keep = string.format('%.0f', math.max(tonumber(ARGV[2]), tonumber(ttl) + 60000))
-        local last = tonumber(redis.call('SET', counter, string.format('%.0f', f), 'PX', keep, 'GET'))
-        if last and last >= f then
-          f = last + 1
+        local f = redis.call('INCR', counter)
+        if f < 1e15 then
+          f = math.max(f, c[1] * 1000000 + math.floor(c[2] / 1000) * 1000)
+          local keep = string.format('%.0f', math.max(tonumber(ARGV[2]), tonumber(ttl) + 60000))
           redis.call('SET', counter, string.format('%.0f', f), 'PX', keep)
         end
         redis.call('SET', key, tok, 'PX', ttl)

@@ -19,8 +19,8 @@
 --          refused
 -- ARGV[4]  queue TTL in milliseconds: a registration not refreshed by then
 --          is skipped, judged by this server's clock
--- ARGV[5]  fence retention in milliseconds: a grant keeps the counter for
---          max(ARGV[5], TTL + 1 min)
+-- ARGV[5]  fence retention in milliseconds: a counter created by a grant
+--          is kept for max(ARGV[5], TTL + 1 min)
 --
 -- Reply: {1, fence, 0} when ARGV[1] holds the lock after the call; a repeat
 -- by the holder (or by a waiter the lock was handed to) refreshes the TTL
@@ -29,12 +29,13 @@
 -- at least 1; held the dlock.Mode number: 0 for a token, another pattern's
 -- from its marker, see name_lib).
 --
--- A new fence is max(last + 1, server time in ms * 1000): a node that lost
--- its data in a restart still issues fences above every earlier one, and the
--- counter may expire (ARGV[5]) after the last grant.
+-- A new fence is last + 1 (INCR), or the clock floor, server time in ms *
+-- 1000, when the counter is absent: a node that lost its data in a restart
+-- still issues fences above every earlier one, and the counter may expire
+-- (ARGV[5] after it was created). See docs/safety.md, "Fences".
 --
--- The free lock costs three calls: SET NX (which also tells a refusal from
--- a repeat by the holder), TIME and SET GET on the counter. Every refusal
+-- The free lock costs two calls: SET NX (which also tells a refusal from a
+-- repeat by the holder) and INCR on the counter. Every refusal
 -- reads the lock key with PTTL, a read that client-side caching tracks.
 local me = ARGV[1]
 local cur = redis.pcall('SET', KEYS[1], me, 'NX', 'PX', ARGV[2], 'GET')
@@ -85,22 +86,22 @@ if ARGV[3] == '1' then
   -- Free: a registered waiter takes it itself and is no longer waiting.
   redis.call('ZREM', KEYS[3], ARGV[2] .. ' ' .. #KEYS[4] .. ' ' .. KEYS[4] .. me)
 end
--- SET GET writes the floor and returns the last fence in one call; only a
--- last fence at or above the floor needs the second SET.
-local now = redis.call('TIME')
-local f = tonumber(now[1]) * 1000000 + math.floor(tonumber(now[2]) / 1000) * 1000
-local keep = string.format('%.0f', math.max(tonumber(ARGV[5]), tonumber(ARGV[2]) + 60000))
-local last = redis.pcall('SET', KEYS[2], string.format('%.0f', f), 'PX', keep, 'GET')
-if type(last) == 'table' and last.err then
-  -- The counter is not a string: undo the grant, fail as before.
+-- INCR issues last + 1 in one call, keeping the counter's expiry. A
+-- counter it had to create (a name never granted, or whose counter expired
+-- or was lost in a restart) starts at the clock floor and is kept for
+-- max(ARGV[5], TTL + 1 min) from then.
+local f = redis.pcall('INCR', KEYS[2])
+if type(f) == 'table' and f.err then
+  -- The counter is not an integer: undo the grant, fail as before.
   if fresh then
     redis.call('DEL', KEYS[1])
   end
-  return last
+  return f
 end
-last = tonumber(last)
-if last and last >= f then
-  f = last + 1
+if f < 1e15 then
+  local now = redis.call('TIME')
+  f = math.max(f, tonumber(now[1]) * 1000000 + math.floor(tonumber(now[2]) / 1000) * 1000)
+  local keep = string.format('%.0f', math.max(tonumber(ARGV[5]), tonumber(ARGV[2]) + 60000))
   redis.call('SET', KEYS[2], string.format('%.0f', f), 'PX', keep)
 end
 return {1, f, 0}

@@ -49,12 +49,11 @@ while v[2] do
     n = tonumber(n)
     if ttl and n and #rest > n then
       local ch, tok = string.sub(rest, 1, n), string.sub(rest, n + 1)
-      -- The fence as in mutex_acquire: SET GET writes the floor.
-      local f = now[1] * 1000000 + math.floor(now[2] / 1000) * 1000
-      local keep = string.format('%.0f', math.max(tonumber(ARGV[5]), tonumber(ttl) + 60000))
-      local last = tonumber(redis.call('SET', KEYS[2], string.format('%.0f', f), 'PX', keep, 'GET'))
-      if last and last >= f then
-        f = last + 1
+      -- The fence as in mutex_acquire: INCR, or the clock floor.
+      local f = redis.call('INCR', KEYS[2])
+      if f < 1e15 then
+        f = math.max(f, now[1] * 1000000 + math.floor(now[2] / 1000) * 1000)
+        local keep = string.format('%.0f', math.max(tonumber(ARGV[5]), tonumber(ttl) + 60000))
         redis.call('SET', KEYS[2], string.format('%.0f', f), 'PX', keep)
       end
       local fs = string.format('%.0f', f)

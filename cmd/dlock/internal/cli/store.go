@@ -23,8 +23,9 @@ type storeFlags struct {
 	server      string // remote dlock serve; not for serve itself
 	authToken   string
 	prefix      string
-	// fenceRetention: how long a Valkey/Redis fence counter outlives its
-	// name's last grant.
+	// fenceRetention: how long a Valkey/Redis fence counter is kept after
+	// the grant that created it (the memory store: after the name's last
+	// grant).
 	fenceRetention time.Duration
 }
 
@@ -44,7 +45,7 @@ func (s *storeFlags) register(fs *flagSet, client bool) {
 	fs.String(&s.prefix, "key-prefix", "PREFIX", "DLOCK_KEY_PREFIX", "lock:",
 		"prefix of the Valkey/Redis keys: the mutex on NAME is the key PREFIX+NAME")
 	fs.Duration(&s.fenceRetention, "fence-retention", "DLOCK_FENCE_RETENTION", valkey.DefaultFenceRetention,
-		"how long a lock name's fence counter is kept after its last grant (Valkey/Redis: at least the grant's TTL + 1m), one key per name; Valkey/Redis and serve's memory store")
+		"how long a lock name's fence counter is kept (Valkey/Redis: after the grant that created it, at least that grant's TTL + 1m; memory: after the name's last grant), one key per name; Valkey/Redis and serve's memory store")
 	if client {
 		fs.String(&s.server, "server", "URL", "DLOCK_SERVER", "",
 			"URL of a remote dlock serve, e.g. http://locks.internal:3009")
