@@ -3,8 +3,10 @@ package redisproto
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"hash/maphash"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlock-dev/dlock"
@@ -12,7 +14,8 @@ import (
 
 // A Layout names the keys of lock names for one store: its key prefix, its
 // fence retention, and the shard channels on which it hears of handoffs to
-// its own waiters. Make one with NewLayout; it is read-only afterwards.
+// its own waiters. Make one with NewLayout; its fields are read-only
+// afterwards, and its methods safe for concurrent use.
 type Layout struct {
 	Prefix string
 	// Retention is the fence retention in milliseconds, an ARGV of the
@@ -22,6 +25,26 @@ type Layout struct {
 	ID string
 	// mutexSuffix and fairSuffix end the names of those channels.
 	mutexSuffix, fairSuffix string
+	// seen is a lossy set of the names a mutex was asked for (see Seen).
+	seen     [seenSize]atomic.Uint64
+	seenSeed maphash.Seed
+}
+
+const (
+	seenBits = 12
+	seenSize = 1 << seenBits // entries of Layout.seen: 32 KiB
+)
+
+// Seen reports whether a mutex was asked for lock name through this Layout
+// before, and remembers that it now was. It is a hint, wrong now and then
+// both ways (names share entries): the acquire script issues the fence with
+// INCR when the name's counter likely exists and from the clock otherwise,
+// and is correct either way.
+func (l *Layout) Seen(name string) bool {
+	h := maphash.String(l.seenSeed, name)
+	// The top bits pick the entry; the entry holds the hash with its low
+	// bit set, never 0, the empty entry.
+	return l.seen[h>>(64-seenBits)].Swap(h|1) == h|1
 }
 
 // NewLayout returns the Layout of a store with key prefix and fence
@@ -36,6 +59,7 @@ func NewLayout(prefix string, retention time.Duration) *Layout {
 		ID:          id,
 		mutexSuffix: "mutex:ch:" + id,
 		fairSuffix:  "fair:ch:" + id,
+		seenSeed:    maphash.MakeSeed(),
 	}
 }
 

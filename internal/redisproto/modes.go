@@ -158,13 +158,18 @@ func mutexKeys(l *Layout, name string) []string {
 }
 
 // mutexArgs is ARGV = {token, TTL ms, queue (0|1), queue TTL ms, fence
-// retention ms}.
+// retention ms, seen (0|1): whether the name's fence counter likely exists
+// (Layout.Seen)}.
 func mutexArgs(l *Layout, req dlock.Request) []string {
 	queue := "0"
 	if req.Queue {
 		queue = "1"
 	}
-	return []string{req.Token, Millis(req.TTL), queue, Millis(req.QueueTTL), l.Retention}
+	seen := "0"
+	if l.Seen(req.Name) {
+		seen = "1"
+	}
+	return []string{req.Token, Millis(req.TTL), queue, Millis(req.QueueTTL), l.Retention, seen}
 }
 
 // stdArgs is ARGV = {token, TTL ms, owner, limit, queue (0|1), queue TTL ms,

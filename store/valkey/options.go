@@ -50,9 +50,10 @@ const DefaultFenceRetention = 24 * time.Hour
 // WithFenceRetention sets how long a lock name's fence counter is kept after
 // the grant that created it: d, but never less than that grant's TTL plus a
 // minute (an extension of a mutex tops it up to its TTL plus a minute).
-// Later grants increment the counter and keep its expiry, so a busy name's
-// counter too is created anew once per retention, from the clock floor.
-// Default a day.
+// Later grants increment the counter and keep its expiry (but a mutex grant
+// through a Store that had not seen the name renews it), so a busy name's
+// counter too is created anew about once per retention, from the clock
+// floor. Default a day.
 //
 // Each name has one counter, so a workload that locks many distinct names
 // (one per order, per job) keeps one small key per name for this long. The

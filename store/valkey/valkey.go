@@ -13,9 +13,9 @@
 //
 // # Fences
 //
-// Every grant issues last+1 from the name's counter (INCR) atomically with
-// the grant; a grant that finds no counter issues the clock floor, server
-// time in ms*1000, and creates it. So fences stay monotonic even across a
+// Every grant issues last+1 from the name's counter atomically with the
+// grant; a grant that finds no counter issues the clock floor, server time
+// in ms*1000, and creates it. So fences stay monotonic even across a
 // restart of a node that kept nothing on disk (unless its clock stepped
 // back, see docs/safety.md). The counter expires a day after the grant that
 // created it ([WithFenceRetention]).

@@ -21,6 +21,9 @@
 --          is skipped, judged by this server's clock
 -- ARGV[5]  fence retention in milliseconds: a counter created by a grant
 --          is kept for max(ARGV[5], TTL + 1 min)
+-- ARGV[6]  "1" when the caller expects the counter to exist (its store saw
+--          the name before): a hint that picks the cheaper way to issue the
+--          fence, never a condition of its correctness
 --
 -- Reply: {1, fence, 0} when ARGV[1] holds the lock after the call; a repeat
 -- by the holder (or by a waiter the lock was handed to) refreshes the TTL
@@ -29,13 +32,16 @@
 -- at least 1; held the dlock.Mode number: 0 for a token, another pattern's
 -- from its marker, see name_lib).
 --
--- A new fence is last + 1 (INCR), or the clock floor, server time in ms *
--- 1000, when the counter is absent: a node that lost its data in a restart
--- still issues fences above every earlier one, and the counter may expire
--- (ARGV[5] after it was created). See docs/safety.md, "Fences".
+-- A new fence is last + 1, or the clock floor, server time in ms * 1000,
+-- when the counter is absent or behind the floor: a node that lost its data
+-- in a restart still issues fences above every earlier one, and the counter
+-- may expire (see docs/safety.md, "Fences on Valkey/Redis").
 --
--- The free lock costs two calls: SET NX (which also tells a refusal from a
--- repeat by the holder) and INCR on the counter. Every refusal
+-- The free lock costs two calls on a name the caller saw before: SET NX
+-- (which also tells a refusal from a repeat by the holder) and INCR on the
+-- counter, which keeps the counter's expiry; three on a name new to it:
+-- SET NX, TIME and SET GET, which creates the counter (or re-anchors one
+-- to the clock and renews its expiry). Every refusal
 -- reads the lock key with PTTL, a read that client-side caching tracks.
 local me = ARGV[1]
 local cur = redis.pcall('SET', KEYS[1], me, 'NX', 'PX', ARGV[2], 'GET')
@@ -86,22 +92,43 @@ if ARGV[3] == '1' then
   -- Free: a registered waiter takes it itself and is no longer waiting.
   redis.call('ZREM', KEYS[3], ARGV[2] .. ' ' .. #KEYS[4] .. ' ' .. KEYS[4] .. me)
 end
--- INCR issues last + 1 in one call, keeping the counter's expiry. A
--- counter it had to create (a name never granted, or whose counter expired
--- or was lost in a restart) starts at the clock floor and is kept for
--- max(ARGV[5], TTL + 1 min) from then.
-local f = redis.pcall('INCR', KEYS[2])
+local keep = function()
+  return string.format('%.0f', math.max(tonumber(ARGV[5]), tonumber(ARGV[2]) + 60000))
+end
+local floor = function()
+  local now = redis.call('TIME')
+  return tonumber(now[1]) * 1000000 + math.floor(tonumber(now[2]) / 1000) * 1000
+end
+local f
+if ARGV[6] == '1' then
+  -- The counter likely exists: INCR issues last + 1 in one call, keeping
+  -- its expiry. A counter INCR had to create starts at the clock floor.
+  f = redis.pcall('INCR', KEYS[2])
+  if type(f) ~= 'table' and f < 1e15 then
+    f = math.max(f, floor())
+    redis.call('SET', KEYS[2], string.format('%.0f', f), 'PX', keep())
+  end
+else
+  -- The counter likely does not exist: SET GET writes the clock floor and
+  -- returns the last fence in one call; only a last fence at or above the
+  -- floor needs a second SET.
+  f = floor()
+  local last = redis.pcall('SET', KEYS[2], string.format('%.0f', f), 'PX', keep(), 'GET')
+  if type(last) == 'table' then
+    f = last
+  else
+    last = tonumber(last)
+    if last and last >= f then
+      f = last + 1
+      redis.call('SET', KEYS[2], string.format('%.0f', f), 'PX', keep())
+    end
+  end
+end
 if type(f) == 'table' and f.err then
-  -- The counter is not an integer: undo the grant, fail as before.
+  -- The counter is not an integer string: undo the grant, fail as before.
   if fresh then
     redis.call('DEL', KEYS[1])
   end
   return f
-end
-if f < 1e15 then
-  local now = redis.call('TIME')
-  f = math.max(f, tonumber(now[1]) * 1000000 + math.floor(tonumber(now[2]) / 1000) * 1000)
-  local keep = string.format('%.0f', math.max(tonumber(ARGV[5]), tonumber(ARGV[2]) + 60000))
-  redis.call('SET', KEYS[2], string.format('%.0f', f), 'PX', keep)
 end
 return {1, f, 0}

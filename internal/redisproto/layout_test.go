@@ -1,0 +1,53 @@
+package redisproto
+
+import (
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestSeen(t *testing.T) {
+	l := NewLayout("lock:", time.Hour)
+	if l.Seen("a") {
+		t.Fatal("Seen(a) on a new Layout = true")
+	}
+	if !l.Seen("a") {
+		t.Fatal("Seen(a) after asking for a = false")
+	}
+	if NewLayout("lock:", time.Hour).Seen("a") {
+		t.Error("another Layout saw a")
+	}
+	// Lossy, but not much: of 1000 new names, few collide with the 1000
+	// before them in 4096 entries.
+	for i := range 1000 {
+		l.Seen("x" + strconv.Itoa(i))
+	}
+	wrong := 0
+	for i := range 1000 {
+		if l.Seen("y" + strconv.Itoa(i)) {
+			wrong++
+		}
+	}
+	if wrong > 0 {
+		t.Errorf("%d of 1000 new names reported seen; entries hold a name's whole hash", wrong)
+	}
+	forgotten := 0
+	for i := range 1000 {
+		if !l.Seen("y" + strconv.Itoa(i)) {
+			forgotten++
+		}
+	}
+	if forgotten > 250 {
+		t.Errorf("%d of the last 1000 names forgotten, want most kept in 4096 entries", forgotten)
+	}
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 1000 {
+				l.Seen(strconv.Itoa(g*1000 + i))
+			}
+		})
+	}
+	wg.Wait()
+}
