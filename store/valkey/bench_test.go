@@ -2,8 +2,10 @@ package valkey_test
 
 import (
 	"context"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -29,8 +31,20 @@ func BenchmarkLockRelease(b *testing.B) {
 	benchLocker(b, (*dlock.Mutex).Lock)
 }
 
+// BenchmarkLockReleaseSameName is BenchmarkLockRelease on one name, taken
+// again and again: the fence counter exists, the acquire issues INCR.
+func BenchmarkLockReleaseSameName(b *testing.B) {
+	benchLockerNames(b, (*dlock.Mutex).Lock, func(int) string { return "bench" })
+}
+
 // benchLocker takes a fresh mutex with take and releases it, b.N times.
 func benchLocker(b *testing.B, take func(*dlock.Mutex, context.Context) (*dlock.Lease, error)) {
+	benchLockerNames(b, take, func(i int) string { return "bench-" + strconv.Itoa(i) })
+}
+
+// benchLockerNames takes the mutex name(i) with take and releases it, for
+// i in [0, b.N).
+func benchLockerNames(b *testing.B, take func(*dlock.Mutex, context.Context) (*dlock.Lease, error), name func(int) string) {
 	srv := testredis.Start(b)
 	s := dialB(b, srv.URL())
 	l, err := dlock.New(s)
@@ -43,7 +57,7 @@ func benchLocker(b *testing.B, take func(*dlock.Mutex, context.Context) (*dlock.
 	cpu := startCPU(b, srv)
 	defer cpu.report(b)
 	for i := range b.N {
-		ls, err := take(l.Mutex("bench-"+strconv.Itoa(i)), ctx)
+		ls, err := take(l.Mutex(name(i)), ctx)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -51,6 +65,37 @@ func benchLocker(b *testing.B, take func(*dlock.Mutex, context.Context) (*dlock.
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkLockReleaseParallel is BenchmarkLockRelease from 64 goroutines
+// on one Locker: the path of the bench command's W2.
+func BenchmarkLockReleaseParallel(b *testing.B) {
+	srv := testredis.Start(b)
+	s := dialB(b, srv.URL())
+	l, err := dlock.New(s)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	ctx := b.Context()
+	var seq atomic.Int64
+	b.SetParallelism(max(1, 64/runtime.GOMAXPROCS(0)))
+	b.ResetTimer()
+	cpu := startCPU(b, srv)
+	defer cpu.report(b)
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			ls, err := l.Mutex("bench-"+strconv.FormatInt(seq.Add(1), 10)).Lock(ctx)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			if err := ls.Release(ctx); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
 }
 
 // BenchmarkRawSetNXDel is the floor: SET key token NX PX then DEL, two plain
