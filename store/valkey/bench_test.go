@@ -85,7 +85,7 @@ func BenchmarkLockReleaseParallel(b *testing.B) {
 	defer cpu.report(b)
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			ls, err := l.Mutex("bench-"+strconv.FormatInt(seq.Add(1), 10)).Lock(ctx)
+			ls, err := l.Mutex("bench-" + strconv.FormatInt(seq.Add(1), 10)).Lock(ctx)
 			if err != nil {
 				b.Error(err)
 				return
