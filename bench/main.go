@@ -11,7 +11,8 @@
 //	cd bench && go run . -docs ../docs/benchmarks.md   # also refresh the tables there
 //
 // Workloads (see docs/benchmarks.md): W1 one goroutine, fresh name per
-// acquire+release; W2 the same on 64 goroutines; W3 16 clients on one lock
+// acquire+release; W2 the same on 64 goroutines (W1-same, W2-same: each
+// goroutine takes its own name again and again); W3 16 clients on one lock
 // holding it 1 ms (W3-shared: one client for all; W3-procs: one OS process
 // per client, the driver re-executing itself; W3-net: every client through
 // a proxy in the driver that delays each direction by -net-delay); W4 W1

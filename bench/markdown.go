@@ -158,6 +158,10 @@ func (r *report) markdown() string {
 	r.table(&sb, "W1", latency)
 	sb.WriteString("## W2 uncontended throughput (64 goroutines, one client, fresh names, 1 node)\n\n")
 	r.table(&sb, "W2", thr)
+	sb.WriteString("## W1-same, W2-same: the same, each goroutine taking its own name again and again\n\n")
+	sb.WriteString("A lock that guards one resource is taken under the same name every time; the name's fence counter then exists already.\n\n")
+	r.table(&sb, "W1-same", latency)
+	r.table(&sb, "W2-same", thr)
 	fmt.Fprintf(&sb, "## W3 contended handoff (%s clients, one lock, %s hold, 1 node)\n\n", r.Config["W3 workers"], r.Config["W3 hold"])
 	sb.WriteString("Each client has its own connection and Locker (a separate process, as far as the lock can tell). *gap* = next successful acquire return − previous release call; *→other* = the next holder was another client; *wait* = how long one blocking acquire took; *overtaken* = how many critical sections were granted to other clients while one acquire waited (the largest over the waits; with FIFO order at most clients − 1); *release* = the releaser's own unlock call → return (the gap adds the push to the next holder). Violations are summed over all runs. *RTT idle* is the PING p50 measured before the cells; *RTT in cell* is the PING p50 of a probe connection during the cell's measured interval, under the same load as the handoffs; it also grows with the contender's own load (pollers keep the cores busy), so compare contenders on the gap in µs or in idle RTTs.\n\n")
 	w3cols := []col{

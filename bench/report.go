@@ -235,6 +235,8 @@ func rawOf(workload string) string {
 var ratioKeys = map[string][]string{
 	"W1":        {"p50_us", "p99_us", "ops_per_s", "srv_cmds_per_op"},
 	"W2":        {"ops_per_s", "p50_us", "p99_us", "srv_cmds_per_op"},
+	"W1-same":   {"p50_us", "p99_us", "ops_per_s", "srv_cmds_per_op"},
+	"W2-same":   {"ops_per_s", "p50_us", "p99_us", "srv_cmds_per_op"},
 	"W3":        {"cs_per_s", "busy", "gap_p50_us", "gap_p99_us", "srv_cmds_per_cs", "wait_p99_ms"},
 	"W3-shared": {"cs_per_s", "busy", "gap_p50_us", "gap_p99_us", "srv_cmds_per_cs", "wait_p99_ms"},
 	"W3-procs":  {"cs_per_s", "busy", "gap_p50_us", "gap_p99_us", "srv_cmds_per_cs", "wait_p99_ms"},

@@ -38,12 +38,22 @@ func spec(cfg config, one, five cluster) []*cell {
 	}
 	for _, c := range append(oneNode(), diagnostics()...) {
 		add("W1", c, func(ctx context.Context) (metrics, error) {
-			return throughput(ctx, c, one, 1, cfg.warm, cfg.dur)
+			return throughput(ctx, c, one, 1, false, cfg.warm, cfg.dur)
 		})
 	}
 	for _, c := range append(oneNode(), diagnostics()...) {
 		add("W2", c, func(ctx context.Context) (metrics, error) {
-			return throughput(ctx, c, one, 64, cfg.warm, cfg.dur)
+			return throughput(ctx, c, one, 64, false, cfg.warm, cfg.dur)
+		})
+	}
+	for _, c := range oneNode() {
+		add("W1-same", c, func(ctx context.Context) (metrics, error) {
+			return throughput(ctx, c, one, 1, true, cfg.warm, cfg.dur)
+		})
+	}
+	for _, c := range oneNode() {
+		add("W2-same", c, func(ctx context.Context) (metrics, error) {
+			return throughput(ctx, c, one, 64, true, cfg.warm, cfg.dur)
 		})
 	}
 	for _, c := range append(oneNode(), fairContender()) {
@@ -68,12 +78,12 @@ func spec(cfg config, one, five cluster) []*cell {
 	}
 	for _, c := range fiveNodes() {
 		add("W4-W1", c, func(ctx context.Context) (metrics, error) {
-			return throughput(ctx, c, nodesFor(c), 1, cfg.warm, cfg.dur)
+			return throughput(ctx, c, nodesFor(c), 1, false, cfg.warm, cfg.dur)
 		})
 	}
 	for _, c := range fiveNodes() {
 		add("W4-W2", c, func(ctx context.Context) (metrics, error) {
-			return throughput(ctx, c, nodesFor(c), 64, cfg.warm, cfg.dur)
+			return throughput(ctx, c, nodesFor(c), 64, false, cfg.warm, cfg.dur)
 		})
 	}
 	add("W5", contender{name: "dlock-http", note: "POST /v1/locks/{name}/acquire + /release on a `dlock serve` process over store/valkey, 64 keep-alive clients"},
@@ -172,9 +182,9 @@ func boolInt(b bool) int {
 // headline is the progress line's summary of one run of a cell.
 func headline(workload string, m metrics) string {
 	switch workload {
-	case "W1", "W4-W1":
+	case "W1", "W1-same", "W4-W1":
 		return fmt.Sprintf("p50 %.0f µs  p99 %.0f µs  %.1f cmds/op", m["p50_us"], m["p99_us"], m["srv_cmds_per_op"])
-	case "W2", "W4-W2", "W5":
+	case "W2", "W2-same", "W4-W2", "W5":
 		return fmt.Sprintf("%.0f ops/s  %.1f cmds/op", m["ops_per_s"], m["srv_cmds_per_op"])
 	case "W3", "W3-shared", "W3-procs":
 		return fmt.Sprintf("%.0f CS/s  gap p50 %.0f µs (RTT in cell %.0f µs)  %.1f cmds/CS  overtaken max %.0f  violations %.0f", m["cs_per_s"], m["gap_p50_us"], m["rtt_load_p50_us"], m["srv_cmds_per_cs"], m["overtaken_max"], m["violations"])

@@ -109,9 +109,10 @@ func meanUS(ds []time.Duration) float64 {
 var cellSeq atomic.Int64
 
 // throughput runs W1 (goroutines=1) or W2 (64) for one contender: each op
-// is a blocking Lock and the release on a fresh name; all goroutines share
-// one client.
-func throughput(ctx context.Context, c contender, nodes cluster, goroutines int, warm, dur time.Duration) (metrics, error) {
+// is a blocking Lock and the release on a fresh name, or with sameName
+// (W1-same, W2-same) on the goroutine's own name, taken again and again;
+// all goroutines share one client.
+func throughput(ctx context.Context, c contender, nodes cluster, goroutines int, sameName bool, warm, dur time.Duration) (metrics, error) {
 	if err := nodes.flush(ctx); err != nil {
 		return nil, err
 	}
@@ -137,11 +138,15 @@ func throughput(ctx context.Context, c contender, nodes cluster, goroutines int,
 		uctx         = context.WithoutCancel(ctx)
 	)
 	defer cancel()
-	for range goroutines {
+	for g := range goroutines {
 		wg.Go(func() {
 			lat := make([]time.Duration, 0, 1<<14)
+			own := prefix + "g" + strconv.Itoa(g)
 			for !w.stopped.Load() {
-				name := prefix + strconv.FormatInt(seq.Add(1), 10)
+				name := own
+				if !sameName {
+					name = prefix + strconv.FormatInt(seq.Add(1), 10)
+				}
 				t0 := time.Now()
 				unlock, err := lk.Lock(cctx, name)
 				if err == nil {

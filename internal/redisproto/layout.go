@@ -21,6 +21,7 @@ type Layout struct {
 	// Retention is the fence retention in milliseconds, an ARGV of the
 	// scripts that issue or raise fences.
 	Retention string
+	retention int64 // Retention as a number
 	// ID is random and names the store's handoff channels.
 	ID string
 	// mutexSuffix and fairSuffix end the names of those channels.
@@ -56,6 +57,7 @@ func NewLayout(prefix string, retention time.Duration) *Layout {
 	return &Layout{
 		Prefix:      prefix,
 		Retention:   Millis(retention),
+		retention:   millis(retention),
 		ID:          id,
 		mutexSuffix: "mutex:ch:" + id,
 		fairSuffix:  "fair:ch:" + id,
@@ -278,9 +280,12 @@ func GlobEscape(s string) string {
 
 // Millis renders d in whole milliseconds, rounded up so that a positive
 // duration never becomes 0.
-func Millis(d time.Duration) string {
+func Millis(d time.Duration) string { return strconv.FormatInt(millis(d), 10) }
+
+// millis is d in whole milliseconds, rounded up; 0 when d <= 0.
+func millis(d time.Duration) int64 {
 	if d <= 0 {
-		return "0"
+		return 0
 	}
-	return strconv.FormatInt(int64((d+time.Millisecond-1)/time.Millisecond), 10)
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }

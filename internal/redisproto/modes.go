@@ -157,9 +157,9 @@ func mutexKeys(l *Layout, name string) []string {
 	return l.KeySet(true, name, "fence", "waiters", l.mutexSuffix, "waiters:flag")
 }
 
-// mutexArgs is ARGV = {token, TTL ms, queue (0|1), queue TTL ms, fence
-// retention ms, seen (0|1): whether the name's fence counter likely exists
-// (Layout.Seen)}.
+// mutexArgs is ARGV = {token, TTL ms, queue (0|1), queue TTL ms, counter
+// keep ms: max(fence retention, TTL + 1 min), seen (0|1): whether the name's
+// fence counter likely exists (Layout.Seen)}.
 func mutexArgs(l *Layout, req dlock.Request) []string {
 	queue := "0"
 	if req.Queue {
@@ -169,7 +169,11 @@ func mutexArgs(l *Layout, req dlock.Request) []string {
 	if l.Seen(req.Name) {
 		seen = "1"
 	}
-	return []string{req.Token, Millis(req.TTL), queue, Millis(req.QueueTTL), l.Retention, seen}
+	keep := l.Retention
+	if ms := millis(req.TTL) + 60000; ms > l.retention {
+		keep = strconv.FormatInt(ms, 10)
+	}
+	return []string{req.Token, Millis(req.TTL), queue, Millis(req.QueueTTL), keep, seen}
 }
 
 // stdArgs is ARGV = {token, TTL ms, owner, limit, queue (0|1), queue TTL ms,

@@ -225,3 +225,24 @@ func TestFairQueueExpiryToppedUpRarely(t *testing.T) {
 		t.Errorf("queue PTTL after a refresh at 35 s = %d ms, want it topped up to about 70 000", ttl)
 	}
 }
+
+// TestMutexFenceMatchesCounter checks, over many names new to the Store
+// (the clock path, which writes the floor's digits as a string and replies
+// with the number), that the counter holds exactly the fence the grant
+// returned, a multiple of 1000 (the floor is whole milliseconds).
+func TestMutexFenceMatchesCounter(t *testing.T) {
+	srv := testredis.Start(t)
+	s := dial(t, srv.URL())
+	ctx := testContext(t)
+	for i := range 2000 {
+		name := "m" + strconv.Itoa(i)
+		req := dlock.Request{Name: name, Token: "a", TTL: 10 * time.Second, Mode: dlock.ModeMutex}
+		g, err := s.Acquire(ctx, req)
+		if err != nil || !g.Acquired {
+			t.Fatalf("Acquire %s = %+v, %v", name, g, err)
+		}
+		if got := mustDo(t, srv, "GET", s.AuxKey(name, "fence")); got != strconv.FormatInt(g.Fence, 10) || g.Fence%1000 != 0 {
+			t.Fatalf("%s: fence %d, counter %q; want equal, whole milliseconds", name, g.Fence, got)
+		}
+	}
+}

@@ -19,8 +19,8 @@
 --          refused
 -- ARGV[4]  queue TTL in milliseconds: a registration not refreshed by then
 --          is skipped, judged by this server's clock
--- ARGV[5]  fence retention in milliseconds: a counter created by a grant
---          is kept for max(ARGV[5], TTL + 1 min)
+-- ARGV[5]  how long a counter this grant creates is kept, in ms: the
+--          fence retention, but at least TTL + 1 min
 -- ARGV[6]  "1" when the caller expects the counter to exist (its store saw
 --          the name before): a hint that picks the cheaper way to issue the
 --          fence, never a condition of its correctness
@@ -92,35 +92,41 @@ if ARGV[3] == '1' then
   -- Free: a registered waiter takes it itself and is no longer waiting.
   redis.call('ZREM', KEYS[3], ARGV[2] .. ' ' .. #KEYS[4] .. ' ' .. KEYS[4] .. me)
 end
-local keep = function()
-  return string.format('%.0f', math.max(tonumber(ARGV[5]), tonumber(ARGV[2]) + 60000))
-end
-local floor = function()
-  local now = redis.call('TIME')
-  return tonumber(now[1]) * 1000000 + math.floor(tonumber(now[2]) / 1000) * 1000
-end
+-- The clock floor and the counter's values stay decimal strings where they
+-- can: converting 16-digit numbers to and from strings costs the server more
+-- than the calls around them.
 local f
 if ARGV[6] == '1' then
   -- The counter likely exists: INCR issues last + 1 in one call, keeping
   -- its expiry. A counter INCR had to create starts at the clock floor.
   f = redis.pcall('INCR', KEYS[2])
-  if type(f) ~= 'table' and f < 1e15 then
-    f = math.max(f, floor())
-    redis.call('SET', KEYS[2], string.format('%.0f', f), 'PX', keep())
+  if type(f) == 'number' and f < 1e15 then
+    local now = redis.call('TIME')
+    f = math.max(f, tonumber(now[1]) * 1000000 + math.floor(tonumber(now[2]) / 1000) * 1000)
+    redis.call('SET', KEYS[2], string.format('%.0f', f), 'PX', ARGV[5])
   end
 else
   -- The counter likely does not exist: SET GET writes the clock floor and
   -- returns the last fence in one call; only a last fence at or above the
-  -- floor needs a second SET.
-  f = floor()
-  local last = redis.pcall('SET', KEYS[2], string.format('%.0f', f), 'PX', keep(), 'GET')
+  -- floor needs a second SET. The floor's digits are TIME's seconds and
+  -- the milliseconds of its microseconds, then "000".
+  local now = redis.call('TIME')
+  local us = now[2]
+  local ms = '0'
+  if #us > 3 then
+    ms = string.sub(us, 1, #us - 3)
+  end
+  local fs = now[1] .. string.rep('0', 3 - #ms) .. ms .. '000'
+  f = tonumber(now[1]) * 1000000 + tonumber(ms) * 1000
+  local last = redis.pcall('SET', KEYS[2], fs, 'PX', ARGV[5], 'GET')
   if type(last) == 'table' then
     f = last
-  else
-    last = tonumber(last)
-    if last and last >= f then
-      f = last + 1
-      redis.call('SET', KEYS[2], string.format('%.0f', f), 'PX', keep())
+  elseif last and #last >= #fs and (#last > #fs or last >= fs) then
+    -- Canonical decimals of one length compare as strings.
+    local n = tonumber(last)
+    if n then
+      f = n + 1
+      redis.call('SET', KEYS[2], string.format('%.0f', f), 'PX', ARGV[5])
     end
   end
 end

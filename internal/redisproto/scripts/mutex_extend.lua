@@ -4,7 +4,8 @@
 -- KEYS[2]  fence counter
 -- ARGV[1]  token
 -- ARGV[2]  TTL in milliseconds
--- ARGV[5]  fence retention in milliseconds (see mutex_acquire)
+-- ARGV[5]  counter keep in milliseconds: the fence retention, at least
+--          TTL + 1 min (see mutex_acquire)
 --
 -- Reply: 1 when ARGV[1] holds the lock and its TTL is now ARGV[2]; 0 when it
 -- does not hold it (nothing changed).

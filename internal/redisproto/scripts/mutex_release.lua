@@ -8,7 +8,8 @@
 -- KEYS[5]  waiters flag (see mutex_acquire): absent, there is no waiter
 -- ARGV[1]  token
 -- ARGV[2]  TTL in milliseconds (names the caller's registration)
--- ARGV[5]  fence retention in milliseconds (see mutex_acquire)
+-- ARGV[5]  counter keep in milliseconds: the fence retention, at least
+--          TTL + 1 min (see mutex_acquire)
 --
 -- Reply: 1 when ARGV[1] held the lock (now released, or handed to a
 -- waiter) or was registered as a waiter (now dropped); 0 when it had
