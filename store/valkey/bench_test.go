@@ -177,10 +177,13 @@ func startCPU(b *testing.B, srv *testredis.Server) *cpuMeter {
 	return m
 }
 
-func (m *cpuMeter) report(b *testing.B) {
+func (m *cpuMeter) report(b *testing.B) { m.reportN(b, b.N) }
+
+// reportN reports the CPU per op over n ops.
+func (m *cpuMeter) reportN(b *testing.B, n int) {
 	c, s := selfCPU()-m.client, serverCPU(b, m.srv)-m.server
-	b.ReportMetric(float64(c.Microseconds())/float64(b.N), "client-µs/op")
-	b.ReportMetric(float64(s.Microseconds())/float64(b.N), "server-µs/op")
+	b.ReportMetric(float64(c.Microseconds())/float64(n), "client-µs/op")
+	b.ReportMetric(float64(s.Microseconds())/float64(n), "server-µs/op")
 }
 
 func selfCPU() time.Duration {

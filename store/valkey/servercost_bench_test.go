@@ -1,0 +1,113 @@
+package valkey_test
+
+import (
+	"strconv"
+	"testing"
+	"time"
+
+	vk "github.com/valkey-io/valkey-go"
+
+	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/redisproto"
+	"github.com/dlock-dev/dlock/internal/testredis"
+)
+
+// BenchmarkServerCPU measures the server's CPU per uncontended acquire +
+// release, with the client's round trips out of the way: the commands go
+// in batches of 100 (100 acquires, then their 100 releases), so the
+// server's per-op cost is the scripts' and commands' own, not the network's.
+//
+//	raw        SET NX PX, then a compare-and-delete script (GET, DEL)
+//	setscript  as raw, but the SET NX PX inside a script: the floor of any
+//	           acquire that is a script, before a fence
+//	fresh      the mutex scripts on a new name per op: the clock path
+//	same       the mutex scripts on 100 names taken again and again: INCR
+//
+// server-µs/op is the figure; ns/op includes the client.
+func BenchmarkServerCPU(b *testing.B) {
+	for _, kind := range []string{"raw", "setscript", "fresh", "same"} {
+		b.Run(kind, func(b *testing.B) { benchServerCPU(b, kind) })
+	}
+}
+
+func benchServerCPU(b *testing.B, kind string) {
+	srv := testredis.Start(b)
+	c, err := vk.NewClient(vk.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	ops, err := redisproto.ModeOps(dlock.ModeMutex, "valkey")
+	if err != nil {
+		b.Fatal(err)
+	}
+	l := redisproto.NewLayout("lock:", 24*time.Hour)
+	const rawRelease = `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`
+	ctx := b.Context()
+	load := func(src string) string {
+		sha, err := c.Do(ctx, c.B().ScriptLoad().Script(src).Build()).ToString()
+		if err != nil {
+			b.Fatal(err)
+		}
+		return sha
+	}
+	acq, rel, rawRel := load(ops.Acquire.Src), load(ops.Release.Src), load(rawRelease)
+	setScript := load(`return redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])`)
+	evalsha := func(sha string, keys, args []string) vk.Completed {
+		return c.B().Evalsha().Sha1(sha).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
+	}
+	const batch = 100
+	round := func(first int) {
+		var acqs, rels vk.Commands
+		for j := range batch {
+			name := "n" + strconv.Itoa(first+j)
+			if kind == "same" {
+				name = "n" + strconv.Itoa(j)
+			}
+			switch kind {
+			case "raw":
+				acqs = append(acqs, c.B().Set().Key(l.Key(name)).Value("token").Nx().PxMilliseconds(30000).Build())
+			case "setscript":
+				acqs = append(acqs, evalsha(setScript, []string{l.Key(name)}, []string{"token", "30000"}))
+			}
+			if kind == "raw" || kind == "setscript" {
+				rels = append(rels, evalsha(rawRel, []string{l.Key(name)}, []string{"token"}))
+				continue
+			}
+			req := dlock.Request{Name: name, Token: "token", TTL: 30 * time.Second, Mode: dlock.ModeMutex}
+			keys, args := ops.Keys(l, name), ops.Args(l, req)
+			acqs = append(acqs, evalsha(acq, keys, args))
+			rels = append(rels, evalsha(rel, keys, args))
+		}
+		check := func(rs []vk.ValkeyResult) {
+			for _, r := range rs {
+				if err := r.Error(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		for _, r := range c.DoMulti(ctx, acqs...) {
+			if kind == "raw" || kind == "setscript" {
+				if ok, err := r.ToString(); err != nil || ok != "OK" {
+					b.Fatalf("SET NX = %q, %v", ok, err)
+				}
+			} else if g, err := r.AsIntSlice(); err != nil || g[0] != 1 {
+				b.Fatalf("acquire = %v, %v", g, err)
+			}
+		}
+		check(c.DoMulti(ctx, rels...))
+	}
+	// Warm up: scripts loaded, and for "same" every name's counter created
+	// and known to the Layout.
+	round(0)
+	round(0)
+	b.ResetTimer()
+	cpu := startCPU(b, srv)
+	n := 0
+	for n < b.N {
+		round(batch + n)
+		n += batch
+	}
+	b.StopTimer()
+	cpu.reportN(b, n)
+}
