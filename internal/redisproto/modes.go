@@ -1,6 +1,7 @@
 package redisproto
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 
@@ -127,6 +128,27 @@ func (o *Ops) Args(l *Layout, req dlock.Request) []string {
 		return o.args(l, req)
 	}
 	return stdArgs(l, req)
+}
+
+// AcquireArgs returns ARGV for o.Acquire: Args, and for the mutex the fence
+// floor proposed in ctx (WithFenceFloor), if any.
+func (o *Ops) AcquireArgs(ctx context.Context, l *Layout, req dlock.Request) []string {
+	args := o.Args(l, req)
+	if p, ok := ctx.Value(fenceFloorKey{}).(int64); ok && req.Mode == dlock.ModeMutex {
+		args = append(args, strconv.FormatInt(p, 10))
+	}
+	return args
+}
+
+type fenceFloorKey struct{}
+
+// WithFenceFloor returns ctx proposing floor to the mutex acquire scripts of
+// the stores it reaches: store/redlock proposes one floor to every node of a
+// grant, so that nodes whose counters are absent issue the same fence and
+// the grant needs no fence write-back. A node takes the floor only above
+// its own clock floor, and by at most 100 ms (mutex_acquire.lua).
+func WithFenceFloor(ctx context.Context, floor int64) context.Context {
+	return context.WithValue(ctx, fenceFloorKey{}, floor)
 }
 
 // RaiseArgs returns ARGV for o.Raise: {token, fence, fence retention ms,

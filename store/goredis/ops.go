@@ -62,7 +62,7 @@ func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, er
 		// Register only a waiter that listens for its handoff (WatchGrant).
 		req.Queue = false
 	}
-	v, err := s.run(ctx, o.Acquire, o.Keys(s.l, req.Name), o.Args(s.l, req)).Int64Slice()
+	v, err := s.run(ctx, o.Acquire, o.Keys(s.l, req.Name), o.AcquireArgs(ctx, s.l, req)).Int64Slice()
 	if err != nil {
 		return dlock.Grant{}, fail("acquire", err)
 	}

@@ -9,7 +9,12 @@ import (
 	"time"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/redisproto"
 )
+
+// proposedFloorLead is how far ahead of this clock, in fence units (µs),
+// the fence floor proposed to the nodes of a mutex grant is.
+const proposedFloorLead = 20_000
 
 // errValidity reports a majority granted too late to leave any validity.
 var errValidity = errors.New("redlock: majority granted after the lease ran out")
@@ -107,7 +112,15 @@ func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, er
 		}
 		nodeReq.Value, settleReq.Value = "", settledPrefix+value
 	}
-	ch := fan(s, ctx, timeout, s.all, func(ctx context.Context, i int) acquireReply {
+	nodeCtx := ctx
+	if req.Mode == dlock.ModeMutex {
+		// One floor for every node: nodes with no counter for the name then
+		// issue the same fence, and the grant writes nothing back. 20 ms
+		// ahead of this clock, to be above the nodes' clocks when they run
+		// the script (see redisproto.WithFenceFloor; other stores ignore it).
+		nodeCtx = redisproto.WithFenceFloor(ctx, time.Now().UnixMilli()*1000+proposedFloorLead)
+	}
+	ch := fan(s, nodeCtx, timeout, s.all, func(ctx context.Context, i int) acquireReply {
 		if err := fl.wait(ctx, i); err != nil {
 			return acquireReply{err: err}
 		}

@@ -4,10 +4,12 @@ import (
 	"errors"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/redisproto"
 	"github.com/dlock-dev/dlock/internal/testredis"
 )
 
@@ -244,5 +246,63 @@ func TestMutexFenceMatchesCounter(t *testing.T) {
 		if got := mustDo(t, srv, "GET", s.AuxKey(name, "fence")); got != strconv.FormatInt(g.Fence, 10) || g.Fence%1000 != 0 {
 			t.Fatalf("%s: fence %d, counter %q; want equal, whole milliseconds", name, g.Fence, got)
 		}
+	}
+}
+
+// TestMutexProposedFloor checks the fence floor store/redlock proposes
+// (redisproto.WithFenceFloor): a name without a counter takes it when it is
+// above the node's clock floor by at most 100 ms, and the node's own floor
+// otherwise; a name whose counter exists issues last + 1 whatever is
+// proposed.
+func TestMutexProposedFloor(t *testing.T) {
+	srv := testredis.Start(t)
+	s := dial(t, srv.URL())
+	ctx := testContext(t)
+	now, _, _ := strings.Cut(mustDo(t, srv, "TIME"), "\n")
+	sec, err := strconv.ParseInt(now, 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	floor := sec * 1_000_000 // at or below the node's floor for the next seconds
+	acquire := func(name string, proposed int64) int64 {
+		t.Helper()
+		req := dlock.Request{Name: name, Token: "a", TTL: 10 * time.Second, Mode: dlock.ModeMutex}
+		g, err := s.Acquire(redisproto.WithFenceFloor(ctx, proposed), req)
+		if err != nil || !g.Acquired {
+			t.Fatalf("Acquire(%s) = %+v, %v", name, g, err)
+		}
+		if err := s.Release(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+		return g.Fence
+	}
+	// Whole seconds ahead of the floor read above: more than 100 ms ahead of
+	// the node's clock unless the test took seconds to get here.
+	if f := acquire("far", floor+30_000_000); f >= floor+30_000_000 || f < floor {
+		t.Errorf("fence with a floor proposed 30 s ahead = %d, want the node's own, in [%d, %d)", f, floor, floor+30_000_000)
+	}
+	if f := acquire("below", 1); f < floor {
+		t.Errorf("fence with a floor proposed at 1 = %d, want the node's own, at least %d", f, floor)
+	}
+	// Just ahead of the node's clock floor: taken as is. 90 ms ahead of a
+	// probe's fence stays ahead unless 90 ms pass between the two calls (a
+	// loaded machine): then try again on another name.
+	var near int64
+	var name string
+	for i := range 5 {
+		name = "near" + strconv.Itoa(i)
+		near = acquire("probe"+strconv.Itoa(i), 0) + 90_000
+		if f := acquire(name, near); f == near {
+			break
+		} else if i == 4 {
+			t.Fatalf("fence with a floor proposed 90 ms ahead = %d, want %d (5 tries)", f, near)
+		}
+	}
+	if got := mustDo(t, srv, "GET", s.AuxKey(name, "fence")); got != strconv.FormatInt(near, 10) {
+		t.Errorf("counter = %s, want %d", got, near)
+	}
+	// The name is known now: INCR, whatever is proposed.
+	if f := acquire(name, near+80_000); f != near+1 {
+		t.Errorf("fence of a known name with a floor proposed = %d, want %d", f, near+1)
 	}
 }

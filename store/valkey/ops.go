@@ -96,7 +96,7 @@ func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, er
 		// Register only a waiter that listens for its handoff (WatchGrant).
 		req.Queue = false
 	}
-	keys, args := o.Keys(s.l, req.Name), o.Args(s.l, req)
+	keys, args := o.Keys(s.l, req.Name), o.AcquireArgs(ctx, s.l, req)
 	// While this Store has waiters on the lock, the attempt is a tracked
 	// read of the watch key (see hub): CLIENT CACHING YES just before the
 	// script, on the same connection, in the same round trip.

@@ -24,6 +24,7 @@
 -- ARGV[6]  "1" when the caller expects the counter to exist (its store saw
 --          the name before): a hint that picks the cheaper way to issue the
 --          fence, never a condition of its correctness
+-- ARGV[7]  optional: a proposed fence floor (redisproto.WithFenceFloor)
 --
 -- Reply: {1, fence, 0} when ARGV[1] holds the lock after the call; a repeat
 -- by the holder (or by a waiter the lock was handed to) refreshes the TTL
@@ -118,6 +119,15 @@ else
   end
   local fs = now[1] .. string.rep('0', 3 - #ms) .. ms .. '000'
   f = tonumber(now[1]) * 1000000 + tonumber(ms) * 1000
+  if ARGV[7] then
+    -- A floor proposed by store/redlock to every node of one grant, so that
+    -- they issue the same fence: taken above this node's clock floor by at
+    -- most 100 ms, which bounds how far this counter runs ahead of it.
+    local p = tonumber(ARGV[7])
+    if p and p > f and p <= f + 100000 then
+      f, fs = p, ARGV[7]
+    end
+  end
   local last = redis.pcall('SET', KEYS[2], fs, 'PX', ARGV[5], 'GET')
   if type(last) == 'table' then
     f = last
