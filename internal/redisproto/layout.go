@@ -36,8 +36,8 @@ const (
 	seenSize = 1 << seenBits // entries of Layout.seen: 32 KiB
 )
 
-// Seen reports whether a mutex was asked for lock name through this Layout
-// before, and remembers that it now was. It is a hint, wrong now and then
+// Seen reports whether a mutex acquire was asked for lock name through this
+// Layout before, and remembers that it now was. It is a hint, wrong now and then
 // both ways (names share entries): the acquire script issues the fence with
 // INCR when the name's counter likely exists and from the clock otherwise,
 // and is correct either way.

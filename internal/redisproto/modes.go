@@ -10,8 +10,9 @@ import (
 
 // Ops is the server side of one [dlock.Mode]: a script per operation and the
 // keys and arguments they are called with. Every script of a mode gets the
-// same KEYS ([Layout.Keys]) and ARGV ([Layout.Args]), and keeps every key of
-// one lock in the main key's hash slot.
+// same KEYS ([Ops.Keys]) and ARGV ([Ops.Args]; the mutex acquire a hint and a
+// proposed floor more, [Ops.AcquireArgs]), and keeps every key of one lock in
+// the main key's hash slot.
 //
 // Reply conventions, shared by every mode:
 //   - acquire: {acquired (0|1), fence, retry_after_ms, [count, [position,
@@ -130,11 +131,20 @@ func (o *Ops) Args(l *Layout, req dlock.Request) []string {
 	return stdArgs(l, req)
 }
 
-// AcquireArgs returns ARGV for o.Acquire: Args, and for the mutex the fence
-// floor proposed in ctx (WithFenceFloor), if any.
+// AcquireArgs returns ARGV for o.Acquire: Args, and for the mutex two more,
+// {seen (0|1): whether the name's fence counter likely exists (Layout.Seen),
+// the fence floor proposed in ctx (WithFenceFloor), if any}.
 func (o *Ops) AcquireArgs(ctx context.Context, l *Layout, req dlock.Request) []string {
 	args := o.Args(l, req)
-	if p, ok := ctx.Value(fenceFloorKey{}).(int64); ok && req.Mode == dlock.ModeMutex {
+	if req.Mode != dlock.ModeMutex {
+		return args
+	}
+	seen := "0"
+	if l.Seen(req.Name) {
+		seen = "1"
+	}
+	args = append(args, seen)
+	if p, ok := ctx.Value(fenceFloorKey{}).(int64); ok {
 		args = append(args, strconv.FormatInt(p, 10))
 	}
 	return args
@@ -180,22 +190,18 @@ func mutexKeys(l *Layout, name string) []string {
 }
 
 // mutexArgs is ARGV = {token, TTL ms, queue (0|1), queue TTL ms, counter
-// keep ms: max(fence retention, TTL + 1 min), seen (0|1): whether the name's
-// fence counter likely exists (Layout.Seen)}.
+// keep ms: max(fence retention, TTL + 1 min)}; the acquire takes more (see
+// AcquireArgs).
 func mutexArgs(l *Layout, req dlock.Request) []string {
 	queue := "0"
 	if req.Queue {
 		queue = "1"
 	}
-	seen := "0"
-	if l.Seen(req.Name) {
-		seen = "1"
-	}
 	keep := l.Retention
 	if ms := millis(req.TTL) + 60000; ms > l.retention {
 		keep = strconv.FormatInt(ms, 10)
 	}
-	return []string{req.Token, Millis(req.TTL), queue, Millis(req.QueueTTL), keep, seen}
+	return []string{req.Token, Millis(req.TTL), queue, Millis(req.QueueTTL), keep}
 }
 
 // stdArgs is ARGV = {token, TTL ms, owner, limit, queue (0|1), queue TTL ms,

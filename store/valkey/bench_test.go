@@ -45,13 +45,7 @@ func benchLocker(b *testing.B, take func(*dlock.Mutex, context.Context) (*dlock.
 // benchLockerNames takes the mutex name(i) with take and releases it, for
 // i in [0, b.N).
 func benchLockerNames(b *testing.B, take func(*dlock.Mutex, context.Context) (*dlock.Lease, error), name func(int) string) {
-	srv := testredis.Start(b)
-	s := dialB(b, srv.URL())
-	l, err := dlock.New(s)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer l.Close()
+	srv, l := benchServerLocker(b)
 	ctx := b.Context()
 	b.ResetTimer()
 	cpu := startCPU(b, srv)
@@ -70,13 +64,7 @@ func benchLockerNames(b *testing.B, take func(*dlock.Mutex, context.Context) (*d
 // BenchmarkLockReleaseParallel is BenchmarkLockRelease from 64 goroutines
 // on one Locker: the path of the bench command's W2.
 func BenchmarkLockReleaseParallel(b *testing.B) {
-	srv := testredis.Start(b)
-	s := dialB(b, srv.URL())
-	l, err := dlock.New(s)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer l.Close()
+	srv, l := benchServerLocker(b)
 	ctx := b.Context()
 	var seq atomic.Int64
 	b.SetParallelism(max(1, 64/runtime.GOMAXPROCS(0)))
@@ -96,6 +84,18 @@ func BenchmarkLockReleaseParallel(b *testing.B) {
 			}
 		}
 	})
+}
+
+// benchServerLocker starts a redis-server and returns it with a Locker on a
+// Store dialled to it, closed when the benchmark ends.
+func benchServerLocker(b *testing.B) (*testredis.Server, *dlock.Locker) {
+	srv := testredis.Start(b)
+	l, err := dlock.New(dialB(b, srv.URL()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { l.Close() })
+	return srv, l
 }
 
 // BenchmarkRawSetNXDel is the floor: SET key token NX PX then DEL, two plain

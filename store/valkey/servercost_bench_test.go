@@ -75,9 +75,9 @@ func benchServerCPU(b *testing.B, kind string) {
 				continue
 			}
 			req := dlock.Request{Name: name, Token: "token", TTL: 30 * time.Second, Mode: dlock.ModeMutex}
-			keys, args := ops.Keys(l, name), ops.Args(l, req)
-			acqs = append(acqs, evalsha(acq, keys, args))
-			rels = append(rels, evalsha(rel, keys, args))
+			keys := ops.Keys(l, name)
+			acqs = append(acqs, evalsha(acq, keys, ops.AcquireArgs(ctx, l, req)))
+			rels = append(rels, evalsha(rel, keys, ops.Args(l, req)))
 		}
 		check := func(rs []vk.ValkeyResult) {
 			for _, r := range rs {
