@@ -103,6 +103,14 @@ func TestDriverSmoke(t *testing.T) {
 	if n := rep.violations(); n != 0 {
 		t.Errorf("violations = %d, want 0", n)
 	}
+	// W2-same takes each goroutine's name again and again: the name's fence
+	// counter exists and the acquire issues INCR, one server command less
+	// than on W2's fresh names.
+	if fresh, same := rep.cell("W2/dlock"), rep.cell("W2-same/dlock"); fresh != nil && same != nil {
+		if f, s := fresh.Median["srv_cmds_per_op"], same.Median["srv_cmds_per_op"]; s > f-0.5 {
+			t.Errorf("dlock server commands per op: W2-same %.1f, W2 %.1f; want one less on reused names", s, f)
+		}
+	}
 	// BENCH_ONLY may leave W6 out.
 	if w6 := rep.cell("W6/dlock"); (w6 == nil && (cfg.only == nil || cfg.only.MatchString("W6/dlock"))) || (w6 != nil && w6.Median["lost"] != 0) {
 		t.Errorf("W6 = %v, want no lost lease", w6)
