@@ -39,6 +39,17 @@ type grantRec struct {
 	invoke, ret, fence int64
 	excl               bool
 	who                string
+	kind               string
+	// unreleased: its holder's release was not confirmed (the store did not
+	// answer), so the hold may live on until its TTL and the same owner's
+	// next reentrant acquire re-enters it, with its fence.
+	unreleased bool
+}
+
+// reentry reports whether g may share p's fence: g re-entered p's hold,
+// whose release was not confirmed.
+func reentry(p, g grantRec) bool {
+	return p.kind == "reentrant" && g.kind == "reentrant" && p.who == g.who && p.unreleased && p.fence == g.fence
 }
 
 type nameLog struct {
@@ -61,7 +72,9 @@ type checker struct {
 	semOver int64
 	dups    int64
 	order   int64
-	samples []string
+	// reentries: grants that re-entered a hold whose release was not confirmed
+	reentries int64
+	samples   []string
 }
 
 func newChecker() *checker { return &checker{names: map[string]*nameLog{}} }
@@ -110,20 +123,37 @@ func (c *checker) granted(name string, g grantRec) {
 		c.sample("%s: %s grant fence %d not above a fence %d granted over a minute before", name, g.who, g.fence, n.floor)
 	}
 	for _, p := range n.grants {
+		if reentry(p, g) {
+			c.reentries++
+			continue
+		}
 		if g.excl && p.excl && p.fence == g.fence {
 			c.dups++
-			c.sample("%s: %s and %s both granted fence %d", name, p.who, g.who, g.fence)
+			c.sample("%s: %s (%s) and %s (%s) both granted fence %d", name, p.who, p.kind, g.who, g.kind, g.fence)
 		}
 		if p.ret < g.invoke && (g.fence < p.fence || (g.excl && g.fence == p.fence)) {
 			c.order++
-			c.sample("%s: %s granted fence %d after %s's %d had returned", name, g.who, g.fence, p.who, p.fence)
+			c.sample("%s: %s (%s) granted fence %d after %s's (%s) %d had returned", name, g.who, g.kind, g.fence, p.who, p.kind, p.fence)
 		}
 		if g.ret < p.invoke && (p.fence < g.fence || (p.excl && p.fence == g.fence)) {
 			c.order++
-			c.sample("%s: %s granted fence %d after %s's %d had returned", name, p.who, p.fence, g.who, g.fence)
+			c.sample("%s: %s (%s) granted fence %d after %s's (%s) %d had returned", name, p.who, p.kind, p.fence, g.who, g.kind, g.fence)
 		}
 	}
 	n.grants = append(n.grants, g)
+}
+
+// unreleased marks who's reentrant grant of name with fence as one whose
+// release the store did not confirm.
+func (c *checker) unreleased(name, who string, fence int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.log(name)
+	for i := range n.grants {
+		if p := &n.grants[i]; p.kind == "reentrant" && p.who == who && p.fence == fence {
+			p.unreleased = true
+		}
+	}
 }
 
 // finished checks a hold against the finished holds of its name it

@@ -271,7 +271,7 @@ func (w *workerSlot) follow(out interface{ Read([]byte) (int, error) }, name, wh
 			}
 			o.in = true
 			o.h = hold{name: name, holder: who, mode: ev.Mode, start: ev.T}
-			w.chk.granted(name, grantRec{invoke: o.invoke, ret: ev.T, fence: ev.Fence, excl: exclusive(ev.Mode), who: who})
+			w.chk.granted(name, grantRec{invoke: o.invoke, ret: ev.T, fence: ev.Fence, excl: exclusive(ev.Mode), who: who, kind: ev.Mode})
 		case wire.KindExit:
 			if o := opens[ev.Iter]; o != nil && o.in {
 				finish(o, ev.T)

@@ -20,7 +20,7 @@ type report struct {
 	faultSummary       string
 	nfaults            int
 
-	grants, holds, empty, long, overlaps, semOver, dups, order int64
+	grants, holds, empty, long, overlaps, semOver, dups, order, reentries int64
 	violations                                                 []string
 	reg                                                        regTotals
 	out                                                        *outcomes
@@ -40,10 +40,10 @@ type report struct {
 func mib(b float64) string { return fmt.Sprintf("%.1f MiB", b/(1<<20)) }
 
 func (r *report) summary() string {
-	return fmt.Sprintf("grants %d (holds checked %d), faults %d; overlaps %d, semaphore over-limit %d, fence dups %d, fence order %d; "+
+	return fmt.Sprintf("grants %d (holds checked %d), faults %d; overlaps %d, semaphore over-limit %d, fence dups %d, fence order %d (re-entries of an unconfirmed release %d); "+
 		"register writes %d accepted %d, stale accepted %d, stale rejected %d, lost %d; keys %d -> %d (fence counters %d); "+
 		"lib goroutines %d -> %d, fds %d -> %d, heap %s -> %s; serve goroutines %.0f -> %.0f, fds %d -> %d, heap %s -> %s",
-		r.grants, r.holds, r.nfaults, r.overlaps, r.semOver, r.dups, r.order,
+		r.grants, r.holds, r.nfaults, r.overlaps, r.semOver, r.dups, r.order, r.reentries,
 		r.reg.writes, r.reg.accepted, r.reg.staleAccepted, r.reg.staleRejected, r.reg.lost, r.keys0, r.keysEnd, r.fenceKeys,
 		r.libG0, r.libG, r.libFD0, r.libFD, mib(float64(r.libHeap0)), mib(float64(r.libHeap)),
 		r.srvG0, r.srvG, r.srvFD0, r.srvFD, mib(r.srvHeap0), mib(r.srvHeap))

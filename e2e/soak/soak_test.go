@@ -371,7 +371,7 @@ func TestSoak(t *testing.T) {
 	r := report{
 		t0: t0, dur: d, traffic: trafficEnd, seed: seed, step: step, samples: samples, faults: in.events, faultSummary: in.summary(), nfaults: in.total(),
 		grants: chk.grants.Load(), holds: chk.holdsN, empty: chk.empty, long: chk.long, overlaps: chk.overlap, semOver: chk.semOver,
-		dups: chk.dups, order: chk.order, violations: append([]string(nil), chk.samples...),
+		dups: chk.dups, order: chk.order, reentries: chk.reentries, violations: append([]string(nil), chk.samples...),
 		reg: tot, out: out,
 		keys0: keys0, keysEnd: keysEnd, fenceKeys: fenceKeys, maxFencePTTL: maxPTTL, drained: drained,
 		libG0: libG0, libG: libG, tpG0: tpG0, tpG: tpG, libFD0: libFD0, libFD: libFD, tpFD: tpFD, libHeap0: libHeap0, libHeap: libHeap,

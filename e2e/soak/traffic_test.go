@@ -182,8 +182,9 @@ func (c *libClient) op(ctx context.Context, l *dlock.Locker, rng *rand.Rand, who
 	}
 	c.out.granted.Add(1)
 	vu := validUntil(ls, ret)
-	c.chk.granted(name, grantRec{invoke: invoke, ret: ret, fence: ls.Fence(), excl: exclusive(kind), who: who})
+	c.chk.granted(name, grantRec{invoke: invoke, ret: ret, fence: ls.Fence(), excl: exclusive(kind), who: who, kind: kind})
 	h := hold{name: name, holder: who, mode: kind, limit: permits, start: ret}
+	confirmed := true // every release of the hold answered by the store
 
 	holdFor := time.Duration(5+rng.IntN(100)) * time.Millisecond
 	if renew {
@@ -214,7 +215,7 @@ func (c *libClient) op(ctx context.Context, l *dlock.Locker, rng *rand.Rand, who
 		r := l.Reentrant(name, opts...)
 		if in, err := r.TryLock(ctx); err == nil {
 			section(in)
-			in.Release(context.WithoutCancel(ctx))
+			confirmed = releaseConfirmed(in.Release(context.WithoutCancel(ctx))) && confirmed
 		}
 	} else {
 		section(ls)
@@ -235,8 +236,18 @@ func (c *libClient) op(ctx context.Context, l *dlock.Locker, rng *rand.Rand, who
 		c.out.lost.Add(1)
 	}
 	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-	ls.Release(rctx)
+	confirmed = releaseConfirmed(ls.Release(rctx)) && confirmed
 	rcancel()
+	if kind == "reentrant" && !confirmed {
+		c.chk.unreleased(name, who, ls.Fence())
+	}
+}
+
+// releaseConfirmed reports whether the store answered a release: only a
+// StoreError leaves the hold possibly alive until its TTL.
+func releaseConfirmed(err error) bool {
+	var se *dlock.StoreError
+	return !errors.As(err, &se)
 }
 
 func pick(wait bool, w, try func(context.Context) (*dlock.Lease, error)) func(context.Context) (*dlock.Lease, error) {
@@ -347,7 +358,7 @@ func (c *httpClient) op(ctx context.Context, rng *rand.Rand) {
 	}
 	c.out.granted.Add(1)
 	vu := invoke + r.TTLMs*int64(time.Millisecond)
-	c.chk.granted(name, grantRec{invoke: invoke, ret: ret, fence: r.Fence, excl: exclusive(kind), who: who})
+	c.chk.granted(name, grantRec{invoke: invoke, ret: ret, fence: r.Fence, excl: exclusive(kind), who: who, kind: kind})
 	h := hold{name: name, holder: who, mode: kind, limit: permits, start: ret}
 	valid := func() bool { return wire.Now() < vu && ctx.Err() == nil }
 	if valid() && kind != "semaphore" {
@@ -379,5 +390,8 @@ func (c *httpClient) op(ctx context.Context, rng *rand.Rand) {
 	if lost || wire.Now() >= vu {
 		c.out.lost.Add(1)
 	}
-	c.call(context.WithoutCancel(ctx), "release", name, map[string]any{"token": r.Token, "mode": kind}, 2*time.Second)
+	st, _, err := c.call(context.WithoutCancel(ctx), "release", name, map[string]any{"token": r.Token, "mode": kind}, 2*time.Second)
+	if kind == "reentrant" && (err != nil || (st != http.StatusOK && st != http.StatusGone)) {
+		c.chk.unreleased(name, who, r.Fence)
+	}
 }
