@@ -20,6 +20,9 @@ func TestMain(m *testing.M) {
 	if workerMode() { // a W3-procs worker re-executed by a test
 		os.Exit(workerMain())
 	}
+	if lockServiceMode() { // a W5 lock service re-executed by a test
+		os.Exit(lockServiceMain())
+	}
 	goleak.VerifyTestMain(m)
 }
 

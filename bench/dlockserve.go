@@ -65,7 +65,12 @@ func startService(ctx context.Context, args ...string) (*service, error) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	cmd := exec.Command(bin, append([]string{"serve", "--addr", addr}, args...)...)
+	return startProcess(ctx, addr, exec.Command(bin, append([]string{"serve", "--addr", addr}, args...)...))
+}
+
+// startProcess starts cmd, an HTTP service that listens on addr, and
+// waits until its /health answers.
+func startProcess(ctx context.Context, addr string, cmd *exec.Cmd) (*service, error) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
@@ -83,7 +88,7 @@ func startService(ctx context.Context, args ...string) (*service, error) {
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			s.stop()
-			return nil, fmt.Errorf("w5: dlock serve on %s not healthy within 30s: %v", addr, err)
+			return nil, fmt.Errorf("w5: %s on %s not healthy within 30s: %v", cmd.Path, addr, err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -69,6 +69,9 @@ func main() {
 	if workerMode() {
 		os.Exit(workerMain())
 	}
+	if lockServiceMode() {
+		os.Exit(lockServiceMain())
+	}
 	cfg := defaultConfig()
 	quick := flag.Bool("quick", false, "smoke run: 1 run, 0.3 s cells, W6 with 5 000 leases")
 	runs := flag.Int("runs", 0, "runs of every cell; the tables show medians (default 3, quick 1)")

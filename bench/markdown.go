@@ -231,10 +231,12 @@ func (r *report) markdown() string {
 		if raw != nil && raw.Median != nil {
 			row("dlock serve /v1 over HTTP", c)
 			row("net/http floor: fixed bodies, no lock (diagnostic)", r.cell("W5/nethttp-floor"))
+			row("least lock service over the library (diagnostic)", r.cell("W5/nethttp-dlock"))
+			row("least lock service over raw valkey-go, no fence (diagnostic)", r.cell("W5/nethttp-raw"))
 			row("dlock library (W2, same run)", lib)
 			row("raw valkey-go (W2, same run)", raw)
 		}
-		sb.WriteString("\nThe HTTP server, its 64 clients and redis-server share the same cores. Client CPU is the driver process's: the 64 lean HTTP/1.1 clients (and, for the floor, its in-process server too); service CPU is the `dlock serve` process's.\n\n")
+		sb.WriteString("\nThe HTTP server, its 64 clients and redis-server share the same cores. Client CPU is the driver process's: the 64 lean HTTP/1.1 clients (and, for the net/http floor, its in-process server too); service CPU is the service process's (`dlock serve`, or the least lock service: net/http as `dlock serve` configures it, a handler that locks the path's name and unlocks by token, nothing else).\n\n")
 	} else {
 		r.table(&sb, "W5", thr)
 	}

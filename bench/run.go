@@ -94,6 +94,17 @@ func spec(cfg config, one, five cluster) []*cell {
 		func(ctx context.Context) (metrics, error) {
 			return httpFloor(ctx, one, 64, cfg.warm, cfg.dur)
 		})
+	for _, f := range []struct {
+		c    contender
+		over string
+	}{
+		{contender{name: "nethttp-dlock", note: "diagnostic: the same 64 clients against the least HTTP lock service over the library, in a process of its own: net/http configured as `dlock serve` configures it, a handler that takes the path's name with a Locker over store/valkey and releases it by token; no auth, metrics, limits or validation"}, "dlock"},
+		{contender{name: "nethttp-raw", note: "diagnostic: the same least HTTP lock service over raw valkey-go (SET NX PX, compare-and-delete, no fence): the ceiling of any Go HTTP lock service on valkey-go on these cores"}, "raw-valkeygo"},
+	} {
+		add("W5", f.c, func(ctx context.Context) (metrics, error) {
+			return httpLockFloor(ctx, f.over, one, 64, cfg.warm, cfg.dur)
+		})
+	}
 	add("W6", contender{name: "dlock", note: "one Locker, WithAutoRenew, store/valkey"},
 		func(ctx context.Context) (metrics, error) {
 			return manyLeases(ctx, one, cfg.w6N, cfg.w6TTL, cfg.w6Window)

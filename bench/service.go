@@ -10,12 +10,16 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
 	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/dlock-dev/dlock"
@@ -72,6 +76,154 @@ func httpFloor(ctx context.Context, nodes cluster, clients int, warm, dur time.D
 	go srv.Serve(ln)
 	defer srv.Close()
 	return httpLoad(ctx, nodes, ln.Addr().String(), nil, clients, warm, dur)
+}
+
+// lockServiceEnv, when set (to a lockServiceArgs in JSON), makes the
+// driver's binary run a least lock service instead of the benchmarks.
+const lockServiceEnv = "DLOCK_BENCH_LOCK_SERVICE"
+
+type lockServiceArgs struct {
+	Contender string
+	Addrs     []string
+	Listen    string
+}
+
+func lockServiceMode() bool { return os.Getenv(lockServiceEnv) != "" }
+
+// httpLockFloor runs W5's load against the least HTTP lock service over
+// the contender named over (lockServiceMain), in a process of its own as `dlock
+// serve` is: what any Go HTTP lock service over c pays on these cores.
+func httpLockFloor(ctx context.Context, over string, nodes cluster, clients int, warm, dur time.Duration) (metrics, error) {
+	if err := nodes.flush(ctx); err != nil {
+		return nil, err
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	js, err := json.Marshal(lockServiceArgs{Contender: over, Addrs: nodes.addrs(), Listen: addr})
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(exe)
+	cmd.Env = append(os.Environ(), lockServiceEnv+"="+string(js))
+	svc, err := startProcess(ctx, addr, cmd)
+	if err != nil {
+		return nil, err
+	}
+	defer svc.stop()
+	return httpLoad(ctx, nodes, svc.addr, svc.cpu, clients, warm, dur)
+}
+
+// lockServiceMain serves the least HTTP lock service until SIGTERM: net/http
+// configured as `dlock serve` configures it; acquire takes the path's name
+// with the contender's Lock and keeps the unlock by a token, release
+// unlocks by token; bodies of the shape `dlock serve` answers. No auth,
+// metrics, limits or validation.
+func lockServiceMain() int {
+	var a lockServiceArgs
+	if err := json.Unmarshal([]byte(os.Getenv(lockServiceEnv)), &a); err != nil {
+		fmt.Fprintln(os.Stderr, "lock service: bad", lockServiceEnv+":", err)
+		return 2
+	}
+	c, ok := contenderByName(a.Contender)
+	if !ok {
+		fmt.Fprintf(os.Stderr, "lock service: unknown contender %q\n", a.Contender)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	l, err := c.open(ctx, a.Addrs)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "lock service: open:", err)
+		return 1
+	}
+	defer l.Close()
+	ln, err := net.Listen("tcp", a.Listen)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "lock service:", err)
+		return 1
+	}
+	var (
+		held   sync.Map // token -> unlockFunc
+		tokens atomic.Uint64
+	)
+	srv := &http.Server{
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/health" {
+				return
+			}
+			body, err := io.ReadAll(r.Body)
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+			rest, _ := strings.CutPrefix(r.URL.Path, "/v1/locks/")
+			name, op, _ := strings.Cut(rest, "/")
+			out := append(make([]byte, 0, 128), `{"name":"`...)
+			out = append(out, name...)
+			switch op {
+			case "acquire":
+				unlock, err := l.Lock(r.Context(), name)
+				if err != nil {
+					http.Error(w, err.Error(), http.StatusConflict)
+					return
+				}
+				n := tokens.Add(1)
+				token := fmt.Sprintf("%032x", n)
+				held.Store(token, unlock)
+				out = append(out, `","token":"`...)
+				out = append(out, token...)
+				out = append(out, `","fence":`...)
+				out = strconv.AppendUint(out, n, 10)
+				out = append(out, `,"ttlMs":30000,"mode":"mutex","count":1}`+"\n"...)
+			case "release":
+				var b struct{ Token string }
+				if err := json.Unmarshal(body, &b); err != nil {
+					http.Error(w, err.Error(), http.StatusBadRequest)
+					return
+				}
+				unlock, ok := held.LoadAndDelete(b.Token)
+				if !ok {
+					http.Error(w, "lease lost", http.StatusGone)
+					return
+				}
+				if err := unlock.(unlockFunc)(r.Context()); err != nil {
+					http.Error(w, err.Error(), http.StatusGone)
+					return
+				}
+				out = append(out, `","released":true}`+"\n"...)
+			default:
+				http.Error(w, "no such route", http.StatusNotFound)
+				return
+			}
+			h := w.Header()
+			h.Set("Content-Type", "application/json")
+			h.Set("Cache-Control", "no-store")
+			h.Set("X-Content-Type-Options", "nosniff")
+			w.WriteHeader(http.StatusOK)
+			w.Write(out)
+		}),
+	}
+	go func() {
+		<-ctx.Done()
+		srv.Close()
+	}()
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		fmt.Fprintln(os.Stderr, "lock service:", err)
+		return 1
+	}
+	return 0
 }
 
 // httpLoad runs W5's clients against the HTTP server at addr; svcCPU,
