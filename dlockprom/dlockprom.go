@@ -35,9 +35,21 @@ type Metrics struct {
 	storeErrors   *prometheus.CounterVec
 	leasesHeld    prometheus.Gauge
 
+	// The expected series, resolved once: Observe looks labels up only for
+	// values outside the fixed sets ("other").
+	byPattern   [len(patterns)]patternSeries
+	renewBy     [len(renewResults)]prometheus.Counter
+	acquireErrs prometheus.Counter
+	extendErrs  prometheus.Counter
+
 	mu   sync.Mutex // serialises changes of subs
 	subs atomic.Pointer[[]subscriber]
 	next int
+}
+
+type patternSeries struct {
+	acquires                     [len(acquireResults)]prometheus.Counter
+	acquireDur, waitDur, holdDur prometheus.Observer
 }
 
 type subscriber struct {
@@ -97,47 +109,98 @@ func New() *Metrics {
 	}
 	// Export the expected series from the start, so that rate() and
 	// alerts see zeros rather than absent series.
-	for _, p := range patterns {
-		for _, r := range acquireResults {
-			m.acquires.WithLabelValues(p, r)
+	for i, p := range patterns {
+		ps := &m.byPattern[i]
+		for j, r := range acquireResults {
+			ps.acquires[j] = m.acquires.WithLabelValues(p, r)
 		}
-		m.acquireDur.WithLabelValues(p)
-		m.waitDur.WithLabelValues(p)
-		m.holdDur.WithLabelValues(p)
+		ps.acquireDur = m.acquireDur.WithLabelValues(p)
+		ps.waitDur = m.waitDur.WithLabelValues(p)
+		ps.holdDur = m.holdDur.WithLabelValues(p)
 	}
-	for _, r := range renewResults {
-		m.renewals.WithLabelValues(r)
+	for i, r := range renewResults {
+		m.renewBy[i] = m.renewals.WithLabelValues(r)
 	}
-	for _, op := range []string{"acquire", "extend"} {
-		m.storeErrors.WithLabelValues(op)
-	}
+	m.acquireErrs = m.storeErrors.WithLabelValues("acquire")
+	m.extendErrs = m.storeErrors.WithLabelValues("extend")
 	return m
 }
 
 var (
-	patterns       = []string{"mutex", "reentrant", "read", "write", "fair", "semaphore"}
-	acquireResults = []string{"acquired", "locked", "canceled", "error"}
-	renewResults   = []string{"ok", "lost", "error"}
+	patterns       = [...]string{"mutex", "reentrant", "read", "write", "fair", "semaphore"}
+	acquireResults = [...]string{"acquired", "locked", "canceled", "error"}
+	renewResults   = [...]string{"ok", "lost", "error"}
 )
 
-// oneOf returns s when it is in set, else "other": label values stay bounded
-// whatever a Locker reports.
-func oneOf(s string, set []string) string {
-	for _, v := range set {
+const (
+	resultAcquired = 0 // index in acquireResults
+	resultError    = 3
+	renewError     = 2 // index in renewResults
+)
+
+// indexOf returns the index of s in set, or -1: values outside the set are
+// counted as "other", so label values stay bounded whatever a Locker reports.
+func indexOf(s string, set []string) int {
+	for i, v := range set {
 		if s == v {
-			return s
+			return i
 		}
 	}
-	return "other"
+	return -1
 }
 
-// Observe records ev. Pass it to [dlock.WithObserver]. It never blocks
-// (subscribers must not either; see [Metrics.Subscribe]).
-func (m *Metrics) Observe(ev dlock.Event) {
-	pattern := oneOf(ev.Mode.String(), patterns)
+// observeKnown records ev through the resolved series and reports whether
+// it could: false when a label value is outside its fixed set.
+func (m *Metrics) observeKnown(ev dlock.Event) bool {
+	p := indexOf(ev.Mode.String(), patterns[:])
+	if p < 0 {
+		return false
+	}
+	ps := &m.byPattern[p]
 	switch ev.Kind {
 	case dlock.EventAcquire:
-		result := oneOf(ev.Result, acquireResults)
+		r := indexOf(ev.Result, acquireResults[:])
+		if r < 0 {
+			return false
+		}
+		ps.acquires[r].Inc()
+		ps.acquireDur.Observe(ev.Duration.Seconds())
+		if ev.Waited {
+			ps.waitDur.Observe(ev.Duration.Seconds())
+		}
+		switch r {
+		case resultAcquired:
+			m.leasesHeld.Inc()
+		case resultError:
+			m.acquireErrs.Inc()
+		}
+	case dlock.EventRelease:
+		m.leasesHeld.Dec()
+		ps.holdDur.Observe(ev.Duration.Seconds())
+	case dlock.EventLeaseLost:
+		m.leasesHeld.Dec()
+		m.leasesLost.Inc()
+		ps.holdDur.Observe(ev.Duration.Seconds())
+	case dlock.EventRenew:
+		r := indexOf(ev.Result, renewResults[:])
+		if r < 0 {
+			return false
+		}
+		m.renewBy[r].Inc()
+		if r == renewError {
+			m.extendErrs.Inc()
+		}
+	}
+	return true
+}
+
+// observeOther records ev by label lookups, with "other" for the values
+// outside the fixed sets.
+func (m *Metrics) observeOther(ev dlock.Event) {
+	pattern := oneOf(ev.Mode.String(), patterns[:])
+	switch ev.Kind {
+	case dlock.EventAcquire:
+		result := oneOf(ev.Result, acquireResults[:])
 		m.acquires.WithLabelValues(pattern, result).Inc()
 		m.acquireDur.WithLabelValues(pattern).Observe(ev.Duration.Seconds())
 		if ev.Waited {
@@ -157,11 +220,27 @@ func (m *Metrics) Observe(ev dlock.Event) {
 		m.leasesLost.Inc()
 		m.holdDur.WithLabelValues(pattern).Observe(ev.Duration.Seconds())
 	case dlock.EventRenew:
-		result := oneOf(ev.Result, renewResults)
+		result := oneOf(ev.Result, renewResults[:])
 		m.renewals.WithLabelValues(result).Inc()
 		if result == "error" {
 			m.storeErrors.WithLabelValues("extend").Inc()
 		}
+	}
+}
+
+// oneOf returns s when it is in set, else "other".
+func oneOf(s string, set []string) string {
+	if indexOf(s, set) < 0 {
+		return "other"
+	}
+	return s
+}
+
+// Observe records ev. Pass it to [dlock.WithObserver]. It never blocks
+// (subscribers must not either; see [Metrics.Subscribe]).
+func (m *Metrics) Observe(ev dlock.Event) {
+	if !m.observeKnown(ev) {
+		m.observeOther(ev)
 	}
 	if subs := m.subs.Load(); subs != nil {
 		for _, s := range *subs {

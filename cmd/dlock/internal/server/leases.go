@@ -358,17 +358,17 @@ func writeGrant(w http.ResponseWriter, name string, ls *dlock.Lease, ttl time.Du
 	writeOK(w, &grantBody{Name: name, Token: ls.Token(), Fence: ls.Fence(), TTLMs: ttl.Milliseconds(), Mode: modeName(ls.Mode()), Count: ls.Count()})
 }
 
-// waitContext returns ctx limited to wait (when positive) and cancelled
-// with errShuttingDown when the server begins to shut down.
+// waitContext returns ctx limited to wait and cancelled with
+// errShuttingDown when the server begins to shut down. Without a wait it
+// returns ctx: one attempt ends by itself, and shutdown waits for it.
 func (s *Server) waitContext(ctx context.Context, wait time.Duration) (context.Context, context.CancelFunc) {
+	if wait <= 0 {
+		return ctx, func() {}
+	}
 	cctx, cancelCause := context.WithCancelCause(ctx)
 	// s.drainCtx is a cancelCtx: AfterFunc registers with it, no goroutine.
 	stop := context.AfterFunc(s.drainCtx, func() { cancelCause(errShuttingDown) })
-	var cancelTimeout context.CancelFunc = func() {}
-	out := context.Context(cctx)
-	if wait > 0 {
-		out, cancelTimeout = context.WithTimeout(cctx, wait)
-	}
+	out, cancelTimeout := context.WithTimeout(cctx, wait)
 	return out, func() {
 		stop()
 		cancelTimeout()
