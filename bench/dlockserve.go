@@ -59,13 +59,22 @@ func startService(ctx context.Context, args ...string) (*service, error) {
 	if err != nil {
 		return nil, err
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeLoopbackAddr()
 	if err != nil {
 		return nil, err
 	}
-	addr := ln.Addr().String()
-	ln.Close()
 	return startProcess(ctx, addr, exec.Command(bin, append([]string{"serve", "--addr", addr}, args...)...))
+}
+
+// freeLoopbackAddr returns a loopback address with a port free just now,
+// for a child process to listen on.
+func freeLoopbackAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
 }
 
 // startProcess starts cmd, an HTTP service that listens on addr, and

@@ -54,25 +54,14 @@ func httpFloor(ctx context.Context, nodes cluster, clients int, warm, dur time.D
 	}
 	grant := []byte(`{"name":"x","token":"0123456789abcdef0123456789abcdef","fence":1,"ttlMs":30000,"mode":"mutex","count":1}` + "\n")
 	released := []byte(`{"name":"x","released":true}` + "\n")
-	srv := &http.Server{
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      30 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			io.Copy(io.Discard, r.Body)
-			h := w.Header()
-			h.Set("Content-Type", "application/json")
-			h.Set("Cache-Control", "no-store")
-			h.Set("X-Content-Type-Options", "nosniff")
-			w.WriteHeader(http.StatusOK)
-			if strings.HasSuffix(r.URL.Path, "/acquire") {
-				w.Write(grant)
-			} else {
-				w.Write(released)
-			}
-		}),
-	}
+	srv := likeDlockServe(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		if strings.HasSuffix(r.URL.Path, "/acquire") {
+			writeJSON(w, grant)
+		} else {
+			writeJSON(w, released)
+		}
+	}))
 	go srv.Serve(ln)
 	defer srv.Close()
 	return httpLoad(ctx, nodes, ln.Addr().String(), nil, clients, warm, dur)
@@ -101,12 +90,10 @@ func httpLockFloor(ctx context.Context, over string, nodes cluster, clients int,
 	if err != nil {
 		return nil, err
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeLoopbackAddr()
 	if err != nil {
 		return nil, err
 	}
-	addr := ln.Addr().String()
-	ln.Close()
 	js, err := json.Marshal(lockServiceArgs{Contender: over, Addrs: nodes.addrs(), Listen: addr})
 	if err != nil {
 		return nil, err
@@ -154,67 +141,56 @@ func lockServiceMain() int {
 		held   sync.Map // token -> unlockFunc
 		tokens atomic.Uint64
 	)
-	srv := &http.Server{
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      30 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.URL.Path == "/health" {
+	srv := likeDlockServe(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/health" {
+			return
+		}
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		rest, _ := strings.CutPrefix(r.URL.Path, "/v1/locks/")
+		name, op, _ := strings.Cut(rest, "/")
+		out := append(make([]byte, 0, 128), `{"name":"`...)
+		out = append(out, name...)
+		switch op {
+		case "acquire":
+			unlock, err := l.Lock(r.Context(), name)
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusConflict)
 				return
 			}
-			body, err := io.ReadAll(r.Body)
-			if err != nil {
+			n := tokens.Add(1)
+			token := fmt.Sprintf("%032x", n)
+			held.Store(token, unlock)
+			out = append(out, `","token":"`...)
+			out = append(out, token...)
+			out = append(out, `","fence":`...)
+			out = strconv.AppendUint(out, n, 10)
+			out = append(out, `,"ttlMs":30000,"mode":"mutex","count":1}`+"\n"...)
+		case "release":
+			var b struct{ Token string }
+			if err := json.Unmarshal(body, &b); err != nil {
 				http.Error(w, err.Error(), http.StatusBadRequest)
 				return
 			}
-			rest, _ := strings.CutPrefix(r.URL.Path, "/v1/locks/")
-			name, op, _ := strings.Cut(rest, "/")
-			out := append(make([]byte, 0, 128), `{"name":"`...)
-			out = append(out, name...)
-			switch op {
-			case "acquire":
-				unlock, err := l.Lock(r.Context(), name)
-				if err != nil {
-					http.Error(w, err.Error(), http.StatusConflict)
-					return
-				}
-				n := tokens.Add(1)
-				token := fmt.Sprintf("%032x", n)
-				held.Store(token, unlock)
-				out = append(out, `","token":"`...)
-				out = append(out, token...)
-				out = append(out, `","fence":`...)
-				out = strconv.AppendUint(out, n, 10)
-				out = append(out, `,"ttlMs":30000,"mode":"mutex","count":1}`+"\n"...)
-			case "release":
-				var b struct{ Token string }
-				if err := json.Unmarshal(body, &b); err != nil {
-					http.Error(w, err.Error(), http.StatusBadRequest)
-					return
-				}
-				unlock, ok := held.LoadAndDelete(b.Token)
-				if !ok {
-					http.Error(w, "lease lost", http.StatusGone)
-					return
-				}
-				if err := unlock.(unlockFunc)(r.Context()); err != nil {
-					http.Error(w, err.Error(), http.StatusGone)
-					return
-				}
-				out = append(out, `","released":true}`+"\n"...)
-			default:
-				http.Error(w, "no such route", http.StatusNotFound)
+			unlock, ok := held.LoadAndDelete(b.Token)
+			if !ok {
+				http.Error(w, "lease lost", http.StatusGone)
 				return
 			}
-			h := w.Header()
-			h.Set("Content-Type", "application/json")
-			h.Set("Cache-Control", "no-store")
-			h.Set("X-Content-Type-Options", "nosniff")
-			w.WriteHeader(http.StatusOK)
-			w.Write(out)
-		}),
-	}
+			if err := unlock.(unlockFunc)(r.Context()); err != nil {
+				http.Error(w, err.Error(), http.StatusGone)
+				return
+			}
+			out = append(out, `","released":true}`+"\n"...)
+		default:
+			http.Error(w, "no such route", http.StatusNotFound)
+			return
+		}
+		writeJSON(w, out)
+	}))
 	go func() {
 		<-ctx.Done()
 		srv.Close()
@@ -224,6 +200,27 @@ func lockServiceMain() int {
 		return 1
 	}
 	return 0
+}
+
+// likeDlockServe returns a server of h with the timeouts `dlock serve` sets.
+func likeDlockServe(h http.Handler) *http.Server {
+	return &http.Server{
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		Handler:           h,
+	}
+}
+
+// writeJSON answers 200 with body and the headers `dlock serve` sends.
+func writeJSON(w http.ResponseWriter, body []byte) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusOK)
+	w.Write(body)
 }
 
 // httpLoad runs W5's clients against the HTTP server at addr; svcCPU,
