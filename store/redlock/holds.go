@@ -13,8 +13,8 @@ import (
 
 type holdKey struct{ name, token string }
 
-// flight tracks the nodes still working on an Acquire or Release after it
-// returned: done[i] closes when node i answered (nil for nodes that had).
+// flight tracks the nodes still working on an Acquire, Extend or Release
+// after it returned: done[i] closes when node i answered (nil for nodes that had).
 // Every later operation on the same lock name waits for it on each such
 // node, so that the operations this Store makes on one lock reach each node
 // in the order they were made: a Release cannot overtake a late acquire and
@@ -61,6 +61,11 @@ const minSweep = 1024
 // req.Name that has returned (flags[i] set), until they answer on ch (see
 // flight).
 func track[T any](s *Store, req dlock.Request, flags []bool, ch <-chan result[T], left int) {
+	trackNames(s, []string{req.Name}, flags, ch, left)
+}
+
+// trackNames is track for an operation on several lock names (an Extend).
+func trackNames[T any](s *Store, names []string, flags []bool, ch <-chan result[T], left int) {
 	if left == 0 {
 		return
 	}
@@ -70,9 +75,10 @@ func track[T any](s *Store, req dlock.Request, flags []bool, ch <-chan result[T]
 			fl.done[i] = make(chan struct{})
 		}
 	}
-	name := req.Name
 	s.fmu.Lock()
-	s.flights[name] = append(s.flights[name], fl)
+	for _, name := range names {
+		s.flights[name] = append(s.flights[name], fl)
+	}
 	s.fmu.Unlock()
 	s.wg.Add(1)
 	go func() {
@@ -83,17 +89,19 @@ func track[T any](s *Store, req dlock.Request, flags []bool, ch <-chan result[T]
 		}
 		s.fmu.Lock()
 		defer s.fmu.Unlock()
-		fls := s.flights[name]
-		for i, f := range fls {
-			if f == fl {
-				fls = append(fls[:i:i], fls[i+1:]...)
-				break
+		for _, name := range names {
+			fls := s.flights[name]
+			for i, f := range fls {
+				if f == fl {
+					fls = append(fls[:i:i], fls[i+1:]...)
+					break
+				}
 			}
-		}
-		if len(fls) == 0 {
-			delete(s.flights, name)
-		} else {
-			s.flights[name] = fls
+			if len(fls) == 0 {
+				delete(s.flights, name)
+			} else {
+				s.flights[name] = fls
+			}
 		}
 	}()
 }

@@ -184,6 +184,29 @@ func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, er
 		s.undo(ctx, req, timeout, state, ch, n-answered)
 		return dlock.Grant{}, err
 	}
+	var refusal dlock.Grant
+	if fatal == nil && nFailed <= n-q {
+		// A refusal. Which pattern holds the name is what a majority of the
+		// nodes say: a minority may keep a hold the majority ended (a
+		// renewal that reached it after a shorter re-acquire), so read on
+		// while the refusals so far do not agree by a majority. undo waits
+		// for every node anyway.
+		refusal.RetryAfter = retryAfter(state, grants, q)
+		for answered < n && !heldByMajority(state, grants, q) {
+			r := <-ch
+			answered++
+			switch {
+			case r.val.err != nil:
+				state[r.node] = failed
+			case r.val.g.Acquired:
+				state[r.node] = granted
+			default:
+				state[r.node] = refused
+				grants[r.node] = r.val.g
+			}
+		}
+		refusal.Held = heldMode(state, grants)
+	}
 	s.undo(ctx, req, timeout, state, ch, n-answered)
 	switch {
 	case fatal != nil:
@@ -194,11 +217,23 @@ func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, er
 		s.cfg.logger.Debug("dlock: redlock acquire without quorum", "name", req.Name, "failed", nFailed)
 		return dlock.Grant{}, &QuorumError{Op: "acquire", OK: answered - nFailed, Quorum: q, Nodes: errs}
 	}
-	return dlock.Grant{RetryAfter: retryAfter(state, grants, q), Held: heldMode(state, grants)}, nil
+	return refusal, nil
 }
 
 // heldMode is the mode that most refusing nodes report holding the name.
 func heldMode(state []uint8, grants []dlock.Grant) dlock.Mode {
+	best, _ := heldCount(state, grants)
+	return best
+}
+
+// heldByMajority reports whether q refusing nodes report one mode.
+func heldByMajority(state []uint8, grants []dlock.Grant, q int) bool {
+	_, n := heldCount(state, grants)
+	return n >= q
+}
+
+// heldCount returns the mode most refusing nodes report and how many do.
+func heldCount(state []uint8, grants []dlock.Grant) (dlock.Mode, int) {
 	var count [8]int
 	best := dlock.Mode(0)
 	for i, st := range state {
@@ -208,7 +243,7 @@ func heldMode(state []uint8, grants []dlock.Grant) dlock.Mode {
 			}
 		}
 	}
-	return best
+	return best, count[best]
 }
 
 // settleNodes returns the granted nodes to settle the fence over: every
@@ -388,8 +423,14 @@ func (s *Store) Extend(ctx context.Context, reqs []dlock.Request) []error {
 	errs := make([][]error, len(reqs))
 	decided := make([]bool, len(reqs))
 	undecided := len(reqs)
-	for answered := 0; answered < n && undecided > 0; answered++ {
+	late := make([]bool, n) // nodes that have not answered
+	for i := range late {
+		late[i] = true
+	}
+	answered := 0
+	for ; answered < n && undecided > 0; answered++ {
 		r := <-ch
+		late[r.node] = false
 		for j := range reqs {
 			if decided[j] {
 				continue
@@ -422,6 +463,16 @@ func (s *Store) Extend(ctx context.Context, reqs []dlock.Request) []error {
 			decided[j] = true
 			undecided--
 		}
+	}
+	// Later operations on these names wait for the nodes still renewing
+	// them, so that a renewal cannot land after them (a re-acquire with a
+	// shorter TTL would leave those nodes holding the longer one).
+	if answered < n {
+		names := make([]string, 0, len(reqs))
+		for _, r := range reqs {
+			names = append(names, r.Name)
+		}
+		trackNames(s, names, late, ch, n-answered)
 	}
 	return out
 }
