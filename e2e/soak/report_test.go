@@ -21,9 +21,9 @@ type report struct {
 	nfaults            int
 
 	grants, holds, empty, long, overlaps, semOver, dups, order, reentries int64
-	violations                                                 []string
-	reg                                                        regTotals
-	out                                                        *outcomes
+	violations                                                            []string
+	reg                                                                   regTotals
+	out                                                                   *outcomes
 
 	keys0, keysEnd, fenceKeys int
 	maxFencePTTL              time.Duration
