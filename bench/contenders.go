@@ -69,6 +69,7 @@ func oneNode() []contender {
 // compete.
 func diagnostics() []contender {
 	return []contender{
+		{name: "raw-valkeygo-fenced", nodes: 1, open: openRawFenced, note: "diagnostic: the least fenced lock on raw valkey-go, as raw-valkeygo but the acquire is one script that also issues a fence with dlock's guarantees (SET NX PX; TIME; the name's counter created at the clock floor with an expiry, by SET GET; the fence returned): what a fence costs on this server, before anything else dlock does"},
 		{name: "raw-valkeygo-pipelined", nodes: 1, open: openRawPipelined, note: "diagnostic: the raw baseline on a valkey-go client that always pipelines (AlwaysPipelining, what a client with an invalidation hook does, as dlock's and valkeylock's do): every round trip goes through valkey-go's writer and reader goroutines"},
 	}
 }
@@ -180,6 +181,58 @@ func (r *rawLocker) each(fn func(c vk.Client) (bool, error)) (int, error) {
 		}
 	}
 	return n, first
+}
+
+// leastFencedAcquire is the least a fenced acquire on a new name can do
+// with dlock's guarantees (a fence above every earlier one for the name,
+// across a restart that kept nothing, from a counter that expires): SET NX
+// PX, TIME, and the counter created at the clock floor by SET GET, raised
+// past the last fence when that is ahead. It returns the fence, or 0.
+var leastFencedAcquire = vk.NewLuaScript(`
+if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 0 end
+local t = redis.call('TIME')
+local fs = t[1] .. string.rep('0', 6 - #t[2]) .. t[2]
+local last = redis.call('SET', KEYS[2], fs, 'PX', ARGV[3], 'GET')
+if last and #last >= #fs and (#last > #fs or last >= fs) then
+  redis.call('SET', KEYS[2], string.format('%.0f', tonumber(last) + 1), 'PX', ARGV[3])
+  return tonumber(last) + 1
+end
+return tonumber(fs)`)
+
+// fencedLocker is the raw baseline with a fenced acquire (one node). Each
+// call has a deadline, as dlock's have, so that valkey-go runs a lone call
+// on its connection directly.
+type fencedLocker struct{ *rawLocker }
+
+func openRawFenced(ctx context.Context, addrs []string) (locker, error) {
+	r, err := openRawOpt(addrs, false)
+	if err != nil {
+		return nil, err
+	}
+	return fencedLocker{r.(*rawLocker)}, nil
+}
+
+func (r fencedLocker) Lock(ctx context.Context, name string) (unlockFunc, error) {
+	c, tok := r.clients[0], nextToken()
+	ttl, keep := strconv.FormatInt(lockTTL.Milliseconds(), 10), strconv.FormatInt((lockTTL + time.Minute).Milliseconds(), 10)
+	for {
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		fence, err := leastFencedAcquire.Exec(actx, c, []string{name, name + ":fence"}, []string{tok, ttl, keep}).AsInt64()
+		cancel()
+		if err != nil {
+			return nil, err
+		}
+		if fence > 0 {
+			return func(ctx context.Context) error {
+				rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				defer cancel()
+				return rawDelete.Exec(rctx, c, []string{name}, []string{tok}).Error()
+			}, nil
+		}
+		if err := sleepCtx(ctx, pollEvery); err != nil {
+			return nil, err
+		}
+	}
 }
 
 func (r *rawLocker) Lock(ctx context.Context, name string) (unlockFunc, error) {
