@@ -10,15 +10,19 @@ import (
 
 // Ops is the server side of one [dlock.Mode]: a script per operation and the
 // keys and arguments they are called with. Every script of a mode gets the
-// same KEYS ([Ops.Keys]) and ARGV ([Ops.Args]; the mutex acquire a hint and a
-// proposed floor more, [Ops.AcquireArgs]), and keeps every key of one lock in
-// the main key's hash slot.
+// same KEYS ([Ops.Keys]) and ARGV ([Ops.Args]; the mutex acquire a hint, a
+// proposed floor and its queue request more, [Ops.AcquireArgs]), and keeps
+// every key of one lock in the main key's hash slot. The mutex's acquire
+// and extend take fewer keys where their scripts read fewer
+// ([Ops.AcquireKeys], [Ops.ExtendKeys]): each key and argument costs the
+// server time on every call.
 //
 // Reply conventions, shared by every mode:
 //   - acquire: {acquired (0|1), fence, retry_after_ms, [count, [position,
 //     [held mode]]]}; retry_after_ms is the remaining hold when refused
 //     (<= 0: unknown); count defaults to 1 when acquired, position to 0;
-//     a negative first element is an error status ([ParseGrant]).
+//     a negative first element is an error status ([ParseGrant]). The
+//     mutex replies to a grant with the fence alone, an integer ([Granted]).
 //   - extend, release: 1 done, 0 the token holds nothing (ErrNotHeld).
 //
 // Each script is idempotent per token: a retried acquire by the token that
@@ -33,9 +37,12 @@ type Ops struct {
 	// a refused attempt can be a tracked read of it (CLIENT TRACKING).
 	ReadsWatchKey bool
 
-	keys  func(l *Layout, name string) []string
-	args  func(l *Layout, req dlock.Request) []string // nil: stdArgs
-	watch string                                      // watch key suffix; "": the main key
+	keys func(l *Layout, name string) []string
+	// fewKeys, if set, are the keys an extend, and an acquire that does
+	// not queue, read: a prefix of keys.
+	fewKeys func(l *Layout, name string) []string
+	args    func(l *Layout, req dlock.Request) []string // nil: stdArgs
+	watch   string                                      // watch key suffix; "": the main key
 }
 
 // The reentrant, read-write, fair and semaphore locks each keep their state
@@ -78,6 +85,7 @@ var modes = func() map[dlock.Mode]*Ops {
 			Release: load("scripts/mutex_release.lua"),
 			Raise:   load("scripts/mutex_raise_fence.lua"),
 			keys:    mutexKeys,
+			fewKeys: mutexFewKeys,
 			args:    mutexArgs,
 			// Every refusal reads KEYS[1], the watch key, with PTTL.
 			ReadsWatchKey: true,
@@ -123,6 +131,24 @@ func Supports(m dlock.Mode) bool { return modes[m] != nil }
 // Keys returns KEYS for the scripts of o on lock name.
 func (o *Ops) Keys(l *Layout, name string) []string { return o.keys(l, name) }
 
+// AcquireKeys returns KEYS for o.Acquire for req: Keys, or fewer for a
+// mutex request that does not queue.
+func (o *Ops) AcquireKeys(l *Layout, req dlock.Request) []string {
+	if o.fewKeys != nil && !req.Queue {
+		return o.fewKeys(l, req.Name)
+	}
+	return o.keys(l, req.Name)
+}
+
+// ExtendKeys returns KEYS for o.Extend on lock name: Keys, or fewer for the
+// mutex.
+func (o *Ops) ExtendKeys(l *Layout, name string) []string {
+	if o.fewKeys != nil {
+		return o.fewKeys(l, name)
+	}
+	return o.keys(l, name)
+}
+
 // Args returns ARGV for the scripts of o for req.
 func (o *Ops) Args(l *Layout, req dlock.Request) []string {
 	if o.args != nil {
@@ -131,9 +157,11 @@ func (o *Ops) Args(l *Layout, req dlock.Request) []string {
 	return stdArgs(l, req)
 }
 
-// AcquireArgs returns ARGV for o.Acquire: Args, and for the mutex two more,
-// {seen (0|1): whether the name's fence counter likely exists (Layout.Seen),
-// the fence floor proposed in ctx (WithFenceFloor), if any}.
+// AcquireArgs returns ARGV for o.Acquire: Args, and for the mutex more:
+// {seen (0|1): whether the name's fence counter likely exists
+// (Layout.Seen), the fence floor proposed in ctx (WithFenceFloor) or "",
+// queue (1), queue TTL ms}, ending after seen or the floor when the request
+// does not queue (see mutex_acquire.lua).
 func (o *Ops) AcquireArgs(ctx context.Context, l *Layout, req dlock.Request) []string {
 	args := o.Args(l, req)
 	if req.Mode != dlock.ModeMutex {
@@ -144,8 +172,15 @@ func (o *Ops) AcquireArgs(ctx context.Context, l *Layout, req dlock.Request) []s
 		seen = "1"
 	}
 	args = append(args, seen)
+	floor := ""
 	if p, ok := ctx.Value(fenceFloorKey{}).(int64); ok {
-		args = append(args, strconv.FormatInt(p, 10))
+		floor = strconv.FormatInt(p, 10)
+	}
+	switch {
+	case req.Queue:
+		args = append(args, floor, "1", Millis(req.QueueTTL))
+	case floor != "":
+		args = append(args, floor)
 	}
 	return args
 }
@@ -189,19 +224,20 @@ func mutexKeys(l *Layout, name string) []string {
 	return l.KeySet(true, name, "fence", "waiters", l.mutexSuffix, "waiters:flag")
 }
 
-// mutexArgs is ARGV = {token, TTL ms, queue (0|1), queue TTL ms, counter
-// keep ms: max(fence retention, TTL + 1 min)}; the acquire takes more (see
-// AcquireArgs).
+// mutexFewKeys is the first two of mutexKeys: the main key and the fence
+// counter.
+func mutexFewKeys(l *Layout, name string) []string {
+	return l.KeySet(true, name, "fence")
+}
+
+// mutexArgs is ARGV = {token, TTL ms, counter keep ms: max(fence retention,
+// TTL + 1 min)}; the acquire takes more (see AcquireArgs).
 func mutexArgs(l *Layout, req dlock.Request) []string {
-	queue := "0"
-	if req.Queue {
-		queue = "1"
-	}
 	keep := l.Retention
 	if ms := millis(req.TTL) + 60000; ms > l.retention {
 		keep = strconv.FormatInt(ms, 10)
 	}
-	return []string{req.Token, Millis(req.TTL), queue, Millis(req.QueueTTL), keep}
+	return append(make([]string, 0, 7), req.Token, Millis(req.TTL), keep)
 }
 
 // stdArgs is ARGV = {token, TTL ms, owner, limit, queue (0|1), queue TTL ms,

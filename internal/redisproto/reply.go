@@ -11,7 +11,16 @@ import (
 	"github.com/dlock-dev/dlock"
 )
 
-// ParseGrant decodes the reply of an acquire script (see [Ops]). A
+// Granted decodes the integer reply of an acquire script, a grant with that
+// fence (see [Ops]).
+func Granted(fence int64) (dlock.Grant, error) {
+	if fence < 1 {
+		return dlock.Grant{}, fmt.Errorf("dlock: acquire script replied fence %d", fence)
+	}
+	return dlock.Grant{Acquired: true, Fence: fence, Count: 1}, nil
+}
+
+// ParseGrant decodes the array reply of an acquire script (see [Ops]). A
 // *dlock.LimitError has only Held filled in; the store adds Name and Asked.
 func ParseGrant(v []int64) (dlock.Grant, error) {
 	if len(v) < 3 {

@@ -62,7 +62,11 @@ func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, er
 		// Register only a waiter that listens for its handoff (WatchGrant).
 		req.Queue = false
 	}
-	v, err := s.run(ctx, o.Acquire, o.Keys(s.l, req.Name), o.AcquireArgs(ctx, s.l, req)).Int64Slice()
+	c := s.run(ctx, o.Acquire, o.AcquireKeys(s.l, req), o.AcquireArgs(ctx, s.l, req))
+	if f, ok := c.Val().(int64); ok {
+		return redisproto.Granted(f)
+	}
+	v, err := c.Int64Slice()
 	if err != nil {
 		return dlock.Grant{}, fail("acquire", err)
 	}
@@ -106,7 +110,7 @@ func (s *Store) Extend(ctx context.Context, reqs []dlock.Request) []error {
 			errs[i] = err
 			continue
 		}
-		calls = append(calls, call{i: i, sc: o.Extend, keys: o.Keys(s.l, req.Name), args: o.Args(s.l, req)})
+		calls = append(calls, call{i: i, sc: o.Extend, keys: o.ExtendKeys(s.l, req.Name), args: o.Args(s.l, req)})
 	}
 	if len(calls) == 0 {
 		return errs

@@ -96,7 +96,7 @@ func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, er
 		// Register only a waiter that listens for its handoff (WatchGrant).
 		req.Queue = false
 	}
-	keys, args := o.Keys(s.l, req.Name), o.AcquireArgs(ctx, s.l, req)
+	keys, args := o.AcquireKeys(s.l, req), o.AcquireArgs(ctx, s.l, req)
 	// While this Store has waiters on the lock, the attempt is a tracked
 	// read of the watch key (see hub): CLIENT CACHING YES just before the
 	// script, on the same connection, in the same round trip.
@@ -196,7 +196,7 @@ func (s *Store) Extend(ctx context.Context, reqs []dlock.Request) []error {
 			errs[i] = err
 			continue
 		}
-		calls = append(calls, call{i, o, o.Keys(s.l, req.Name), o.Args(s.l, req)})
+		calls = append(calls, call{i, o, o.ExtendKeys(s.l, req.Name), o.Args(s.l, req)})
 	}
 	if len(calls) == 0 {
 		return errs

@@ -25,6 +25,10 @@ func isNoScript(err error) bool {
 
 // parseGrant decodes the reply of an acquire script.
 func parseGrant(r vk.ValkeyResult) (dlock.Grant, error) {
+	if m, err := r.ToMessage(); err == nil && m.IsInt64() {
+		f, _ := m.AsInt64()
+		return redisproto.Granted(f)
+	}
 	v, err := r.AsIntSlice()
 	if err != nil {
 		return dlock.Grant{}, err

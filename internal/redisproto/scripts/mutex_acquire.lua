@@ -15,18 +15,24 @@
 --          be waiters to hand over to
 -- ARGV[1]  token
 -- ARGV[2]  TTL in milliseconds
--- ARGV[3]  queue: "1" to register (or refresh) the caller as a waiter when
---          refused
--- ARGV[4]  queue TTL in milliseconds: a registration not refreshed by then
---          is skipped, judged by this server's clock
--- ARGV[5]  how long a counter this grant creates is kept, in ms: the
+-- ARGV[3]  how long a counter this grant creates is kept, in ms: the
 --          fence retention, but at least TTL + 1 min
--- ARGV[6]  "1" when the caller expects the counter to exist (its store saw
+-- ARGV[4]  "1" when the caller expects the counter to exist (its store saw
 --          the name before): a hint that picks the cheaper way to issue the
 --          fence, never a condition of its correctness
--- ARGV[7]  optional: a proposed fence floor (redisproto.WithFenceFloor)
+-- ARGV[5]  optional: a proposed fence floor (redisproto.WithFenceFloor), or
+--          "" for none
+-- ARGV[6]  optional: "1" to register (or refresh) the caller as a waiter
+--          when refused
+-- ARGV[7]  with ARGV[6]: queue TTL in milliseconds: a registration not
+--          refreshed by then is skipped, judged by this server's clock
 --
--- Reply: {1, fence, 0} when ARGV[1] holds the lock after the call; a repeat
+-- A caller that does not queue may pass KEYS[1] and KEYS[2] alone and
+-- ARGV[1] to ARGV[4] (or ARGV[5]): the script reads nothing else then, and
+-- each key and argument costs the server time on every call.
+--
+-- Reply: the fence, an integer, when ARGV[1] holds the lock after the call
+-- (a table costs the server more to reply than the call's own work); a repeat
 -- by the holder (or by a waiter the lock was handed to) refreshes the TTL
 -- and returns the fence it was granted with. {0, 0, pttl, 0, 0, held} when
 -- another token or pattern holds it (pttl -1: the key has no TTL; otherwise
@@ -59,15 +65,15 @@ if cur == me then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   local f = tonumber(redis.call('GET', KEYS[2]))
   if f then
-    return {1, f, 0}
+    return f
   end
   -- The counter is gone (deleted by hand): issue a fresh fence below (the
   -- key is the holder's already, its TTL refreshed).
 elseif cur then
-  if ARGV[3] == '1' then
+  if ARGV[6] == '1' then
     local t = redis.call('TIME')
     local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-    local qttl = tonumber(ARGV[4])
+    local qttl = tonumber(ARGV[7])
     redis.call('ZADD', KEYS[3], now + qttl, ARGV[2] .. ' ' .. #KEYS[4] .. ' ' .. KEYS[4] .. me)
     -- The set outlives every live registration, and the flag the set.
     if redis.call('PTTL', KEYS[3]) < qttl + 30000 then
@@ -89,7 +95,7 @@ elseif cur then
   end
   return {0, 0, left, 0, 0, held}
 end
-if ARGV[3] == '1' then
+if ARGV[6] == '1' then
   -- Free: a registered waiter takes it itself and is no longer waiting.
   redis.call('ZREM', KEYS[3], ARGV[2] .. ' ' .. #KEYS[4] .. ' ' .. KEYS[4] .. me)
 end
@@ -97,14 +103,14 @@ end
 -- can: converting 16-digit numbers to and from strings costs the server more
 -- than the calls around them.
 local f
-if ARGV[6] == '1' then
+if ARGV[4] == '1' then
   -- The counter likely exists: INCR issues last + 1 in one call, keeping
   -- its expiry. A counter INCR had to create starts at the clock floor.
   f = redis.pcall('INCR', KEYS[2])
   if type(f) == 'number' and f < 1e15 then
     local now = redis.call('TIME')
     f = math.max(f, tonumber(now[1]) * 1000000 + math.floor(tonumber(now[2]) / 1000) * 1000)
-    redis.call('SET', KEYS[2], string.format('%.0f', f), 'PX', ARGV[5])
+    redis.call('SET', KEYS[2], string.format('%.0f', f), 'PX', ARGV[3])
   end
 else
   -- The counter likely does not exist: SET GET writes the clock floor and
@@ -119,16 +125,16 @@ else
   end
   local fs = now[1] .. string.rep('0', 3 - #ms) .. ms .. '000'
   f = tonumber(now[1]) * 1000000 + tonumber(ms) * 1000
-  if ARGV[7] then
+  if ARGV[5] and ARGV[5] ~= '' then
     -- A floor proposed by store/redlock to every node of one grant, so that
     -- they issue the same fence: taken above this node's clock floor by at
     -- most 100 ms, which bounds how far this counter runs ahead of it.
-    local p = tonumber(ARGV[7])
+    local p = tonumber(ARGV[5])
     if p and p > f and p <= f + 100000 then
-      f, fs = p, ARGV[7]
+      f, fs = p, ARGV[5]
     end
   end
-  local last = redis.pcall('SET', KEYS[2], fs, 'PX', ARGV[5], 'GET')
+  local last = redis.pcall('SET', KEYS[2], fs, 'PX', ARGV[3], 'GET')
   if type(last) == 'table' then
     f = last
   elseif last and #last >= #fs and (#last > #fs or last >= fs) then
@@ -136,7 +142,7 @@ else
     local n = tonumber(last)
     if n then
       f = n + 1
-      redis.call('SET', KEYS[2], string.format('%.0f', f), 'PX', ARGV[5])
+      redis.call('SET', KEYS[2], string.format('%.0f', f), 'PX', ARGV[3])
     end
   end
 end
@@ -147,4 +153,4 @@ if type(f) == 'table' and f.err then
   end
   return f
 end
-return {1, f, 0}
+return f

@@ -8,7 +8,7 @@
 -- KEYS[5]  waiters flag (see mutex_acquire): absent, there is no waiter
 -- ARGV[1]  token
 -- ARGV[2]  TTL in milliseconds (names the caller's registration)
--- ARGV[5]  counter keep in milliseconds: the fence retention, at least
+-- ARGV[3]  counter keep in milliseconds: the fence retention, at least
 --          TTL + 1 min (see mutex_acquire)
 --
 -- Reply: 1 when ARGV[1] held the lock (now released, or handed to a
@@ -54,7 +54,7 @@ while v[2] do
       local f = redis.call('INCR', KEYS[2])
       if f < 1e15 then
         f = math.max(f, now[1] * 1000000 + math.floor(now[2] / 1000) * 1000)
-        local keep = string.format('%.0f', math.max(tonumber(ARGV[5]), tonumber(ttl) + 60000))
+        local keep = string.format('%.0f', math.max(tonumber(ARGV[3]), tonumber(ttl) + 60000))
         redis.call('SET', KEYS[2], string.format('%.0f', f), 'PX', keep)
       end
       local fs = string.format('%.0f', f)
