@@ -214,7 +214,7 @@ func openRawFenced(ctx context.Context, addrs []string) (locker, error) {
 
 func (r fencedLocker) Lock(ctx context.Context, name string) (unlockFunc, error) {
 	c, tok := r.clients[0], nextToken()
-	ttl, keep := strconv.FormatInt(lockTTL.Milliseconds(), 10), strconv.FormatInt((lockTTL + time.Minute).Milliseconds(), 10)
+	ttl, keep := strconv.FormatInt(lockTTL.Milliseconds(), 10), strconv.FormatInt((lockTTL+time.Minute).Milliseconds(), 10)
 	for {
 		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		fence, err := leastFencedAcquire.Exec(actx, c, []string{name, name + ":fence"}, []string{tok, ttl, keep}).AsInt64()
