@@ -32,13 +32,16 @@ func TestSeen(t *testing.T) {
 	if wrong > 0 {
 		t.Errorf("%d of 1000 new names reported seen; entries hold a name's whole hash", wrong)
 	}
+	// A name is forgotten when another of the 1000 shares its entry, and
+	// then both are: 1000 × (1 − (1 − 1/4096)^999) ≈ 216 on average
+	// (standard deviation about 14).
 	forgotten := 0
 	for i := range 1000 {
 		if !l.Seen("y" + strconv.Itoa(i)) {
 			forgotten++
 		}
 	}
-	if forgotten > 250 {
+	if forgotten > 300 {
 		t.Errorf("%d of the last 1000 names forgotten, want most kept in 4096 entries", forgotten)
 	}
 	var wg sync.WaitGroup
