@@ -29,11 +29,16 @@ type Layout struct {
 	// seen is a lossy set of the names a mutex was asked for (see Seen).
 	seen     [seenSize]atomic.Uint64
 	seenSeed maphash.Seed
+	// contended is a lossy set of the names a mutex may have waiters on
+	// (see Contended).
+	contended [contendedSize]atomic.Uint64
 }
 
 const (
-	seenBits = 12
-	seenSize = 1 << seenBits // entries of Layout.seen: 32 KiB
+	seenBits      = 12
+	seenSize      = 1 << seenBits // entries of Layout.seen: 32 KiB
+	contendedBits = 10
+	contendedSize = 1 << contendedBits // entries of Layout.contended: 8 KiB
 )
 
 // Seen reports whether a mutex acquire was asked for lock name through this
@@ -46,6 +51,23 @@ func (l *Layout) Seen(name string) bool {
 	// The top bits pick the entry; the entry holds the hash with its low
 	// bit set, never 0, the empty entry.
 	return l.seen[h>>(64-seenBits)].Swap(h|1) == h|1
+}
+
+// Contend remembers that lock name may have waiters: a mutex acquire on it
+// was refused, or a release found its waiters flag.
+func (l *Layout) Contend(name string) {
+	h := maphash.String(l.seenSeed, name)
+	l.contended[h>>(64-contendedBits)].Store(h | 1)
+}
+
+// Contended reports whether Contend was called for lock name, the last of
+// the names that share its entry. It is a hint, wrong now and then both
+// ways: a mutex release without waiters on the name sends the short form of
+// the script, which replies so and changes nothing when it finds the
+// waiters flag (see [Ops.ReleaseCall]).
+func (l *Layout) Contended(name string) bool {
+	h := maphash.String(l.seenSeed, name)
+	return l.contended[h>>(64-contendedBits)].Load() == h|1
 }
 
 // NewLayout returns the Layout of a store with key prefix and fence

@@ -41,8 +41,11 @@ type Ops struct {
 	// fewKeys, if set, are the keys an extend, and an acquire that does
 	// not queue, read: a prefix of keys.
 	fewKeys func(l *Layout, name string) []string
-	args    func(l *Layout, req dlock.Request) []string // nil: stdArgs
-	watch   string                                      // watch key suffix; "": the main key
+	// shortRelease, if set, are the keys of the release script's short
+	// form (see ReleaseCall).
+	shortRelease func(l *Layout, name string) []string
+	args         func(l *Layout, req dlock.Request) []string // nil: stdArgs
+	watch        string                                      // watch key suffix; "": the main key
 }
 
 // The reentrant, read-write, fair and semaphore locks each keep their state
@@ -80,13 +83,14 @@ var modes = func() map[dlock.Mode]*Ops {
 	write.Raise = load("scripts/rw_raise_fence.lua")
 	return map[dlock.Mode]*Ops{
 		dlock.ModeMutex: {
-			Acquire: load("scripts/mutex_acquire.lua"),
-			Extend:  load("scripts/mutex_extend.lua"),
-			Release: load("scripts/mutex_release.lua"),
-			Raise:   load("scripts/mutex_raise_fence.lua"),
-			keys:    mutexKeys,
-			fewKeys: mutexFewKeys,
-			args:    mutexArgs,
+			Acquire:      load("scripts/mutex_acquire.lua"),
+			Extend:       load("scripts/mutex_extend.lua"),
+			Release:      load("scripts/mutex_release.lua"),
+			Raise:        load("scripts/mutex_raise_fence.lua"),
+			keys:         mutexKeys,
+			fewKeys:      mutexFewKeys,
+			shortRelease: mutexShortReleaseKeys,
+			args:         mutexArgs,
 			// Every refusal reads KEYS[1], the watch key, with PTTL.
 			ReadsWatchKey: true,
 		},
@@ -147,6 +151,22 @@ func (o *Ops) ExtendKeys(l *Layout, name string) []string {
 		return o.fewKeys(l, name)
 	}
 	return o.keys(l, name)
+}
+
+// ReleaseWaiters is the reply of a release script's short form that found
+// the waiters flag set and changed nothing (see ReleaseCall).
+const ReleaseWaiters = -1
+
+// ReleaseCall returns KEYS and ARGV for o.Release for req, and whether they
+// are the short form: for a mutex on a name not Contended, the lock key, the
+// waiters flag and the token. A short release that finds the flag set
+// replies ReleaseWaiters and changes nothing; the caller then marks the name
+// (Layout.Contend) and sends the full form, Keys and Args.
+func (o *Ops) ReleaseCall(l *Layout, req dlock.Request) (keys, args []string, short bool) {
+	if o.shortRelease != nil && !l.Contended(req.Name) {
+		return o.shortRelease(l, req.Name), []string{req.Token}, true
+	}
+	return o.keys(l, req.Name), o.Args(l, req), false
 }
 
 // Args returns ARGV for the scripts of o for req.
@@ -228,6 +248,12 @@ func mutexKeys(l *Layout, name string) []string {
 // counter.
 func mutexFewKeys(l *Layout, name string) []string {
 	return l.KeySet(true, name, "fence")
+}
+
+// mutexShortReleaseKeys is the main key and the waiters flag, the keys of
+// the short form of mutex_release.lua.
+func mutexShortReleaseKeys(l *Layout, name string) []string {
+	return l.KeySet(true, name, "waiters:flag")
 }
 
 // mutexArgs is ARGV = {token, TTL ms, counter keep ms: max(fence retention,

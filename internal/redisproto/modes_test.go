@@ -12,7 +12,8 @@ import (
 // TestMutexCallsCarryWhatTheScriptsRead: each key and argument of a script
 // call costs the server time, so a mutex acquire that does not queue, and
 // every extend, send the lock key and the fence counter alone, and an
-// acquire sends the floor and queue arguments only when it has them.
+// acquire sends the floor and queue arguments only when it has them; a
+// release on a name without known waiters sends the short form.
 func TestMutexCallsCarryWhatTheScriptsRead(t *testing.T) {
 	o, err := ModeOps(dlock.ModeMutex, "test")
 	if err != nil {
@@ -50,10 +51,26 @@ func TestMutexCallsCarryWhatTheScriptsRead(t *testing.T) {
 	if got, want := o.Args(l, q), []string{"t", "1000", keep}; !slices.Equal(got, want) {
 		t.Errorf("Args = %q, want %q", got, want)
 	}
+	// A release sends its short form until the name is contended.
+	k, a, short := o.ReleaseCall(l, req)
+	if want := o.Keys(l, "a"); !short || !slices.Equal(k, []string{want[0], want[4]}) || !slices.Equal(a, []string{"t"}) {
+		t.Errorf("ReleaseCall = %q, %q, %v; want the lock key and flag, the token, short", k, a, short)
+	}
+	l.Contend("a")
+	if k, a, short := o.ReleaseCall(l, req); short || !slices.Equal(k, all) || !slices.Equal(a, o.Args(l, req)) {
+		t.Errorf("ReleaseCall when contended = %q, %q, %v; want Keys, Args", k, a, short)
+	}
+	if _, _, short := o.ReleaseCall(l, dlock.Request{Name: "b", Token: "t", Mode: dlock.ModeMutex}); !short {
+		t.Error("ReleaseCall of another name: not short")
+	}
 	// The other modes' scripts read every key on every call.
 	rw, _ := ModeOps(dlock.ModeRead, "test")
-	if k := rw.AcquireKeys(l, dlock.Request{Name: "a", Mode: dlock.ModeRead}); !slices.Equal(k, rw.Keys(l, "a")) {
+	r := dlock.Request{Name: "c", Mode: dlock.ModeRead}
+	if k := rw.AcquireKeys(l, r); !slices.Equal(k, rw.Keys(l, "c")) {
 		t.Errorf("read AcquireKeys = %q, want Keys", k)
+	}
+	if k, _, short := rw.ReleaseCall(l, r); short || !slices.Equal(k, rw.Keys(l, "c")) {
+		t.Errorf("read ReleaseCall = %q, %v; want Keys", k, short)
 	}
 }
 

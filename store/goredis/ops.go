@@ -78,6 +78,9 @@ func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, er
 	if err != nil {
 		return dlock.Grant{}, fmt.Errorf("dlock: goredis acquire: %w", err)
 	}
+	if !g.Acquired && req.Mode == dlock.ModeMutex {
+		s.l.Contend(req.Name) // its releases send the full form
+	}
 	return g, nil
 }
 
@@ -165,7 +168,9 @@ func held(op string, c *redis.Cmd) error {
 	return nil
 }
 
-// Release implements [dlock.Store]: one script, one round trip. It returns
+// Release implements [dlock.Store]: one script, one round trip (a mutex
+// release whose short form finds waiters it did not expect sends the full
+// form: two; see [redisproto.Ops.ReleaseCall]). It returns
 // [dlock.ErrNotHeld] when req.Token holds nothing, so a foreign holder's key
 // is never touched. Waiters of this Store on the lock are woken at once.
 // Releasing a mutex that has live registered waiters hands it to one of
@@ -184,7 +189,14 @@ func (s *Store) Release(ctx context.Context, req dlock.Request) error {
 	if s.isClosed() {
 		return errClosed
 	}
-	if err := held("release", s.run(ctx, o.Release, o.Keys(s.l, req.Name), o.Args(s.l, req))); err != nil {
+	keys, args, short := o.ReleaseCall(s.l, req)
+	c := s.run(ctx, o.Release, keys, args)
+	if n, err := c.Int64(); short && err == nil && n == redisproto.ReleaseWaiters {
+		// The name may have waiters: the full form hands over to them.
+		s.l.Contend(req.Name)
+		c = s.run(ctx, o.Release, o.Keys(s.l, req.Name), o.Args(s.l, req))
+	}
+	if err := held("release", c); err != nil {
 		return err
 	}
 	s.hub.Wake(o.WatchKey(s.l, req.Name))

@@ -149,6 +149,9 @@ func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, er
 	if err != nil {
 		return dlock.Grant{}, fmt.Errorf("dlock: valkey acquire: %w", err)
 	}
+	if !g.Acquired && req.Mode == dlock.ModeMutex {
+		s.l.Contend(req.Name) // its releases send the full form
+	}
 	// Only a refusal is sure to have read the key (readsWatchKey); a grant
 	// wrote it, which ends its tracking anyway.
 	if watchKey != "" && caching.Error() == nil && !g.Acquired {
@@ -223,7 +226,9 @@ func held(op string, r vk.ValkeyResult) error {
 	return nil
 }
 
-// Release implements [dlock.Store]: one script, one round trip. It returns
+// Release implements [dlock.Store]: one script, one round trip (a mutex
+// release whose short form finds waiters it did not expect sends the full
+// form: two; see [redisproto.Ops.ReleaseCall]). It returns
 // [dlock.ErrNotHeld] when req.Token holds nothing, so a foreign holder's key
 // is never touched. Waiters of this Store on the lock are woken at once.
 // Releasing a mutex that has live registered waiters hands it to one of
@@ -240,10 +245,17 @@ func (s *Store) Release(ctx context.Context, req dlock.Request) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	keys, args := o.Keys(s.l, req.Name), o.Args(s.l, req)
-	res := s.do(ctx, 1, func(_ int, eval bool) vk.Completed {
+	keys, args, short := o.ReleaseCall(s.l, req)
+	release := func(_ int, eval bool) vk.Completed {
 		return cmd(s.client, o.Release, keys, args, eval)
-	})
+	}
+	res := s.do(ctx, 1, release)
+	if n, err := res[0].AsInt64(); short && err == nil && n == redisproto.ReleaseWaiters {
+		// The name may have waiters: the full form hands over to them.
+		s.l.Contend(req.Name)
+		keys, args = o.Keys(s.l, req.Name), o.Args(s.l, req)
+		res = s.do(ctx, 1, release)
+	}
 	if err := held("release", res[0]); err != nil {
 		return err
 	}

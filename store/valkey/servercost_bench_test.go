@@ -80,9 +80,9 @@ func benchServerCPU(b *testing.B, kind string) {
 				continue
 			}
 			req := dlock.Request{Name: name, Token: "token", TTL: 30 * time.Second, Mode: dlock.ModeMutex}
-			keys := ops.Keys(l, name)
 			acqs = append(acqs, evalsha(acq, ops.AcquireKeys(l, req), ops.AcquireArgs(ctx, l, req)))
-			rels = append(rels, evalsha(rel, keys, ops.Args(l, req)))
+			rk, ra, _ := ops.ReleaseCall(l, req)
+			rels = append(rels, evalsha(rel, rk, ra))
 		}
 		check := func(rs []vk.ValkeyResult) {
 			for _, r := range rs {

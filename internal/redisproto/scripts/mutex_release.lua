@@ -11,9 +11,15 @@
 -- ARGV[3]  counter keep in milliseconds: the fence retention, at least
 --          TTL + 1 min (see mutex_acquire)
 --
+-- The short form, for a name the caller has not seen waiters on, is KEYS[1]
+-- and the flag alone, and ARGV[1]: each key and argument costs the server
+-- time on every call.
+--
 -- Reply: 1 when ARGV[1] held the lock (now released, or handed to a
 -- waiter) or was registered as a waiter (now dropped); 0 when it had
--- neither (nothing changed).
+-- neither (nothing changed); -1, in the short form only, when the flag is
+-- set: there may be waiters to hand over to or a registration to drop, and
+-- nothing changed; the caller sends the full form.
 --
 -- A handoff pops the registration with the earliest deadline, skipping
 -- those whose deadline passed (their waiters stopped refreshing them), and
@@ -26,7 +32,11 @@
 -- Without waiters this costs two calls: MGET of the lock key and the flag
 -- (the compare, and whether there may be waiters), then DEL.
 local me = ARGV[1]
-local v = redis.call('MGET', KEYS[1], KEYS[5])
+local flag = KEYS[#KEYS]
+local v = redis.call('MGET', KEYS[1], flag)
+if v[2] and #KEYS < 5 then
+  return -1
+end
 if v[1] ~= me then
   if not v[2] then
     return 0
@@ -38,7 +48,7 @@ while v[2] do
   local e = redis.call('ZPOPMIN', KEYS[3])
   if #e == 0 then
     -- No waiter left: the next release need not look.
-    redis.call('DEL', KEYS[5])
+    redis.call('DEL', flag)
     break
   end
   if not now then
