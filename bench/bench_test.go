@@ -140,7 +140,7 @@ func (w testWriter) Write(p []byte) (int, error) {
 //	go test -run '^$' -bench 'W2/dlock$' -cpuprofile cpu.out . && go tool pprof -top bench.test cpu.out
 
 func BenchmarkW2(b *testing.B) {
-	for _, c := range oneNode() {
+	for _, c := range append(oneNode(), diagnostics()...) {
 		b.Run(c.name, func(b *testing.B) {
 			one := startCluster(b, 1)
 			lk, err := c.open(b.Context(), one.addrs())
@@ -186,7 +186,7 @@ func BenchmarkW3(b *testing.B) {
 }
 
 func BenchmarkW1(b *testing.B) {
-	for _, c := range oneNode() {
+	for _, c := range append(oneNode(), diagnostics()...) {
 		b.Run(c.name, func(b *testing.B) {
 			one := startCluster(b, 1)
 			lk, err := c.open(b.Context(), one.addrs())
