@@ -81,6 +81,7 @@ func fairContender() contender {
 func fiveNodes() []contender {
 	return []contender{
 		{name: "raw-valkeygo-5", nodes: 5, open: openRaw, note: "SET NX PX on 5 nodes in parallel, success on 3, waits for all 5 replies"},
+		{name: "raw-valkeygo-fenced-5", nodes: 5, open: openRawFenced, note: "diagnostic: raw-valkeygo-5 with raw-valkeygo-fenced's acquire script on every node: what five fenced acquires cost, before reconciling the nodes' fences (which it does not do)"},
 		{name: "dlock-redlock-5", nodes: 5, open: openRedlock, note: "store/redlock.New over 5 store/valkey stores"},
 		{name: "redsync-goredis-5", nodes: 5, open: openRedsyncGoredis, note: "redsync over 5 goredis pools"},
 		{name: "redsync-valkeygo-5", nodes: 5, open: openRedsyncValkey, note: "redsync over 5 valkey-go pools (adapter)"},
@@ -199,9 +200,10 @@ if last and #last >= #fs and (#last > #fs or last >= fs) then
 end
 return tonumber(fs)`)
 
-// fencedLocker is the raw baseline with a fenced acquire (one node). Each
-// call has a deadline, as dlock's have, so that valkey-go runs a lone call
-// on its connection directly.
+// fencedLocker is the raw baseline with a fenced acquire. Each call has a
+// deadline, as dlock's have, so that valkey-go runs a lone call on its
+// connection directly. On several nodes it is a floor, not a lock with
+// sound fences: it neither reconciles the nodes' fences nor returns one.
 type fencedLocker struct{ *rawLocker }
 
 func openRawFenced(ctx context.Context, addrs []string) (locker, error) {
@@ -213,21 +215,32 @@ func openRawFenced(ctx context.Context, addrs []string) (locker, error) {
 }
 
 func (r fencedLocker) Lock(ctx context.Context, name string) (unlockFunc, error) {
-	c, tok := r.clients[0], nextToken()
+	tok := nextToken()
 	ttl, keep := strconv.FormatInt(lockTTL.Milliseconds(), 10), strconv.FormatInt((lockTTL+time.Minute).Milliseconds(), 10)
+	release := func(ctx context.Context) error {
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		_, err := r.each(func(c vk.Client) (bool, error) {
+			err := rawDelete.Exec(rctx, c, []string{name}, []string{tok}).Error()
+			return err == nil, err
+		})
+		return err
+	}
 	for {
 		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		fence, err := leastFencedAcquire.Exec(actx, c, []string{name, name + ":fence"}, []string{tok, ttl, keep}).AsInt64()
+		n, err := r.each(func(c vk.Client) (bool, error) {
+			fence, err := leastFencedAcquire.Exec(actx, c, []string{name, name + ":fence"}, []string{tok, ttl, keep}).AsInt64()
+			return fence > 0, err
+		})
 		cancel()
-		if err != nil {
-			return nil, err
+		if n >= r.quorum {
+			return release, nil
 		}
-		if fence > 0 {
-			return func(ctx context.Context) error {
-				rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-				defer cancel()
-				return rawDelete.Exec(rctx, c, []string{name}, []string{tok}).Error()
-			}, nil
+		if n > 0 {
+			release(context.WithoutCancel(ctx))
+		}
+		if err != nil && ctx.Err() == nil {
+			return nil, err
 		}
 		if err := sleepCtx(ctx, pollEvery); err != nil {
 			return nil, err

@@ -323,26 +323,50 @@ func (r *report) targets() []target {
 		}
 		add(name, want, d/p, fmt.Sprintf("%.2f× %s (%.0f vs %.0f)", d/p, peer, d, p), met)
 	}
+	// floor adds to the last target how the least fenced lock of the same
+	// run (a diagnostic contender) compares with what dlock is held to:
+	// the best peer, or the cell against.
+	floor := func(target, id, key, workload, against string, low bool) {
+		f, ok := r.med(id, key)
+		if !ok || len(ts) == 0 || ts[len(ts)-1].Name != target {
+			return
+		}
+		name, v, vok := against, 0.0, false
+		if against == "" {
+			name, v, vok = r.bestPeer(workload, key, low)
+		} else {
+			v, vok = r.med(workload+"/"+against, key)
+		}
+		if vok && v > 0 {
+			ts[len(ts)-1].Got += fmt.Sprintf("; the least fenced lock (%s) %.2f× %s", id[strings.Index(id, "/")+1:], f/v, name)
+		}
+	}
 	vs("W1/dlock", "p50_us", "W1 latency p50", "W1", true)
+	floor("W1 latency p50", "W1/raw-valkeygo-fenced", "p50_us", "W1", "", true)
 	if d, ok := r.med("W1/dlock", "p99_us"); ok {
 		if raw, ok := r.med("W1/raw-valkeygo", "p99_us"); ok && raw > 0 {
 			add("W1 latency p99", "≤ raw", d/raw, fmt.Sprintf("%.2f× raw (%.0f vs %.0f µs)", d/raw, d, raw), d <= raw)
+			floor("W1 latency p99", "W1/raw-valkeygo-fenced", "p99_us", "W1", "raw-valkeygo", true)
 		}
 	}
 	vs("W2/dlock", "ops_per_s", "W2 throughput", "W2", false)
+	floor("W2 throughput", "W2/raw-valkeygo-fenced", "ops_per_s", "W2", "", false)
 	if d, ok := r.med("W2/dlock", "ops_per_s"); ok {
 		if raw, ok := r.med("W2/raw-valkeygo", "ops_per_s"); ok && raw > 0 {
 			x := d / raw
 			add("W2 throughput, fenced (moonshot)", "≥ 1.0× raw", x, fmt.Sprintf("%.2f× (%.0f vs %.0f ops/s)", x, d, raw), x >= 1.0)
+			floor("W2 throughput, fenced (moonshot)", "W2/raw-valkeygo-fenced", "ops_per_s", "W2", "raw-valkeygo", false)
 		}
 	}
 	if d, ok := r.med("W4-W1/dlock-redlock-5", "p50_us"); ok {
 		if raw, ok := r.med("W4-W1/raw-valkeygo-5", "p50_us"); ok && raw > 0 {
 			x := d / raw
 			add("W4 5-node latency p50", "≤ 1.0× raw-5", x, fmt.Sprintf("%.2f× (%.0f vs %.0f µs)", x, d, raw), x <= 1.0)
+			floor("W4 5-node latency p50", "W4-W1/raw-valkeygo-fenced-5", "p50_us", "W4-W1", "raw-valkeygo-5", true)
 		}
 	}
 	vs("W4-W2/dlock-redlock-5", "ops_per_s", "W4 5-node throughput", "W4-W2", false)
+	floor("W4 5-node throughput", "W4-W2/raw-valkeygo-fenced-5", "ops_per_s", "W4-W2", "", false)
 	if h, ok := r.med("W5/dlock-http", "ops_per_s"); ok {
 		if l, ok := r.med("W2/dlock", "ops_per_s"); ok && l > 0 {
 			x := h / l
