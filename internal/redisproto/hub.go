@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -36,8 +37,10 @@ type Hub struct {
 	arm ArmFunc
 	log *slog.Logger
 
-	mu      sync.Mutex
-	keys    map[string]*watched
+	mu   sync.Mutex
+	keys map[string]*watched
+	// nkeys is len(keys), written under mu, read without it (Idle).
+	nkeys   atomic.Int32
 	pending map[string]time.Time // keys to arm, and when
 	running bool
 
@@ -116,6 +119,7 @@ func (h *Hub) Add(key string, ch chan struct{}, selfArmed bool) {
 	if w == nil {
 		w = &watched{chans: make(map[chan struct{}]struct{}), selfArmed: selfArmed}
 		h.keys[key] = w
+		h.nkeys.Store(int32(len(h.keys)))
 	}
 	w.chans[ch] = struct{}{}
 	arm := h.running && len(w.chans) == 1
@@ -159,10 +163,16 @@ func (h *Hub) Remove(key string, ch chan struct{}) {
 		delete(w.observers, ch)
 		if len(w.chans) == 0 {
 			delete(h.keys, key)
+			h.nkeys.Store(int32(len(h.keys)))
 		}
 	}
 	h.mu.Unlock()
 }
+
+// Idle reports whether no key has waiters: a Store then need not name the
+// key it would ask Tracked or Wake about. A waiter added after the check
+// is as one added after Wake.
+func (h *Hub) Idle() bool { return h.nkeys.Load() == 0 }
 
 // tracked reports whether key has waiters whose acquire attempts should be
 // tracked reads.

@@ -199,9 +199,11 @@ func (s *Store) Release(ctx context.Context, req dlock.Request) error {
 	if err := held("release", c); err != nil {
 		return err
 	}
-	s.hub.Wake(o.WatchKey(s.l, req.Name))
-	if req.Mode != dlock.ModeMutex {
-		s.hub.Wake(s.l.Key(req.Name)) // waiters of every pattern watch the main key
+	if !s.hub.Idle() {
+		s.hub.Wake(o.WatchKey(s.l, req.Name))
+		if req.Mode != dlock.ModeMutex {
+			s.hub.Wake(s.l.Key(req.Name)) // waiters of every pattern watch the main key
+		}
 	}
 	return nil
 }

@@ -28,6 +28,17 @@ type flight struct {
 // flights are the flights of one lock name.
 type flights []*flight
 
+// pending reports whether node i may not have answered an operation of fls
+// yet: whether wait has anything to wait for.
+func (fls flights) pending(i int) bool {
+	for _, fl := range fls {
+		if fl.done[i] != nil {
+			return true
+		}
+	}
+	return false
+}
+
 // wait waits until node i has answered the operations of fls.
 func (fls flights) wait(ctx context.Context, i int) error {
 	for _, fl := range fls {

@@ -506,6 +506,9 @@ func (s *Store) Release(ctx context.Context, req dlock.Request) error {
 	ch := fan(s, context.WithoutCancel(ctx), 2*timeout, s.all, func(ctx context.Context, i int) error {
 		// ctx ends 2×timeout from now: waiting for the earlier operations
 		// may take one node timeout and leaves the release at least one.
+		if !fl.pending(i) {
+			return s.nodes[i].Release(ctx, req)
+		}
 		wctx, cancel := context.WithTimeout(ctx, timeout)
 		err := fl.wait(wctx, i)
 		cancel()

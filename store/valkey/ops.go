@@ -101,7 +101,7 @@ func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, er
 	// read of the watch key (see hub): CLIENT CACHING YES just before the
 	// script, on the same connection, in the same round trip.
 	var watchKey string
-	if s.trackAcquire && o.ReadsWatchKey {
+	if s.trackAcquire && o.ReadsWatchKey && !s.hub.Idle() {
 		if k := o.WatchKey(s.l, req.Name); s.hub.Tracked(k) {
 			watchKey = k
 		}
@@ -259,9 +259,11 @@ func (s *Store) Release(ctx context.Context, req dlock.Request) error {
 	if err := held("release", res[0]); err != nil {
 		return err
 	}
-	s.hub.Wake(o.WatchKey(s.l, req.Name))
-	if req.Mode != dlock.ModeMutex {
-		s.hub.Wake(s.key(req.Name)) // waiters of every pattern watch the main key
+	if !s.hub.Idle() {
+		s.hub.Wake(o.WatchKey(s.l, req.Name))
+		if req.Mode != dlock.ModeMutex {
+			s.hub.Wake(s.key(req.Name)) // waiters of every pattern watch the main key
+		}
 	}
 	return nil
 }
