@@ -37,7 +37,7 @@ func New(store Store, opts ...Option) (*Locker, error) {
 		return nil, err
 	}
 	l := &Locker{store: store, cfg: cfg, stop: make(chan struct{}), held: make(map[*Lease]struct{})}
-	l.sched = scheduler{l: l, kick: make(chan struct{}, 1)}
+	l.sched = scheduler{l: l, timer: time.NewTimer(time.Hour), wakeAt: time.Now().Add(time.Hour)}
 	l.wg.Add(1)
 	go func() {
 		defer l.wg.Done()

@@ -12,13 +12,15 @@ import (
 // and ends leases whose local validity ran out. Its heap orders leases by
 // their next deadline; all fields are guarded by Locker.mu.
 type scheduler struct {
-	l    *Locker
-	h    leaseHeap
-	kick chan struct{}
-	// wakeAt is when the loop looks at the heap next (its timer, or now
-	// while it runs). A lease due before it kicks the loop; one due later
-	// waits for that look, so taking and releasing a lease usually costs
-	// the loop nothing.
+	l *Locker
+	h leaseHeap
+	// timer wakes the loop. It is reset only under Locker.mu, by the loop
+	// and by reschedule, so wakeAt is always when it fires.
+	timer *time.Timer
+	// wakeAt is when the loop looks at the heap next. A lease due before
+	// it moves the timer earlier, without waking the loop (a goroutine
+	// woken per lease costs more than the lease's own work on an
+	// uncontended lock); one due later waits for that look.
 	wakeAt time.Time
 }
 
@@ -63,10 +65,7 @@ func (s *scheduler) reschedule(ls *Lease) {
 	}
 	if ls.next.Before(s.wakeAt) {
 		s.wakeAt = ls.next
-		select {
-		case s.kick <- struct{}{}:
-		default:
-		}
+		s.timer.Reset(time.Until(ls.next))
 	}
 }
 
@@ -85,8 +84,7 @@ func batchWindow(ls *Lease) time.Duration {
 
 func (s *scheduler) run(stop <-chan struct{}) {
 	l := s.l
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
+	defer s.timer.Stop()
 	for {
 		var batch []*Lease
 		var lost []*Lease
@@ -112,6 +110,7 @@ func (s *scheduler) run(stop <-chan struct{}) {
 			wait = max(s.h[0].next.Sub(now), 0)
 		}
 		s.wakeAt = now.Add(wait)
+		s.timer.Reset(wait)
 		l.mu.Unlock()
 		for _, ls := range lost {
 			l.afterLoss(ls)
@@ -123,10 +122,8 @@ func (s *scheduler) run(stop <-chan struct{}) {
 				l.renew(batch)
 			}()
 		}
-		timer.Reset(wait)
 		select {
-		case <-timer.C:
-		case <-s.kick:
+		case <-s.timer.C:
 		case <-stop:
 			return
 		}
