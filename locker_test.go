@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -427,5 +428,27 @@ func TestAcquireHonoursRequestQueueTTL(t *testing.T) {
 	defer holder.Release(ctx)
 	if _, err := l.Acquire(ctx, dlock.Request{Name: "q", Mode: dlock.ModeFair, Queue: true, QueueTTL: time.Millisecond}, false); !errors.Is(err, dlock.ErrInvalid) {
 		t.Errorf("Acquire with QueueTTL 1ms = %v, want ErrInvalid (the request's queue TTL is used)", err)
+	}
+}
+
+// TestSchedulerNotWokenPerLease: taking and releasing leases one after the
+// other does not wake the renewal scheduler for each (its timer moves
+// instead); it still ends a lease at its validity
+// (TestLeaseLostBeforeStoreExpiryWhenRenewalStalls).
+func TestSchedulerNotWokenPerLease(t *testing.T) {
+	l := newLocker(t, memory.New(), dlock.WithTTL(time.Minute))
+	ctx := context.Background()
+	before := dlock.SchedulerLooks(l)
+	for i := range 1000 {
+		ls, err := l.Mutex("n" + strconv.Itoa(i)).TryLock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ls.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := dlock.SchedulerLooks(l) - before; n > 2 {
+		t.Errorf("the scheduler looked %d times over 1000 leases taken and released, want a few at most", n)
 	}
 }

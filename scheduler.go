@@ -22,6 +22,8 @@ type scheduler struct {
 	// woken per lease costs more than the lease's own work on an
 	// uncontended lock); one due later waits for that look.
 	wakeAt time.Time
+	// looks counts the loop's passes over the heap.
+	looks int
 }
 
 type leaseHeap []*Lease
@@ -89,6 +91,7 @@ func (s *scheduler) run(stop <-chan struct{}) {
 		var batch []*Lease
 		var lost []*Lease
 		l.mu.Lock()
+		s.looks++
 		now := time.Now()
 		for len(s.h) > 0 {
 			ls := s.h[0]
