@@ -21,6 +21,7 @@ import (
 	"github.com/valkey-io/valkey-go/valkeylock"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/redisproto"
 	dlockgoredis "github.com/dlock-dev/dlock/store/goredis"
 	"github.com/dlock-dev/dlock/store/redlock"
 	"github.com/dlock-dev/dlock/store/valkey"
@@ -185,20 +186,10 @@ func (r *rawLocker) each(fn func(c vk.Client) (bool, error)) (int, error) {
 }
 
 // leastFencedAcquire is the least a fenced acquire on a new name can do
-// with dlock's guarantees (a fence above every earlier one for the name,
-// across a restart that kept nothing, from a counter that expires): SET NX
-// PX, TIME, and the counter created at the clock floor by SET GET, raised
-// past the last fence when that is ahead. It returns the fence, or 0.
-var leastFencedAcquire = vk.NewLuaScript(`
-if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 0 end
-local t = redis.call('TIME')
-local fs = t[1] .. string.rep('0', 6 - #t[2]) .. t[2]
-local last = redis.call('SET', KEYS[2], fs, 'PX', ARGV[3], 'GET')
-if last and #last >= #fs and (#last > #fs or last >= fs) then
-  redis.call('SET', KEYS[2], string.format('%.0f', tonumber(last) + 1), 'PX', ARGV[3])
-  return tonumber(last) + 1
-end
-return tonumber(fs)`)
+// with dlock's guarantees: SET NX PX, TIME, and the counter created at the
+// clock floor by SET GET (see the script's header). It returns the fence,
+// or 0.
+var leastFencedAcquire = vk.NewLuaScript(redisproto.LeastFencedAcquire.Src)
 
 // fencedLocker is the raw baseline with a fenced acquire. Each call has a
 // deadline, as dlock's have, so that valkey-go runs a lone call on its

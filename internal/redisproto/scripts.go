@@ -54,6 +54,11 @@ func joined(paths ...string) *Script {
 	return newScript(paths[len(paths)-1], src)
 }
 
+// LeastFencedAcquire is the least a fenced acquire on a new name can do with
+// dlock's guarantees (scripts/least_fenced_acquire.lua). No store runs it:
+// it is the floor the benchmarks measure the mutex against.
+var LeastFencedAcquire = load("scripts/least_fenced_acquire.lua")
+
 // Source returns the embedded file at path, for tests that read a script's
 // header or run it by hand.
 func Source(path string) ([]byte, error) { return scriptFS.ReadFile(path) }

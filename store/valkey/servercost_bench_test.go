@@ -21,7 +21,7 @@ import (
 //	setscript  as raw, but the SET NX PX inside a script: the floor of any
 //	           acquire that is a script, before a fence
 //	fenced     as raw, but the acquire a script that also issues a fence
-//	           (leastFencedAcquire): the floor of a fenced acquire
+//	           (redisproto.LeastFencedAcquire): the floor of a fenced acquire
 //	fresh      the mutex scripts on a new name per op: the clock path
 //	same       the mutex scripts on 100 names taken again and again: INCR
 //
@@ -55,7 +55,7 @@ func benchServerCPU(b *testing.B, kind string) {
 	}
 	acq, rel, rawRel := load(ops.Acquire.Src), load(ops.Release.Src), load(rawRelease)
 	setScript := load(`return redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])`)
-	fencedScript := load(leastFencedAcquire)
+	fencedScript := load(redisproto.LeastFencedAcquire.Src)
 	evalsha := func(sha string, keys, args []string) vk.Completed {
 		return c.B().Evalsha().Sha1(sha).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
 	}
@@ -120,20 +120,3 @@ func benchServerCPU(b *testing.B, kind string) {
 	b.StopTimer()
 	cpu.reportN(b, n)
 }
-
-// leastFencedAcquire is the least a fenced acquire on a new name does with
-// dlock's guarantees (a fence above every earlier one for the name, across a
-// restart that kept nothing, from a counter that expires): SET NX PX, TIME,
-// and the counter created at the clock floor by SET GET, raised past the
-// last fence when that is ahead. It returns the fence, or 0. (bench/ runs
-// the same script as its raw-valkeygo-fenced contender.)
-const leastFencedAcquire = `
-if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 0 end
-local t = redis.call('TIME')
-local fs = t[1] .. string.rep('0', 6 - #t[2]) .. t[2]
-local last = redis.call('SET', KEYS[2], fs, 'PX', ARGV[3], 'GET')
-if last and #last >= #fs and (#last > #fs or last >= fs) then
-  redis.call('SET', KEYS[2], string.format('%.0f', tonumber(last) + 1), 'PX', ARGV[3])
-  return tonumber(last) + 1
-end
-return tonumber(fs)`
