@@ -238,3 +238,48 @@ func TestBroadcast(t *testing.T) {
 	t.Cleanup(func() { vs.Close() })
 	storetest.Broadcast(t, open(t, srv.Addr()), vs)
 }
+
+// TestMutexShortReleaseHandsOver: a holder that was never refused releases
+// with the short form of the script; when another Store's waiter is
+// registered, that form changes nothing and the full form hands the lock
+// over in the same Release, so the waiter holds the key when it returns.
+func TestMutexShortReleaseHandsOver(t *testing.T) {
+	srv := testredis.Start(t)
+	ctx := testContext(t)
+	a, b := open(t, srv.Addr()), open(t, srv.Addr())
+	hold := dlock.Request{Name: "short", Token: "holder", TTL: time.Minute}
+	if g, err := a.Acquire(ctx, hold); err != nil || !g.Acquired {
+		t.Fatalf("Acquire = %+v, %v", g, err)
+	}
+	w := dlock.Request{Name: "short", Token: "waiter", TTL: time.Minute, Queue: true, QueueTTL: time.Minute}
+	grants, stop, err := b.WatchGrant(ctx, w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	if g, err := b.Acquire(ctx, w); err != nil || g.Acquired {
+		t.Fatalf("Acquire(waiter) = %+v, %v; want refused", g, err)
+	}
+	if err := a.Release(ctx, hold); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := srv.Do("GET", "lock:short"); err != nil || got != "waiter" {
+		t.Fatalf("GET lock:short after the release = %q, %v; want the waiter's token", got, err)
+	}
+	if g := <-grants; !g.Acquired {
+		t.Fatalf("pushed grant = %+v", g)
+	}
+	if err := b.Release(ctx, w); err != nil {
+		t.Fatal(err)
+	}
+	// Uncontended again: the short form deletes the key.
+	if g, err := a.Acquire(ctx, hold); err != nil || !g.Acquired {
+		t.Fatalf("Acquire = %+v, %v", g, err)
+	}
+	if err := a.Release(ctx, hold); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := srv.Do("GET", "lock:short"); got != "" {
+		t.Errorf("GET lock:short = %q, want none", got)
+	}
+}
