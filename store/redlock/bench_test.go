@@ -6,7 +6,9 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -24,22 +26,22 @@ import (
 
 func BenchmarkAcquireRelease1Node(b *testing.B) {
 	c := startNodes(b, 1)
-	benchSerial(b, c.stores[0])
+	benchSerial(b, c, c.stores[0])
 }
 
 func BenchmarkAcquireRelease5Nodes(b *testing.B) {
 	c := startNodes(b, 5)
-	benchSerial(b, newRedlock(b, c.nodes()))
+	benchSerial(b, c, newRedlock(b, c.nodes()))
 }
 
 func BenchmarkAcquireRelease1NodeParallel64(b *testing.B) {
 	c := startNodes(b, 1)
-	benchParallel(b, c.stores[0])
+	benchParallel(b, c, c.stores[0])
 }
 
 func BenchmarkAcquireRelease5NodesParallel64(b *testing.B) {
 	c := startNodes(b, 5)
-	benchParallel(b, newRedlock(b, c.nodes()))
+	benchParallel(b, c, newRedlock(b, c.nodes()))
 }
 
 // BenchmarkAcquireRelease5NodesSameName is BenchmarkAcquireRelease5Nodes
@@ -49,7 +51,7 @@ func BenchmarkAcquireRelease5NodesSameName(b *testing.B) {
 	c := startNodes(b, 5)
 	sameName = true
 	defer func() { sameName = false }()
-	benchSerial(b, newRedlock(b, c.nodes()))
+	benchSerial(b, c, newRedlock(b, c.nodes()))
 }
 
 var (
@@ -78,7 +80,8 @@ func acquireRelease(ctx context.Context, s dlock.Store) error {
 	return nil
 }
 
-func benchSerial(b *testing.B, s dlock.Store) {
+// benchSerial reports CPU per op as benchParallel does when c is not nil.
+func benchSerial(b *testing.B, c *cluster, s dlock.Store) {
 	ctx := context.Background()
 	for range 200 { // warm up connections and script caches
 		if err := acquireRelease(ctx, s); err != nil {
@@ -87,6 +90,10 @@ func benchSerial(b *testing.B, s dlock.Store) {
 	}
 	lat := make([]time.Duration, 0, 1<<16)
 	b.ReportAllocs()
+	var cpu *cpuMeter
+	if c != nil {
+		cpu = c.startCPU(b)
+	}
 	b.ResetTimer()
 	for b.Loop() {
 		t0 := time.Now()
@@ -97,9 +104,15 @@ func benchSerial(b *testing.B, s dlock.Store) {
 	}
 	b.StopTimer()
 	reportLatency(b, lat)
+	if cpu != nil {
+		cpu.report(b)
+	}
 }
 
-func benchParallel(b *testing.B, s dlock.Store) {
+// benchParallel also reports the CPU per op of this process (client-µs/op)
+// and of c's servers together (server-µs/op): on a small machine, where
+// they share the cores, ops/s follows their sum.
+func benchParallel(b *testing.B, c *cluster, s dlock.Store) {
 	ctx := context.Background()
 	for range 200 {
 		if err := acquireRelease(ctx, s); err != nil {
@@ -108,6 +121,7 @@ func benchParallel(b *testing.B, s dlock.Store) {
 	}
 	b.SetParallelism(max(64/runtime.GOMAXPROCS(0), 1))
 	b.ReportAllocs()
+	cpu := c.startCPU(b)
 	b.ResetTimer()
 	start := time.Now()
 	b.RunParallel(func(pb *testing.PB) {
@@ -119,6 +133,7 @@ func benchParallel(b *testing.B, s dlock.Store) {
 		}
 	})
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "ops/s")
+	cpu.report(b)
 }
 
 // The raw benchmarks are the floor of the machine for the two figures
@@ -161,6 +176,7 @@ func reportLatency(b *testing.B, lat []time.Duration) {
 func benchRawParallel(b *testing.B, n, need int) {
 	c := startNodes(b, n)
 	b.SetParallelism(max(64/runtime.GOMAXPROCS(0), 1))
+	cpu := c.startCPU(b)
 	b.ResetTimer()
 	start := time.Now()
 	b.RunParallel(func(pb *testing.PB) {
@@ -172,6 +188,50 @@ func benchRawParallel(b *testing.B, n, need int) {
 		}
 	})
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "ops/s")
+	cpu.report(b)
+}
+
+// cpuMeter measures the CPU time of this process and of a cluster's
+// servers from its start.
+type cpuMeter struct {
+	c              *cluster
+	client, server time.Duration
+}
+
+func (c *cluster) startCPU(b *testing.B) *cpuMeter {
+	return &cpuMeter{c: c, client: selfCPU(), server: c.serverCPU(b)}
+}
+
+// report reports the CPU per op since the start, over b.N ops.
+func (m *cpuMeter) report(b *testing.B) {
+	cl, srv := selfCPU()-m.client, m.c.serverCPU(b)-m.server
+	b.ReportMetric(float64(cl.Microseconds())/float64(b.N), "client-µs/op")
+	b.ReportMetric(float64(srv.Microseconds())/float64(b.N), "server-µs/op")
+}
+
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// serverCPU is the CPU time (user and system) of c's servers together.
+func (c *cluster) serverCPU(b *testing.B) time.Duration {
+	var total float64
+	for _, srv := range c.srvs {
+		info, err := srv.Do("INFO", "cpu")
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, line := range strings.Split(info, "\n") {
+			k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
+			if k == "used_cpu_sys" || k == "used_cpu_user" {
+				f, _ := strconv.ParseFloat(v, 64)
+				total += f
+			}
+		}
+	}
+	return time.Duration(total * float64(time.Second))
 }
 
 func rawSetDel(c *cluster, n, need int) error {
@@ -207,7 +267,7 @@ func rawSetDel(c *cluster, n, need int) error {
 // when nodes disagree, and the bookkeeping.
 
 func BenchmarkAcquireRelease1NodeRTT500us(b *testing.B) {
-	benchSerial(b, rttStore{memory.New(), 500 * time.Microsecond})
+	benchSerial(b, nil, rttStore{memory.New(), 500 * time.Microsecond})
 }
 
 func BenchmarkAcquireRelease5NodesRTT500us(b *testing.B) {
@@ -215,7 +275,7 @@ func BenchmarkAcquireRelease5NodesRTT500us(b *testing.B) {
 	for i := range nodes {
 		nodes[i] = rttStore{memory.New(), 500 * time.Microsecond}
 	}
-	benchSerial(b, newRedlock(b, nodes))
+	benchSerial(b, nil, newRedlock(b, nodes))
 }
 
 // rttStore is a memory store whose every call takes rtt longer.

@@ -68,53 +68,57 @@ type hold struct {
 // not swept.
 const minSweep = 1024
 
-// track records which nodes are still working on an operation on
-// req.Name that has returned (flags[i] set), until they answer on ch (see
-// flight).
-func track[T any](s *Store, req dlock.Request, flags []bool, ch <-chan result[T], left int) {
-	trackNames(s, []string{req.Name}, flags, ch, left)
-}
-
-// trackNames is track for an operation on several lock names (an Extend).
-func trackNames[T any](s *Store, names []string, flags []bool, ch <-chan result[T], left int) {
-	if left == 0 {
+// track records that the operation on names has returned while the
+// nodes flagged in late (those whose answer it did not read) may still be
+// working on it, until they answer (see flight). A node whose answer is
+// on ch, unread, is done.
+func (f *fanout[T]) track(names []string, late []bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for len(f.ch) > 0 {
+		late[(<-f.ch).node] = false
+	}
+	var fl *flight
+	for i, l := range late {
+		if !l {
+			continue
+		}
+		if fl == nil {
+			fl = &flight{done: make([]chan struct{}, len(late))}
+		}
+		fl.done[i] = make(chan struct{})
+		f.left++
+	}
+	if fl == nil {
 		return
 	}
-	fl := &flight{done: make([]chan struct{}, len(flags))}
-	for i, f := range flags {
-		if f {
-			fl.done[i] = make(chan struct{})
-		}
-	}
+	f.fl, f.names = fl, names
+	s := f.s
 	s.fmu.Lock()
 	for _, name := range names {
 		s.flights[name] = append(s.flights[name], fl)
 	}
 	s.fmu.Unlock()
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		for range left {
-			r := <-ch
-			close(fl.done[r.node])
-		}
-		s.fmu.Lock()
-		defer s.fmu.Unlock()
-		for _, name := range names {
-			fls := s.flights[name]
-			for i, f := range fls {
-				if f == fl {
-					fls = append(fls[:i:i], fls[i+1:]...)
-					break
-				}
-			}
-			if len(fls) == 0 {
-				delete(s.flights, name)
-			} else {
-				s.flights[name] = fls
+}
+
+// land removes fl, whose nodes all answered, from the flights of names.
+func (s *Store) land(fl *flight, names []string) {
+	s.fmu.Lock()
+	defer s.fmu.Unlock()
+	for _, name := range names {
+		fls := s.flights[name]
+		for i, f := range fls {
+			if f == fl {
+				fls = append(fls[:i:i], fls[i+1:]...)
+				break
 			}
 		}
-	}()
+		if len(fls) == 0 {
+			delete(s.flights, name)
+		} else {
+			s.flights[name] = fls
+		}
+	}
 }
 
 // flightsOf returns the flights of lock name.

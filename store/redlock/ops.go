@@ -120,13 +120,14 @@ func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, er
 		// the script (see redisproto.WithFenceFloor; other stores ignore it).
 		nodeCtx = redisproto.WithFenceFloor(ctx, time.Now().UnixMilli()*1000+proposedFloorLead)
 	}
-	ch := fan(s, nodeCtx, timeout, s.all, func(ctx context.Context, i int) acquireReply {
+	f := fanOut(s, nodeCtx, timeout, s.all, func(ctx context.Context, i int) acquireReply {
 		if err := fl.wait(ctx, i); err != nil {
 			return acquireReply{err: err}
 		}
 		g, err := s.nodes[i].Acquire(ctx, nodeReq)
 		return acquireReply{g, err}
 	})
+	ch := f.ch
 	state := make([]uint8, n)
 	grants := make([]dlock.Grant, n)
 	var nGranted, nRefused, nFailed int
@@ -176,7 +177,7 @@ func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, er
 					late[i] = st == pending
 				}
 				s.remember(req, fence, value)
-				track(s, req, late, ch, n-answered)
+				f.track([]string{req.Name}, late)
 				return dlock.Grant{Acquired: true, Fence: fence, Count: 1}, nil
 			}
 			err = &dlock.StoreError{Op: "acquire", Node: -1, Err: errValidity}
@@ -408,7 +409,7 @@ func (s *Store) Extend(ctx context.Context, reqs []dlock.Request) []error {
 	for _, r := range reqs {
 		fls = append(fls, s.flightsOf(r.Name)...)
 	}
-	ch := fan(s, ctx, s.nodeTimeout(ttl), s.all, func(ctx context.Context, i int) []error {
+	f := fanOut(s, ctx, s.nodeTimeout(ttl), s.all, func(ctx context.Context, i int) []error {
 		if err := fls.wait(ctx, i); err != nil {
 			errs := make([]error, len(reqs))
 			for j := range errs {
@@ -418,6 +419,7 @@ func (s *Store) Extend(ctx context.Context, reqs []dlock.Request) []error {
 		}
 		return s.nodes[i].Extend(ctx, reqs)
 	})
+	ch := f.ch
 	ok := make([]int, len(reqs))
 	notHeld := make([]int, len(reqs))
 	errs := make([][]error, len(reqs))
@@ -472,7 +474,7 @@ func (s *Store) Extend(ctx context.Context, reqs []dlock.Request) []error {
 		for _, r := range reqs {
 			names = append(names, r.Name)
 		}
-		trackNames(s, names, late, ch, n-answered)
+		f.track(names, late)
 	}
 	return out
 }
@@ -503,7 +505,7 @@ func (s *Store) Release(ctx context.Context, req dlock.Request) error {
 	s.forget(req)
 	fl := s.flightsOf(req.Name)
 	timeout := s.nodeTimeout(req.TTL)
-	ch := fan(s, context.WithoutCancel(ctx), 2*timeout, s.all, func(ctx context.Context, i int) error {
+	f := fanOut(s, context.WithoutCancel(ctx), 2*timeout, s.all, func(ctx context.Context, i int) error {
 		// ctx ends 2×timeout from now: waiting for the earlier operations
 		// may take one node timeout and leaves the release at least one.
 		if fl.pending(i) {
@@ -520,10 +522,11 @@ func (s *Store) Release(ctx context.Context, req dlock.Request) error {
 		}
 		return s.nodes[i].Release(ctx, req)
 	})
+	ch := f.ch
 	var released, notHeld int
 	var errs []error
 	answered := make([]bool, n)
-	for k := range n {
+	for range n {
 		var r result[error]
 		select {
 		case r = <-ch:
@@ -533,7 +536,7 @@ func (s *Store) Release(ctx context.Context, req dlock.Request) error {
 					errs = append(errs, nodeErr("release", i, ctx.Err()))
 				}
 			}
-			s.trackRest(req, answered, ch, n-k)
+			trackRest(f, req, answered)
 			return &QuorumError{Op: "release", OK: released, Quorum: q, Nodes: errs}
 		}
 		answered[r.node] = true
@@ -553,19 +556,18 @@ func (s *Store) Release(ctx context.Context, req dlock.Request) error {
 		default:
 			continue
 		}
-		s.trackRest(req, answered, ch, n-k-1)
+		trackRest(f, req, answered)
 		return err
 	}
 	return &QuorumError{Op: "release", OK: released, Quorum: q, Nodes: errs}
 }
 
-// trackRest tracks the left nodes of a release that have not answered yet.
-func (s *Store) trackRest(req dlock.Request, answered []bool, ch <-chan result[error], left int) {
-	late := make([]bool, len(answered))
+// trackRest tracks the nodes of a release that have not answered yet.
+func trackRest(f *fanout[error], req dlock.Request, answered []bool) {
 	for i, a := range answered {
-		late[i] = !a
+		answered[i] = !a
 	}
-	track(s, req, late, ch, left)
+	f.track([]string{req.Name}, answered)
 }
 
 // Ping implements [dlock.Pinger]: nil when a majority of the nodes answer

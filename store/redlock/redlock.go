@@ -237,9 +237,28 @@ type result[T any] struct {
 // reader: a caller may stop reading once its outcome is decided. The
 // goroutines are counted in s.wg; the caller must be inside enter.
 func fan[T any](s *Store, ctx context.Context, timeout time.Duration, nodes []int, fn func(ctx context.Context, i int) T) <-chan result[T] {
-	ch := make(chan result[T], len(nodes))
+	return fanOut(s, ctx, timeout, nodes, fn).ch
+}
+
+// fanout is an operation's requests to its nodes, started by fanOut. Until
+// the operation is tracked, each node's answer goes to ch; after, the
+// nodes still working mark themselves done in the operation's flight.
+type fanout[T any] struct {
+	s  *Store
+	ch chan result[T]
+
+	mu    sync.Mutex
+	fl    *flight // set by track
+	names []string
+	left  int // nodes of fl still working
+}
+
+// fanOut is fan, for an operation that may return before every node
+// answered and be tracked (see track).
+func fanOut[T any](s *Store, ctx context.Context, timeout time.Duration, nodes []int, fn func(ctx context.Context, i int) T) *fanout[T] {
+	f := &fanout[T]{s: s, ch: make(chan result[T], len(nodes))}
 	if len(nodes) == 0 {
-		return ch
+		return f
 	}
 	nctx, cancel := context.WithTimeout(ctx, timeout)
 	var left atomic.Int32
@@ -253,12 +272,31 @@ func fan[T any](s *Store, ctx context.Context, timeout time.Duration, nodes []in
 	for _, i := range nodes {
 		go func() {
 			defer s.wg.Done()
-			v := fn(nctx, i)
-			ch <- result[T]{i, v}
+			f.answer(i, fn(nctx, i))
 			finish()
 		}()
 	}
-	return ch
+	return f
+}
+
+// answer delivers node i's answer: on ch, or, once the operation is
+// tracked, by marking the node done in its flight; the last node of the
+// flight ends it.
+func (f *fanout[T]) answer(i int, v T) {
+	f.mu.Lock()
+	fl := f.fl
+	if fl == nil {
+		f.ch <- result[T]{i, v}
+		f.mu.Unlock()
+		return
+	}
+	close(fl.done[i])
+	f.left--
+	last := f.left == 0
+	f.mu.Unlock()
+	if last {
+		f.s.land(fl, f.names)
+	}
 }
 
 func nodeErr(op string, node int, err error) error {

@@ -1,0 +1,65 @@
+package redlock
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store/memory"
+)
+
+// gated is a memory store whose Acquire waits until open is closed.
+type gated struct {
+	*memory.Store
+	open chan struct{}
+}
+
+func (g gated) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, error) {
+	select {
+	case <-g.open:
+	case <-ctx.Done():
+		return dlock.Grant{}, ctx.Err()
+	}
+	return g.Store.Acquire(ctx, req)
+}
+
+// TestFlightsLand: an Acquire that returned before its slow node answered
+// is a flight on its name; the Release after it reaches that node only
+// once the late acquire has, and the flights of the name end when their
+// last node answers.
+func TestFlightsLand(t *testing.T) {
+	ctx := t.Context()
+	slow := gated{memory.New(), make(chan struct{})}
+	s, err := New([]dlock.Store{memory.New(), memory.New(), slow}, WithNodeTimeout(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	req := dlock.Request{Name: "X", Token: "a", TTL: time.Minute, Mode: dlock.ModeMutex}
+	if g, err := s.Acquire(ctx, req); err != nil || !g.Acquired {
+		t.Fatalf("Acquire with node 2 slow = %+v, %v; want a grant", g, err)
+	}
+	fls := s.flightsOf("X")
+	if len(fls) != 1 || !fls.pending(2) || fls.pending(0) || fls.pending(1) {
+		t.Fatalf("flights of X after the Acquire: %d, pending on node 2 %v; want one, on node 2 alone", len(fls), len(fls) == 1 && fls.pending(2))
+	}
+	if err := s.Release(ctx, req); err != nil {
+		t.Fatalf("Release = %v", err)
+	}
+	if n := len(s.flightsOf("X")); n != 2 {
+		t.Fatalf("flights of X after the Release: %d; want 2 (the acquire and the release, both late on node 2)", n)
+	}
+	close(slow.open)
+	deadline := time.Now().Add(10 * time.Second)
+	for len(s.flightsOf("X")) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("flights of X still %d 10s after node 2 answered", len(s.flightsOf("X")))
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// Node 2 ran the late acquire, then the release: it holds nothing.
+	if g, err := slow.Store.Acquire(ctx, dlock.Request{Name: "X", Token: "b", TTL: time.Minute, Mode: dlock.ModeMutex}); err != nil || !g.Acquired {
+		t.Fatalf("node 2 after the flights landed: Acquire(b) = %+v, %v; want a grant (a's hold released)", g, err)
+	}
+}
