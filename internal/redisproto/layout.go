@@ -302,7 +302,24 @@ func GlobEscape(s string) string {
 
 // Millis renders d in whole milliseconds, rounded up so that a positive
 // duration never becomes 0.
-func Millis(d time.Duration) string { return strconv.FormatInt(millis(d), 10) }
+func Millis(d time.Duration) string {
+	slot := &recentMillis[uint64(d)*0x9E3779B97F4A7C15>>61]
+	if m := slot.Load(); m != nil && m.d == d {
+		return m.s
+	}
+	s := strconv.FormatInt(millis(d), 10)
+	slot.Store(&durationMillis{d, s})
+	return s
+}
+
+// recentMillis holds durations Millis formatted lately, by a hash of the
+// duration: callers pass a few TTLs over and over.
+var recentMillis [8]atomic.Pointer[durationMillis]
+
+type durationMillis struct {
+	d time.Duration
+	s string
+}
 
 // millis is d in whole milliseconds, rounded up; 0 when d <= 0.
 func millis(d time.Duration) int64 {

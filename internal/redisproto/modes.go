@@ -192,10 +192,7 @@ func (o *Ops) AcquireArgs(ctx context.Context, l *Layout, req dlock.Request) []s
 		seen = "1"
 	}
 	args = append(args, seen)
-	floor := ""
-	if p, ok := ctx.Value(fenceFloorKey{}).(int64); ok {
-		floor = strconv.FormatInt(p, 10)
-	}
+	floor, _ := ctx.Value(fenceFloorKey{}).(string)
 	switch {
 	case req.Queue:
 		args = append(args, floor, "1", Millis(req.QueueTTL))
@@ -213,7 +210,8 @@ type fenceFloorKey struct{}
 // the grant needs no fence write-back. A node takes the floor only above
 // its own clock floor, and by at most 100 ms (mutex_acquire.lua).
 func WithFenceFloor(ctx context.Context, floor int64) context.Context {
-	return context.WithValue(ctx, fenceFloorKey{}, floor)
+	// In decimal, once for every store it reaches.
+	return context.WithValue(ctx, fenceFloorKey{}, strconv.FormatInt(floor, 10))
 }
 
 // RaiseArgs returns ARGV for o.Raise: {token, fence, fence retention ms,

@@ -28,15 +28,30 @@ type flight struct {
 // flights are the flights of one lock name.
 type flights []*flight
 
-// pending reports whether node i may not have answered an operation of fls
-// yet: whether wait has anything to wait for.
-func (fls flights) pending(i int) bool {
+// waitAtMost waits until node i has answered the operations of fls, or d
+// has passed (false).
+func (fls flights) waitAtMost(i int, d time.Duration) bool {
+	var t *time.Timer
 	for _, fl := range fls {
-		if fl.done[i] != nil {
-			return true
+		if fl.done[i] == nil {
+			continue
+		}
+		select {
+		case <-fl.done[i]:
+			continue
+		default:
+		}
+		if t == nil {
+			t = time.NewTimer(d)
+			defer t.Stop()
+		}
+		select {
+		case <-fl.done[i]:
+		case <-t.C:
+			return false
 		}
 	}
-	return false
+	return true
 }
 
 // wait waits until node i has answered the operations of fls.

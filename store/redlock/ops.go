@@ -508,17 +508,11 @@ func (s *Store) Release(ctx context.Context, req dlock.Request) error {
 	f := fanOut(s, context.WithoutCancel(ctx), 2*timeout, s.all, func(ctx context.Context, i int) error {
 		// ctx ends 2×timeout from now: waiting for the earlier operations
 		// may take one node timeout and leaves the release at least one.
-		if fl.pending(i) {
-			wctx, cancel := context.WithTimeout(ctx, timeout)
-			err := fl.wait(wctx, i)
-			cancel()
-			if err != nil {
-				// An earlier request to this node is still unanswered.
-				// Release anyway: one that reached the node is answered in
-				// order on its connection, and a hold left behind expires
-				// with its TTL.
-				s.cfg.logger.Debug("dlock: redlock release does not wait any longer for an earlier request", "name", req.Name, "node", i, "err", err)
-			}
+		if !fl.waitAtMost(i, timeout) {
+			// An earlier request to this node is still unanswered. Release
+			// anyway: one that reached the node is answered in order on
+			// its connection, and a hold left behind expires with its TTL.
+			s.cfg.logger.Debug("dlock: redlock release does not wait any longer for an earlier request", "name", req.Name, "node", i)
 		}
 		return s.nodes[i].Release(ctx, req)
 	})

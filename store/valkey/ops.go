@@ -41,15 +41,10 @@ func fail(op string, err error) error {
 // set) in one round trip, and again with EVAL for those that the server
 // did not know by SHA.
 func (s *Store) do(ctx context.Context, n int, build func(i int, eval bool) vk.Completed) []vk.ValkeyResult {
-	c := s.direct(ctx)
 	if n == 1 {
-		// One command: Do, which costs less than a DoMulti of one.
-		r := c.Do(ctx, build(0, false))
-		if isNoScript(r.Error()) {
-			r = c.Do(ctx, build(0, true))
-		}
-		return []vk.ValkeyResult{r}
+		return []vk.ValkeyResult{s.do1(ctx, s.direct(ctx), func(eval bool) vk.Completed { return build(0, eval) })}
 	}
+	c := s.direct(ctx)
 	cmds := make(vk.Commands, n)
 	for i := range cmds {
 		cmds[i] = build(i, false)
@@ -72,6 +67,16 @@ func (s *Store) do(ctx context.Context, n int, build func(i int, eval bool) vk.C
 		res[again[j]] = r
 	}
 	return res
+}
+
+// do1 is do for one command on c: Do, which costs less than a DoMulti of
+// one.
+func (s *Store) do1(ctx context.Context, c vk.Client, build func(eval bool) vk.Completed) vk.ValkeyResult {
+	r := c.Do(ctx, build(false))
+	if isNoScript(r.Error()) {
+		r = c.Do(ctx, build(true))
+	}
+	return r
 }
 
 // Acquire implements [dlock.Store]: one script, one round trip (plus WAIT
@@ -126,16 +131,16 @@ func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, er
 	if watchKey == "" {
 		c = s.direct(ctx)
 	}
-	run := func(eval bool) []vk.ValkeyResult {
-		cmds := build(eval)
-		if len(cmds) == 1 {
-			return []vk.ValkeyResult{c.Do(ctx, cmds[0])}
+	var res []vk.ValkeyResult
+	if watchKey == "" && !wait {
+		res = []vk.ValkeyResult{s.do1(ctx, c, func(eval bool) vk.Completed {
+			return cmd(s.client, o.Acquire, keys, args, eval)
+		})}
+	} else {
+		res = c.DoMulti(ctx, build(false)...)
+		if isNoScript(res[at].Error()) {
+			res = c.DoMulti(ctx, build(true)...)
 		}
-		return c.DoMulti(ctx, cmds...)
-	}
-	res := run(false)
-	if isNoScript(res[at].Error()) {
-		res = run(true)
 	}
 	if err := res[at].Error(); err != nil {
 		return dlock.Grant{}, fail("acquire", err)
@@ -246,17 +251,18 @@ func (s *Store) Release(ctx context.Context, req dlock.Request) error {
 		return err
 	}
 	keys, args, short := o.ReleaseCall(s.l, req)
-	release := func(_ int, eval bool) vk.Completed {
+	release := func(eval bool) vk.Completed {
 		return cmd(s.client, o.Release, keys, args, eval)
 	}
-	res := s.do(ctx, 1, release)
-	if n, err := res[0].AsInt64(); short && err == nil && n == redisproto.ReleaseWaiters {
+	c := s.direct(ctx)
+	res := s.do1(ctx, c, release)
+	if n, err := res.AsInt64(); short && err == nil && n == redisproto.ReleaseWaiters {
 		// The name may have waiters: the full form hands over to them.
 		s.l.Contend(req.Name)
 		keys, args = o.Keys(s.l, req.Name), o.Args(s.l, req)
-		res = s.do(ctx, 1, release)
+		res = s.do1(ctx, c, release)
 	}
-	if err := held("release", res[0]); err != nil {
+	if err := held("release", res); err != nil {
 		return err
 	}
 	if !s.hub.Idle() {
