@@ -77,3 +77,36 @@ func pendingOn(fls flights, i int) bool {
 	}
 	return false
 }
+
+// TestLateNodesOutliveTheCallersContext: a caller that ends its context as
+// soon as Acquire returned (as a Locker does with each attempt's) does not
+// cut short the nodes still working on the grant: the slow node runs the
+// acquire when it gets to it, and the flight ends then, not when the
+// caller's context ended.
+func TestLateNodesOutliveTheCallersContext(t *testing.T) {
+	slow := gated{memory.New(), make(chan struct{})}
+	s, err := New([]dlock.Store{memory.New(), memory.New(), slow}, WithNodeTimeout(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	req := dlock.Request{Name: "X", Token: "a", TTL: time.Minute, Mode: dlock.ModeMutex}
+	ctx, cancel := context.WithCancel(t.Context())
+	g, err := s.Acquire(ctx, req)
+	cancel()
+	if err != nil || !g.Acquired {
+		t.Fatalf("Acquire with node 2 slow = %+v, %v; want a grant", g, err)
+	}
+	close(slow.open)
+	deadline := time.Now().Add(10 * time.Second)
+	for len(s.flightsOf("X")) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the acquire's flight on X did not end 10s after node 2 answered")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	b := dlock.Request{Name: "X", Token: "b", TTL: time.Minute, Mode: dlock.ModeMutex}
+	if g, err := slow.Store.Acquire(t.Context(), b); err != nil || g.Acquired {
+		t.Fatalf("node 2 after the late acquire: Acquire(b) = %+v, %v; want a refusal (a's acquire ran although the caller's context had ended)", g, err)
+	}
+}

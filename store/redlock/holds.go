@@ -88,6 +88,9 @@ const minSweep = 1024
 // working on it, until they answer (see flight). A node whose answer is
 // on ch, unread, is done.
 func (f *fanout[T]) track(names []string, late []bool) {
+	if f.stop != nil {
+		f.stop()
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for len(f.ch) > 0 {

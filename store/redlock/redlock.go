@@ -244,8 +244,9 @@ func fan[T any](s *Store, ctx context.Context, timeout time.Duration, nodes []in
 // the operation is tracked, each node's answer goes to ch; after, the
 // nodes still working mark themselves done in the operation's flight.
 type fanout[T any] struct {
-	s  *Store
-	ch chan result[T]
+	s    *Store
+	ch   chan result[T]
+	stop func() bool // detaches the requests from the caller's context
 
 	mu    sync.Mutex
 	fl    *flight // set by track
@@ -254,17 +255,24 @@ type fanout[T any] struct {
 }
 
 // fanOut is fan, for an operation that may return before every node
-// answered and be tracked (see track).
+// answered and be tracked (see track). The requests end with ctx only
+// until track: once the operation has returned, the nodes still working
+// go on to their answer (or the timeout), whatever the caller does with
+// ctx, so that its flight ends when they have answered, not when the
+// caller gave up waiting (a Locker ends its attempt's context as soon as
+// Acquire returns).
 func fanOut[T any](s *Store, ctx context.Context, timeout time.Duration, nodes []int, fn func(ctx context.Context, i int) T) *fanout[T] {
 	f := &fanout[T]{s: s, ch: make(chan result[T], len(nodes))}
 	if len(nodes) == 0 {
 		return f
 	}
-	nctx, cancel := context.WithTimeout(ctx, timeout)
+	nctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	f.stop = context.AfterFunc(ctx, cancel)
 	var left atomic.Int32
 	left.Store(int32(len(nodes)))
 	finish := func() {
 		if left.Add(-1) == 0 {
+			f.stop()
 			cancel()
 		}
 	}
