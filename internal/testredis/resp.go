@@ -144,3 +144,23 @@ func readReply(r *bufio.Reader) (string, error) {
 		return "", fmt.Errorf("malformed reply %q", line)
 	}
 }
+
+// CPU returns the CPU time the server has used, user and system (INFO cpu).
+func (s *Server) CPU() (time.Duration, error) {
+	info, err := s.Do("INFO", "cpu")
+	if err != nil {
+		return 0, err
+	}
+	var total float64
+	for _, line := range strings.Split(info, "\n") {
+		k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
+		if k == "used_cpu_sys" || k == "used_cpu_user" {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				return 0, fmt.Errorf("testredis: INFO cpu: %s: %w", k, err)
+			}
+			total += f
+		}
+	}
+	return time.Duration(total * float64(time.Second)), nil
+}

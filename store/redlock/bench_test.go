@@ -6,7 +6,6 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -217,21 +216,15 @@ func selfCPU() time.Duration {
 
 // serverCPU is the CPU time (user and system) of c's servers together.
 func (c *cluster) serverCPU(b *testing.B) time.Duration {
-	var total float64
+	var total time.Duration
 	for _, srv := range c.srvs {
-		info, err := srv.Do("INFO", "cpu")
+		cpu, err := srv.CPU()
 		if err != nil {
 			b.Fatal(err)
 		}
-		for _, line := range strings.Split(info, "\n") {
-			k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
-			if k == "used_cpu_sys" || k == "used_cpu_user" {
-				f, _ := strconv.ParseFloat(v, 64)
-				total += f
-			}
-		}
+		total += cpu
 	}
-	return time.Duration(total * float64(time.Second))
+	return total
 }
 
 func rawSetDel(c *cluster, n, need int) error {

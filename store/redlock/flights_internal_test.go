@@ -24,18 +24,37 @@ func (g gated) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, err
 	return g.Store.Acquire(ctx, req)
 }
 
+// slowThirdNode returns a Store over three memory nodes whose third one
+// answers an Acquire only once its gate is opened.
+func slowThirdNode(t *testing.T) (*Store, gated) {
+	slow := gated{memory.New(), make(chan struct{})}
+	s, err := New([]dlock.Store{memory.New(), memory.New(), slow}, WithNodeTimeout(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s, slow
+}
+
+// waitLanded waits until name has no flights left.
+func waitLanded(t *testing.T, s *Store, name string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for len(s.flightsOf(name)) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("flights of %s still %d 10s after the slow node answered", name, len(s.flightsOf(name)))
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // TestFlightsLand: an Acquire that returned before its slow node answered
 // is a flight on its name; the Release after it reaches that node only
 // once the late acquire has, and the flights of the name end when their
 // last node answers.
 func TestFlightsLand(t *testing.T) {
 	ctx := t.Context()
-	slow := gated{memory.New(), make(chan struct{})}
-	s, err := New([]dlock.Store{memory.New(), memory.New(), slow}, WithNodeTimeout(10*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s, slow := slowThirdNode(t)
 	req := dlock.Request{Name: "X", Token: "a", TTL: time.Minute, Mode: dlock.ModeMutex}
 	if g, err := s.Acquire(ctx, req); err != nil || !g.Acquired {
 		t.Fatalf("Acquire with node 2 slow = %+v, %v; want a grant", g, err)
@@ -51,13 +70,7 @@ func TestFlightsLand(t *testing.T) {
 		t.Fatalf("flights of X after the Release: %d; want 2 (the acquire and the release, both late on node 2)", n)
 	}
 	close(slow.open)
-	deadline := time.Now().Add(10 * time.Second)
-	for len(s.flightsOf("X")) > 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("flights of X still %d 10s after node 2 answered", len(s.flightsOf("X")))
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitLanded(t, s, "X")
 	// Node 2 ran the late acquire, then the release: it holds nothing.
 	if g, err := slow.Store.Acquire(ctx, dlock.Request{Name: "X", Token: "b", TTL: time.Minute, Mode: dlock.ModeMutex}); err != nil || !g.Acquired {
 		t.Fatalf("node 2 after the flights landed: Acquire(b) = %+v, %v; want a grant (a's hold released)", g, err)
@@ -84,12 +97,7 @@ func pendingOn(fls flights, i int) bool {
 // acquire when it gets to it, and the flight ends then, not when the
 // caller's context ended.
 func TestLateNodesOutliveTheCallersContext(t *testing.T) {
-	slow := gated{memory.New(), make(chan struct{})}
-	s, err := New([]dlock.Store{memory.New(), memory.New(), slow}, WithNodeTimeout(10*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s, slow := slowThirdNode(t)
 	req := dlock.Request{Name: "X", Token: "a", TTL: time.Minute, Mode: dlock.ModeMutex}
 	ctx, cancel := context.WithCancel(t.Context())
 	g, err := s.Acquire(ctx, req)
@@ -98,13 +106,7 @@ func TestLateNodesOutliveTheCallersContext(t *testing.T) {
 		t.Fatalf("Acquire with node 2 slow = %+v, %v; want a grant", g, err)
 	}
 	close(slow.open)
-	deadline := time.Now().Add(10 * time.Second)
-	for len(s.flightsOf("X")) > 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the acquire's flight on X did not end 10s after node 2 answered")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitLanded(t, s, "X")
 	b := dlock.Request{Name: "X", Token: "b", TTL: time.Minute, Mode: dlock.ModeMutex}
 	if g, err := slow.Store.Acquire(t.Context(), b); err != nil || g.Acquired {
 		t.Fatalf("node 2 after the late acquire: Acquire(b) = %+v, %v; want a refusal (a's acquire ran although the caller's context had ended)", g, err)
