@@ -112,3 +112,44 @@ func TestLateNodesOutliveTheCallersContext(t *testing.T) {
 		t.Fatalf("node 2 after the late acquire: Acquire(b) = %+v, %v; want a refusal (a's acquire ran although the caller's context had ended)", g, err)
 	}
 }
+
+// deadlineSpy is a memory store that reports the deadline of each
+// Acquire's context.
+type deadlineSpy struct {
+	*memory.Store
+	got chan time.Time
+}
+
+func (d deadlineSpy) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, error) {
+	dl, _ := ctx.Deadline()
+	d.got <- dl
+	return d.Store.Acquire(ctx, req)
+}
+
+// TestNodesKeepTheCallersDeadline: a caller's deadline before the node
+// timeout still bounds each node's request (valkey-go's direct round trip
+// watches a deadline, not a cancellation), though the requests outlive a
+// cancellation once the operation has returned.
+func TestNodesKeepTheCallersDeadline(t *testing.T) {
+	nodes := make([]dlock.Store, 3)
+	got := make(chan time.Time, len(nodes))
+	for i := range nodes {
+		nodes[i] = deadlineSpy{memory.New(), got}
+	}
+	s, err := New(nodes, WithNodeTimeout(20*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	want, _ := ctx.Deadline()
+	if g, err := s.Acquire(ctx, dlock.Request{Name: "D", Token: "a", TTL: time.Minute, Mode: dlock.ModeMutex}); err != nil || !g.Acquired {
+		t.Fatalf("Acquire = %+v, %v; want a grant", g, err)
+	}
+	for range nodes {
+		if dl := <-got; dl.IsZero() || dl.After(want) {
+			t.Errorf("a node's request had deadline %v; want the caller's, %v (the node timeout is 20s)", dl, want)
+		}
+	}
+}

@@ -255,18 +255,24 @@ type fanout[T any] struct {
 }
 
 // fanOut is fan, for an operation that may return before every node
-// answered and be tracked (see track). The requests end with ctx only
-// until track: once the operation has returned, the nodes still working
-// go on to their answer (or the timeout), whatever the caller does with
-// ctx, so that its flight ends when they have answered, not when the
-// caller gave up waiting (a Locker ends its attempt's context as soon as
-// Acquire returns).
+// answered and be tracked (see track). A cancellation of ctx ends the
+// requests only until track: once the operation has returned, the nodes
+// still working go on to their answer (or the timeout, or ctx's deadline),
+// whatever the caller does with ctx, so that its flight ends when they
+// have answered, not when the caller gave up waiting (a Locker cancels its
+// attempt's context as soon as Acquire returns).
 func fanOut[T any](s *Store, ctx context.Context, timeout time.Duration, nodes []int, fn func(ctx context.Context, i int) T) *fanout[T] {
 	f := &fanout[T]{s: s, ch: make(chan result[T], len(nodes))}
 	if len(nodes) == 0 {
 		return f
 	}
-	nctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	// The caller's deadline still bounds the requests: valkey-go's direct
+	// round trip watches a deadline, not a cancellation.
+	dl := time.Now().Add(timeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(dl) {
+		dl = d
+	}
+	nctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), dl)
 	f.stop = context.AfterFunc(ctx, cancel)
 	var left atomic.Int32
 	left.Store(int32(len(nodes)))
