@@ -71,6 +71,7 @@ func oneNode() []contender {
 func diagnostics() []contender {
 	return []contender{
 		{name: "raw-valkeygo-fenced", nodes: 1, open: openRawFenced, note: "diagnostic: the least fenced lock on raw valkey-go, as raw-valkeygo but the acquire is one script that also issues a fence with dlock's guarantees (SET NX PX; TIME; the name's counter created at the clock floor with an expiry, by SET GET; the fence returned): what a fence costs on this server, before anything else dlock does"},
+		{name: "raw-valkeygo-hwm", nodes: 1, open: openRawHWM, note: "diagnostic: as raw-valkeygo-fenced, but the fence comes from one high-water mark per server (INCR of one key without expiry; the clock floor when it is missing), not from a counter per name, so a new name costs no second key: a fence design dlock does not use, measured for what it would save (see docs/benchmarks.md)"},
 		{name: "raw-valkeygo-pipelined", nodes: 1, open: openRawPipelined, note: "diagnostic: the raw baseline on a valkey-go client that always pipelines (AlwaysPipelining, what a client with an invalidation hook does, as dlock's and valkeylock's do): every round trip goes through valkey-go's writer and reader goroutines"},
 	}
 }
@@ -83,6 +84,7 @@ func fiveNodes() []contender {
 	return []contender{
 		{name: "raw-valkeygo-5", nodes: 5, open: openRaw, note: "SET NX PX on 5 nodes in parallel, success on 3, waits for all 5 replies"},
 		{name: "raw-valkeygo-fenced-5", nodes: 5, open: openRawFenced, note: "diagnostic: raw-valkeygo-5 with raw-valkeygo-fenced's acquire script on every node: what five fenced acquires cost, before reconciling the nodes' fences (which it does not do)"},
+		{name: "raw-valkeygo-hwm-5", nodes: 5, open: openRawHWM, note: "diagnostic: raw-valkeygo-fenced-5 with raw-valkeygo-hwm's acquire script (one fence mark per server) on every node"},
 		{name: "dlock-redlock-5", nodes: 5, open: openRedlock, note: "store/redlock.New over 5 store/valkey stores"},
 		{name: "redsync-goredis-5", nodes: 5, open: openRedsyncGoredis, note: "redsync over 5 goredis pools"},
 		{name: "redsync-valkeygo-5", nodes: 5, open: openRedsyncValkey, note: "redsync over 5 valkey-go pools (adapter)"},
@@ -191,23 +193,46 @@ func (r *rawLocker) each(fn func(c vk.Client) (bool, error)) (int, error) {
 // or 0.
 var leastFencedAcquire = vk.NewLuaScript(redisproto.LeastFencedAcquire.Src)
 
+// leastHWMAcquire is leastFencedAcquire with the fence taken from one
+// high-water mark per server instead of a counter per name (see the
+// script's header). It returns the fence, or 0.
+var leastHWMAcquire = vk.NewLuaScript(redisproto.LeastHWMAcquire.Src)
+
+// fenceMark is the key of raw-valkeygo-hwm's per-server fence mark.
+const fenceMark = "bench:fence-mark"
+
 // fencedLocker is the raw baseline with a fenced acquire. Each call has a
 // deadline, as dlock's have, so that valkey-go runs a lone call on its
 // connection directly. On several nodes it is a floor, not a lock with
 // sound fences: it neither reconciles the nodes' fences nor returns one.
-type fencedLocker struct{ *rawLocker }
+type fencedLocker struct {
+	*rawLocker
+	hwm bool // the fence from the server's mark (leastHWMAcquire)
+}
 
 func openRawFenced(ctx context.Context, addrs []string) (locker, error) {
+	return openFenced(addrs, false)
+}
+
+func openRawHWM(ctx context.Context, addrs []string) (locker, error) {
+	return openFenced(addrs, true)
+}
+
+func openFenced(addrs []string, hwm bool) (locker, error) {
 	r, err := openRawOpt(addrs, false)
 	if err != nil {
 		return nil, err
 	}
-	return fencedLocker{r.(*rawLocker)}, nil
+	return fencedLocker{r.(*rawLocker), hwm}, nil
 }
 
 func (r fencedLocker) Lock(ctx context.Context, name string) (unlockFunc, error) {
 	tok := nextToken()
 	ttl, keep := strconv.FormatInt(lockTTL.Milliseconds(), 10), strconv.FormatInt((lockTTL+time.Minute).Milliseconds(), 10)
+	acquire, keys, args := leastFencedAcquire, []string{name, name + ":fence"}, []string{tok, ttl, keep}
+	if r.hwm {
+		acquire, keys, args = leastHWMAcquire, []string{name, fenceMark}, []string{tok, ttl}
+	}
 	release := func(ctx context.Context) error {
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
@@ -220,7 +245,7 @@ func (r fencedLocker) Lock(ctx context.Context, name string) (unlockFunc, error)
 	for {
 		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		n, err := r.each(func(c vk.Client) (bool, error) {
-			fence, err := leastFencedAcquire.Exec(actx, c, []string{name, name + ":fence"}, []string{tok, ttl, keep}).AsInt64()
+			fence, err := acquire.Exec(actx, c, keys, args).AsInt64()
 			return fence > 0, err
 		})
 		cancel()

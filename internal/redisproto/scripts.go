@@ -59,6 +59,12 @@ func joined(paths ...string) *Script {
 // it is the floor the benchmarks measure the mutex against.
 var LeastFencedAcquire = load("scripts/least_fenced_acquire.lua")
 
+// LeastHWMAcquire is a fenced acquire of another design, a fence from one
+// high-water mark per server rather than a counter per name
+// (scripts/least_hwm_acquire.lua). No store runs it: the benchmarks measure
+// what the design would save.
+var LeastHWMAcquire = load("scripts/least_hwm_acquire.lua")
+
 // Source returns the embedded file at path, for tests that read a script's
 // header or run it by hand.
 func Source(path string) ([]byte, error) { return scriptFS.ReadFile(path) }

@@ -2,10 +2,14 @@ package valkey_test
 
 import (
 	"errors"
+	"strconv"
 	"testing"
 	"time"
 
+	vk "github.com/valkey-io/valkey-go"
+
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/redisproto"
 	"github.com/dlock-dev/dlock/internal/testredis"
 )
 
@@ -86,5 +90,64 @@ func TestRaiseFenceWrite(t *testing.T) {
 	w2.Token = "w2"
 	if g2, err := s.Acquire(ctx, w2); err != nil || g2.Fence != high+1 {
 		t.Errorf("next writer = %+v, %v; want fence %d", g2, err, high+1)
+	}
+}
+
+// TestLeastHWMAcquire checks the benchmarks' per-server fence mark
+// (redisproto.LeastHWMAcquire, a design no store runs) for what
+// docs/benchmarks.md credits it with: a refusal while held, fences that
+// rise across names and across a mark that is gone (the clock floor), and
+// no key but the lock's on a new name.
+func TestLeastHWMAcquire(t *testing.T) {
+	srv := testredis.Start(t)
+	c := dial(t, srv.URL()).Client()
+	ctx := testContext(t)
+	acquire := vk.NewLuaScript(redisproto.LeastHWMAcquire.Src)
+	take := func(name, token string) int64 {
+		t.Helper()
+		f, err := acquire.Exec(ctx, c, []string{name, "mark"}, []string{token, "10000"}).AsInt64()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	last := take("a", "t1")
+	if last < 1e15 {
+		t.Fatalf("first fence %d, want the clock floor (server ms × 1000)", last)
+	}
+	if f := take("a", "t2"); f != 0 {
+		t.Fatalf("acquire of a held lock = %d, want 0", f)
+	}
+	for i, name := range []string{"b", "c", "a2"} {
+		if i == 2 {
+			// The mark lost, as in a restart without persistence: the clock
+			// floor is above every fence issued once the server's clock has
+			// passed the last one (the rate bound of docs/safety.md).
+			for deadline := time.Now().Add(5 * time.Second); ; {
+				now, err := c.Do(ctx, c.B().Time().Build()).AsStrSlice()
+				if err != nil || len(now) != 2 {
+					t.Fatal(now, err)
+				}
+				s, _ := strconv.ParseInt(now[0], 10, 64)
+				us, _ := strconv.ParseInt(now[1], 10, 64)
+				if (s*1000+us/1000)*1000 > last {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("server clock not past fence %d", last)
+				}
+			}
+			if err := c.Do(ctx, c.B().Del().Key("mark").Build()).Error(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		f := take(name, "t")
+		if f <= last {
+			t.Fatalf("fence %d after %d, want higher", f, last)
+		}
+		last = f
+	}
+	if n, err := c.Do(ctx, c.B().Dbsize().Build()).AsInt64(); err != nil || n != 5 {
+		t.Fatalf("DBSIZE = %d, %v; want 5 (four lock keys and the mark)", n, err)
 	}
 }

@@ -22,12 +22,15 @@ import (
 //	           acquire that is a script, before a fence
 //	fenced     as raw, but the acquire a script that also issues a fence
 //	           (redisproto.LeastFencedAcquire): the floor of a fenced acquire
+//	hwm        as fenced, but the fence from one mark per server, not a
+//	           counter per name (redisproto.LeastHWMAcquire): a design
+//	           dlock does not use, measured for what it would save
 //	fresh      the mutex scripts on a new name per op: the clock path
 //	same       the mutex scripts on 100 names taken again and again: INCR
 //
 // server-µs/op is the figure; ns/op includes the client.
 func BenchmarkServerCPU(b *testing.B) {
-	for _, kind := range []string{"raw", "setscript", "fenced", "fresh", "same"} {
+	for _, kind := range []string{"raw", "setscript", "fenced", "hwm", "fresh", "same"} {
 		b.Run(kind, func(b *testing.B) { benchServerCPU(b, kind) })
 	}
 }
@@ -56,6 +59,7 @@ func benchServerCPU(b *testing.B, kind string) {
 	acq, rel, rawRel := load(ops.Acquire.Src), load(ops.Release.Src), load(rawRelease)
 	setScript := load(`return redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])`)
 	fencedScript := load(redisproto.LeastFencedAcquire.Src)
+	hwmScript := load(redisproto.LeastHWMAcquire.Src)
 	evalsha := func(sha string, keys, args []string) vk.Completed {
 		return c.B().Evalsha().Sha1(sha).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
 	}
@@ -74,8 +78,10 @@ func benchServerCPU(b *testing.B, kind string) {
 				acqs = append(acqs, evalsha(setScript, []string{l.Key(name)}, []string{"token", "30000"}))
 			case "fenced":
 				acqs = append(acqs, evalsha(fencedScript, []string{l.Key(name), l.Key(name) + ":f"}, []string{"token", "30000", "90000"}))
+			case "hwm":
+				acqs = append(acqs, evalsha(hwmScript, []string{l.Key(name), "lock:fence-mark"}, []string{"token", "30000"}))
 			}
-			if kind == "raw" || kind == "setscript" || kind == "fenced" {
+			if kind == "raw" || kind == "setscript" || kind == "fenced" || kind == "hwm" {
 				rels = append(rels, evalsha(rawRel, []string{l.Key(name)}, []string{"token"}))
 				continue
 			}
@@ -92,7 +98,7 @@ func benchServerCPU(b *testing.B, kind string) {
 			}
 		}
 		for _, r := range c.DoMulti(ctx, acqs...) {
-			if kind == "fenced" {
+			if kind == "fenced" || kind == "hwm" {
 				if _, err := r.ToInt64(); err != nil {
 					b.Fatalf("fenced acquire: %v", err)
 				}
