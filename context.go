@@ -25,13 +25,8 @@ func ContextWithLease(ctx context.Context, lease *Lease) context.Context {
 func LeaseFromContext(ctx context.Context, name string) *Lease {
 	n, _ := ctx.Value(leaseKey{}).(*leaseNode)
 	for ; n != nil; n = n.parent {
-		if n.lease.Name() == name {
-			select {
-			case <-n.lease.Done():
-				continue
-			default:
-				return n.lease
-			}
+		if n.lease.Name() == name && !n.lease.ended() {
+			return n.lease
 		}
 	}
 	return nil

@@ -82,7 +82,7 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Lease, error) {
 		return nil, invalid("value", "must be at most 4096 bytes")
 	}
 	e.mu.Lock()
-	if ls := e.lease; ls != nil && ls.Err() == nil && !isDone(ls) {
+	if ls := e.lease; ls != nil && ls.Err() == nil && !ls.ended() {
 		e.mu.Unlock()
 		if ls.req.Value != value {
 			return nil, invalid("value", "differs from the value this candidate leads with; resign first")
@@ -102,15 +102,6 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Lease, error) {
 
 func notSupported(what string) error {
 	return fmt.Errorf("%w: %s", ErrNotSupported, what)
-}
-
-func isDone(ls *Lease) bool {
-	select {
-	case <-ls.Done():
-		return true
-	default:
-		return false
-	}
 }
 
 // Resign gives up the leadership this candidate won, so that another

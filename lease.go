@@ -39,7 +39,10 @@ type Lease struct {
 	renewEvery time.Duration
 	drift      time.Duration
 	acquiredAt time.Time
-	done       chan struct{}
+
+	// Guarded by l.mu: made by the first Done, closed (or set to
+	// closedDone) when the lease ends.
+	done chan struct{}
 
 	// Guarded by l.mu.
 	state      leaseState
@@ -86,7 +89,41 @@ func (ls *Lease) TTL() time.Duration {
 
 // Done returns a channel that is closed when the lease ends: released, lost
 // or its Locker closed.
-func (ls *Lease) Done() <-chan struct{} { return ls.done }
+func (ls *Lease) Done() <-chan struct{} {
+	ls.l.mu.Lock()
+	defer ls.l.mu.Unlock()
+	if ls.done == nil {
+		if ls.state != leaseHeld {
+			return closedDone
+		}
+		ls.done = make(chan struct{})
+	}
+	return ls.done
+}
+
+// closedDone is the Done channel of a lease that ended before anyone asked
+// for it.
+var closedDone = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
+
+// ended reports whether ls was released or lost, as a closed Done would,
+// without making the channel.
+func (ls *Lease) ended() bool {
+	ls.l.mu.Lock()
+	defer ls.l.mu.Unlock()
+	return ls.state != leaseHeld
+}
+
+// end closes ls's Done channel, if it was asked for. Caller holds l.mu and
+// has moved ls out of leaseHeld.
+func (ls *Lease) end() {
+	if ls.done != nil {
+		close(ls.done)
+	}
+}
 
 // Err returns nil while the lease is held and after Release; after a loss it
 // returns an error wrapping [ErrLeaseLost].
@@ -205,11 +242,11 @@ func (ls *Lease) markReleased() error {
 	}
 	ls.state = leaseReleased
 	l.sched.remove(ls)
-	delete(l.held, ls)
-	close(ls.done)
-	held := time.Since(ls.acquiredAt)
+	ls.end()
 	l.mu.Unlock()
-	l.emit(Event{Kind: EventRelease, Mode: ls.req.Mode, Name: ls.req.Name, Fence: ls.fence, Duration: held})
+	if l.cfg.observer != nil {
+		l.emit(Event{Kind: EventRelease, Mode: ls.req.Mode, Name: ls.req.Name, Fence: ls.fence, Duration: time.Since(ls.acquiredAt)})
+	}
 	return nil
 }
 

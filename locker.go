@@ -3,7 +3,9 @@ package dlock
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -15,9 +17,11 @@ type Locker struct {
 	cfg   config
 
 	mu     sync.Mutex
-	sched  scheduler
+	sched  scheduler // its heap holds every lease not yet ended
 	closed bool
-	held   map[*Lease]struct{} // every lease not yet ended
+	// isClosed is closed, readable without mu: an attempt on a closed
+	// Locker fails before it reaches the store.
+	isClosed atomic.Bool
 
 	contended hotNames // mutexes waited for lately (mutex_handoff.go)
 
@@ -36,7 +40,7 @@ func New(store Store, opts ...Option) (*Locker, error) {
 	if err := cfg.apply(opts); err != nil {
 		return nil, err
 	}
-	l := &Locker{store: store, cfg: cfg, stop: make(chan struct{}), held: make(map[*Lease]struct{})}
+	l := &Locker{store: store, cfg: cfg, stop: make(chan struct{})}
 	l.sched = scheduler{l: l, timer: time.NewTimer(time.Hour), wakeAt: time.Now().Add(time.Hour)}
 	l.wg.Add(1)
 	go func() {
@@ -60,10 +64,8 @@ func (l *Locker) Close() error {
 		return ErrClosed
 	}
 	l.closed = true
-	var leases []*Lease
-	for ls := range l.held {
-		leases = append(leases, ls)
-	}
+	l.isClosed.Store(true)
+	leases := slices.Clone(l.sched.h)
 	for _, ls := range leases {
 		l.loseLocked(ls, errors.Join(ErrLeaseLost, ErrClosed))
 	}
@@ -91,8 +93,7 @@ func (l *Locker) loseLocked(ls *Lease, err error) {
 	ls.state = leaseLost
 	ls.err = err
 	l.sched.remove(ls)
-	delete(l.held, ls)
-	close(ls.done)
+	ls.end()
 }
 
 // afterLoss runs the loss hooks and frees the store's copy of the lock in the
@@ -164,8 +165,15 @@ func (l *Locker) acquire(ctx context.Context, c *config, req Request, wait bool)
 	if req.Queue {
 		req.QueueTTL = c.queueTTLOrDefault()
 	}
-	start := time.Now()
+	observed := l.cfg.observer != nil
+	var start time.Time
+	if observed {
+		start = time.Now()
+	}
 	result := func(ls *Lease, err error) (*Lease, error) {
+		if !observed {
+			return ls, err
+		}
 		ev := Event{Kind: EventAcquire, Mode: req.Mode, Name: req.Name, Duration: time.Since(start), Waited: wait}
 		switch {
 		case ls != nil:
@@ -276,10 +284,7 @@ func (l *Locker) dropQueued(ctx context.Context, req Request) {
 // a queue place or write intent that keeps others out until its queue TTL,
 // or a grant that nobody knows of.
 func (l *Locker) tryOnce(ctx context.Context, c *config, req Request) (*Lease, Grant, error) {
-	l.mu.Lock()
-	closed := l.closed
-	l.mu.Unlock()
-	if closed {
+	if l.isClosed.Load() {
 		return nil, Grant{}, ErrClosed
 	}
 	sent := time.Now()
@@ -337,7 +342,6 @@ func (l *Locker) newLease(ctx context.Context, c *config, req Request, g Grant, 
 		renewEvery: c.renewInterval(),
 		drift:      drift,
 		acquiredAt: sent,
-		done:       make(chan struct{}),
 		validUntil: validUntil,
 		renewAt:    sent.Add(c.renewInterval()),
 		index:      -1,
@@ -350,7 +354,6 @@ func (l *Locker) newLease(ctx context.Context, c *config, req Request, g Grant, 
 		cancel()
 		return nil, ErrClosed
 	}
-	l.held[ls] = struct{}{}
 	l.sched.reschedule(ls)
 	l.mu.Unlock()
 	return ls, nil

@@ -452,3 +452,51 @@ func TestSchedulerNotWokenPerLease(t *testing.T) {
 		t.Errorf("the scheduler looked %d times over 1000 leases taken and released, want a few at most", n)
 	}
 }
+
+// TestLeaseDoneBeforeAndAfterTheEnd: Done is closed when the lease ends,
+// whether it was asked for before (a released or lost lease closes it) or
+// only after (the channel is made on demand).
+func TestLeaseDoneBeforeAndAfterTheEnd(t *testing.T) {
+	ctx := context.Background()
+	l := newLocker(t, memory.New())
+	closed := func(ch <-chan struct{}) bool {
+		select {
+		case <-ch:
+			return true
+		default:
+			return false
+		}
+	}
+	early, err := l.Mutex("early").TryLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := early.Done()
+	if closed(done) || early.Done() != done {
+		t.Fatal("Done of a held lease: closed, or a different channel each call")
+	}
+	late, err := l.Mutex("late").TryLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost, err := l.Mutex("lost").TryLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lostDone := lost.Done()
+	if err := early.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := late.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !closed(done) || !closed(late.Done()) {
+		t.Errorf("after Release: Done asked before closed %v, asked after closed %v; want both", closed(done), closed(late.Done()))
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if !closed(lostDone) || !closed(lost.Done()) || !errors.Is(lost.Err(), dlock.ErrLeaseLost) {
+		t.Errorf("after Close: Done closed %v / %v, Err %v; want closed and ErrLeaseLost", closed(lostDone), closed(lost.Done()), lost.Err())
+	}
+}

@@ -85,9 +85,7 @@ func leaseInContext(ctx context.Context, name string, mode Mode) *Lease {
 		if ls.Name() != name || ls.Mode() != mode {
 			continue
 		}
-		select {
-		case <-ls.Done():
-		default:
+		if !ls.ended() {
 			return ls
 		}
 	}
