@@ -173,9 +173,7 @@ func TestKillThreeOfFive(t *testing.T) {
 		req := mutexReq("k3", "after")
 		g, err := s.Acquire(ctx, req)
 		if err == nil && g.Acquired {
-			if err := s.Release(ctx, req); err != nil {
-				t.Errorf("Release after restart = %v", err)
-			}
+			releaseAfterRestart(t, c, s, req, deadline)
 			break
 		}
 		if time.Now().After(deadline) {
