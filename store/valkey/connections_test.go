@@ -2,7 +2,9 @@ package valkey_test
 
 import (
 	"context"
+	"errors"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -60,4 +62,52 @@ func evalConns(t *testing.T, srv *testredis.Server) []bool {
 		}
 	}
 	return conns
+}
+
+// TestCallsAfterServerRestart: after the server restarts, every connection
+// valkey-go had open to it fails its next call (with EOF), and valkey-go
+// keeps several; the Store sends such a call again, so the first acquire,
+// release and extend after the restart succeed, on both clients (with a
+// deadline and without one).
+func TestCallsAfterServerRestart(t *testing.T) {
+	srv := testredis.Start(t)
+	s := dial(t, srv.URL())
+	ctx := testContext(t) // has a deadline: the client without tracking
+	cctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel) // no deadline: the tracking client's pipeline
+	req := func(name string) dlock.Request {
+		return dlock.Request{Name: name, Token: "t", TTL: time.Minute, Mode: dlock.ModeMutex}
+	}
+	// Open every connection of both clients (valkey-go picks one per call).
+	for i := range 40 {
+		for _, c := range []context.Context{ctx, cctx} {
+			r := req("warm" + strconv.Itoa(i))
+			if _, err := s.Acquire(c, r); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Release(c, r); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	srv.Restart(t)
+	for _, c := range []context.Context{ctx, cctx} {
+		a, b := req("a"), req("b")
+		for _, r := range []dlock.Request{a, b} {
+			if g, err := s.Acquire(c, r); err != nil || !g.Acquired {
+				t.Fatalf("Acquire(%s) after the restart (deadline %v) = %+v, %v (%T); want a grant", r.Name, c == ctx, g, err, errors.Unwrap(err))
+			}
+		}
+		for i, err := range s.Extend(c, []dlock.Request{a, b}) {
+			if err != nil {
+				t.Errorf("Extend [%d] after the restart = %v", i, err)
+			}
+		}
+		for _, r := range []dlock.Request{a, b} {
+			if err := s.Release(c, r); err != nil {
+				t.Errorf("Release(%s) after the restart = %v", r.Name, err)
+			}
+		}
+		srv.Restart(t)
+	}
 }

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"syscall"
 
 	vk "github.com/valkey-io/valkey-go"
 
@@ -37,19 +40,37 @@ func fail(op string, err error) error {
 	return &dlock.StoreError{Op: op, Node: -1, Err: err}
 }
 
+// staleRetries bounds how often a call is sent again after it met a broken
+// connection (see stale).
+const staleRetries = 4
+
+// stale reports whether err is a connection that broke under the call: the
+// server closed it, restarted or failed over. valkey-go keeps several
+// connections per server (two on 2 cores, four from 4) and picks one per
+// call; one that was idle when the server went away fails its next call so,
+// once, and is replaced. Every script is idempotent per token, so the call
+// is sent again: a repeated acquire or extend gets the answer the first
+// would have, and a release repeated after the first took effect reports
+// that the token holds nothing.
+func stale(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, net.ErrClosed)
+}
+
 // do runs cmds (built by build, with EVAL instead of EVALSHA when eval is
 // set) in one round trip, and again with EVAL for those that the server
-// did not know by SHA.
+// did not know by SHA. A batch that met a broken connection is sent again
+// (see stale).
 func (s *Store) do(ctx context.Context, n int, build func(i int, eval bool) vk.Completed) []vk.ValkeyResult {
 	if n == 1 {
 		return []vk.ValkeyResult{s.do1(ctx, s.direct(ctx), func(eval bool) vk.Completed { return build(0, eval) })}
 	}
 	c := s.direct(ctx)
-	cmds := make(vk.Commands, n)
-	for i := range cmds {
-		cmds[i] = build(i, false)
+	all := make([]int, n)
+	for i := range all {
+		all[i] = i
 	}
-	res := c.DoMulti(ctx, cmds...)
+	res := doMulti(ctx, c, all, build, false)
 	var again []int
 	for i, r := range res {
 		if isNoScript(r.Error()) {
@@ -59,24 +80,42 @@ func (s *Store) do(ctx context.Context, n int, build func(i int, eval bool) vk.C
 	if len(again) == 0 {
 		return res
 	}
-	cmds = cmds[:0]
-	for _, i := range again {
-		cmds = append(cmds, build(i, true))
-	}
-	for j, r := range c.DoMulti(ctx, cmds...) {
+	for j, r := range doMulti(ctx, c, again, build, true) {
 		res[again[j]] = r
 	}
 	return res
 }
 
+// doMulti sends the calls which (built by build) in one round trip on c,
+// again while they meet a broken connection (see stale).
+func doMulti(ctx context.Context, c vk.Client, which []int, build func(i int, eval bool) vk.Completed, eval bool) []vk.ValkeyResult {
+	cmds := make(vk.Commands, len(which))
+	for try := 0; ; try++ {
+		for j, i := range which {
+			cmds[j] = build(i, eval)
+		}
+		res := c.DoMulti(ctx, cmds...)
+		if try == staleRetries || !stale(res[0].Error()) || ctx.Err() != nil {
+			return res
+		}
+	}
+}
+
 // do1 is do for one command on c: Do, which costs less than a DoMulti of
 // one.
 func (s *Store) do1(ctx context.Context, c vk.Client, build func(eval bool) vk.Completed) vk.ValkeyResult {
-	r := c.Do(ctx, build(false))
-	if isNoScript(r.Error()) {
-		r = c.Do(ctx, build(true))
+	eval, tries := false, 0
+	for {
+		r := c.Do(ctx, build(eval))
+		switch err := r.Error(); {
+		case stale(err) && tries < staleRetries && ctx.Err() == nil:
+			tries++
+		case isNoScript(err) && !eval:
+			eval = true
+		default:
+			return r
+		}
 	}
-	return r
 }
 
 // Acquire implements [dlock.Store]: one script, one round trip (plus WAIT
@@ -137,9 +176,17 @@ func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, er
 			return cmd(s.client, o.Acquire, keys, args, eval)
 		})}
 	} else {
-		res = c.DoMulti(ctx, build(false)...)
-		if isNoScript(res[at].Error()) {
-			res = c.DoMulti(ctx, build(true)...)
+		// As do1, for the commands of one round trip.
+		eval, tries := false, 0
+		for {
+			res = c.DoMulti(ctx, build(eval)...)
+			if stale(res[0].Error()) && tries < staleRetries && ctx.Err() == nil {
+				tries++
+			} else if isNoScript(res[at].Error()) && !eval {
+				eval = true
+			} else {
+				break
+			}
 		}
 	}
 	if err := res[at].Error(); err != nil {

@@ -72,6 +72,15 @@
 // them up at once when ctx ends. So such a Store holds the connections of
 // two valkey-go clients.
 //
+// valkey-go keeps several connections per server (two on 2 cores, four from
+// 4) and picks one per call. When the server restarts or fails over, each
+// of them that was open fails its next call (EOF, a reset) and is replaced.
+// The Store sends a call that met a broken connection again, up to four
+// times while ctx lasts: every script is idempotent per token, so a
+// repeated acquire or extend gets the answer the first would have, and a
+// release repeated after the first took effect reports [dlock.ErrNotHeld].
+// A server that stays down fails the call with the connection error.
+//
 // # What it does not guarantee
 //
 // A single node is a single point of truth: if it fails over to a replica
