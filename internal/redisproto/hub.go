@@ -57,6 +57,11 @@ type watched struct {
 	selfArmed bool
 	// stale: an invalidation came and no tracked read has followed yet.
 	stale bool
+	// gen counts the invalidations of the key. A tracked read clears stale
+	// only if none came while it was on its way: the server may have run
+	// the read, then pushed an invalidation for a write after it (which
+	// ends that tracking) before the read's answer was handled.
+	gen uint64
 	// observers: channels also woken by every answered tracked read
 	// (AddObserver).
 	observers map[chan struct{}]struct{}
@@ -174,20 +179,25 @@ func (h *Hub) Remove(key string, ch chan struct{}) {
 // is as one added after Wake.
 func (h *Hub) Idle() bool { return h.nkeys.Load() == 0 }
 
-// tracked reports whether key has waiters whose acquire attempts should be
-// tracked reads.
-func (h *Hub) Tracked(key string) bool {
+// Tracked reports whether key has waiters whose acquire attempts should be
+// tracked reads, and the key's generation to pass to Armed when the read
+// is answered.
+func (h *Hub) Tracked(key string) (gen uint64, ok bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	w := h.keys[key]
-	return h.running && w != nil && w.selfArmed
+	if !h.running || w == nil || !w.selfArmed {
+		return 0, false
+	}
+	return w.gen, true
 }
 
-// armed records that a tracked read of key was answered: the server tracks
-// it again, so no re-arming read is needed.
-func (h *Hub) Armed(key string) {
+// Armed records that a tracked read of key, sent at generation gen (see
+// Tracked), was answered: the server tracks it again, so no re-arming read
+// is needed, unless an invalidation came since the read was sent.
+func (h *Hub) Armed(key string, gen uint64) {
 	h.mu.Lock()
-	if w := h.keys[key]; w != nil {
+	if w := h.keys[key]; w != nil && w.gen == gen {
 		w.stale = false
 	}
 	h.mu.Unlock()
@@ -227,6 +237,7 @@ func (h *Hub) Invalidate(keys []string) {
 	now := time.Now()
 	mark := func(k string, w *watched) {
 		h.notifyLocked(k)
+		w.gen++
 		due := now
 		if w.selfArmed {
 			w.stale = true
@@ -281,6 +292,7 @@ func (h *Hub) armPending() (next time.Time) {
 	now := time.Now()
 	h.mu.Lock()
 	keys := make([]string, 0, len(h.pending))
+	var gens []uint64 // of keys, when their reads are sent
 	for k, due := range h.pending {
 		w := h.keys[k]
 		switch {
@@ -295,6 +307,7 @@ func (h *Hub) armPending() (next time.Time) {
 		default:
 			delete(h.pending, k)
 			keys = append(keys, k)
+			gens = append(gens, w.gen)
 		}
 	}
 	h.mu.Unlock()
@@ -312,7 +325,9 @@ func (h *Hub) armPending() (next time.Time) {
 		switch {
 		case err == nil:
 			if w := h.keys[k]; w != nil {
-				w.stale = false
+				if w.gen == gens[i] {
+					w.stale = false
+				}
 				for ch := range w.observers {
 					select {
 					case ch <- struct{}{}:

@@ -1,8 +1,11 @@
 package redisproto
 
 import (
+	"context"
 	"log/slog"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // TestHubIdle: Idle is true exactly while no key has waiters, and a Wake
@@ -32,4 +35,57 @@ func TestHubIdle(t *testing.T) {
 	if !h.Idle() {
 		t.Fatal("not Idle after every waiter left")
 	}
+}
+
+// TestHubRearmsAfterAnInvalidationDuringItsRead: an invalidation handled
+// while a tracked read of the key is on its way (the server ran the read,
+// then a write ended that tracking, and the push was handled before the
+// read's answer) leaves the key to be armed again. It used to count as
+// armed by that read, and the key stayed untracked with nobody woken by
+// its next change (TestWatchRearms in store/valkey failed so under load).
+func TestHubRearmsAfterAnInvalidationDuringItsRead(t *testing.T) {
+	t.Run("the hub's own read", func(t *testing.T) {
+		var h *Hub
+		var reads atomic.Int32
+		armed := make(chan struct{}, 10)
+		h = NewHub(func(ctx context.Context, keys []string) []ArmResult {
+			if reads.Add(1) == 1 {
+				h.Invalidate(keys)
+			}
+			armed <- struct{}{}
+			return make([]ArmResult, len(keys))
+		}, slog.Default())
+		h.Start()
+		defer h.Stop()
+		h.Add("k", make(chan struct{}, 1), true)
+		for want := 1; want <= 2; want++ {
+			select {
+			case <-armed:
+			case <-time.After(10 * time.Second):
+				t.Fatalf("the key was read %d time(s); want %d: a read that an invalidation overtook must be followed by another", want-1, want)
+			}
+		}
+	})
+	t.Run("a waiter's tracked acquire", func(t *testing.T) {
+		armed := make(chan struct{}, 10)
+		h := NewHub(func(ctx context.Context, keys []string) []ArmResult {
+			armed <- struct{}{}
+			return make([]ArmResult, len(keys))
+		}, slog.Default())
+		h.Start()
+		defer h.Stop()
+		h.Add("k", make(chan struct{}, 1), true)
+		<-armed // the first waiter's read
+		gen, ok := h.Tracked("k")
+		if !ok {
+			t.Fatal("Tracked(k) = false for a self-armed key with a waiter")
+		}
+		h.Invalidate([]string{"k"}) // handled before the acquire's answer
+		h.Armed("k", gen)
+		select {
+		case <-armed:
+		case <-time.After(10 * time.Second):
+			t.Fatal("no read of the key after an invalidation that overtook a tracked acquire")
+		}
+	})
 }

@@ -145,9 +145,11 @@ func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, er
 	// read of the watch key (see hub): CLIENT CACHING YES just before the
 	// script, on the same connection, in the same round trip.
 	var watchKey string
+	var watchGen uint64
 	if s.trackAcquire && o.ReadsWatchKey && !s.hub.Idle() {
-		if k := o.WatchKey(s.l, req.Name); s.hub.Tracked(k) {
-			watchKey = k
+		k := o.WatchKey(s.l, req.Name)
+		if gen, ok := s.hub.Tracked(k); ok {
+			watchKey, watchGen = k, gen
 		}
 	}
 	wait := s.cfg.waitReplicas > 0
@@ -207,7 +209,7 @@ func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, er
 	// Only a refusal is sure to have read the key (readsWatchKey); a grant
 	// wrote it, which ends its tracking anyway.
 	if watchKey != "" && caching.Error() == nil && !g.Acquired {
-		s.hub.Armed(watchKey)
+		s.hub.Armed(watchKey, watchGen)
 	}
 	if !g.Acquired || !wait {
 		return g, nil
