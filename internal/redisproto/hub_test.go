@@ -45,19 +45,12 @@ func TestHubIdle(t *testing.T) {
 // its next change (TestWatchRearms in store/valkey failed so under load).
 func TestHubRearmsAfterAnInvalidationDuringItsRead(t *testing.T) {
 	t.Run("the hub's own read", func(t *testing.T) {
-		var h *Hub
 		var reads atomic.Int32
-		armed := make(chan struct{}, 10)
-		h = NewHub(func(ctx context.Context, keys []string) []ArmResult {
+		_, armed := startedHub(t, func(h *Hub, keys []string) {
 			if reads.Add(1) == 1 {
 				h.Invalidate(keys)
 			}
-			armed <- struct{}{}
-			return make([]ArmResult, len(keys))
-		}, slog.Default())
-		h.Start()
-		defer h.Stop()
-		h.Add("k", make(chan struct{}, 1), true)
+		})
 		for want := 1; want <= 2; want++ {
 			select {
 			case <-armed:
@@ -67,14 +60,7 @@ func TestHubRearmsAfterAnInvalidationDuringItsRead(t *testing.T) {
 		}
 	})
 	t.Run("a waiter's tracked acquire", func(t *testing.T) {
-		armed := make(chan struct{}, 10)
-		h := NewHub(func(ctx context.Context, keys []string) []ArmResult {
-			armed <- struct{}{}
-			return make([]ArmResult, len(keys))
-		}, slog.Default())
-		h.Start()
-		defer h.Stop()
-		h.Add("k", make(chan struct{}, 1), true)
+		h, armed := startedHub(t, func(*Hub, []string) {})
 		<-armed // the first waiter's read
 		gen, ok := h.Tracked("k")
 		if !ok {
@@ -88,4 +74,21 @@ func TestHubRearmsAfterAnInvalidationDuringItsRead(t *testing.T) {
 			t.Fatal("no read of the key after an invalidation that overtook a tracked acquire")
 		}
 	})
+}
+
+// startedHub returns a running Hub with one waiter on the self-armed key
+// "k", and a channel that receives after each tracked read the Hub makes
+// (each read calls onRead first, then succeeds).
+func startedHub(t *testing.T, onRead func(h *Hub, keys []string)) (*Hub, <-chan struct{}) {
+	armed := make(chan struct{}, 10)
+	var h *Hub
+	h = NewHub(func(ctx context.Context, keys []string) []ArmResult {
+		onRead(h, keys)
+		armed <- struct{}{}
+		return make([]ArmResult, len(keys))
+	}, slog.Default())
+	h.Start()
+	t.Cleanup(h.Stop)
+	h.Add("k", make(chan struct{}, 1), true)
+	return h, armed
 }
