@@ -90,33 +90,45 @@ func (s *Store) do(ctx context.Context, n int, build func(i int, eval bool) vk.C
 // again while they meet a broken connection (see stale).
 func doMulti(ctx context.Context, c vk.Client, which []int, build func(i int, eval bool) vk.Completed, eval bool) []vk.ValkeyResult {
 	cmds := make(vk.Commands, len(which))
-	for try := 0; ; try++ {
+	return send(ctx, func(bool) []vk.ValkeyResult {
 		for j, i := range which {
 			cmds[j] = build(i, eval)
 		}
-		res := c.DoMulti(ctx, cmds...)
-		if try == staleRetries || !stale(res[0].Error()) || ctx.Err() != nil {
-			return res
-		}
-	}
+		return c.DoMulti(ctx, cmds...)
+	}, firstErr, nil)
 }
 
 // do1 is do for one command on c: Do, which costs less than a DoMulti of
 // one.
 func (s *Store) do1(ctx context.Context, c vk.Client, build func(eval bool) vk.Completed) vk.ValkeyResult {
+	return send(ctx, func(eval bool) vk.ValkeyResult {
+		return c.Do(ctx, build(eval))
+	}, vk.ValkeyResult.Error, vk.ValkeyResult.Error)
+}
+
+// send makes a call with try (by EVALSHA, or EVAL when eval is set) and
+// makes it again while connErr of the answer is a broken connection (see
+// stale; at most staleRetries more times, while ctx lasts), and once with
+// EVAL when scriptErr of the answer says the server did not know the
+// script by SHA (scriptErr nil: never).
+func send[T any](ctx context.Context, try func(eval bool) T, connErr, scriptErr func(T) error) T {
 	eval, tries := false, 0
 	for {
-		r := c.Do(ctx, build(eval))
-		switch err := r.Error(); {
-		case stale(err) && tries < staleRetries && ctx.Err() == nil:
+		r := try(eval)
+		switch {
+		case stale(connErr(r)) && tries < staleRetries && ctx.Err() == nil:
 			tries++
-		case isNoScript(err) && !eval:
+		case scriptErr != nil && !eval && isNoScript(scriptErr(r)):
 			eval = true
 		default:
 			return r
 		}
 	}
 }
+
+// firstErr is the error of the first answer of a round trip: a broken
+// connection fails them all.
+func firstErr(res []vk.ValkeyResult) error { return res[0].Error() }
 
 // Acquire implements [dlock.Store]: one script, one round trip (plus WAIT
 // in the same round trip under [WithWaitReplicas]). It returns an error
@@ -178,18 +190,9 @@ func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, er
 			return cmd(s.client, o.Acquire, keys, args, eval)
 		})}
 	} else {
-		// As do1, for the commands of one round trip.
-		eval, tries := false, 0
-		for {
-			res = c.DoMulti(ctx, build(eval)...)
-			if stale(res[0].Error()) && tries < staleRetries && ctx.Err() == nil {
-				tries++
-			} else if isNoScript(res[at].Error()) && !eval {
-				eval = true
-			} else {
-				break
-			}
-		}
+		res = send(ctx, func(eval bool) []vk.ValkeyResult {
+			return c.DoMulti(ctx, build(eval)...)
+		}, firstErr, func(res []vk.ValkeyResult) error { return res[at].Error() })
 	}
 	if err := res[at].Error(); err != nil {
 		return dlock.Grant{}, fail("acquire", err)
