@@ -79,7 +79,9 @@ type Store struct {
 
 	mu     sync.RWMutex // guards closed against wg.Add
 	closed bool
-	wg     sync.WaitGroup // operations in flight and their node goroutines
+	wg     sync.WaitGroup // operations in flight and their node requests
+
+	workers *workers // run the node requests
 
 	fmu     sync.Mutex
 	flights map[string]flights // see holds.go
@@ -164,6 +166,7 @@ func New(stores []dlock.Store, opts ...Option) (*Store, error) {
 		flights: make(map[string]flights),
 		holds:   make(map[holdKey]*hold),
 		sweepAt: minSweep,
+		workers: newWorkers(5 * time.Second),
 	}
 	for i, st := range stores {
 		if st == nil {
@@ -198,6 +201,7 @@ func (s *Store) Close() error {
 	s.closed = true
 	s.mu.Unlock()
 	s.wg.Wait()
+	s.workers.stop()
 	return nil
 }
 
@@ -231,11 +235,12 @@ type result[T any] struct {
 	val  T
 }
 
-// fan runs fn for each of nodes in its own goroutine, under one context
-// that ends after timeout, and returns a channel that receives every
-// result. The channel is buffered, so the goroutines never wait for a
-// reader: a caller may stop reading once its outcome is decided. The
-// goroutines are counted in s.wg; the caller must be inside enter.
+// fan runs fn for each of nodes at once (each on a worker of s.workers),
+// under one context that ends after timeout, and returns a channel that
+// receives every result. The channel is buffered, so the workers never
+// wait for a reader: a caller may stop reading once its outcome is
+// decided. The requests are counted in s.wg; the caller must be inside
+// enter.
 func fan[T any](s *Store, ctx context.Context, timeout time.Duration, nodes []int, fn func(ctx context.Context, i int) T) <-chan result[T] {
 	return fanOut(s, ctx, timeout, nodes, fn).ch
 }
@@ -284,11 +289,11 @@ func fanOut[T any](s *Store, ctx context.Context, timeout time.Duration, nodes [
 	}
 	s.wg.Add(len(nodes))
 	for _, i := range nodes {
-		go func() {
+		s.workers.run(func() {
 			defer s.wg.Done()
 			f.answer(i, fn(nctx, i))
 			finish()
-		}()
+		})
 	}
 	return f
 }
