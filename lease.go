@@ -218,9 +218,13 @@ func (ls *Lease) Release(ctx context.Context) error {
 	}
 	l := ls.l
 	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, l.cfg.opTimeout)
-		defer cancel()
+		if ctx.Done() == nil {
+			ctx = l.expiries.context(ctx, l.cfg.opTimeout)
+		} else {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, l.cfg.opTimeout)
+			defer cancel()
+		}
 	}
 	return releaseErr(l.store.Release(ctx, ls.req))
 }

@@ -24,6 +24,7 @@ type Locker struct {
 	isClosed atomic.Bool
 
 	contended hotNames // mutexes waited for lately (mutex_handoff.go)
+	expiries  expiries // deadlines of store calls (attempt.go)
 
 	stop chan struct{}
 	wg   sync.WaitGroup // the scheduler, renewal batches, background releases
@@ -288,7 +289,7 @@ func (l *Locker) tryOnce(ctx context.Context, c *config, req Request) (*Lease, G
 		return nil, Grant{}, ErrClosed
 	}
 	sent := time.Now()
-	actx, acancel := attemptContext(ctx, c.opTimeout)
+	actx, acancel := l.expiries.attemptContext(ctx, c.opTimeout)
 	g, err := l.store.Acquire(actx, req)
 	acancel()
 	if err != nil {

@@ -227,7 +227,7 @@ func (m *Multi) attemptAtomic(ctx context.Context, ms MultiStore, token string) 
 		reqs[i] = Request{Name: name, Token: token, Mode: ModeMutex, TTL: c.ttl + c.lockDelay}
 	}
 	sent := time.Now()
-	actx, acancel := attemptContext(ctx, c.opTimeout)
+	actx, acancel := l.expiries.attemptContext(ctx, c.opTimeout)
 	mg, err := ms.AcquireMulti(actx, reqs)
 	acancel()
 	if err != nil {

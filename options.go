@@ -140,7 +140,8 @@ func WithQueueTTL(d time.Duration) Option {
 // to answer: it is not abandoned at once, so that the cleanup that follows
 // cannot overtake it and leave a grant or queue place behind. A store that
 // stalls can therefore delay the return of an ended Lock or TryLock by up
-// to this long. Default 5s.
+// to this long. Default 5s. Calls made together share one expiry, so a
+// call's bound may be up to 1/32 longer (5s: up to 156ms).
 func WithOpTimeout(d time.Duration) Option {
 	return func(c *config) {
 		if d <= 0 {

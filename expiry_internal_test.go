@@ -1,0 +1,94 @@
+package dlock
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+type ctxKey struct{}
+
+// TestAttemptContextSharesOneExpiry: the calls of a ctx that can be
+// cancelled but has no deadline get ctx's values and a deadline grace from
+// now; the calls of the same stretch share one expiry, so a call costs two
+// small allocations and no timer of its own.
+func TestAttemptContextSharesOneExpiry(t *testing.T) {
+	var e expiries
+	parent, cancel := context.WithCancel(context.WithValue(context.Background(), ctxKey{}, "v"))
+	defer cancel()
+	const grace = time.Hour
+	before := time.Now()
+	actx, acancel := e.attemptContext(parent, grace)
+	defer acancel()
+	dl, ok := actx.Deadline()
+	if !ok || dl.Before(before.Add(grace)) || dl.After(time.Now().Add(grace+grace/32)) {
+		t.Fatalf("Deadline = %v, %v; want between %v and %v after now", dl, ok, grace, grace+grace/32)
+	}
+	if v := actx.Value(ctxKey{}); v != "v" {
+		t.Errorf("Value = %v, want the parent's", v)
+	}
+	other, ocancel := e.attemptContext(parent, grace)
+	defer ocancel()
+	if other.Done() != actx.Done() {
+		t.Error("two calls made together have Done channels of their own, want one shared expiry")
+	}
+	cancel() // the caller's ctx ends: the call is not cut short
+	if actx.Err() != nil {
+		t.Fatalf("Err after the parent was canceled = %v, want nil until the deadline", actx.Err())
+	}
+	allocs := testing.AllocsPerRun(1000, func() {
+		c, cc := e.attemptContext(context.Background(), grace) // never ends: ctx itself
+		cc()
+		_ = c
+	})
+	if allocs != 0 {
+		t.Errorf("allocations for a ctx that never ends = %v, want 0", allocs)
+	}
+	live, lcancel := context.WithCancel(context.Background())
+	defer lcancel()
+	allocs = testing.AllocsPerRun(1000, func() {
+		c, cc := e.attemptContext(live, grace)
+		cc()
+		_ = c
+	})
+	if allocs > 2 {
+		t.Errorf("allocations per call context = %v, want at most 2 (no timer per call)", allocs)
+	}
+}
+
+// TestExpiryContextEndsAtItsDeadline: the shared expiry ends every context
+// that has it, with DeadlineExceeded, and not before its deadline.
+func TestExpiryContextEndsAtItsDeadline(t *testing.T) {
+	var e expiries
+	const d = 30 * time.Millisecond
+	ctx := e.context(context.Background(), d)
+	dl, _ := ctx.Deadline()
+	select {
+	case <-ctx.Done():
+		if time.Now().Before(dl) {
+			t.Fatal("Done closed before the deadline")
+		}
+	default:
+		if err := ctx.Err(); err != nil {
+			t.Fatalf("Err before the deadline = %v, want nil", err)
+		}
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("Done still open 10 s after a 30 ms deadline")
+	}
+	if time.Now().Before(dl) {
+		t.Error("Done closed before the deadline")
+	}
+	if err := ctx.Err(); err != context.DeadlineExceeded {
+		t.Errorf("Err after the deadline = %v, want DeadlineExceeded", err)
+	}
+	later := e.context(context.Background(), d)
+	if later.Done() == ctx.Done() {
+		t.Error("a context asked for after the expiry passed got the ended expiry")
+	}
+	if err := later.Err(); err != nil {
+		t.Errorf("new context's Err = %v, want nil", err)
+	}
+}
