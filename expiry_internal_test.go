@@ -92,3 +92,30 @@ func TestExpiryContextEndsAtItsDeadline(t *testing.T) {
 		t.Errorf("new context's Err = %v, want nil", err)
 	}
 }
+
+// TestExpiryContextEndsWhatDerivesFromIt: contexts derived from a call's
+// context, directly or through a value, and context.AfterFunc, end with its
+// expiry.
+func TestExpiryContextEndsWhatDerivesFromIt(t *testing.T) {
+	var e expiries
+	ctx := e.context(context.WithValue(context.Background(), ctxKey{}, "v"), 30*time.Millisecond)
+	child, cancel := context.WithCancel(ctx)
+	defer cancel()
+	wrapped, wcancel := context.WithTimeout(context.WithValue(ctx, ctxKey{}, "w"), time.Hour)
+	defer wcancel()
+	ran := make(chan struct{})
+	context.AfterFunc(ctx, func() { close(ran) })
+	for name, done := range map[string]<-chan struct{}{"child": child.Done(), "child of a value": wrapped.Done(), "AfterFunc": ran} {
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: not ended 10 s after a 30 ms deadline", name)
+		}
+	}
+	if err := context.Cause(child); err != context.DeadlineExceeded {
+		t.Errorf("Cause of the child = %v, want DeadlineExceeded", err)
+	}
+	if v := wrapped.Value(ctxKey{}); v != "w" {
+		t.Errorf("Value through the wrapper = %v, want w", v)
+	}
+}
