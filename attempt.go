@@ -54,6 +54,7 @@ type expiries struct {
 // An expiry is a context that ends at its deadline, shared by the calls of
 // one stretch.
 type expiry struct {
+	at     time.Time
 	ctx    context.Context
 	cancel context.CancelFunc // never called: the deadline ends ctx
 }
@@ -65,19 +66,12 @@ type expiry struct {
 func (e *expiries) context(parent context.Context, d time.Duration) context.Context {
 	earliest, slack := time.Now().Add(d), d/32
 	x := e.cur.Load()
-	if x == nil {
-		x = e.next(earliest.Add(slack))
-	} else if at, _ := x.ctx.Deadline(); at.Before(earliest) || at.Sub(earliest) > slack {
-		x = e.next(earliest.Add(slack))
+	if x == nil || x.at.Before(earliest) || x.at.Sub(earliest) > slack {
+		x = &expiry{at: earliest.Add(slack)}
+		x.ctx, x.cancel = context.WithDeadline(context.Background(), x.at)
+		e.cur.Store(x)
 	}
 	return &expiryCtx{Context: parent, x: x}
-}
-
-func (e *expiries) next(at time.Time) *expiry {
-	x := &expiry{}
-	x.ctx, x.cancel = context.WithDeadline(context.Background(), at)
-	e.cur.Store(x)
-	return x
 }
 
 // expiryCtx is the context of one call: parent's values, ended by its
@@ -89,7 +83,7 @@ type expiryCtx struct {
 	x               *expiry
 }
 
-func (c *expiryCtx) Deadline() (time.Time, bool) { return c.x.ctx.Deadline() }
+func (c *expiryCtx) Deadline() (time.Time, bool) { return c.x.at, true }
 func (c *expiryCtx) Done() <-chan struct{}       { return c.x.ctx.Done() }
 func (c *expiryCtx) Err() error                  { return c.x.ctx.Err() }
 
