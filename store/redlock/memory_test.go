@@ -96,12 +96,15 @@ func TestUnsupportedModes(t *testing.T) {
 type faultyStore struct {
 	*memory.Store
 	down atomic.Bool
+	// refused counts the Acquire calls failed because down was set.
+	refused atomic.Int32
 }
 
 var errDown = errors.New("node down")
 
 func (f *faultyStore) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, error) {
 	if f.down.Load() {
+		f.refused.Add(1)
 		return dlock.Grant{}, errDown
 	}
 	return f.Store.Acquire(ctx, req)
@@ -241,6 +244,16 @@ func TestFenceWriteBack(t *testing.T) {
 	}
 	if ga.Fence <= high {
 		t.Fatalf("Acquire(a) fence = %d, want above %d", ga.Fence, high)
+	}
+	// Acquire returned at the majority; A's requests to nodes 3 and 4 may
+	// still be on their way, and would be granted once the nodes are up.
+	for _, f := range fs[3:] {
+		for deadline := time.Now().Add(10 * time.Second); f.refused.Load() == 0; {
+			if time.Now().After(deadline) {
+				t.Fatal("A's request to a down node not answered after 10 s")
+			}
+			time.Sleep(time.Millisecond)
+		}
 	}
 	// A's key vanishes on node 2 (a clock jump there); nodes 0 and 1 stay
 	// out of reach of the next client, 3 and 4 come back.
