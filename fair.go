@@ -63,15 +63,33 @@ func (f *Fair) Lock(ctx context.Context) (*Lease, error) {
 // waitFair is the waiting loop of the fair lock. It listens for the store
 // handing the lock to its token (GrantWatcher) and otherwise refreshes its
 // queue place every QueueTTL/3, or at the holder's expiry when it is next in
-// line.
-func (l *Locker) waitFair(ctx context.Context, c *config, req Request) (*Lease, error) {
-	return l.waitGrant(ctx, c, req, nil, nil)
+// line. own is set when req.Token is a fresh token of the Locker's own.
+func (l *Locker) waitFair(ctx context.Context, c *config, req Request, own bool) (*Lease, error) {
+	var since time.Time
+	if own {
+		since = time.Now()
+	}
+	return l.waitGrant(ctx, c, req, since, nil, nil)
 }
 
 // waitGrant is waitFair for the fair lock and for a mutex whose store hands
 // it to registered waiters (waitHandoff). first and firstStop, when set, are
-// a grant watch already made for req.
-func (l *Locker) waitGrant(ctx context.Context, c *config, req Request, first <-chan Grant, firstStop func()) (*Lease, error) {
+// a grant watch already made for req. since is a time before which no grant
+// to req.Token can have been issued (before its watch began, for a token
+// of this Locker's own that no earlier call used), or zero when unknown (a
+// caller's token may have been queued and handed the lock before).
+//
+// A grant pushed on the watch counts only when it was issued after the
+// current round's Acquire reached the store, so that its lease can be
+// dated from that round's send. A refused round proves that no grant to
+// the token was alive when it reached the store; a grant issued before then
+// can only have died by running out its TTL, so it is stale only when more
+// than a TTL (less drift) passed between the previous refused round's send
+// and this round's answer, with no release by this waiter in between. In
+// that case a pushed grant is confirmed by the next round's own Acquire
+// instead (idempotent per token: it reports a hold the token was handed)
+// rather than taken as it is.
+func (l *Locker) waitGrant(ctx context.Context, c *config, req Request, since time.Time, first <-chan Grant, firstStop func()) (*Lease, error) {
 	var (
 		grants <-chan Grant
 		wake   <-chan struct{}
@@ -102,6 +120,9 @@ func (l *Locker) waitGrant(ctx context.Context, c *config, req Request, first <-
 	}
 	defer func() { stop() }()
 
+	// since is from here on the send of the last refused round, which
+	// proves the token held nothing then; zero while nothing is known.
+	fresh := c.ttl - l.driftFor(c.driftFactor, c.ttl)
 	bo := backoff{min: c.minBackoff, max: c.maxBackoff}
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -120,15 +141,20 @@ func (l *Locker) waitGrant(ctx context.Context, c *config, req Request, first <-
 			return nil, err
 		}
 		delay := req.QueueTTL / 3
+		trusted := false
 		if err != nil {
-			// tryOnce may have released the token's place or hold: queue
-			// again under a new token, so that a late wake-up for the old
-			// one is never taken for a grant.
+			// tryOnce may have released the token's place or hold, so a
+			// grant pushed before that release is dead: nothing is known
+			// of the token until its next refused round.
 			c.logger.Debug("dlock: acquire failed; retrying", "name", req.Name, "err", err)
 			delay = min(delay, bo.next())
-			req.Token = newToken()
-			watch()
+			since = time.Time{}
+			if grants == nil && wake == nil {
+				watch()
+			}
 		} else {
+			trusted = !since.IsZero() && time.Since(since) < fresh
+			since = sent
 			bo.reset()
 			if req.Mode == ModeMutex {
 				l.contended.mark(req.Name)
@@ -148,11 +174,9 @@ func (l *Locker) waitGrant(ctx context.Context, c *config, req Request, first <-
 		timer.Reset(delay)
 		select {
 		case hg := <-grants:
-			if !hg.Acquired {
-				continue
+			if !hg.Acquired || !trusted {
+				continue // a grant that may be stale: the next round confirms it
 			}
-			// The store handed the lock over after this round's Acquire
-			// was sent, so sent is a safe start for the lease's validity.
 			ls, err := l.newLease(ctx, c, req, hg, sent)
 			if err == nil {
 				return ls, nil
@@ -160,9 +184,9 @@ func (l *Locker) waitGrant(ctx context.Context, c *config, req Request, first <-
 			if ctx.Err() != nil {
 				return nil, errors.Join(&LockedError{Name: req.Name}, ctx.Err())
 			}
-			// The grant came too late to be used and was released: queue again.
-			req.Token = newToken()
-			watch()
+			// The grant came too late to be used and was released: queue
+			// again.
+			since = time.Time{}
 		case <-wake:
 		case <-timer.C:
 		case <-ctx.Done():

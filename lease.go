@@ -30,15 +30,15 @@ const (
 //
 // A Lease is safe for concurrent use.
 type Lease struct {
-	l          *Locker
-	req        Request
-	fence      int64
-	count      int
-	delay      time.Duration // lock-delay: the store holds req.TTL = lease TTL + delay
-	autoRenew  bool
-	renewEvery time.Duration
-	drift      time.Duration
-	acquiredAt time.Time
+	l           *Locker
+	req         Request
+	fence       int64
+	count       int
+	delay       time.Duration // lock-delay: the store holds req.TTL = lease TTL + delay
+	autoRenew   bool
+	renewEvery  time.Duration
+	driftFactor float64
+	acquiredAt  time.Time
 
 	// Guarded by l.mu: made by the first Done, closed (or set to
 	// closedDone) when the lease ends.
@@ -49,10 +49,18 @@ type Lease struct {
 	err        error
 	validUntil time.Time
 	renewAt    time.Time
-	renewing   bool
 	next       time.Time // scheduler deadline
 	index      int       // position in the scheduler heap, -1 when absent
 	onLoss     []func(error)
+	// extending is set while an extension (Extend or a renewal) is in
+	// flight: one at a time, so answers are applied in the order the store
+	// ran the requests. extFree, made by an Extend waiting its turn, is
+	// closed when the slot is given back.
+	extending bool
+	extFree   chan struct{}
+	// capTTL is the shortest TTL of an extension whose outcome stayed
+	// unknown (0: none); see settleLocked.
+	capTTL time.Duration
 }
 
 // Name returns the lock name.
@@ -77,28 +85,46 @@ func (ls *Lease) Mode() Mode { return ls.req.Mode }
 func (ls *Lease) Count() int { return max(ls.count, 1) }
 
 // TTL returns how long the lease remains valid by the local monotonic
-// clock, or 0 once it is lost or released.
+// clock, or 0 once it is lost or released (a lease whose validity has
+// passed is lost, whether or not its loss has been signalled yet).
 func (ls *Lease) TTL() time.Duration {
-	ls.l.mu.Lock()
-	defer ls.l.mu.Unlock()
-	if ls.state != leaseHeld {
-		return 0
-	}
-	return max(time.Until(ls.validUntil), 0)
+	var d time.Duration
+	ls.locked(func() {
+		if ls.state == leaseHeld {
+			d = time.Until(ls.validUntil)
+		}
+	})
+	return d
 }
 
 // Done returns a channel that is closed when the lease ends: released, lost
 // or its Locker closed.
 func (ls *Lease) Done() <-chan struct{} {
-	ls.l.mu.Lock()
-	defer ls.l.mu.Unlock()
-	if ls.done == nil {
-		if ls.state != leaseHeld {
-			return closedDone
+	var done chan struct{}
+	ls.locked(func() {
+		if ls.done == nil {
+			if ls.state != leaseHeld {
+				done = closedDone
+				return
+			}
+			ls.done = make(chan struct{})
 		}
-		ls.done = make(chan struct{})
+		done = ls.done
+	})
+	return done
+}
+
+// locked runs fn holding l.mu, after ending ls as lost if its validity
+// has passed (and then running what follows a loss).
+func (ls *Lease) locked(fn func()) {
+	l := ls.l
+	l.mu.Lock()
+	expired := ls.expireLocked()
+	fn()
+	l.mu.Unlock()
+	if expired {
+		l.afterLoss(ls)
 	}
-	return ls.done
 }
 
 // closedDone is the Done channel of a lease that ended before anyone asked
@@ -112,9 +138,9 @@ var closedDone = func() chan struct{} {
 // ended reports whether ls was released or lost, as a closed Done would,
 // without making the channel.
 func (ls *Lease) ended() bool {
-	ls.l.mu.Lock()
-	defer ls.l.mu.Unlock()
-	return ls.state != leaseHeld
+	var ended bool
+	ls.locked(func() { ended = ls.state != leaseHeld })
+	return ended
 }
 
 // end closes ls's Done channel, if it was asked for. Caller holds l.mu and
@@ -125,116 +151,247 @@ func (ls *Lease) end() {
 	}
 }
 
-// Err returns nil while the lease is held and after Release; after a loss it
-// returns an error wrapping [ErrLeaseLost].
+// Err returns nil while the lease is held and after Release; after a loss,
+// or once its validity has passed, it returns an error wrapping
+// [ErrLeaseLost].
 func (ls *Lease) Err() error {
-	ls.l.mu.Lock()
-	defer ls.l.mu.Unlock()
-	return ls.err
+	var err error
+	ls.locked(func() { err = ls.err })
+	return err
 }
 
-// Extend renews the lease to ttl from now (0 keeps its current TTL). It
-// returns an error wrapping [ErrLeaseLost] when the lease was already lost
-// or the store no longer holds its token (and marks the lease lost), a
-// [*StoreError] when the store did not answer (the lease stays valid until
-// its current validity ends), or an [*InvalidError] for a bad ttl.
+// Extend renews the lease to ttl from now (0 keeps its current TTL). Only
+// one extension of a lease is in flight at a time: Extend waits (until ctx
+// ends) for a renewal or another Extend still in flight, so that the
+// store's answers are applied in the order it ran them. The validity it
+// gives the lease is counted from when the request was sent.
+//
+// It returns an error wrapping [ErrLeaseLost] when the lease was already
+// lost, its validity has passed or the store no longer holds its token (and
+// marks the lease lost), [ErrNotHeld] after Release, ctx.Err() when ctx
+// ended before it could be sent, or an [*InvalidError] for a bad ttl. When
+// the store did not answer it returns a [*StoreError]; the extension may
+// still have been applied, so the lease then keeps no more validity than
+// the shorter of its current validity and ttl from the send, and later
+// extensions count no more than ttl either (a delayed request can still
+// reach the store after them).
 func (ls *Lease) Extend(ctx context.Context, ttl time.Duration) error {
-	req, ttl, err := ls.extendReq(ttl)
+	if ttl != 0 && (ttl < MinTTL || ttl > MaxTTL) {
+		return invalid("ttl", "must be between 100ms and 24h")
+	}
+	req, err := ls.beginExtend(ctx, ttl)
 	if err != nil {
 		return err
 	}
 	sent := time.Now()
-	return ls.extended(sent, ttl, ls.l.store.Extend(ctx, []Request{req})[0])
+	return ls.endExtend(sent, req, ls.l.store.Extend(ctx, []Request{req})[0])
 }
 
-// extendReq checks ttl (0: the lease's TTL) and returns the store request
-// that extends the lease to it, or the error Extend returns at once.
-func (ls *Lease) extendReq(ttl time.Duration) (Request, time.Duration, error) {
-	if ttl == 0 {
-		ttl = ls.req.TTL - ls.delay
-	}
-	if ttl < MinTTL || ttl > MaxTTL {
-		return Request{}, 0, invalid("ttl", "must be between 100ms and 24h")
-	}
+// beginExtend waits for ls's one extension slot, until ctx ends, and takes
+// it. It returns the store request that extends ls to ttl (0: its current
+// TTL), or the error Extend returns at once. The caller must end the
+// extension with endExtend or cancelExtend.
+func (ls *Lease) beginExtend(ctx context.Context, ttl time.Duration) (Request, error) {
 	l := ls.l
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if ls.state != leaseHeld {
-		if ls.err != nil {
-			return Request{}, 0, ls.err
+	for {
+		l.mu.Lock()
+		if expired := ls.expireLocked(); expired || ls.state != leaseHeld {
+			err := ls.err
+			l.mu.Unlock()
+			if expired {
+				l.afterLoss(ls)
+			}
+			if err == nil {
+				err = ErrNotHeld
+			}
+			return Request{}, err
 		}
-		return Request{}, 0, ErrNotHeld
-	}
-	req := ls.req
-	req.TTL = ttl + ls.delay
-	return req, ttl, nil
-}
-
-// extended applies the store's answer err to an extension to ttl sent at
-// sent, and returns what Extend returns.
-func (ls *Lease) extended(sent time.Time, ttl time.Duration, err error) error {
-	l := ls.l
-	l.mu.Lock()
-	if ls.state != leaseHeld {
-		err := ls.err
+		if !ls.extending {
+			ls.extending = true
+			l.sched.reschedule(ls) // no renewal while this one is in flight
+			req := ls.req
+			if ttl != 0 {
+				req.TTL = ttl + ls.delay
+			}
+			l.mu.Unlock()
+			return req, nil
+		}
+		if ls.extFree == nil {
+			ls.extFree = make(chan struct{})
+		}
+		free := ls.extFree
 		l.mu.Unlock()
-		if err == nil {
-			err = ErrNotHeld
+		select {
+		case <-free:
+		case <-ctx.Done():
+			return Request{}, ctx.Err()
 		}
-		return err
 	}
+}
+
+// cancelExtend gives back the extension slot taken by beginExtend when
+// nothing was sent.
+func (ls *Lease) cancelExtend() {
+	l := ls.l
+	l.mu.Lock()
+	ls.freeExtendLocked()
+	if ls.state == leaseHeld {
+		l.sched.reschedule(ls)
+	}
+	l.mu.Unlock()
+}
+
+func (ls *Lease) freeExtendLocked() {
+	ls.extending = false
+	if ls.extFree != nil {
+		close(ls.extFree)
+		ls.extFree = nil
+	}
+}
+
+// endExtend applies the store's answer err to the extension req sent at
+// sent, gives back the extension slot, and returns what Extend returns.
+func (ls *Lease) endExtend(sent time.Time, req Request, err error) error {
+	l := ls.l
+	l.mu.Lock()
+	res := ls.settleLocked(sent, req.TTL-ls.delay, err)
+	lerr := ls.err
+	l.mu.Unlock()
+	switch res {
+	case extendOK:
+		return nil
+	case extendGone:
+		if lerr == nil {
+			lerr = ErrNotHeld
+		}
+		return lerr
+	case extendLost:
+		l.afterLoss(ls)
+		return lerr
+	}
+	return &StoreError{Op: "extend", Node: -1, Err: err}
+}
+
+// extendResult is what an extension's answer did to its lease.
+type extendResult uint8
+
+const (
+	extendOK      extendResult = iota // applied: the lease is valid to the new TTL
+	extendUnknown                     // not confirmed: the lease keeps its validity, at most ttl from the send
+	extendLost                        // refused, or confirmed too late: the lease is lost
+	extendGone                        // the lease had ended before the answer came
+)
+
+// settleLocked applies the store's answer err to an extension of ls to ttl
+// sent at sent, and gives back the extension slot. Validity is counted from
+// the request that was sent, never from state changed meanwhile, and is
+// capped by the TTL of every extension whose outcome stayed unknown: such a
+// request may still reach the store after a later one and shorten the hold
+// to its own TTL from then. Caller holds l.mu, and calls afterLoss after
+// unlocking for extendLost.
+func (ls *Lease) settleLocked(sent time.Time, ttl time.Duration, err error) extendResult {
+	l := ls.l
+	ls.freeExtendLocked()
+	if ls.state != leaseHeld {
+		return extendGone
+	}
+	now := time.Now()
 	switch {
-	case err == nil && time.Now().Before(ls.validUntil):
+	case err == nil && now.Before(ls.validUntil):
 		ls.req.TTL = ttl + ls.delay
-		ls.drift = l.cfg.driftFor(ttl)
-		ls.validUntil = sent.Add(ttl - ls.drift)
-		if ls.renewEvery > ttl/2 {
-			ls.renewEvery = ttl / 3
+		valid := ttl
+		if ls.capTTL > 0 {
+			valid = min(valid, ls.capTTL)
+		}
+		ls.validUntil = sent.Add(valid - l.driftFor(ls.driftFactor, valid))
+		if ls.renewEvery > valid/2 {
+			ls.renewEvery = valid / 3
 		}
 		ls.renewAt = sent.Add(ls.renewEvery)
 		l.sched.reschedule(ls)
-		l.mu.Unlock()
-		return nil
-	case err == nil, errors.Is(err, ErrNotHeld):
+		return extendOK
+	case err == nil:
+		l.loseLocked(ls, fmt.Errorf("%w: extension confirmed after the lease ran out", ErrLeaseLost))
+		return extendLost
+	case errors.Is(err, ErrNotHeld):
 		l.loseLocked(ls, fmt.Errorf("%w: extend refused", ErrLeaseLost))
-		err := ls.err
-		l.mu.Unlock()
-		l.afterLoss(ls)
-		return err
-	default:
-		l.mu.Unlock()
-		return &StoreError{Op: "extend", Node: -1, Err: err}
+		return extendLost
 	}
+	// Not confirmed: the store may have applied it, now or later.
+	if ls.capTTL == 0 || ttl < ls.capTTL {
+		ls.capTTL = ttl
+	}
+	if end := sent.Add(ttl - l.driftFor(ls.driftFactor, ttl)); end.Before(ls.validUntil) {
+		ls.validUntil = end
+	}
+	if !now.Before(ls.validUntil) {
+		l.loseLocked(ls, fmt.Errorf("%w: extension not confirmed in time", ErrLeaseLost))
+		return extendLost
+	}
+	l.sched.reschedule(ls)
+	return extendUnknown
+}
+
+// expireLocked ends ls as lost when its validity has passed, whether or not
+// the scheduler has noticed yet, and reports whether it did; the caller
+// must then call afterLoss after unlocking. Caller holds l.mu.
+func (ls *Lease) expireLocked() bool {
+	if ls.state != leaseHeld || time.Now().Before(ls.validUntil) {
+		return false
+	}
+	ls.l.loseLocked(ls, fmt.Errorf("%w: not renewed in time", ErrLeaseLost))
+	return true
 }
 
 // Release gives the lock up. It returns nil when the store released it, an
-// error wrapping [ErrLeaseLost] when the lease had already been lost,
-// [ErrNotHeld] when it was already released or the store no longer held it,
-// or a [*StoreError] when the store did not answer (the lock then frees
-// itself when its TTL runs out). Done is closed in every case.
+// error wrapping [ErrLeaseLost] when the lease had already been lost or its
+// validity had passed (the store's hold is then left to run out, so a
+// lock-delay still holds), [ErrNotHeld] when it was already released or the
+// store no longer held it, or a [*StoreError] when the store did not
+// answer (the lock then frees itself when its TTL runs out). Done is closed
+// in every case.
+//
+// Release still releases when ctx has already ended (a request's context
+// in a deferred Release, say): the store call gets up to [WithOpTimeout],
+// or ctx's deadline when that is later.
 func (ls *Lease) Release(ctx context.Context) error {
 	if err := ls.markReleased(); err != nil {
 		return err
 	}
 	l := ls.l
-	if _, ok := ctx.Deadline(); !ok {
-		if ctx.Done() == nil {
-			ctx = l.expiries.context(ctx, l.cfg.opTimeout)
-		} else {
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithTimeout(ctx, l.cfg.opTimeout)
-			defer cancel()
+	rctx, cancel := l.releaseContext(ctx)
+	defer cancel()
+	return releaseErr(l.store.Release(rctx, ls.req))
+}
+
+// releaseContext returns the context of a store call that gives something
+// up for ctx's caller: ctx's values but not its end, with a deadline of
+// opTimeout from now, or ctx's deadline when that is later. A ctx that
+// never ends, or ends sooner, shares the Locker's expiries (no timer).
+func (l *Locker) releaseContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if ctx.Done() != nil {
+		d, ok := ctx.Deadline()
+		ctx = context.WithoutCancel(ctx)
+		if ok && time.Until(d) > l.cfg.opTimeout {
+			return context.WithDeadline(ctx, d)
 		}
 	}
-	return releaseErr(l.store.Release(ctx, ls.req))
+	return l.expiries.context(ctx, l.cfg.opTimeout), noCancel
 }
 
 // markReleased ends a held lease as Release does, without asking the store.
-// It returns the loss error of a lost lease, ErrNotHeld for one already
-// released, and nil when the caller must now release ls.req on the store.
+// It returns the loss error of a lost lease (or of one whose validity has
+// passed), ErrNotHeld for one already released, and nil when the caller
+// must now release ls.req on the store.
 func (ls *Lease) markReleased() error {
 	l := ls.l
 	l.mu.Lock()
+	if ls.expireLocked() {
+		err := ls.err
+		l.mu.Unlock()
+		l.afterLoss(ls)
+		return err
+	}
 	switch ls.state {
 	case leaseLost:
 		err := ls.err
@@ -269,9 +426,12 @@ func releaseErr(err error) error {
 func (ls *Lease) notifyLoss(fn func(error)) {
 	l := ls.l
 	l.mu.Lock()
-	if ls.state != leaseHeld {
+	if expired := ls.expireLocked(); expired || ls.state != leaseHeld {
 		err := ls.err
 		l.mu.Unlock()
+		if expired {
+			l.afterLoss(ls)
+		}
 		if err != nil {
 			fn(err)
 		}

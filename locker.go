@@ -55,7 +55,9 @@ func New(store Store, opts ...Option) (*Locker, error) {
 func (l *Locker) Store() Store { return l.store }
 
 // Close releases every lease the Locker still holds (their Done closes and
-// Err reports [ErrLeaseLost] wrapping [ErrClosed]), stops the renewal
+// Err reports [ErrLeaseLost] wrapping [ErrClosed]; a lease whose validity
+// had passed is lost as it would have been anyway, and with a lock-delay
+// its hold is left to run out), stops the renewal
 // scheduler and waits for it. It does not close the store. Later calls
 // return [ErrClosed].
 func (l *Locker) Close() error {
@@ -67,13 +69,29 @@ func (l *Locker) Close() error {
 	l.closed = true
 	l.isClosed.Store(true)
 	leases := slices.Clone(l.sched.h)
+	var expired, release []*Lease
 	for _, ls := range leases {
-		l.loseLocked(ls, errors.Join(ErrLeaseLost, ErrClosed))
+		if ls.expireLocked() {
+			// Lost already: the store's hold is left to run out when a
+			// lock-delay must follow it.
+			expired = append(expired, ls)
+			if ls.delay > 0 {
+				continue
+			}
+		} else {
+			l.loseLocked(ls, errors.Join(ErrLeaseLost, ErrClosed))
+		}
+		release = append(release, ls)
 	}
 	l.mu.Unlock()
+	for _, ls := range expired {
+		l.afterLoss(ls)
+	}
 	var errs []error
-	for _, ls := range leases {
-		l.runLossHooks(ls)
+	for _, ls := range release {
+		if !slices.Contains(expired, ls) {
+			l.runLossHooks(ls)
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.opTimeout)
 		if err := l.store.Release(ctx, ls.req); err != nil && !errors.Is(err, ErrNotHeld) {
 			errs = append(errs, err)
@@ -198,7 +216,7 @@ func (l *Locker) acquire(ctx context.Context, c *config, req Request, wait bool)
 	}
 
 	if req.Mode == ModeFair {
-		return result(l.waitFair(ctx, c, req))
+		return result(l.waitFair(ctx, c, req, ownToken))
 	}
 	if req.Mode == ModeMutex && ownToken && l.contended.has(req.Name) {
 		// Lately contended: register at the first attempt.
@@ -321,8 +339,7 @@ func (l *Locker) tryOnce(ctx context.Context, c *config, req Request) (*Lease, G
 // is released instead.
 func (l *Locker) newLease(ctx context.Context, c *config, req Request, g Grant, sent time.Time) (*Lease, error) {
 	ttl := req.TTL - c.lockDelay
-	drift := c.driftFor(ttl)
-	validUntil := sent.Add(ttl - drift)
+	validUntil := sent.Add(ttl - l.driftFor(c.driftFactor, ttl))
 	if ctx.Err() != nil || !time.Now().Before(validUntil) {
 		// The caller gave up, or the grant came too late to be of use.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opTimeout)
@@ -334,18 +351,18 @@ func (l *Locker) newLease(ctx context.Context, c *config, req Request, g Grant, 
 		return nil, &StoreError{Op: "acquire", Node: -1, Err: errors.New("grant arrived after the lease ran out")}
 	}
 	ls := &Lease{
-		l:          l,
-		req:        req,
-		fence:      g.Fence,
-		count:      g.Count,
-		delay:      c.lockDelay,
-		autoRenew:  c.autoRenew,
-		renewEvery: c.renewInterval(),
-		drift:      drift,
-		acquiredAt: sent,
-		validUntil: validUntil,
-		renewAt:    sent.Add(c.renewInterval()),
-		index:      -1,
+		l:           l,
+		req:         req,
+		fence:       g.Fence,
+		count:       g.Count,
+		delay:       c.lockDelay,
+		autoRenew:   c.autoRenew,
+		renewEvery:  c.renewInterval(),
+		driftFactor: c.driftFactor,
+		acquiredAt:  sent,
+		validUntil:  validUntil,
+		renewAt:     sent.Add(c.renewInterval()),
+		index:       -1,
 	}
 	l.mu.Lock()
 	if l.closed {

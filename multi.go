@@ -387,21 +387,28 @@ func (ml *MultiLease) Extend(ctx context.Context, ttl time.Duration) error {
 	return nil
 }
 
+// extendAtomic extends every lease in one ExtendMulti, holding each
+// lease's extension slot (taken in name order) while it is in flight.
 func (ml *MultiLease) extendAtomic(ctx context.Context, ttl time.Duration) error {
-	reqs := make([]Request, len(ml.leases))
-	ttls := make([]time.Duration, len(ml.leases))
-	for i, ls := range ml.leases {
-		req, d, err := ls.extendReq(ttl)
+	if ttl != 0 && (ttl < MinTTL || ttl > MaxTTL) {
+		return invalid("ttl", "must be between 100ms and 24h")
+	}
+	reqs := make([]Request, 0, len(ml.leases))
+	for _, ls := range ml.leases {
+		req, err := ls.beginExtend(ctx, ttl)
 		if err != nil {
+			for _, taken := range ml.leases[:len(reqs)] {
+				taken.cancelExtend()
+			}
 			return err
 		}
-		reqs[i], ttls[i] = req, d
+		reqs = append(reqs, req)
 	}
 	sent := time.Now()
 	errs := ml.ms.ExtendMulti(ctx, reqs)
 	var first error
 	for i, ls := range ml.leases {
-		if err := ls.extended(sent, ttls[i], errs[i]); err != nil && first == nil {
+		if err := ls.endExtend(sent, reqs[i], errs[i]); err != nil && first == nil {
 			first = err
 		}
 	}

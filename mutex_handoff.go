@@ -18,9 +18,8 @@ import (
 // expiry.
 //
 // ok is false when the store cannot hand the mutex over; the caller then
-// waits as before, by Watch. Only a Locker's own tokens wait this way: a
-// waiter whose store calls fail waits on under a fresh token (see
-// waitGrant), which a caller-chosen token must not be.
+// waits as before, by Watch. Only a Locker's own fresh tokens wait this way
+// (waitGrant trusts a grant pushed for them from the start).
 //
 // A mutex that was refused to a waiter of this Locker lately (see
 // hotNames) is waited for this way from the first attempt, which then
@@ -33,6 +32,7 @@ func (l *Locker) waitHandoff(ctx context.Context, c *config, req Request) (ls *L
 	}
 	req.Queue = true
 	req.QueueTTL = c.queueTTLOrDefault()
+	since := time.Now()
 	grants, stop, err := gw.WatchGrant(ctx, req)
 	if err != nil {
 		if !errors.Is(err, ErrNotSupported) {
@@ -40,7 +40,7 @@ func (l *Locker) waitHandoff(ctx context.Context, c *config, req Request) (ls *L
 		}
 		return nil, nil, false
 	}
-	ls, err = l.waitGrant(ctx, c, req, grants, stop)
+	ls, err = l.waitGrant(ctx, c, req, since, grants, stop)
 	return ls, err, true
 }
 

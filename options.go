@@ -220,8 +220,3 @@ func (c *config) renewInterval() time.Duration {
 	}
 	return c.ttl / 3
 }
-
-// driftFor returns the validity margin for a lease of length ttl.
-func (c *config) driftFor(ttl time.Duration) time.Duration {
-	return time.Duration(float64(ttl)*c.driftFactor) + 2*time.Millisecond
-}

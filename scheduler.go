@@ -51,7 +51,7 @@ func (h *leaseHeap) Pop() any {
 
 // deadline returns when the scheduler must next look at ls.
 func (ls *Lease) deadline() time.Time {
-	if ls.autoRenew && !ls.renewing && ls.renewAt.Before(ls.validUntil) {
+	if ls.autoRenew && !ls.extending && ls.renewAt.Before(ls.validUntil) {
 		return ls.renewAt
 	}
 	return ls.validUntil
@@ -100,10 +100,10 @@ func (s *scheduler) run(stop <-chan struct{}) {
 				l.loseLocked(ls, fmt.Errorf("%w: not renewed in time", ErrLeaseLost))
 				continue
 			}
-			if !ls.autoRenew || ls.renewing || ls.renewAt.Sub(now) > batchWindow(ls) {
+			if !ls.autoRenew || ls.extending || ls.renewAt.Sub(now) > batchWindow(ls) {
 				break
 			}
-			ls.renewing = true
+			ls.extending = true
 			ls.next = ls.validUntil
 			heap.Fix(&s.h, 0)
 			batch = append(batch, ls)
@@ -133,7 +133,8 @@ func (s *scheduler) run(stop <-chan struct{}) {
 	}
 }
 
-// renew extends a batch of leases in one pipelined store call.
+// renew extends a batch of leases in one pipelined store call. Each lease's
+// extension slot was taken by the loop; settleLocked gives it back.
 func (l *Locker) renew(batch []*Lease) {
 	reqs := make([]Request, len(batch))
 	l.mu.Lock()
@@ -153,35 +154,23 @@ func (l *Locker) renew(batch []*Lease) {
 	var lost []*Lease
 	var evs []Event
 	l.mu.Lock()
-	now := time.Now()
 	for i, ls := range batch {
-		ls.renewing = false
-		if ls.state != leaseHeld {
-			continue
-		}
-		err := errs[i]
-		switch {
-		case err == nil && now.Before(ls.validUntil):
-			ls.validUntil = sent.Add(ls.req.TTL - ls.delay - ls.drift)
-			ls.renewAt = sent.Add(ls.renewEvery)
+		switch ls.settleLocked(sent, reqs[i].TTL-ls.delay, errs[i]) {
+		case extendOK:
 			evs = append(evs, renewEvent(ls, "ok"))
-		case errors.Is(err, ErrNotHeld):
-			evs = append(evs, renewEvent(ls, "lost"))
-			l.loseLocked(ls, fmt.Errorf("%w: renewal refused", ErrLeaseLost))
+		case extendLost:
+			result := "error"
+			if errors.Is(errs[i], ErrNotHeld) {
+				result = "lost"
+			}
+			evs = append(evs, renewEvent(ls, result))
 			lost = append(lost, ls)
-			continue
-		case !now.Before(ls.validUntil):
-			evs = append(evs, renewEvent(ls, "error"))
-			l.loseLocked(ls, fmt.Errorf("%w: renewal not confirmed in time", ErrLeaseLost))
-			lost = append(lost, ls)
-			continue
-		default:
+		case extendUnknown:
 			// Not confirmed; try again soon while the lease is still valid.
 			evs = append(evs, renewEvent(ls, "error"))
-			retry := min(l.cfg.minBackoff*4, time.Until(ls.validUntil)/3)
-			ls.renewAt = now.Add(retry)
+			ls.renewAt = time.Now().Add(min(l.cfg.minBackoff*4, time.Until(ls.validUntil)/3))
+			l.sched.reschedule(ls)
 		}
-		l.sched.reschedule(ls)
 	}
 	l.mu.Unlock()
 	for _, ev := range evs {
