@@ -195,7 +195,8 @@ error, 64 usage, 69 store unavailable, 70 lease lost or token not holding the lo
 Examples:
   dlock serve                                  # HTTP lock service on :3009, in-memory store
   dlock run --redis-url redis://localhost:6379 nightly-report -- ./report.sh
-  eval "$(dlock acquire --server http://locks:3009 --ttl 5m deploy)"
+  lease=$(dlock acquire --server http://locks:3009 --ttl 5m deploy) || exit
+  eval "$lease"
   ...; dlock release --server http://locks:3009 --token "$DLOCK_TOKEN" deploy
 `)
 }

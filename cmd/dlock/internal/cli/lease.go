@@ -43,10 +43,16 @@ reply is safe.
 Exit status: 0 acquired, 75 held by someone else (after --wait, if given),
 69 store unavailable, 64 usage.
 
+Keep the output and eval it only once acquire has succeeded: in
+'eval "$(dlock acquire ...)" || exit' a failed acquire prints nothing, eval
+of nothing returns 0, and the script goes on without the lock.
+
 Examples:
-  eval "$(dlock acquire --redis-url redis://127.0.0.1:6379 --ttl 5m deploy)"
+  export DLOCK_REDIS_URL=redis://127.0.0.1:6379
+  lease=$(dlock acquire --ttl 5m deploy) || exit
+  eval "$lease"
   ./deploy.sh --fence "$DLOCK_FENCE"
-  dlock release --redis-url redis://127.0.0.1:6379 --token "$DLOCK_TOKEN" deploy`,
+  dlock release --token "$DLOCK_TOKEN" deploy`,
 }
 
 var extendCmd = &command{

@@ -3,9 +3,16 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dlock-dev/dlock/cmd/dlock/internal/runner"
 	"github.com/dlock-dev/dlock/internal/testredis"
@@ -132,5 +139,136 @@ func TestAcquireWaitsForRelease(t *testing.T) {
 	var second grantJSON
 	if err := json.Unmarshal([]byte(waiter.stdout()), &second); err != nil || second.Fence <= first.Fence || second.Token == first.Token {
 		t.Errorf("waiting dlock acquire printed %q (%v); want a new token and a fence above %d", waiter.stdout(), err, first.Fence)
+	}
+}
+
+// acquireScript returns the shell script of the dlock acquire section of
+// docs/cli.md: its one sh code block.
+func acquireScript(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile("../../../../docs/cli.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(b), "\n## dlock acquire\n")
+	if !ok {
+		t.Fatal("docs/cli.md has no section ## dlock acquire")
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	blocks := strings.Split(section, "\n```sh\n")
+	if len(blocks) != 2 {
+		t.Fatalf("the dlock acquire section of docs/cli.md has %d sh blocks, want 1", len(blocks)-1)
+	}
+	script, _, ok := strings.Cut(blocks[1], "\n```")
+	if !ok {
+		t.Fatal("the sh block of the dlock acquire section of docs/cli.md does not end")
+	}
+	return script + "\n"
+}
+
+// TestAcquireScriptInDocs runs the script that docs/cli.md shows for dlock
+// acquire, as written there, with bash against a dlock serve: while another
+// holder has the lock it must stop with the exit code of acquire before its
+// protected step runs; once the lock is free it runs both steps with the
+// fence and releases the lock on exit. Only the server's address and the
+// length of --wait are the test's (so that the held case ends in half a
+// second rather than a minute).
+func TestAcquireScriptInDocs(t *testing.T) {
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("no bash")
+	}
+	serve := startDlock(t, []string{"DLOCK_ADDR=127.0.0.1:0"}, "serve")
+	url := "http://" + serveAddr(t, serve)
+	t.Cleanup(func() {
+		serve.signal(sigterm)
+		serve.wait()
+	})
+
+	script := acquireScript(t)
+	for old, repl := range map[string]string{
+		"http://locks.internal:3009": url,
+		"--wait 1m":                  "--wait 500ms",
+	} {
+		if n := strings.Count(script, old); n != 1 {
+			t.Fatalf("the script in docs/cli.md has %q %d times, want once:\n%s", old, n, script)
+		}
+		script = strings.Replace(script, old, repl, 1)
+	}
+	dir := t.TempDir()
+	// Each step records its arguments in stepN.ran.
+	for _, step := range []string{"step1", "step2"} {
+		body := "#!/bin/sh\nprintf '%s\\n' \"$@\" > " + step + ".ran\n"
+		if err := os.WriteFile(filepath.Join(dir, step+".sh"), []byte(body), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "script.sh"), []byte(script), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	runScript := func() (int, string) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		c := exec.CommandContext(ctx, bash, "script.sh")
+		c.Dir = dir
+		c.Env = baseEnv("PATH=" + filepath.Dir(dlockBin) + string(os.PathListSeparator) + os.Getenv("PATH"))
+		out, err := c.CombinedOutput()
+		var ee *exec.ExitError
+		if err != nil && !errors.As(err, &ee) {
+			t.Fatalf("bash script.sh: %v", err)
+		}
+		return c.ProcessState.ExitCode(), string(out)
+	}
+	ran := func(step string) (string, bool) {
+		b, err := os.ReadFile(filepath.Join(dir, step+".ran"))
+		return string(b), err == nil
+	}
+
+	env := []string{"DLOCK_SERVER=" + url}
+	code, out, stderr := runDlock(t, env, "acquire", "--ttl", "1m", "deploy")
+	if code != 0 {
+		t.Fatalf("dlock acquire = %d; stderr:\n%s", code, stderr)
+	}
+	holder := parseAssignments(t, out)
+
+	// Held by another: the script stops before step1.
+	if code, out := runScript(); code != runner.ExitLocked {
+		t.Errorf("the script while the lock is held exited %d, want %d; output:\n%s", code, runner.ExitLocked, out)
+	}
+	for _, step := range []string{"step1", "step2"} {
+		if args, ok := ran(step); ok {
+			t.Errorf("the script while the lock is held ran ./%s.sh with %q", step, args)
+		}
+	}
+	if code, _, stderr := runDlock(t, env, "release", "--token", holder["DLOCK_TOKEN"], "deploy"); code != 0 {
+		t.Fatalf("the holder's dlock release after the script = %d, want 0 (still its lock); stderr:\n%s", code, stderr)
+	}
+
+	// Free: both steps run with the script's fence, and the trap releases.
+	if code, out := runScript(); code != 0 {
+		t.Fatalf("the script with the lock free exited %d, want 0; output:\n%s", code, out)
+	}
+	held, _ := strconv.ParseInt(holder["DLOCK_FENCE"], 10, 64)
+	var fences []int64
+	for _, step := range []string{"step1", "step2"} {
+		args, _ := ran(step)
+		a := strings.Split(strings.TrimSuffix(args, "\n"), "\n")
+		var f int64
+		if len(a) == 2 && a[0] == "--fence" {
+			f, _ = strconv.ParseInt(a[1], 10, 64)
+		}
+		if f <= held {
+			t.Errorf("./%s.sh ran with %q, want --fence and a fence above the earlier holder's %d", step, args, held)
+		}
+		fences = append(fences, f)
+	}
+	if fences[0] != fences[1] {
+		t.Errorf("./step1.sh had fence %d and ./step2.sh %d, want the same", fences[0], fences[1])
+	}
+	code, out, _ = runDlock(t, env, "status", "--json", "deploy")
+	var st stateJSON
+	if err := json.Unmarshal([]byte(out), &st); code != 0 || err != nil || st.Held {
+		t.Errorf("dlock status --json after the script = %d, %q, want free (released by its trap)", code, out)
 	}
 }
