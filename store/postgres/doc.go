@@ -44,9 +44,10 @@
 //
 // # Fencing the protected resource
 //
-// [FencedUpdate] is the conditional UPDATE of seed 004 (`UPDATE ... WHERE
-// fence_token < $1`), for rows protected by a lock. (It lives here until the
-// module root gains its `fence` package.)
+// [FencedUpdate] is the conditional UPDATE of seed 004 with an equal fence
+// accepted (`UPDATE ... WHERE fence_token <= $1`: a lower fence is refused,
+// an equal one is the same holder writing again), for rows protected by a
+// lock. (It lives here until the module root gains its `fence` package.)
 //
 // # What is not guaranteed
 //
