@@ -2,17 +2,11 @@ package dlock
 
 import "time"
 
-// Drifter is implemented by stores whose holds need a larger clock-drift
-// margin than the Locker's own (such as store/redlock's WithDriftFactor):
-// the Locker subtracts the larger of the two from every lease's validity.
-type Drifter interface {
-	// Drift returns the margin for a hold of ttl.
-	Drift(ttl time.Duration) time.Duration
-}
-
-// driftFor returns the validity margin of a lease of ttl: factor (the
-// lock's [WithDriftFactor]) of ttl plus 2ms, or the store's margin when it
-// is a [Drifter] asking for more.
+// driftFor returns the clock-drift margin that a lease of ttl, of a lock
+// whose [WithDriftFactor] is factor, subtracts from its validity: factor of
+// ttl plus 2ms, or the store's margin when it is a [Drifter] asking for
+// more. Every validity the Locker computes from a grant or an extension
+// uses it.
 func (l *Locker) driftFor(factor float64, ttl time.Duration) time.Duration {
 	d := time.Duration(float64(ttl)*factor) + 2*time.Millisecond
 	if dr, ok := l.store.(Drifter); ok {

@@ -155,6 +155,14 @@ func SupportsLockDelay(store Store) bool {
 	return ok && ld.SupportsLockDelay()
 }
 
+// Drifter is implemented by stores whose holds need a larger clock-drift
+// margin than the Locker's own (see WithDriftFactor in store/redlock): the
+// Locker subtracts the larger of the two from every lease's validity.
+type Drifter interface {
+	// Drift returns the margin for a hold of ttl.
+	Drift(ttl time.Duration) time.Duration
+}
+
 // Elector is implemented by stores that support [ModeElection].
 type Elector interface {
 	// Leader returns the current holder of name in ModeElection: its Value,

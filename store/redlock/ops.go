@@ -171,7 +171,7 @@ func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, er
 		use := s.settleNodes(prev, state, grants)
 		fence, err := s.settle(ctx, settleReq, timeout, use, grants)
 		if err == nil {
-			if validity := req.TTL - time.Since(start) - s.drift(req.TTL); validity > 0 {
+			if validity := req.TTL - time.Since(start) - s.Drift(req.TTL); validity > 0 {
 				late := make([]bool, n)
 				for i, st := range state {
 					late[i] = st == pending

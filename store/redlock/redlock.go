@@ -61,8 +61,9 @@ import (
 )
 
 var (
-	_ dlock.Store  = (*Store)(nil)
-	_ dlock.Pinger = (*Store)(nil)
+	_ dlock.Store   = (*Store)(nil)
+	_ dlock.Pinger  = (*Store)(nil)
+	_ dlock.Drifter = (*Store)(nil)
 )
 
 // Store is a quorum of independent stores. It is safe for concurrent use.
@@ -116,6 +117,9 @@ func WithNodeTimeout(d time.Duration) Option {
 
 // WithDriftFactor sets the share of the TTL allowed for clock drift between
 // the client and the nodes; 2ms is added to it. Default 0.01; from 0 to 0.5.
+// The margin shortens every lease a [dlock.Locker] over the Store hands
+// out, and every extension, when it is larger than the Locker's own (see
+// [Store.Drift] and [dlock.WithDriftFactor]).
 func WithDriftFactor(f float64) Option {
 	return func(c *config) {
 		if !(f >= 0 && f <= 0.5) {
@@ -225,8 +229,12 @@ func (s *Store) nodeTimeout(ttl time.Duration) time.Duration {
 	return min(max(ttl/10, 100*time.Millisecond), 500*time.Millisecond)
 }
 
-// drift is the clock-drift allowance for ttl.
-func (s *Store) drift(ttl time.Duration) time.Duration {
+// Drift implements [dlock.Drifter]: the clock-drift margin of a hold of
+// ttl, DriftFactor × ttl + 2ms (see [WithDriftFactor]). Acquire refuses a
+// grant that leaves no validity after it, and a [dlock.Locker] over the
+// Store subtracts it (or its own margin, if larger) from every lease's
+// validity.
+func (s *Store) Drift(ttl time.Duration) time.Duration {
 	return time.Duration(float64(ttl)*s.cfg.driftFactor) + 2*time.Millisecond
 }
 

@@ -60,3 +60,50 @@ func TestValidityUsedUpWhileAcquiring(t *testing.T) {
 		}
 	})
 }
+
+// TestDriftFactorShortensLease: a Locker's leases over a Store with a
+// larger drift factor are shorter by the difference of the margins, 19% of
+// the TTL between factors 0.01 and 0.2, since the Locker subtracts the
+// Store's margin (dlock.Drifter) when it is larger than its own (0.01).
+// The window from before TryLock to after TTL bounds what elapsed, so the
+// bounds hold however slow the machine is. An extension's validity takes
+// the same margin.
+func TestDriftFactorShortensLease(t *testing.T) {
+	const ttl = 10 * time.Second
+	// lease returns the lease's TTL right after TryLock, and the time from
+	// before TryLock to after TTL.
+	lease := func(factor float64) (time.Duration, time.Duration) {
+		s := newRedlock(t, asStores(memoryNodes(3)), redlock.WithDriftFactor(factor))
+		l, err := dlock.New(s, dlock.WithTTL(ttl))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		start := time.Now()
+		ls, err := l.Mutex("drift").TryLock(t.Context())
+		if err != nil {
+			t.Fatalf("TryLock over a Store with drift factor %v = %v", factor, err)
+		}
+		left := ls.TTL()
+		window := time.Since(start)
+		d := s.Drift(ttl)
+		if left > ttl-d {
+			t.Errorf("drift factor %v: lease TTL() = %v right after TryLock, want at most TTL − drift = %v", factor, left, ttl-d)
+		}
+		if err := ls.Extend(t.Context(), ttl); err != nil {
+			t.Fatalf("drift factor %v: Extend = %v", factor, err)
+		}
+		if got := ls.TTL(); got > ttl-d {
+			t.Errorf("drift factor %v: lease TTL() = %v right after Extend, want at most TTL − drift = %v", factor, got, ttl-d)
+		}
+		return left, window
+	}
+	small, ws := lease(0.01)
+	large, wl := lease(0.2)
+	// The margins are 0.01×TTL+2ms and 0.2×TTL+2ms; the leases' validities
+	// were read after up to ws and wl of acquiring.
+	diff := time.Duration(0.19 * float64(ttl))
+	if got := small - large; got < diff-ws || got > diff+wl {
+		t.Errorf("lease TTL with drift factor 0.01 − with 0.2 = %v − %v = %v, want %v (within −%v, +%v)", small, large, got, diff, ws, wl)
+	}
+}
