@@ -14,17 +14,21 @@ import (
 // A candidate is elected as a mutex is granted: a majority of nodes grants
 // its token, and the term is the fence settled over them. Each node issues
 // a term of its own, though, and the leadership must read the same on a
-// majority, so a node is granted a pending leadership first (an empty
-// value) and Acquire, once it holds a majority, settles it on every node
-// that granted it ([dlock.FenceRaiser] in ModeElection): the node's term
-// becomes the settled term F and its value settledPrefix + the leader's
-// value. Leader counts only settled nodes, so it never reports a term
-// before Acquire has settled it (a majority of nodes may agree on a lower
-// pending term for a moment). The raise also writes the node's watched
-// key, which wakes observers.
+// majority, so a node is granted a pending leadership (an empty value),
+// and Acquire, once it holds a majority, writes the term F back to the
+// nodes that issued less, still pending ([dlock.FenceRaiser] in
+// ModeElection). Only once the grant is decided (F is settled on a
+// majority and validity remains) does Acquire announce it: every node that
+// granted it takes F and the value settledPrefix + the leader's value.
+// From then on Acquire returns the grant, whatever the announcement
+// achieves. Leader counts only announced nodes, so it never reports a term
+// that Acquire did not return: not before Acquire has settled it (a
+// majority of nodes may agree on a lower pending term for a moment), nor
+// when Acquire settled it and then refused it for lack of validity. The
+// raises also write the node's watched key, which wakes observers.
 
-// settledPrefix marks, on a node, the value of a leadership whose term
-// Acquire has settled.
+// settledPrefix marks, on a node, the value of a leadership that Acquire
+// has announced: its term is settled and the grant was returned.
 const settledPrefix = "="
 
 var _ dlock.Elector = (*Store)(nil)
@@ -40,7 +44,7 @@ func (s *Store) canElect() error {
 }
 
 // leaderReply is one node's answer to Leader: settled when its term was
-// settled by the candidate's Acquire, held when it has a leader at all.
+// announced by the candidate's Acquire, held when it has a leader at all.
 type leaderReply struct {
 	ld      dlock.Leader
 	held    bool
@@ -57,9 +61,11 @@ const leaderPoll = 20 * time.Millisecond
 // settled by its Acquire and, as TTL, the time for which a majority still
 // holds it by the nodes' clocks (the quorum-th longest). It returns
 // [dlock.ErrNoLeader] when no majority agrees on a leader. While a
-// candidate holds a majority whose term is not settled yet (its Acquire
-// is writing the term back), Leader reads again until it is, for at most
-// twice the node timeout (500ms unless set), and then reports no leader.
+// candidate holds a majority whose term is not announced yet (its Acquire
+// is writing the term back, checking validity or announcing it), Leader
+// reads again until it is, for at most twice the node timeout (500ms
+// unless set), and then reports no leader. It never reports a term that
+// the candidate's Acquire did not return.
 // It returns a [*QuorumError] when the nodes that failed or did not answer
 // within the node timeout could decide the answer, an [*dlock.InvalidError]
 // for a bad name and an error wrapping [dlock.ErrNotSupported] when a node
@@ -103,8 +109,8 @@ func (s *Store) readTimeout() time.Duration {
 }
 
 // readLeader reads the nodes once. settling reports that no majority agrees
-// on a settled leader but a majority holds a leadership: a campaign whose
-// term is being settled.
+// on an announced leader but a majority holds a leadership: a campaign
+// whose term is being settled or announced.
 func (s *Store) readLeader(ctx context.Context, name string, timeout time.Duration) (ld dlock.Leader, settling bool, err error) {
 	n, q := len(s.nodes), s.quorum
 	ch := fan(s, ctx, timeout, s.all, func(ctx context.Context, i int) leaderReply {

@@ -3,7 +3,9 @@ package redlock_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/dlock-dev/dlock"
@@ -136,3 +138,83 @@ func TestElectionNeedsElectors(t *testing.T) {
 }
 
 var _ dlock.Elector = (*memory.Store)(nil)
+
+// raiseHook is a node that calls hook after each fence raise has landed,
+// before it answers.
+type raiseHook struct {
+	*memory.Store
+	hook func()
+}
+
+func (r raiseHook) RaiseFence(ctx context.Context, req dlock.Request, fence int64) error {
+	err := r.Store.RaiseFence(ctx, req, fence)
+	r.hook()
+	return err
+}
+
+// TestElectionReportsOnlyReturnedTerms: a candidate wins every node, its
+// term is written back to a majority, and then it stalls past its TTL
+// before it gets the answers (a pause, a slow network): Acquire refuses
+// the grant for lack of validity and undoes it. Leader, asked by another
+// process while the write-back stands on a majority, must not have
+// reported the term that Acquire never returned.
+func TestElectionReportsOnlyReturnedTerms(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		const ttl = time.Second
+		ms := memoryNodes(3)
+		// Node 0 issues the highest term, so the term is written back to
+		// nodes 1 and 2 at least.
+		pre := mutexReq("e", "pre")
+		ms[0].Acquire(ctx, pre)
+		if err := ms[0].RaiseFence(ctx, pre, time.Now().UnixMilli()*1000+1e12); err != nil {
+			t.Fatal(err)
+		}
+		ms[0].Release(ctx, pre)
+
+		other, err := redlock.New(asStores(ms)) // another process
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer other.Close()
+		var raises atomic.Int32
+		stalled := make(chan struct{})
+		var seen dlock.Leader
+		var seenErr error
+		nodes := make([]dlock.Store, len(ms))
+		for i, m := range ms {
+			nodes[i] = raiseHook{m, func() {
+				if raises.Add(1) != 2 {
+					<-stalled
+					return
+				}
+				// Two raises, a majority, have landed.
+				seen, seenErr = other.Leader(ctx, "e")
+				time.Sleep(ttl)
+				close(stalled)
+			}}
+		}
+		s, err := redlock.New(nodes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+
+		req := electionReq("e", "a", "leader-a")
+		req.TTL = ttl
+		g, err := s.Acquire(ctx, req)
+		var se *dlock.StoreError
+		if g.Acquired || !errors.As(err, &se) {
+			t.Fatalf("Acquire stalled past its TTL = %+v, %v; want a *StoreError", g, err)
+		}
+		if raises.Load() < 2 {
+			t.Fatalf("%d fence raises, want at least 2", raises.Load())
+		}
+		if !errors.Is(seenErr, dlock.ErrNoLeader) {
+			t.Errorf("Leader during a campaign that returned no grant = %+v, %v; want ErrNoLeader", seen, seenErr)
+		}
+		if ld, err := other.Leader(ctx, "e"); !errors.Is(err, dlock.ErrNoLeader) {
+			t.Errorf("Leader after the campaign = %+v, %v; want ErrNoLeader", ld, err)
+		}
+	})
+}

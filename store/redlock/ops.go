@@ -71,6 +71,10 @@ type acquireReply struct {
 // repeated Acquire by the token that holds, wait for every node to answer
 // (or its node timeout) before settling the fence, so that readers, the
 // repeat and [Store.Leader] find it (see settleNodes and election.go).
+// An election's leadership becomes visible to [Store.Leader] only once
+// validity is known to remain: Acquire then marks it settled on the nodes
+// (see announce) and returns the grant whatever that marking does, so
+// Leader never reports a term that Acquire did not return.
 //
 // In every case but a grant, Acquire first releases req.Token on each node
 // that granted it or might have (a failed or late node), and waits for
@@ -102,15 +106,15 @@ func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, er
 	timeout := s.nodeTimeout(req.TTL)
 	fl := s.flightsOf(req.Name)
 	prev, value := s.prevHold(req)
-	// settleReq is req as the fence write-back sees it; for an election
-	// it carries the settled value (see election.go), the nodes being
-	// granted a pending one.
-	nodeReq, settleReq := req, req
+	// An election's nodes are granted, and have the term written back
+	// with, a pending value; announce marks it settled once the grant is
+	// decided (see election.go).
+	nodeReq := req
 	if req.Mode == dlock.ModeElection {
 		if prev == 0 {
 			value = req.Value
 		}
-		nodeReq.Value, settleReq.Value = "", settledPrefix+value
+		nodeReq.Value = ""
 	}
 	nodeCtx := ctx
 	if req.Mode == dlock.ModeMutex {
@@ -169,9 +173,13 @@ func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, er
 	}
 	if fatal == nil && nGranted >= q {
 		use := s.settleNodes(prev, state, grants)
-		fence, err := s.settle(ctx, settleReq, timeout, use, grants)
+		fence, err := s.settle(ctx, nodeReq, timeout, use, grants)
 		if err == nil {
 			if validity := req.TTL - time.Since(start) - s.Drift(req.TTL); validity > 0 {
+				// The grant is decided: nothing undoes it from here.
+				if req.Mode == dlock.ModeElection {
+					s.announce(ctx, req, settledPrefix+value, timeout, use, fence)
+				}
 				late := make([]bool, n)
 				for i, st := range state {
 					late[i] = st == pending
@@ -299,9 +307,9 @@ func retryAfter(state []uint8, grants []dlock.Grant, q int) time.Duration {
 // the highest fence those nodes issued, F. Unless a majority issued F itself, it writes F back
 // to the nodes that issued less, and succeeds once a majority of the nodes
 // it holds have a counter of F. Readers take F and write nothing back
-// (readers share the current fence). An election writes F and req.Value
-// (the settled value) back to every node in use, so that a majority
-// reports the leader with term F (see election.go).
+// (readers share the current fence). An election's nodes that issued less
+// take F as their term, their value still pending (req.Value is empty):
+// [Store.Leader] does not report it yet (see announce).
 func (s *Store) settle(ctx context.Context, req dlock.Request, timeout time.Duration, use []bool, grants []dlock.Grant) (int64, error) {
 	var v int64
 	for i, u := range use {
@@ -318,7 +326,7 @@ func (s *Store) settle(ctx context.Context, req dlock.Request, timeout time.Dura
 	for i, u := range use {
 		switch {
 		case !u:
-		case grants[i].Fence == v && req.Mode != dlock.ModeElection:
+		case grants[i].Fence == v:
 			eq++
 		default:
 			raise = append(raise, i)
@@ -349,6 +357,39 @@ func (s *Store) settle(ctx context.Context, req dlock.Request, timeout time.Dura
 		}
 	}
 	return 0, &QuorumError{Op: "fence", OK: ok, Quorum: q, Nodes: errs}
+}
+
+// announce makes an election's grant, of term fence, visible to
+// [Store.Leader]: it writes the term and the settled value (settledPrefix
+// and the leader's value) to every node in use, and returns once a majority
+// took them or every node answered. Acquire calls it only once the grant
+// is decided, and returns the grant whatever announce achieved: a term
+// that Leader reports is always one that Acquire returned. A leader
+// announced on fewer than a majority of nodes (they failed since they
+// granted it) holds the lock all the same, but Leader does not report it.
+func (s *Store) announce(ctx context.Context, req dlock.Request, value string, timeout time.Duration, use []bool, fence int64) {
+	req.Value = value
+	var nodes []int
+	for i, u := range use {
+		if u {
+			nodes = append(nodes, i)
+		}
+	}
+	ch := fan(s, ctx, timeout, nodes, func(ctx context.Context, i int) error {
+		return s.raisers[i].RaiseFence(ctx, req, fence)
+	})
+	ok := 0
+	for range nodes {
+		r := <-ch
+		if r.val == nil {
+			if ok++; ok >= s.quorum {
+				return
+			}
+			continue
+		}
+		s.cfg.logger.Debug("dlock: redlock could not announce a leader on a node", "name", req.Name, "node", r.node, "err", r.val)
+	}
+	s.cfg.logger.Debug("dlock: redlock announced a leader on fewer than a majority of nodes", "name", req.Name, "nodes", ok)
 }
 
 // undo releases req on every node that granted it or might have (failed),

@@ -38,11 +38,13 @@
 // them, with everything built on them (retry, watchdog, Do, Campaign,
 // Observe). A leader's term is its fence, settled on every node that
 // granted it before Acquire returns; [Store.Leader] reports the leader a
-// majority of nodes agrees on. An election waits for every node (or its
-// node timeout), as a write lock does. The fair queue, the
-// semaphore and the reentrant lock cannot be kept consistent over a quorum
-// (a lost reply leaves a count or a queue place that a retry cannot
-// reconcile), so they return an error wrapping [dlock.ErrNotSupported].
+// majority of nodes agrees on, and only once Acquire has decided to return
+// its grant (never a term that Acquire refused for lack of validity). An
+// election waits for every node (or its node timeout), as a write lock
+// does. The fair queue, the semaphore and the reentrant lock cannot be
+// kept consistent over a quorum (a lost reply leaves a count or a queue
+// place that a retry cannot reconcile), so they return an error wrapping
+// [dlock.ErrNotSupported].
 //
 // The Store is a [dlock.Inspector] when its nodes are: State and List (what
 // `dlock status`, `dlock list` and the dashboard show) combine the nodes'
