@@ -18,7 +18,9 @@ var _ dlock.FenceRaiser = (*Store)(nil)
 // nothing, an error wrapping [dlock.ErrNotSupported] for a mode without a
 // write-back script (the mutex, the write side of the read-write lock
 // and the election have one), [dlock.ErrInvalid] for a bad
-// request, and a [*dlock.StoreError] when the server did not answer.
+// request, a [*dlock.StoreError] when the server did not answer, and under
+// [WithWaitReplicas] a [*ReplicationError] when replicas did not confirm
+// the raise (the server keeps it).
 // A repeated Acquire of the mutex by the holder returns the raised fence
 // afterwards; the write side keeps returning the fence it was granted.
 func (s *Store) RaiseFence(ctx context.Context, req dlock.Request, fence int64) error {
@@ -36,8 +38,15 @@ func (s *Store) RaiseFence(ctx context.Context, req dlock.Request, fence int64) 
 		return err
 	}
 	keys, args := o.Keys(s.l, req.Name), o.RaiseArgs(s.l, req, fence)
-	res := s.do(ctx, 1, func(_ int, eval bool) vk.Completed {
+	raise := func(_ int, eval bool) vk.Completed {
 		return cmd(s.client, o.Raise, keys, args, eval)
-	})
-	return held("fence", res[0])
+	}
+	if s.cfg.waitReplicas == 0 {
+		return held("fence", s.do(ctx, 1, raise)[0])
+	}
+	res, rerrs := s.confirmed(ctx, "fence", []string{req.Name}, raise)
+	if err := held("fence", res[0]); err != nil {
+		return err
+	}
+	return rerrs[0]
 }

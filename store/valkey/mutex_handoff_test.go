@@ -423,13 +423,17 @@ func TestMutexWaiterNotHandedOver(t *testing.T) {
 	}
 }
 
-// TestMutexHandoffNotWithWaitReplicas: a handoff is not confirmed by
-// replicas, so a Store that waits for them does not hand the mutex over.
+// TestMutexHandoffNotWithWaitReplicas: a handoff is announced before any
+// WAIT could confirm it, so a Store that waits for replicas watches for
+// handoffs of neither mode: the mutex is not handed over, and a fair
+// waiter takes the lock handed to it by an Acquire (TestWaitReplicasFairHandoff).
 func TestMutexHandoffNotWithWaitReplicas(t *testing.T) {
 	srv := testredis.Start(t)
 	s := dial(t, srv.URL(), valkey.WithWaitReplicas(1, 100*time.Millisecond))
-	req := dlock.Request{Name: "replicated", Token: "w", TTL: time.Minute, Queue: true, QueueTTL: time.Minute}
-	if _, _, err := s.WatchGrant(testContext(t), req); !errors.Is(err, dlock.ErrNotSupported) {
-		t.Errorf("WatchGrant(mutex) with WithWaitReplicas = %v, want ErrNotSupported", err)
+	for _, m := range []dlock.Mode{dlock.ModeMutex, dlock.ModeFair} {
+		req := dlock.Request{Name: "replicated", Token: "w", TTL: time.Minute, Mode: m, Queue: true, QueueTTL: time.Minute}
+		if _, _, err := s.WatchGrant(testContext(t), req); !errors.Is(err, dlock.ErrNotSupported) {
+			t.Errorf("WatchGrant(%v) with WithWaitReplicas = %v, want ErrNotSupported", m, err)
+		}
 	}
 }

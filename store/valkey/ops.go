@@ -131,12 +131,14 @@ func send[T any](ctx context.Context, try func(eval bool) T, connErr, scriptErr 
 func firstErr(res []vk.ValkeyResult) error { return res[0].Error() }
 
 // Acquire implements [dlock.Store]: one script, one round trip (plus WAIT
-// in the same round trip under [WithWaitReplicas]). It returns an error
+// in the same round trip under [WithWaitReplicas], after every attempt,
+// granted or not). It returns an error
 // wrapping [dlock.ErrNotSupported] for a mode this store does not run,
 // [dlock.ErrInvalid] for a bad request, a [*dlock.StoreError] when the
 // server could not be reached or did not answer (the grant may or may not
 // have happened; asking again with the same token tells), and a
-// [*ReplicationError] when replicas did not confirm the grant.
+// [*ReplicationError] when replicas did not confirm the grant (which was
+// released before returning).
 func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, error) {
 	o, err := s.ops(req.Mode)
 	if err != nil {
@@ -164,41 +166,30 @@ func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, er
 			watchKey, watchGen = k, gen
 		}
 	}
-	wait := s.cfg.waitReplicas > 0
-	build := func(eval bool) vk.Commands {
-		cmds := make(vk.Commands, 0, 3)
-		if watchKey != "" {
-			cmds = append(cmds, s.client.B().ClientCaching().Yes().Build())
-		}
-		cmds = append(cmds, cmd(s.client, o.Acquire, keys, args, eval))
-		if wait {
-			cmds = append(cmds, s.client.B().Wait().Numreplicas(int64(s.cfg.waitReplicas)).Timeout(s.cfg.waitTimeout.Milliseconds()).Build())
-		}
-		return cmds
-	}
-	at := 0
-	if watchKey != "" {
+	var (
+		res  []vk.ValkeyResult
+		rerr error // under WithWaitReplicas: nil, or the grant is not confirmed
+		at   int   // res[at] is the script's reply
+	)
+	acquire := func(eval bool) vk.Completed { return cmd(s.client, o.Acquire, keys, args, eval) }
+	switch {
+	case s.cfg.waitReplicas > 0: // never tracked (see Open)
+		var rerrs []error
+		res, rerrs = s.confirmed(ctx, "acquire", []string{req.Name}, func(_ int, eval bool) vk.Completed { return acquire(eval) })
+		rerr = rerrs[0]
+	case watchKey == "":
+		res = []vk.ValkeyResult{s.do1(ctx, s.direct(ctx), acquire)}
+	default:
+		// A tracked read: on the connection that tracks.
 		at = 1
-	}
-	c := s.client // a tracked read: on the connection that tracks
-	if watchKey == "" {
-		c = s.direct(ctx)
-	}
-	var res []vk.ValkeyResult
-	if watchKey == "" && !wait {
-		res = []vk.ValkeyResult{s.do1(ctx, c, func(eval bool) vk.Completed {
-			return cmd(s.client, o.Acquire, keys, args, eval)
-		})}
-	} else {
 		res = send(ctx, func(eval bool) []vk.ValkeyResult {
-			return c.DoMulti(ctx, build(eval)...)
+			return s.client.DoMulti(ctx, s.client.B().ClientCaching().Yes().Build(), acquire(eval))
 		}, firstErr, func(res []vk.ValkeyResult) error { return res[at].Error() })
 	}
 	if err := res[at].Error(); err != nil {
 		return dlock.Grant{}, fail("acquire", err)
 	}
-	res, caching := res[at:], res[0]
-	g, err := parseGrant(res[0])
+	g, err := parseGrant(res[at])
 	if le, ok := err.(*dlock.LimitError); ok {
 		le.Name, le.Asked = req.Name, req.Limit
 		return dlock.Grant{}, le
@@ -211,17 +202,12 @@ func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, er
 	}
 	// Only a refusal is sure to have read the key (readsWatchKey); a grant
 	// wrote it, which ends its tracking anyway.
-	if watchKey != "" && caching.Error() == nil && !g.Acquired {
+	if watchKey != "" && res[0].Error() == nil && !g.Acquired {
 		s.hub.Armed(watchKey, watchGen)
 	}
-	if !g.Acquired || !wait {
+	if !g.Acquired || rerr == nil {
 		return g, nil
 	}
-	acked, werr := res[1].AsInt64()
-	if werr == nil && acked >= int64(s.cfg.waitReplicas) {
-		return g, nil
-	}
-	rerr := &ReplicationError{Name: req.Name, Want: s.cfg.waitReplicas, Acked: int(acked), Err: werr}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), setupTimeout)
 	defer cancel()
 	if err := s.Release(rctx, req); err != nil && !errors.Is(err, dlock.ErrNotHeld) {
@@ -231,8 +217,12 @@ func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, er
 }
 
 // Extend implements [dlock.Store]: all requests go out in one pipelined
-// round trip (per node of a cluster). Each error is nil, [dlock.ErrNotHeld],
-// ErrNotSupported/ErrInvalid for that request, or a [*dlock.StoreError].
+// round trip (per node of a cluster; under [WithWaitReplicas], followed by
+// WAIT, per hash slot). Each error is nil, [dlock.ErrNotHeld],
+// ErrNotSupported/ErrInvalid for that request, a [*dlock.StoreError], or a
+// [*ReplicationError] when replicas did not confirm the extension: the
+// server keeps the new TTL, and the caller must count on the old one (a
+// [dlock.Lease] does: the error is not ErrNotHeld).
 func (s *Store) Extend(ctx context.Context, reqs []dlock.Request) []error {
 	errs := make([]error, len(reqs))
 	if err := ctx.Err(); err != nil {
@@ -261,12 +251,27 @@ func (s *Store) Extend(ctx context.Context, reqs []dlock.Request) []error {
 	if len(calls) == 0 {
 		return errs
 	}
-	res := s.do(ctx, len(calls), func(j int, eval bool) vk.Completed {
+	build := func(j int, eval bool) vk.Completed {
 		c := calls[j]
 		return cmd(s.client, c.o.Extend, c.keys, c.args, eval)
-	})
+	}
+	var res []vk.ValkeyResult
+	var rerrs []error // under WithWaitReplicas: whether replicas confirmed each
+	if s.cfg.waitReplicas > 0 {
+		names := make([]string, len(calls))
+		for j, c := range calls {
+			names[j] = reqs[c.i].Name
+		}
+		res, rerrs = s.confirmed(ctx, "extend", names, build)
+	} else {
+		res = s.do(ctx, len(calls), build)
+	}
 	for j, r := range res {
-		errs[calls[j].i] = held("extend", r)
+		err := held("extend", r)
+		if err == nil && rerrs != nil {
+			err = rerrs[j]
+		}
+		errs[calls[j].i] = err
 	}
 	return errs
 }

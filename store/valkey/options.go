@@ -73,13 +73,40 @@ func WithFenceRetention(d time.Duration) Option {
 	}
 }
 
-// WithWaitReplicas makes every grant wait, in the same round trip, until n
-// replicas acknowledged it (Redis WAIT n timeout). A grant that fewer
-// replicas confirmed within timeout is released and Acquire returns a
-// [*ReplicationError] (wrapping [ErrNotReplicated] and [dlock.ErrUnavailable]).
+// WithWaitReplicas makes every write a lease counts on wait, in the same
+// round trip, until n replicas acknowledged it (Redis WAIT n timeout):
+//
+//   - grants of every mode ([Store.Acquire]; a [dlock.Multi] takes its
+//     names one by one, see [Store.AtomicMulti]): a grant fewer replicas
+//     confirmed within timeout is released, and Acquire returns a
+//     [*ReplicationError];
+//   - extensions of every mode ([Store.Extend]: [dlock.Lease.Extend] and
+//     renewals): an extension not confirmed is a *ReplicationError; the
+//     server keeps the new TTL, the lease keeps its old validity (Extend
+//     returns a [*dlock.StoreError], renewal tries again while the lease
+//     is valid);
+//   - raised fences ([Store.RaiseFence], store/redlock's write-back);
+//   - handoffs: a release still hands the fair lock to the head of its
+//     queue inside its script, but the waiter counts on that grant only
+//     once an Acquire of its own confirmed it ([Store.WatchGrant] is
+//     refused: waiters are woken by [Store.Watch] and take the lock by
+//     Acquire). The mutex is not handed over at all: its waiters do not
+//     register.
+//
+// WAIT follows a write to a scratch key of the lock, so it confirms
+// everything the server had written when it ran the operation, whoever
+// wrote it (a handoff, a TTL another acquisition of a reentrant lock set).
+// Every attempt waits, a refused one too: while too few replicas answer, a
+// refusal takes up to timeout. Releases and queue places are not
+// confirmed: a failover that loses one delays others until the TTL runs
+// out, or costs a waiter its place, and lets no two hold at once.
+// [*ReplicationError] wraps [ErrNotReplicated] and [dlock.ErrUnavailable].
+//
 // This narrows, but does not close, the window in which a failover to a
-// replica forgets a lock: WAIT is not consensus. Default off. n must be at
-// least 1 and timeout positive (rounded up to whole milliseconds).
+// replica forgets a lock: WAIT is not consensus (a replica that did not
+// acknowledge may still be promoted, and an acknowledged write is in the
+// replica's memory, not on its disk). Default off. n must be at least 1
+// and timeout positive (rounded up to whole milliseconds).
 func WithWaitReplicas(n int, timeout time.Duration) Option {
 	return func(c *config) {
 		if n < 1 {

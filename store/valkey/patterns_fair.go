@@ -23,8 +23,11 @@ var _ dlock.GrantWatcher = (*Store)(nil)
 // req.Token. It waits, up to a second or until ctx ends, for the lock's
 // subscription to be confirmed, so that a handoff right after the caller
 // queues is not missed. It returns an error wrapping [dlock.ErrNotSupported]
-// for the other modes, and for the mutex under [WithWaitReplicas] (a
-// handoff is not confirmed by replicas, so waiters then retry instead).
+// for the other modes, and for both under [WithWaitReplicas]: the release
+// script announces a handoff before any WAIT could confirm it, so there a
+// waiter learns of its grant by its next Acquire, whose WAIT does (the fair
+// lock is still handed to the head of its queue inside the release; the
+// mutex, whose waiters then do not register, is not handed over).
 //
 // A mutex Acquire with req.Queue registers its token as a waiter only while
 // a WatchGrant of this Store waits for that token; otherwise Queue is
@@ -33,10 +36,10 @@ func (s *Store) WatchGrant(ctx context.Context, req dlock.Request) (<-chan dlock
 	if req.Mode != dlock.ModeFair && req.Mode != dlock.ModeMutex {
 		return nil, nil, fmt.Errorf("%w: valkey store grant watch for mode %v", dlock.ErrNotSupported, req.Mode)
 	}
-	if req.Mode == dlock.ModeMutex && s.cfg.waitReplicas > 0 {
-		// A handoff is not followed by WAIT: its waiter would hold a grant
-		// no replica confirmed.
-		return nil, nil, fmt.Errorf("%w: valkey store mutex handoff with WithWaitReplicas", dlock.ErrNotSupported)
+	if s.cfg.waitReplicas > 0 {
+		// A handoff is announced before any WAIT: its waiter would hold a
+		// grant no replica confirmed.
+		return nil, nil, fmt.Errorf("%w: valkey store %v handoff with WithWaitReplicas", dlock.ErrNotSupported, req.Mode)
 	}
 	if err := s.checkName(req.Name); err != nil {
 		return nil, nil, err

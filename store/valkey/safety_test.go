@@ -69,7 +69,7 @@ func TestWaitReplicas(t *testing.T) {
 	if got := mustDo(t, replica, "GET", "lock:x"); got != "token-a" {
 		t.Errorf("replica's GET lock:x right after the grant = %q, want %q", got, "token-a")
 	}
-	// A refusal does not wait for anything.
+	// A refusal is not a grant: nothing to confirm or release.
 	b := dlock.Request{Name: "x", Token: "token-b", TTL: time.Minute, Mode: dlock.ModeMutex}
 	if g, err := s.Acquire(ctx, b); err != nil || g.Acquired {
 		t.Errorf("Acquire(x) by another token = %+v, %v; want a refusal", g, err)

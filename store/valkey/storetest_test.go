@@ -3,6 +3,7 @@ package valkey_test
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/internal/testredis"
@@ -28,6 +29,19 @@ func TestConformance(t *testing.T) {
 	storetest.Run(t, storetest.Harness{
 		New:         func(t *testing.T) dlock.Store { return dial(t, srv.URL()) },
 		Restart:     func(t *testing.T) { srv.Restart(t) },
+		Unsupported: unsupported,
+	})
+}
+
+// TestConformanceWaitReplicas runs storetest on a primary with a replica,
+// through Stores that confirm every write a lease counts on by WAIT: every
+// pattern works with grant watches refused and grants, extensions and
+// raised fences confirmed.
+func TestConformanceWaitReplicas(t *testing.T) {
+	primary := testredis.Start(t)
+	testredis.StartReplica(t, primary)
+	storetest.Run(t, storetest.Harness{
+		New:         func(t *testing.T) dlock.Store { return dial(t, primary.URL(), valkey.WithWaitReplicas(1, time.Second)) },
 		Unsupported: unsupported,
 	})
 }

@@ -112,31 +112,37 @@ var (
 )
 
 var (
-	// ErrNotReplicated reports a grant that fewer replicas than
-	// [WithWaitReplicas] asked for confirmed in time. The grant was
-	// released. It wraps [dlock.ErrUnavailable], so a Locker's Lock retries.
-	ErrNotReplicated = fmt.Errorf("%w: grant not confirmed by replicas", dlock.ErrUnavailable)
+	// ErrNotReplicated reports a write that fewer replicas than
+	// [WithWaitReplicas] asked for confirmed in time: a grant (released
+	// before returning), an extension or a raised fence (kept by the
+	// server; the caller counts on what it had before). It wraps
+	// [dlock.ErrUnavailable], so a Locker's Lock retries and a lease's
+	// renewal tries again while the lease is valid.
+	ErrNotReplicated = fmt.Errorf("%w: write not confirmed by replicas", dlock.ErrUnavailable)
 	// ErrEvictionPolicy reports, under [WithStrictEviction], a node whose
 	// maxmemory-policy may evict lock keys.
 	ErrEvictionPolicy = errors.New("dlock: maxmemory-policy may evict lock keys")
 )
 
-// ReplicationError is returned by Acquire when a grant was not confirmed by
-// enough replicas in time (see [WithWaitReplicas]); the grant was released
-// before returning. It wraps [ErrNotReplicated] and, when WAIT itself
-// failed, that error.
+// ReplicationError is returned, under [WithWaitReplicas], by Acquire when
+// a grant was not confirmed by enough replicas in time (the grant was
+// released before returning), by Extend for an extension (the server keeps
+// the new TTL; the lease keeps its old validity) and by RaiseFence for a
+// raised fence (the server keeps it). It wraps [ErrNotReplicated] and,
+// when the write before WAIT or WAIT itself failed, that error.
 type ReplicationError struct {
+	Op    string // "acquire", "extend" or "fence"
 	Name  string // lock name
 	Want  int    // replicas asked for
 	Acked int    // replicas that confirmed within the timeout
-	Err   error  // the error of WAIT, or nil
+	Err   error  // the error of the write before WAIT or of WAIT, or nil
 }
 
 func (e *ReplicationError) Error() string {
 	if e.Err != nil {
-		return fmt.Sprintf("dlock: grant of %q not confirmed by replicas: %v", e.Name, e.Err)
+		return fmt.Sprintf("dlock: valkey %s of %q not confirmed by replicas: %v", e.Op, e.Name, e.Err)
 	}
-	return fmt.Sprintf("dlock: grant of %q confirmed by %d of %d replicas", e.Name, e.Acked, e.Want)
+	return fmt.Sprintf("dlock: valkey %s of %q confirmed by %d of %d replicas", e.Op, e.Name, e.Acked, e.Want)
 }
 
 func (e *ReplicationError) Unwrap() []error {
