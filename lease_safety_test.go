@@ -351,3 +351,121 @@ func TestUnconfirmedExtendCapsLaterValidity(t *testing.T) {
 		checkNotOutlived(t, lease, got, err)
 	})
 }
+
+// multiLatencyStore is a latencyStore that takes several names in one
+// operation (a test stand-in for Valkey's scripts, built from single
+// operations of the memory store): an atomic Multi's extensions go through
+// ExtendMulti, with the wrapper's latencies.
+type multiLatencyStore struct{ *latencyStore }
+
+func (s multiLatencyStore) AtomicMulti(names []string) bool { return true }
+
+func (s multiLatencyStore) AcquireMulti(ctx context.Context, reqs []dlock.Request) (dlock.MultiGrant, error) {
+	mg := dlock.MultiGrant{Acquired: true}
+	for i, req := range reqs {
+		g, err := s.Store.Acquire(ctx, req)
+		if err != nil || !g.Acquired {
+			for _, taken := range reqs[:i] {
+				s.Store.Release(ctx, taken)
+			}
+			return dlock.MultiGrant{Refused: i, Refusal: g}, err
+		}
+		mg.Fences = append(mg.Fences, g.Fence)
+	}
+	return mg, nil
+}
+
+func (s multiLatencyStore) ExtendMulti(ctx context.Context, reqs []dlock.Request) []error {
+	return s.latencyStore.Extend(ctx, reqs)
+}
+
+func (s multiLatencyStore) ReleaseMulti(ctx context.Context, reqs []dlock.Request) []error {
+	errs := make([]error, len(reqs))
+	for i, req := range reqs {
+		errs[i] = s.Store.Release(ctx, req)
+	}
+	return errs
+}
+
+// Two Extends of one atomic multi-lease in flight, applied in one order and
+// answered in the other, must not leave any name's lease believing the
+// longer one.
+func TestConcurrentMultiExtendsNeverOutliveTheStore(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		s := &latencyStore{Store: memory.New()}
+		s.extend = func(req dlock.Request) (time.Duration, time.Duration, bool) {
+			if req.TTL == 10*time.Second {
+				return 0, 50 * time.Millisecond, false
+			}
+			return 0, 10 * time.Millisecond, false
+		}
+		l := newLocker(t, multiLatencyStore{s}, dlock.WithTTL(time.Second))
+		m := l.Multi([]string{"m1", "m2"})
+		if !m.Atomic() {
+			t.Fatal("Multi over a MultiStore is not atomic")
+		}
+		ml, err := m.TryLock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		wg.Go(func() { ml.Extend(ctx, 10*time.Second) })
+		synctest.Wait()
+		wg.Go(func() { ml.Extend(ctx, time.Second) })
+		wg.Wait()
+
+		time.Sleep(1200 * time.Millisecond)
+		other := newLocker(t, s.Store, dlock.WithTTL(time.Second))
+		got, err := other.Mutex("m1").TryLock(ctx)
+		if err == nil && (ml.TTL() > 0 || ml.Err() == nil) {
+			t.Errorf("a second holder (fence %d) got m1 while the multi-lease says TTL %v, Err %v", got.Fence(), ml.TTL(), ml.Err())
+		}
+	})
+}
+
+// A fair waiter that brings its own token (an HTTP client that retries with
+// it) keeps it across store errors, so that it finds its own place again
+// rather than leaving an orphaned one.
+func TestFairWaiterKeepsItsTokenAcrossErrors(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		mem := memory.New()
+		holder := newLocker(t, mem, dlock.WithTTL(10*time.Second))
+		a, err := holder.Fair("kept").TryLock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fs := &faultyStore{Store: mem}
+		waiters := newLocker(t, struct {
+			*faultyStore
+			dlock.GrantWatcher
+		}{fs, mem}, dlock.WithTTL(time.Second), dlock.WithBackoff(10*time.Millisecond, 20*time.Millisecond))
+		const token = "fedcba9876543210fedcba9876543210"
+		res := make(chan *dlock.Lease, 1)
+		go func() {
+			ls, err := waiters.Acquire(ctx, dlock.Request{Name: "kept", Mode: dlock.ModeFair, Queue: true, Token: token}, true)
+			if err != nil {
+				t.Errorf("Acquire = %v", err)
+			}
+			res <- ls
+		}()
+		synctest.Wait() // queued
+		fs.mu.Lock()
+		fs.failAcquires = 2 // the next round and its recheck fail
+		fs.mu.Unlock()
+		time.Sleep(time.Second) // a refresh or two, one of them failing
+		a.Release(ctx)
+		ls := <-res
+		if ls == nil {
+			return
+		}
+		if ls.Token() != token {
+			t.Errorf("the waiter's lease has token %q, want the caller's %q", ls.Token(), token)
+		}
+		if st, _ := mem.State(ctx, "kept"); st.Queue != 0 {
+			t.Errorf("queue holds %d entries after the only waiter got the lock, want 0", st.Queue)
+		}
+		ls.Release(ctx)
+	})
+}
