@@ -6,7 +6,9 @@
 -- and returns the fence of the grant); {0, 0, pttl, 0, position, held} when
 -- refused: pttl is the holder's remaining TTL, position the caller's place
 -- in the queue (0 is next), or the queue length when it did not queue, held
--- the mode holding the name (4, or another pattern's: see name_lib).
+-- the mode holding the name (4, or another holder's of the main key: see
+-- name_lib). A repeat by the holder while another holder of the main key
+-- has the name is refused, {0, 0, pttl, 0, 0, held}, and changes nothing.
 --
 -- Dead waiters are dropped first, and a lock that is free (its holder's
 -- lease ran out) goes to the head waiter before the caller is considered,
@@ -18,6 +20,10 @@ if not tok then
   tok, f = promote()
 end
 if tok == me then
+  local held, left = blocker(own)
+  if held then
+    return {0, 0, left, 0, 0, held}
+  end
   redis.call('PEXPIRE', H, ttl)
   mark('dlock:fair', ttl, own)
   return {1, f, 0, 1, 0}

@@ -6,7 +6,10 @@
 -- the pattern's longest hold, so that the mutex, the other patterns and
 -- foreign libraries' SET NX see the hold. Any other value there (a mutex
 -- holder's token, a foreign library's token, another pattern's marker)
--- refuses the pattern's requests.
+-- refuses the pattern's requests, the refreshes of its own holders (a
+-- repeated acquire, an extend) included: a hold whose main key another
+-- holder took (a DEL, then a foreign SET NX) has lost the name, and its
+-- refresh replies as refused by that holder or not held, changing nothing.
 local MAIN = KEYS[#KEYS]
 local MODE_OF = {reentrant = 1, read = 2, write = 3, fair = 4, semaphore = 5, election = 6}
 
@@ -27,14 +30,19 @@ local function blocker(own)
 end
 
 -- mark makes the main key hold marker for ms more by the server's clock,
--- or, when ms is 0, deletes it if own(its value).
+-- or, when ms is 0, deletes it; either only when the key is free or
+-- own(its value). It never writes over, extends or deletes another holder's
+-- value: a refresh of a hold whose main key another holder took (a DEL and a
+-- foreign SET NX) must fail instead (see blocker), and a release that leaves
+-- holders behind keeps the other holder's key.
 local function mark(marker, ms, own)
-  if ms > 0 then
-    redis.call('SET', MAIN, marker, 'PXAT', string.format('%.0f', now() + ms))
+  local v = redis.call('GET', MAIN)
+  if v and not own(v) then
     return
   end
-  local v = redis.call('GET', MAIN)
-  if v and own(v) then
+  if ms > 0 then
+    redis.call('SET', MAIN, marker, 'PXAT', string.format('%.0f', now() + ms))
+  elseif v then
     redis.call('DEL', MAIN)
   end
 end

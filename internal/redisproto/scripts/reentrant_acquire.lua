@@ -18,10 +18,15 @@
 -- call: count is the owner's live acquisitions, fence that of the first
 -- grant; a repeat by the same token changes nothing but the TTL. The hold's
 -- TTL is raised to ARGV[2], never lowered. {0, 0, pttl, 0, 0, held} when
--- another owner (held 1) or another pattern (see name_lib) holds the name.
+-- another owner (held 1) or another holder of the main key (see name_lib)
+-- has the name, a repeat included (nothing changed).
 local H, G = KEYS[1], KEYS[3]
 local me, ttl, owner = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local function own(v) return v == 'dlock:reentrant' end
+local held, left = blocker(own)
+if held then
+  return {0, 0, left, 0, 0, held}
+end
 if redis.call('EXISTS', H) == 1 and redis.call('HEXISTS', H, 't:' .. me) == 1 then
   -- A repeat by a live acquisition.
   if redis.call('PTTL', H) < ttl then
@@ -30,10 +35,6 @@ if redis.call('EXISTS', H) == 1 and redis.call('HEXISTS', H, 't:' .. me) == 1 th
     mark('dlock:reentrant', ttl, own)
   end
   return {1, tonumber(redis.call('HGET', H, 'f')), 0, redis.call('HLEN', H) - 2}
-end
-local held, left = blocker(own)
-if held then
-  return {0, 0, left, 0, 0, held}
 end
 if redis.call('EXISTS', H) == 1 then
   if redis.call('HGET', H, 'o') ~= owner then

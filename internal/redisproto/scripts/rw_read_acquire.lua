@@ -6,18 +6,18 @@
 -- current one, that of the last write grant (a new one is issued only when
 -- the counter is gone). {0, 0, retry_ms, 0, 0, held} while a writer holds
 -- the lock (held 3) or waits for it (an intent; held 2), unless ARGV[3] is
--- the holding writer's token, or while another pattern holds the name (see
--- name_lib).
+-- the holding writer's token, or while another holder of the main key has
+-- the name (see name_lib), a repeat included (nothing changed).
 local me, ttl, owner = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 prune()
+local held, left = blocker(own)
+if held then
+  return {0, 0, left, 0, 0, held}
+end
 local f = refresh(me, ttl)
 if f then
   sync()
   return {1, f, 0}
-end
-local held, left = blocker(own)
-if held then
-  return {0, 0, left, 0, 0, held}
 end
 local w = redis.call('HGET', M, 'w')
 local beside = w and owner ~= me and owner == w

@@ -5,13 +5,18 @@
 -- refreshes its TTL and returns the same fence; each new permit gets a new
 -- fence). {0, 0, retry_ms} when every permit is taken: retry_ms is the time
 -- until the first one's lease runs out. {0, 0, retry_ms, 0, 0, held} while
--- another pattern holds the name (see name_lib). {-2, 0, 0} for a limit
--- below 1; {-3, limit, 0} when the permits held have another limit.
+-- another holder of the main key has the name (see name_lib), a repeat
+-- included (nothing changed). {-2, 0, 0} for a limit below 1; {-3, limit,
+-- 0} when the permits held have another limit.
 local me, ttl, limit = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[4])
 if not limit or limit < 1 then
   return {-2, 0, 0}
 end
 prune()
+local held, left = blocker(own)
+if held then
+  return {0, 0, left, 0, 0, held}
+end
 local exp = redis.call('ZSCORE', R, me)
 if exp then
   redis.call('ZADD', R, now() + ttl, me)
@@ -19,10 +24,6 @@ if exp then
   ensure(M, ttl + 60000)
   sync()
   return {1, tonumber(redis.call('HGET', M, 'f:' .. me)), 0}
-end
-local held, left = blocker(own)
-if held then
-  return {0, 0, left, 0, 0, held}
 end
 if redis.call('ZCARD', R) > 0 then
   local have = tonumber(redis.call('HGET', M, 'limit'))

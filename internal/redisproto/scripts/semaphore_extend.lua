@@ -2,10 +2,14 @@
 -- semaphore_lib.
 --
 -- Reply: 1 when ARGV[1] holds a permit and its lease now ends ARGV[2] ms from
--- now; 0 when it does not (nothing changed).
+-- now; 0 when it does not, or another holder of the main key has the name
+-- (see name_lib): nothing changed.
 local exp = redis.call('ZSCORE', R, ARGV[1])
 if not exp or tonumber(exp) <= now() then
   return 0
+end
+if blocker(own) then
+  return 0 -- another holder has the name: this permit is not the lock's
 end
 local ttl = tonumber(ARGV[2])
 redis.call('ZADD', R, now() + ttl, ARGV[1])

@@ -1,0 +1,127 @@
+// Package prototest checks, on a real redis-server, what the scripts of
+// package redisproto promise about the keys they leave, which storetest
+// cannot see through the Store API: a foreign value in a name's main key is
+// never overwritten or extended, and no key the scripts write is left without
+// a TTL. store/valkey and store/goredis run [Run] on a Store of their own, so
+// both clients are held to the same checks.
+package prototest
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/redisproto"
+	"github.com/dlock-dev/dlock/internal/testredis"
+)
+
+// Run runs every check on s, a Store on srv with the default key prefix
+// "lock:". The checks use lock names starting with "prototest-".
+func Run(t *testing.T, srv *testredis.Server, s dlock.Store) {
+	t.Run("ForeignMainKeyRefresh", func(t *testing.T) { foreignMainKeyRefresh(t, srv, s) })
+	t.Run("ForeignMainKeyRelease", func(t *testing.T) { foreignMainKeyRelease(t, srv, s) })
+}
+
+var layout = redisproto.NewLayout("lock:", 24*time.Hour)
+
+func testContext(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func do(t *testing.T, srv *testredis.Server, args ...string) string {
+	t.Helper()
+	r, err := srv.Do(args...)
+	if err != nil {
+		t.Fatalf("%v = %v", args, err)
+	}
+	return r
+}
+
+func pttl(t *testing.T, srv *testredis.Server, key string) int {
+	t.Helper()
+	n, err := strconv.Atoi(do(t, srv, "PTTL", key))
+	if err != nil {
+		t.Fatalf("PTTL %s: %v", key, err)
+	}
+	return n
+}
+
+func grant(t *testing.T, s dlock.Store, req dlock.Request) dlock.Grant {
+	t.Helper()
+	g, err := s.Acquire(testContext(t), req)
+	if err != nil || !g.Acquired {
+		t.Fatalf("Acquire(%s, %v, %s) = %+v, %v; want a grant", req.Name, req.Mode, req.Token, g, err)
+	}
+	return g
+}
+
+// foreignMainKeyRefresh: a name held by a pattern whose main key a foreign
+// client then takes (a DEL and its SET NX, or a plain SET) is the foreign
+// client's. The holder's refresh, a repeated Acquire or an Extend, is refused
+// as by a foreign mutex (Held ModeMutex, RetryAfter the foreign key's PTTL)
+// or gets ErrNotHeld, and the foreign value and its TTL stay as they were.
+func foreignMainKeyRefresh(t *testing.T, srv *testredis.Server, s dlock.Store) {
+	modes := []dlock.Mode{dlock.ModeReentrant, dlock.ModeRead, dlock.ModeWrite, dlock.ModeFair, dlock.ModeSemaphore, dlock.ModeElection}
+	for _, m := range modes {
+		for _, op := range []string{"Acquire", "Extend"} {
+			t.Run(m.String()+"/"+op, func(t *testing.T) {
+				ctx := testContext(t)
+				name := "prototest-refresh-" + m.String() + "-" + op
+				req := dlock.Request{Name: name, Token: "holder", TTL: time.Minute, Mode: m, Limit: 2}
+				grant(t, s, req)
+				main := layout.Key(name)
+				do(t, srv, "SET", main, "foreign", "PX", "10000")
+				switch op {
+				case "Acquire":
+					g, err := s.Acquire(ctx, req)
+					if err != nil || g.Acquired || g.Held != dlock.ModeMutex ||
+						g.RetryAfter <= 9*time.Second || g.RetryAfter > 10*time.Second {
+						t.Errorf("repeated Acquire(%v) with a foreign main key = %+v, %v; want refused, Held mutex, RetryAfter in (9s, 10s]", m, g, err)
+					}
+				case "Extend":
+					if err := s.Extend(ctx, []dlock.Request{req})[0]; !errors.Is(err, dlock.ErrNotHeld) {
+						t.Errorf("Extend(%v) with a foreign main key = %v, want ErrNotHeld", m, err)
+					}
+				}
+				if got := do(t, srv, "GET", main); got != "foreign" {
+					t.Errorf("GET %s after the %v %s = %q, want the foreign value untouched", main, m, op, got)
+				}
+				if ms := pttl(t, srv, main); ms <= 0 || ms > 10000 {
+					t.Errorf("PTTL %s after the %v %s = %d, want the foreign key's own, in (0, 10000]", main, m, op, ms)
+				}
+			})
+		}
+	}
+}
+
+// foreignMainKeyRelease: releasing one of several shared holders of a name
+// whose main key a foreign client took leaves the foreign value alone.
+func foreignMainKeyRelease(t *testing.T, srv *testredis.Server, s dlock.Store) {
+	for _, m := range []dlock.Mode{dlock.ModeRead, dlock.ModeSemaphore} {
+		t.Run(m.String(), func(t *testing.T) {
+			ctx := testContext(t)
+			name := "prototest-release-" + m.String()
+			a := dlock.Request{Name: name, Token: "a", TTL: time.Minute, Mode: m, Limit: 2}
+			b := a
+			b.Token = "b"
+			grant(t, s, a)
+			grant(t, s, b)
+			main := layout.Key(name)
+			do(t, srv, "SET", main, "foreign", "PX", "10000")
+			if err := s.Release(ctx, a); err != nil {
+				t.Errorf("Release(%v) of one of two holders = %v, want nil", m, err)
+			}
+			if got := do(t, srv, "GET", main); got != "foreign" {
+				t.Errorf("GET %s after the release = %q, want the foreign value untouched", main, got)
+			}
+			if ms := pttl(t, srv, main); ms <= 0 || ms > 10000 {
+				t.Errorf("PTTL %s after the release = %d, want the foreign key's own, in (0, 10000]", main, ms)
+			}
+		})
+	}
+}
