@@ -1,6 +1,16 @@
 package dlock
 
-import "context"
+import (
+	"context"
+	"strings"
+)
+
+// markerPrefix starts every marker the Valkey/Redis stores keep in a name's
+// main key while a pattern other than the mutex holds it ("dlock:read",
+// "dlock:semaphore:3", ...). A mutex's key holds its token, so a token of
+// that shape would be taken for another pattern's hold, and its release
+// could delete one.
+const markerPrefix = "dlock:"
 
 // Acquire is the low-level form of every pattern's TryLock and Lock, for
 // code that forwards requests it did not build itself (the HTTP service, a
@@ -17,10 +27,14 @@ import "context"
 // token as unguessable as the random ones (at least 128 random bits), since
 // whoever knows it can extend or release the lease. Use a token for one
 // lease at a time: a [Lease] obtained with it ends (released or lost) for
-// the store too, whatever other Lease shares the token.
+// the store too, whatever other Lease shares the token. A token is at most
+// 256 bytes and must not start with "dlock:", the prefix of the markers the
+// Valkey/Redis stores keep in a name's key while other patterns hold it.
 //
-// It returns what [Mutex.TryLock] and [Mutex.Lock] return, and an error
-// wrapping [ErrNotSupported] for a mode the store cannot provide.
+// It returns what [Mutex.TryLock] and [Mutex.Lock] return, an
+// [*InvalidError] naming the field ("token", "value") of a request it
+// refuses, and an error wrapping [ErrNotSupported] for a mode the store
+// cannot provide.
 func (l *Locker) Acquire(ctx context.Context, req Request, wait bool, opts ...Option) (*Lease, error) {
 	opts = opts[:len(opts):len(opts)]
 	if req.TTL != 0 {
@@ -32,6 +46,9 @@ func (l *Locker) Acquire(ctx context.Context, req Request, wait bool, opts ...Op
 	c := l.lockConfig(opts)
 	if len(req.Token) > 256 {
 		return nil, invalid("token", "must be at most 256 bytes")
+	}
+	if strings.HasPrefix(req.Token, markerPrefix) {
+		return nil, invalid("token", `must not start with "dlock:", the prefix of the stores' markers`)
 	}
 	if len(req.Value) > MaxValueLen {
 		return nil, invalid("value", "must be at most 4096 bytes")

@@ -214,13 +214,25 @@ func (l *Layout) isAuxKey(k string) bool {
 	return false
 }
 
-// CheckToken validates the name and token of req (Release, RaiseFence).
+// MarkerPrefix starts every value the scripts keep in a name's main key
+// other than a mutex holder's token: the markers of the other patterns'
+// holds, "dlock:<mode>" (see scripts/name_lib.lua).
+const MarkerPrefix = "dlock:"
+
+// CheckToken validates the name and token of req (Release, RaiseFence). A
+// token starting with MarkerPrefix is refused: the mutex scripts compare the
+// main key with the token, so a mutex with such a token would be taken for
+// another pattern's hold, and its release or extend would delete or extend
+// that hold's marker.
 func (l *Layout) CheckToken(req dlock.Request) error {
 	if err := l.CheckName(req.Name); err != nil {
 		return err
 	}
 	if req.Token == "" {
 		return &dlock.InvalidError{Field: "token", Reason: "must not be empty"}
+	}
+	if strings.HasPrefix(req.Token, MarkerPrefix) {
+		return &dlock.InvalidError{Field: "token", Reason: `must not start with "` + MarkerPrefix + `", the prefix of the markers`}
 	}
 	return nil
 }

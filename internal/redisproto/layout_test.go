@@ -1,10 +1,13 @@
 package redisproto
 
 import (
+	"errors"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/dlock-dev/dlock"
 )
 
 func TestSeen(t *testing.T) {
@@ -53,4 +56,25 @@ func TestSeen(t *testing.T) {
 		})
 	}
 	wg.Wait()
+}
+
+// TestCheckTokenRefusesMarkers: every request's token is checked (acquire,
+// extend, release, fence raise) and one shaped like a marker the scripts
+// keep in a main key is refused, naming the field.
+func TestCheckTokenRefusesMarkers(t *testing.T) {
+	l := NewLayout("lock:", time.Hour)
+	for _, tok := range []string{"dlock:", "dlock:read", "dlock:write", "dlock:reentrant", "dlock:fair", "dlock:election", "dlock:semaphore:3"} {
+		req := dlock.Request{Name: "a", Token: tok, TTL: time.Second}
+		for _, check := range []func(dlock.Request) error{l.CheckToken, l.CheckRequest} {
+			var inv *dlock.InvalidError
+			if err := check(req); !errors.As(err, &inv) || inv.Field != "token" {
+				t.Errorf("check of token %q = %v, want an *InvalidError naming token", tok, err)
+			}
+		}
+	}
+	for _, tok := range []string{"DLOCK:read", "xdlock:read", "dlock", "0123456789abcdef"} {
+		if err := l.CheckRequest(dlock.Request{Name: "a", Token: tok, TTL: time.Second}); err != nil {
+			t.Errorf("CheckRequest with token %q = %v, want nil", tok, err)
+		}
+	}
 }

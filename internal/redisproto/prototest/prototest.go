@@ -23,6 +23,7 @@ import (
 func Run(t *testing.T, srv *testredis.Server, s dlock.Store) {
 	t.Run("ForeignMainKeyRefresh", func(t *testing.T) { foreignMainKeyRefresh(t, srv, s) })
 	t.Run("ForeignMainKeyRelease", func(t *testing.T) { foreignMainKeyRelease(t, srv, s) })
+	t.Run("MarkerToken", func(t *testing.T) { markerToken(t, srv, s) })
 }
 
 var layout = redisproto.NewLayout("lock:", 24*time.Hour)
@@ -123,5 +124,41 @@ func foreignMainKeyRelease(t *testing.T, srv *testredis.Server, s dlock.Store) {
 				t.Errorf("PTTL %s after the release = %d, want the foreign key's own, in (0, 10000]", main, ms)
 			}
 		})
+	}
+}
+
+// markerToken: a request whose token is shaped like a marker ("dlock:read")
+// is refused before any script runs: a mutex acquire would make readers take
+// its key for theirs, and a mutex release or extend compares the main key
+// with the token, so it would delete or extend the readers' marker.
+func markerToken(t *testing.T, srv *testredis.Server, s dlock.Store) {
+	ctx := testContext(t)
+	name := "prototest-marker"
+	main := layout.Key(name)
+	reader := dlock.Request{Name: name, Token: "reader", TTL: time.Minute, Mode: dlock.ModeRead}
+	grant(t, s, reader)
+	bad := dlock.Request{Name: name, Token: "dlock:read", TTL: time.Second, Mode: dlock.ModeMutex}
+	var inv *dlock.InvalidError
+	if err := s.Release(ctx, bad); !errors.As(err, &inv) || inv.Field != "token" {
+		t.Errorf("Release(mutex, token %q) = %v, want an *InvalidError naming token", bad.Token, err)
+	}
+	if err := s.Extend(ctx, []dlock.Request{bad})[0]; !errors.As(err, &inv) || inv.Field != "token" {
+		t.Errorf("Extend(mutex, token %q) = %v, want an *InvalidError naming token", bad.Token, err)
+	}
+	if got := do(t, srv, "GET", main); got != "dlock:read" {
+		t.Errorf("GET %s = %q, want the readers' marker untouched", main, got)
+	}
+	if ms := pttl(t, srv, main); ms <= 50000 || ms > 60000 {
+		t.Errorf("PTTL %s = %d, want the reader's, in (50000, 60000]", main, ms)
+	}
+	s.Release(ctx, reader)
+	for _, m := range []dlock.Mode{dlock.ModeMutex, dlock.ModeRead, dlock.ModeSemaphore} {
+		req := dlock.Request{Name: name, Token: "dlock:semaphore:2", TTL: time.Minute, Mode: m, Limit: 2}
+		if g, err := s.Acquire(ctx, req); !errors.As(err, &inv) || inv.Field != "token" {
+			t.Errorf("Acquire(%v, token %q) = %+v, %v; want an *InvalidError naming token", m, req.Token, g, err)
+		}
+	}
+	if got := do(t, srv, "EXISTS", main); got != "0" {
+		t.Errorf("EXISTS %s = %s after refused acquires, want 0", main, got)
 	}
 }

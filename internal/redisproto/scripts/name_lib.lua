@@ -10,6 +10,8 @@
 -- repeated acquire, an extend) included: a hold whose main key another
 -- holder took (a DEL, then a foreign SET NX) has lost the name, and its
 -- refresh replies as refused by that holder or not held, changing nothing.
+-- Markers start with "dlock:", which no token does (the library and the
+-- Redis stores refuse such tokens), so a marker is never a holder's token.
 local MAIN = KEYS[#KEYS]
 local MODE_OF = {reentrant = 1, read = 2, write = 3, fair = 4, semaphore = 5, election = 6}
 
