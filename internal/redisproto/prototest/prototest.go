@@ -24,6 +24,7 @@ func Run(t *testing.T, srv *testredis.Server, s dlock.Store) {
 	t.Run("ForeignMainKeyRefresh", func(t *testing.T) { foreignMainKeyRefresh(t, srv, s) })
 	t.Run("ForeignMainKeyRelease", func(t *testing.T) { foreignMainKeyRelease(t, srv, s) })
 	t.Run("MarkerToken", func(t *testing.T) { markerToken(t, srv, s) })
+	t.Run("FairAuditTTL", func(t *testing.T) { fairAuditTTL(t, srv, s) })
 }
 
 var layout = redisproto.NewLayout("lock:", 24*time.Hour)
@@ -160,5 +161,40 @@ func markerToken(t *testing.T, srv *testredis.Server, s dlock.Store) {
 	}
 	if got := do(t, srv, "EXISTS", main); got != "0" {
 		t.Errorf("EXISTS %s = %s after refused acquires, want 0", main, got)
+	}
+}
+
+// fairAuditTTL: every write to the fair lock's audit stream leaves it with a
+// TTL, also a release's that recreates the stream (its day ran out while the
+// lock was held, renewed).
+func fairAuditTTL(t *testing.T, srv *testredis.Server, s dlock.Store) {
+	ctx := testContext(t)
+	name := "prototest-audit"
+	audit := layout.Aux(name, "fair:audit")
+	holder := dlock.Request{Name: name, Token: "holder", TTL: time.Minute, Mode: dlock.ModeFair}
+	waiter := dlock.Request{Name: name, Token: "waiter", TTL: time.Minute, Mode: dlock.ModeFair, Queue: true, QueueTTL: 10 * time.Second}
+	check := func(what string) {
+		t.Helper()
+		if ms := pttl(t, srv, audit); ms <= 0 || ms > 86400000 {
+			t.Errorf("PTTL of the audit stream after %s = %d, want in (0, 1 day]", what, ms)
+		}
+	}
+	grant(t, s, holder)
+	check("a grant")
+	if g, err := s.Acquire(ctx, waiter); err != nil || g.Acquired {
+		t.Fatalf("Acquire(waiter) = %+v, %v; want queued", g, err)
+	}
+	do(t, srv, "DEL", audit)
+	if err := s.Release(ctx, holder); err != nil {
+		t.Fatalf("Release(holder) = %v", err)
+	}
+	check("a release handing the lock over")
+	do(t, srv, "DEL", audit)
+	if err := s.Release(ctx, waiter); err != nil {
+		t.Fatalf("Release(waiter) = %v", err)
+	}
+	check("a release")
+	if n := do(t, srv, "XLEN", audit); n != "1" {
+		t.Errorf("XLEN of the audit stream = %s, want 1 (the release)", n)
 	}
 }

@@ -10,7 +10,8 @@
 -- KEYS[5]  waiters: hash, "t:"..token -> "<lease TTL ms> <channel>": the
 --          lease to grant on handoff and where to announce it; "seq" -> last
 --          ticket issued
--- KEYS[6]  audit stream of grants and releases, capped at about 1000
+-- KEYS[6]  audit stream of grants and releases, capped at about 1000,
+--          kept for a day after its last event
 -- KEYS[7]  the caller's wake-up channel: a shard channel in this slot on
 --          which the caller's store listens for the handoffs to its waiters
 --          (a channel name, declared as a key so that it routes like one)
@@ -46,9 +47,14 @@ local function unqueue(tok)
   redis.call('HDEL', W, 't:' .. tok)
 end
 
+-- audit appends an event to the audit stream, which it keeps for a day
+-- after its last event: every write may be the one that creates the stream
+-- (the last one's day ran out while a lease was renewed), and a key without
+-- a TTL would stay forever.
 local function audit(event, f, tok)
   redis.call('XADD', LOG, 'MAXLEN', '~', 1000, '*', 'event', event, 'fence', string.format('%.0f', f),
     'holder', string.sub(redis.sha1hex(tok), 1, 12))
+  redis.call('PEXPIRE', LOG, 86400000)
 end
 
 local function own(v)
@@ -60,7 +66,6 @@ local function grant(tok, ttl)
   redis.call('SET', H, string.format('%.0f', f) .. '|' .. tok, 'PX', ttl)
   mark('dlock:fair', ttl, own)
   audit('grant', f, tok)
-  redis.call('PEXPIRE', LOG, 86400000)
   return f
 end
 
