@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -25,6 +26,7 @@ func Run(t *testing.T, srv *testredis.Server, s dlock.Store) {
 	t.Run("ForeignMainKeyRelease", func(t *testing.T) { foreignMainKeyRelease(t, srv, s) })
 	t.Run("MarkerToken", func(t *testing.T) { markerToken(t, srv, s) })
 	t.Run("FairAuditTTL", func(t *testing.T) { fairAuditTTL(t, srv, s) })
+	t.Run("FairHandoffTTL", func(t *testing.T) { fairHandoffTTL(t, srv, s) })
 }
 
 var layout = redisproto.NewLayout("lock:", 24*time.Hour)
@@ -196,5 +198,59 @@ func fairAuditTTL(t *testing.T, srv *testredis.Server, s dlock.Store) {
 	check("a release")
 	if n := do(t, srv, "XLEN", audit); n != "1" {
 		t.Errorf("XLEN of the audit stream = %s, want 1 (the release)", n)
+	}
+}
+
+// fairHandoffTTL: a release hands the fair lock to the head waiter with the
+// lease TTL the waiter asked for; a waiter whose handoff entry is missing
+// (its key lost, or written by another version of the scripts) is handed a
+// hold that ends at its queue deadline, when it would have been dropped
+// from the queue had it not come back.
+func fairHandoffTTL(t *testing.T, srv *testredis.Server, s dlock.Store) {
+	for _, c := range []struct {
+		name     string
+		entry    func(name string) // what happens to the waiter's entry
+		min, max int               // the handed-over hold's PTTL, ms
+	}{
+		{"Entry", func(string) {}, 19000, 20000},
+		{"NoEntry", func(name string) { do(t, srv, "HDEL", layout.Aux(name, "fair:handoffs"), "t:waiter") }, 0, 5000},
+		{"NoHandoffs", func(name string) { do(t, srv, "DEL", layout.Aux(name, "fair:handoffs")) }, 0, 5000},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx := testContext(t)
+			name := "prototest-handoff-" + c.name
+			holder := dlock.Request{Name: name, Token: "holder", TTL: time.Minute, Mode: dlock.ModeFair}
+			waiter := dlock.Request{Name: name, Token: "waiter", TTL: 20 * time.Second, Mode: dlock.ModeFair, Queue: true, QueueTTL: 5 * time.Second}
+			grant(t, s, holder)
+			if g, err := s.Acquire(ctx, waiter); err != nil || g.Acquired || g.Position != 0 {
+				t.Fatalf("Acquire(waiter) = %+v, %v; want queued at 0", g, err)
+			}
+			c.entry(name)
+			if err := s.Release(ctx, holder); err != nil {
+				t.Fatalf("Release(holder) = %v", err)
+			}
+			h := layout.Aux(name, "fair")
+			if got := do(t, srv, "GET", h); !strings.HasSuffix(got, "|waiter") {
+				t.Fatalf("GET %s after the release = %q, want the waiter holding", h, got)
+			}
+			if ms := pttl(t, srv, h); ms <= c.min || ms > c.max {
+				t.Errorf("PTTL of the handed-over hold = %d, want in (%d, %d]", ms, c.min, c.max)
+			}
+			if got := do(t, srv, "GET", layout.Key(name)); got != "dlock:fair" {
+				t.Errorf("GET %s = %q, want dlock:fair", layout.Key(name), got)
+			}
+			if ms := pttl(t, srv, layout.Key(name)); ms <= c.min || ms > c.max {
+				t.Errorf("PTTL of the main key = %d, want in (%d, %d]", ms, c.min, c.max)
+			}
+			// The waiter, back, learns that it holds and takes its own TTL.
+			g, err := s.Acquire(ctx, waiter)
+			if err != nil || !g.Acquired {
+				t.Fatalf("Acquire(waiter) after the handoff = %+v, %v; want a grant", g, err)
+			}
+			if ms := pttl(t, srv, h); ms <= 19000 || ms > 20000 {
+				t.Errorf("PTTL of the hold after the waiter's Acquire = %d, want in (19000, 20000]", ms)
+			}
+			s.Release(ctx, waiter)
+		})
 	}
 }

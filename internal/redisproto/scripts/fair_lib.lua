@@ -8,8 +8,8 @@
 -- KEYS[3]  queue: sorted set, token -> ticket (arrival order)
 -- KEYS[4]  queue deadlines: sorted set, token -> expiry in server ms
 -- KEYS[5]  waiters: hash, "t:"..token -> "<lease TTL ms> <channel>": the
---          lease to grant on handoff and where to announce it; "seq" -> last
---          ticket issued
+--          lease to grant on handoff and where to announce it (see
+--          promote); "seq" -> last ticket issued
 -- KEYS[6]  audit stream of grants and releases, capped at about 1000,
 --          kept for a day after its last event
 -- KEYS[7]  the caller's wake-up channel: a shard channel in this slot on
@@ -87,10 +87,20 @@ local function promote()
   if not head then
     return nil, nil
   end
-  local w = redis.call('HGET', W, 't:' .. head) or ''
-  local ttl, ch = string.match(w, '^(%d+) (.*)$')
+  local ttl, ch = string.match(redis.call('HGET', W, 't:' .. head) or '', '^(%d+) (.*)$')
+  ttl = tonumber(ttl)
+  if not ttl or ttl < 1 then
+    -- No entry (its key was lost, or another version of these scripts
+    -- queued the waiter): the lock is held for the waiter until its queue
+    -- deadline, when it would have been dropped. Alive, it comes back by
+    -- then to refresh its place, learns that it holds, and takes its own
+    -- TTL (fair_acquire); dead, it keeps the others waiting no longer than
+    -- its queue place would have. (A place without a deadline, which prune
+    -- never drops, is held for 1 ms: passed over.)
+    ttl = math.max((tonumber(redis.call('ZSCORE', QX, head)) or 0) - now(), 1)
+  end
   unqueue(head)
-  local f = grant(head, tonumber(ttl) or 30000)
+  local f = grant(head, ttl)
   if ch and ch ~= '' then
     local msg = redis.sha1hex(head) .. ' ' .. string.format('%.0f', f)
     local r = redis.pcall('SPUBLISH', ch, msg)
