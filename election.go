@@ -182,69 +182,58 @@ const observeSafety = 30 * time.Second
 
 func (e *Election) observe(ctx context.Context, el Elector, ch chan<- Leader) {
 	c := &e.cfg
-	wake, stopWatch, err := e.l.store.Watch(ctx, e.name, ModeElection)
-	if err != nil {
-		c.logger.Debug("dlock: watch failed; observing by the leader's expiry", "name", e.name, "err", err)
-		wake, stopWatch = nil, func() {}
-	}
-	defer stopWatch()
-	bo := backoff{min: c.minBackoff, max: c.maxBackoff}
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
+	w := newWaiter(e.l.store, c)
+	defer w.close()
+	w.watch(ctx, e.name, ModeElection)
 	var last Leader
 	first := true
 	for {
 		ld, err := el.Leader(ctx, e.name)
-		delay := time.Duration(0)
-		switch {
-		case err == nil, errors.Is(err, ErrNoLeader):
-			bo.reset()
-			if errors.Is(err, ErrNoLeader) {
-				ld = Leader{}
-			}
-			if first || ld.Term != last.Term {
-				first = false
-				select {
-				case ch <- ld:
-				case <-ctx.Done():
-					return
-				case <-e.l.stop:
-					return
-				}
-				last = ld
-				continue // read again: it may have changed while we sent
-			}
-			switch {
-			case wake == nil:
-				delay = c.maxBackoff // no pushes: poll
-				if ld.Term != 0 {
-					delay = min(delay, ld.TTL+time.Millisecond)
-				}
-			case ld.Term != 0:
-				delay = ld.TTL + time.Millisecond // expiry is not always pushed
-			default:
-				delay = observeSafety // the next push wakes us first
-			}
-		default:
+		if err != nil && !errors.Is(err, ErrNoLeader) {
 			if ctx.Err() != nil {
 				return
 			}
 			c.logger.Debug("dlock: observe failed; retrying", "name", e.name, "err", err)
-			delay = bo.next()
+			if woke, _ := w.sleep(ctx, w.bo.next(), e.l.stop); woke == wokeEnded {
+				return
+			}
+			continue
 		}
-		var tc <-chan time.Time
-		if delay > 0 {
-			timer.Reset(delay)
-			tc = timer.C
+		w.bo.reset()
+		if err != nil {
+			ld = Leader{}
 		}
-		select {
-		case <-wake:
-		case <-tc:
-		case <-ctx.Done():
+		if first || ld.Term != last.Term {
+			first = false
+			select {
+			case ch <- ld:
+			case <-ctx.Done():
+				return
+			case <-e.l.stop:
+				return
+			}
+			last = ld
+			continue // read again: it may have changed while we sent
+		}
+		if woke, _ := w.sleep(ctx, e.observeDelay(w, ld), e.l.stop); woke == wokeEnded {
 			return
-		case <-e.l.stop:
-			return
 		}
-		timer.Stop()
+	}
+}
+
+// observeDelay is how long Observe waits for a push before it reads the
+// leadership ld again.
+func (e *Election) observeDelay(w *waiter, ld Leader) time.Duration {
+	switch {
+	case !w.watching():
+		delay := e.cfg.maxBackoff // no pushes: poll
+		if ld.Term != 0 {
+			delay = min(delay, ld.TTL+time.Millisecond)
+		}
+		return delay
+	case ld.Term != 0:
+		return ld.TTL + time.Millisecond // expiry is not always pushed
+	default:
+		return observeSafety // the next push wakes us first
 	}
 }

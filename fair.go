@@ -69,15 +69,20 @@ func (l *Locker) waitFair(ctx context.Context, c *config, req Request, own bool)
 	if own {
 		since = time.Now()
 	}
-	return l.waitGrant(ctx, c, req, since, nil, nil)
+	w := newWaiter(l.store, c)
+	defer w.close()
+	if !w.handOver(ctx, req) {
+		w.watch(ctx, req.Name, req.Mode)
+	}
+	return l.waitGrant(ctx, c, req, since, w)
 }
 
-// waitGrant is waitFair for the fair lock and for a mutex whose store hands
-// it to registered waiters (waitHandoff). first and firstStop, when set, are
-// a grant watch already made for req. since is a time before which no grant
-// to req.Token can have been issued (before its watch began, for a token
-// of this Locker's own that no earlier call used), or zero when unknown (a
-// caller's token may have been queued and handed the lock before).
+// waitGrant is the wait of the fair lock and of a mutex whose store hands
+// it to registered waiters (waitHandoff), over w's grant watch (or Watch).
+// since is a time before which no grant to req.Token can have been issued
+// (before its watch began, for a token of this Locker's own that no earlier
+// call used), or zero when unknown (a caller's token may have been queued
+// and handed the lock before).
 //
 // A grant pushed on the watch counts only when it was issued after the
 // current round's Acquire reached the store, so that its lease can be
@@ -87,46 +92,11 @@ func (l *Locker) waitFair(ctx context.Context, c *config, req Request, own bool)
 // than a TTL (less drift) passed between the previous refused round's send
 // and this round's answer, with no release by this waiter in between. In
 // that case a pushed grant is confirmed by the next round's own Acquire
-// instead (idempotent per token: it reports a hold the token was handed)
-// rather than taken as it is.
-func (l *Locker) waitGrant(ctx context.Context, c *config, req Request, since time.Time, first <-chan Grant, firstStop func()) (*Lease, error) {
-	var (
-		grants <-chan Grant
-		wake   <-chan struct{}
-		stop   = func() {}
-	)
-	watch := func() {
-		stop()
-		grants, wake, stop = nil, nil, func() {}
-		if gw, ok := l.store.(GrantWatcher); ok {
-			ch, st, err := gw.WatchGrant(ctx, req)
-			if err == nil {
-				grants, stop = ch, st
-				return
-			}
-			c.logger.Debug("dlock: grant watch failed; falling back to watch", "name", req.Name, "err", err)
-		}
-		ch, st, err := l.store.Watch(ctx, req.Name, req.Mode)
-		if err != nil {
-			c.logger.Debug("dlock: watch failed; falling back to polling", "name", req.Name, "err", err)
-			return
-		}
-		wake, stop = ch, st
-	}
-	if first != nil {
-		grants, stop = first, firstStop
-	} else {
-		watch()
-	}
-	defer func() { stop() }()
-
-	// since is from here on the send of the last refused round, which
-	// proves the token held nothing then; zero while nothing is known.
-	fresh := c.ttl - l.driftFor(c.driftFactor, c.ttl)
-	bo := backoff{min: c.minBackoff, max: c.maxBackoff}
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	lastPos := -1
+// (idempotent per token: it reports a hold the token was handed) rather
+// than taken as it is.
+func (l *Locker) waitGrant(ctx context.Context, c *config, req Request, since time.Time, w *waiter) (*Lease, error) {
+	q := queueWait{c: c, req: req, since: since, lastPos: -1}
+	q.fresh = c.ttl - l.driftFor(c.driftFactor, c.ttl)
 	for {
 		sent := time.Now()
 		ls, g, err := l.tryOnce(ctx, c, req)
@@ -134,46 +104,18 @@ func (l *Locker) waitGrant(ctx context.Context, c *config, req Request, since ti
 			return ls, nil
 		}
 		if err != nil && !errors.Is(err, ErrUnavailable) {
-			l.dropQueued(ctx, req)
+			l.releaseBehind(ctx, c, req)
 			if ctx.Err() != nil && !errors.Is(err, ErrLocked) {
 				err = errors.Join(&LockedError{Name: req.Name}, err)
 			}
 			return nil, err
 		}
-		delay := req.QueueTTL / 3
-		trusted := false
-		if err != nil {
-			// tryOnce may have released the token's place or hold, so a
-			// grant pushed before that release is dead: nothing is known
-			// of the token until its next refused round.
-			c.logger.Debug("dlock: acquire failed; retrying", "name", req.Name, "err", err)
-			delay = min(delay, bo.next())
-			since = time.Time{}
-			if grants == nil && wake == nil {
-				watch()
-			}
-		} else {
-			trusted = !since.IsZero() && time.Since(since) < fresh
-			since = sent
-			bo.reset()
-			if req.Mode == ModeMutex {
-				l.contended.mark(req.Name)
-			}
-			if req.Mode == ModeFair && g.Position != lastPos {
-				lastPos = g.Position
-				if c.onPosition != nil {
-					c.onPosition(g.Position)
-				}
-			}
-			// A mutex waiter is not in line: any may take the lock when
-			// the holder's lease runs out.
-			if (g.Position == 0 || req.Mode == ModeMutex) && g.RetryAfter > 0 {
-				delay = min(delay, g.RetryAfter+time.Millisecond)
-			}
+		delay, trusted := q.round(l, w, sent, g, err)
+		if err != nil && !w.watching() && !w.handOver(ctx, req) {
+			w.watch(ctx, req.Name, req.Mode) // the watches failed before: try again
 		}
-		timer.Reset(delay)
-		select {
-		case hg := <-grants:
+		switch woke, hg := w.sleep(ctx, delay, nil); woke {
+		case wokeGrant:
 			if !hg.Acquired || !trusted {
 				continue // a grant that may be stale: the next round confirms it
 			}
@@ -182,19 +124,57 @@ func (l *Locker) waitGrant(ctx context.Context, c *config, req Request, since ti
 				return ls, nil
 			}
 			if ctx.Err() != nil {
-				return nil, errors.Join(&LockedError{Name: req.Name}, ctx.Err())
+				return nil, ended(ctx, nil, req.Name)
 			}
-			// The grant came too late to be used and was released: queue
-			// again.
-			since = time.Time{}
-		case <-wake:
-		case <-timer.C:
-		case <-ctx.Done():
-			l.dropQueued(ctx, req)
-			if err == nil {
-				err = &LockedError{Name: req.Name, RetryAfter: g.RetryAfter, Held: g.Held}
-			}
-			return nil, errors.Join(err, ctx.Err())
+			q.since = time.Time{} // the late grant was released
+		case wokeEnded:
+			l.releaseBehind(ctx, c, req)
+			return nil, ended(ctx, q.last, req.Name)
 		}
 	}
+}
+
+// queueWait is what waitGrant keeps between rounds.
+type queueWait struct {
+	c       *config
+	req     Request
+	since   time.Time     // the send of the last refused round; zero when nothing is known
+	fresh   time.Duration // the TTL less drift: see waitGrant
+	lastPos int           // the fair queue place last reported
+	last    error         // the last round's refusal or failure
+}
+
+// round takes in the answer of the round sent at sent (a refusal g, or the
+// store's failure err) and returns how long to sleep and whether a grant
+// pushed during the sleep can be taken as it is.
+func (q *queueWait) round(l *Locker, w *waiter, sent time.Time, g Grant, err error) (time.Duration, bool) {
+	c, req := q.c, q.req
+	delay := req.QueueTTL / 3
+	if err != nil {
+		// tryOnce may have released the token's place or hold, so a
+		// grant pushed before that release is dead: nothing is known of
+		// the token until its next refused round.
+		c.logger.Debug("dlock: acquire failed; retrying", "name", req.Name, "err", err)
+		q.last, q.since = err, time.Time{}
+		return min(delay, w.bo.next()), false
+	}
+	q.last = &LockedError{Name: req.Name, RetryAfter: g.RetryAfter, Held: g.Held}
+	trusted := !q.since.IsZero() && time.Since(q.since) < q.fresh
+	q.since = sent
+	w.bo.reset()
+	if req.Mode == ModeMutex {
+		l.contended.mark(req.Name)
+	}
+	if req.Mode == ModeFair && g.Position != q.lastPos {
+		q.lastPos = g.Position
+		if c.onPosition != nil {
+			c.onPosition(g.Position)
+		}
+	}
+	// A mutex waiter is not in line: any may take the lock when the
+	// holder's lease runs out.
+	if (g.Position == 0 || req.Mode == ModeMutex) && g.RetryAfter > 0 {
+		delay = min(delay, g.RetryAfter+time.Millisecond)
+	}
+	return delay, trusted
 }

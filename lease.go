@@ -194,13 +194,7 @@ func (ls *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 func (ls *Lease) beginExtend(ctx context.Context, ttl time.Duration) (Request, error) {
 	l := ls.l
 	for {
-		l.mu.Lock()
-		if expired := ls.expireLocked(); expired || ls.state != leaseHeld {
-			err := ls.err
-			l.mu.Unlock()
-			if expired {
-				l.afterLoss(ls)
-			}
+		if held, err := ls.lockHeld(); !held {
 			if err == nil {
 				err = ErrNotHeld
 			}
@@ -332,6 +326,25 @@ func (ls *Lease) settleLocked(sent time.Time, ttl time.Duration, err error) exte
 	return extendUnknown
 }
 
+// lockHeld takes l.mu and reports whether ls is held, ending it as lost
+// first if its validity has passed. When it is not held, lockHeld has
+// released l.mu (and run what follows a loss) and returns ls's error: nil
+// after a release, the loss error after a loss.
+func (ls *Lease) lockHeld() (bool, error) {
+	l := ls.l
+	l.mu.Lock()
+	expired := ls.expireLocked()
+	if ls.state == leaseHeld {
+		return true, nil
+	}
+	err := ls.err
+	l.mu.Unlock()
+	if expired {
+		l.afterLoss(ls)
+	}
+	return false, err
+}
+
 // expireLocked ends ls as lost when its validity has passed, whether or not
 // the scheduler has noticed yet, and reports whether it did; the caller
 // must then call afterLoss after unlocking. Caller holds l.mu.
@@ -385,21 +398,11 @@ func (l *Locker) releaseContext(ctx context.Context) (context.Context, context.C
 // must now release ls.req on the store.
 func (ls *Lease) markReleased() error {
 	l := ls.l
-	l.mu.Lock()
-	if ls.expireLocked() {
-		err := ls.err
-		l.mu.Unlock()
-		l.afterLoss(ls)
+	if held, err := ls.lockHeld(); !held {
+		if err == nil {
+			err = ErrNotHeld // released before
+		}
 		return err
-	}
-	switch ls.state {
-	case leaseLost:
-		err := ls.err
-		l.mu.Unlock()
-		return err
-	case leaseReleased:
-		l.mu.Unlock()
-		return ErrNotHeld
 	}
 	ls.state = leaseReleased
 	l.sched.remove(ls)
@@ -424,19 +427,12 @@ func releaseErr(err error) error {
 // notifyLoss registers fn to run (once, without l.mu held) when the lease is
 // lost; fn runs at once if it already was.
 func (ls *Lease) notifyLoss(fn func(error)) {
-	l := ls.l
-	l.mu.Lock()
-	if expired := ls.expireLocked(); expired || ls.state != leaseHeld {
-		err := ls.err
-		l.mu.Unlock()
-		if expired {
-			l.afterLoss(ls)
-		}
+	if held, err := ls.lockHeld(); !held {
 		if err != nil {
 			fn(err)
 		}
 		return
 	}
 	ls.onLoss = append(ls.onLoss, fn)
-	l.mu.Unlock()
+	ls.l.mu.Unlock()
 }

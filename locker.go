@@ -177,117 +177,109 @@ func (l *Locker) acquire(ctx context.Context, c *config, req Request, wait bool)
 		return nil, notSupported("lock-delay (the store does not end holds by its own clock)")
 	}
 	req.TTL = c.ttl + c.lockDelay // the store's hold; the lease is valid for c.ttl
-	ownToken := req.Token == ""
-	if ownToken {
+	own := req.Token == ""
+	if own {
 		req.Token = newToken()
 	}
 	if req.Queue {
 		req.QueueTTL = c.queueTTLOrDefault()
 	}
-	observed := l.cfg.observer != nil
-	var start time.Time
-	if observed {
-		start = time.Now()
+	if l.cfg.observer == nil {
+		return l.take(ctx, c, req, wait, own)
 	}
-	result := func(ls *Lease, err error) (*Lease, error) {
-		if !observed {
-			return ls, err
-		}
-		ev := Event{Kind: EventAcquire, Mode: req.Mode, Name: req.Name, Duration: time.Since(start), Waited: wait}
-		switch {
-		case ls != nil:
-			ev.Result, ev.Fence = "acquired", ls.fence
-		case errors.Is(err, ctx.Err()) && ctx.Err() != nil:
-			ev.Result = "canceled"
-		case errors.Is(err, ErrLocked):
-			ev.Result = "locked"
-		default:
-			ev.Result = "error"
-		}
-		l.emit(ev)
-		return ls, err
+	start := time.Now()
+	ls, err := l.take(ctx, c, req, wait, own)
+	ev := Event{Kind: EventAcquire, Mode: req.Mode, Name: req.Name, Duration: time.Since(start), Waited: wait}
+	switch {
+	case ls != nil:
+		ev.Result, ev.Fence = "acquired", ls.fence
+	case errors.Is(err, ctx.Err()) && ctx.Err() != nil:
+		ev.Result = "canceled"
+	case errors.Is(err, ErrLocked):
+		ev.Result = "locked"
+	default:
+		ev.Result = "error"
 	}
+	l.emit(ev)
+	return ls, err
+}
+
+// take is acquire once req is complete; own is set when req.Token is a
+// fresh token of the Locker's own.
+func (l *Locker) take(ctx context.Context, c *config, req Request, wait, own bool) (*Lease, error) {
 	if !wait {
 		ls, g, err := l.tryOnce(ctx, c, req)
 		if ls == nil && err == nil {
 			err = &LockedError{Name: req.Name, RetryAfter: g.RetryAfter, Held: g.Held}
 		}
-		return result(ls, err)
+		return ls, err
 	}
-
 	if req.Mode == ModeFair {
-		return result(l.waitFair(ctx, c, req, ownToken))
+		return l.waitFair(ctx, c, req, own)
 	}
-	if req.Mode == ModeMutex && ownToken && l.contended.has(req.Name) {
+	if req.Mode == ModeMutex && own && l.contended.has(req.Name) {
 		// Lately contended: register at the first attempt.
 		if ls, err, ok := l.waitHandoff(ctx, c, req); ok {
-			return result(ls, err)
+			return ls, err
 		}
 	}
 	// A free lock is taken without watching it: watching costs the store
 	// work (a tracked key, a push per change), which only a waiter needs.
-	// A refused caller watches, then tries again at once (the loop below),
-	// so a release between the refusal and the watch is not missed.
+	// A refused caller watches, then tries again at once (the loop of
+	// waitWatched), so a release between the refusal and the watch is not
+	// missed.
 	if ls, _, err := l.tryOnce(ctx, c, req); ls != nil {
-		return result(ls, nil)
+		return ls, nil
 	} else if err != nil && !errors.Is(err, ErrUnavailable) {
-		return result(nil, err)
+		return nil, err
 	}
-	if req.Mode == ModeMutex && ownToken {
+	if req.Mode == ModeMutex && own {
 		if ls, err, ok := l.waitHandoff(ctx, c, req); ok {
-			return result(ls, err)
+			return ls, err
 		}
 	}
-	wake, stopWatch, err := l.store.Watch(ctx, req.Name, req.Mode)
-	if err != nil {
-		c.logger.Debug("dlock: watch failed; falling back to polling", "name", req.Name, "err", err)
-		wake, stopWatch = nil, func() {}
-	}
-	defer stopWatch()
-	bo := backoff{min: c.minBackoff, max: c.maxBackoff}
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
+	return l.waitWatched(ctx, c, req)
+}
+
+// waitWatched waits for req's lock, woken when the name may have become
+// free (see [Store.Watch]), retrying with capped backoff and at the
+// holder's expiry; a queued request (a writer's intent) refreshes its
+// place every third of its queue TTL.
+func (l *Locker) waitWatched(ctx context.Context, c *config, req Request) (*Lease, error) {
+	w := newWaiter(l.store, c)
+	defer w.close()
+	w.watch(ctx, req.Name, req.Mode)
 	for {
 		ls, g, err := l.tryOnce(ctx, c, req)
 		if ls != nil {
-			return result(ls, nil)
+			return ls, nil
 		}
 		if err != nil && !errors.Is(err, ErrUnavailable) {
-			return result(nil, err)
+			return nil, err
 		}
+		last := err
 		if err != nil {
 			c.logger.Debug("dlock: acquire failed; retrying", "name", req.Name, "err", err)
+		} else {
+			last = &LockedError{Name: req.Name, RetryAfter: g.RetryAfter, Held: g.Held}
 		}
-		delay := bo.next()
-		if g.RetryAfter > 0 && g.RetryAfter+time.Millisecond < delay {
-			delay = g.RetryAfter + time.Millisecond
+		delay := w.bo.next()
+		if g.RetryAfter > 0 {
+			delay = min(delay, g.RetryAfter+time.Millisecond)
 		}
 		if req.Queue {
 			delay = min(delay, req.QueueTTL/3)
 		}
-		timer.Reset(delay)
-		select {
-		case <-wake:
-			bo.reset()
-		case <-timer.C:
-		case <-ctx.Done():
+		switch woke, _ := w.sleep(ctx, delay, nil); woke {
+		case wokeWatch:
+			w.bo.reset()
+		case wokeEnded:
 			if req.Queue {
-				l.dropQueued(ctx, req)
+				l.releaseBehind(ctx, c, req)
 			}
-			if err == nil {
-				err = &LockedError{Name: req.Name, RetryAfter: g.RetryAfter, Held: g.Held}
-			}
-			return result(nil, errors.Join(err, ctx.Err()))
+			return nil, ended(ctx, last, req.Name)
 		}
 	}
-}
-
-// dropQueued removes a waiter's queue entry after it gave up. If the store
-// granted the lock meanwhile, the release frees it too.
-func (l *Locker) dropQueued(ctx context.Context, req Request) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.opTimeout)
-	defer cancel()
-	l.store.Release(rctx, req)
 }
 
 // tryOnce makes one acquire attempt. A reply lost to a network error is
@@ -317,12 +309,11 @@ func (l *Locker) tryOnce(ctx context.Context, c *config, req Request) (*Lease, G
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opTimeout)
 		sent = time.Now()
 		g, err = l.store.Acquire(rctx, req)
+		cancel()
 		if err != nil {
-			l.store.Release(rctx, req)
-			cancel()
+			l.releaseBehind(ctx, c, req)
 			return nil, Grant{}, errors.Join(&StoreError{Op: "acquire", Node: -1, Err: err}, ctx.Err())
 		}
-		cancel()
 	}
 	if !g.Acquired {
 		return nil, g, nil
@@ -342,9 +333,7 @@ func (l *Locker) newLease(ctx context.Context, c *config, req Request, g Grant, 
 	validUntil := sent.Add(ttl - l.driftFor(c.driftFactor, ttl))
 	if ctx.Err() != nil || !time.Now().Before(validUntil) {
 		// The caller gave up, or the grant came too late to be of use.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opTimeout)
-		l.store.Release(rctx, req)
-		cancel()
+		l.releaseBehind(ctx, c, req)
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
@@ -367,9 +356,7 @@ func (l *Locker) newLease(ctx context.Context, c *config, req Request, g Grant, 
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opTimeout)
-		l.store.Release(rctx, req)
-		cancel()
+		l.releaseBehind(ctx, c, req)
 		return nil, ErrClosed
 	}
 	l.sched.reschedule(ls)

@@ -89,18 +89,10 @@ func (m *Multi) Lock(ctx context.Context) (*MultiLease, error) {
 	if err := m.check(); err != nil {
 		return nil, err
 	}
-	c := &m.cfg
+	w := newWaiter(m.l.store, &m.cfg)
+	defer w.close()
 	token := newToken()
-	var (
-		watched string
-		wake    <-chan struct{}
-		stop    = func() {}
-		quick   bool // the last retry came at once, after a new watch
-	)
-	defer func() { stop() }()
-	bo := backoff{min: c.minBackoff, max: c.maxBackoff}
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
+	quick := false    // the last retry came at once, after a new watch
 	var refused error // the last refusal
 	for {
 		ml, g, name, err := m.attempt(ctx, token)
@@ -115,45 +107,31 @@ func (m *Multi) Lock(ctx context.Context) (*MultiLease, error) {
 			if err == nil || (errors.Is(err, ctx.Err()) && !errors.Is(err, ErrUnavailable)) {
 				err = refused
 			}
-			if err == nil {
-				err = &LockedError{Name: m.names[0]}
-			}
-			return nil, errors.Join(err, ctx.Err())
+			return nil, ended(ctx, err, m.names[0])
 		}
 		if err != nil && !errors.Is(err, ErrUnavailable) {
 			return nil, err
 		}
-		if err == nil && name != watched {
-			stop()
-			var werr error
-			wake, stop, werr = m.l.store.Watch(ctx, name, ModeMutex)
-			if werr != nil {
-				c.logger.Debug("dlock: watch failed; falling back to polling", "name", name, "err", werr)
-				wake, stop = nil, func() {}
-			}
-			watched = name
-			if !quick {
-				// Try again at once, so that a release between the
-				// refusal and the watch is not missed.
-				quick = true
-				continue
-			}
+		// Watch the name that refused; try again at once after a new
+		// watch, so that a release between the refusal and the watch is
+		// not missed.
+		if err == nil && w.watch(ctx, name, ModeMutex) && !quick {
+			quick = true
+			continue
 		}
 		quick = false
-		delay := bo.next()
-		if g.RetryAfter > 0 && g.RetryAfter+time.Millisecond < delay {
-			delay = g.RetryAfter + time.Millisecond
+		delay := w.bo.next()
+		if g.RetryAfter > 0 {
+			delay = min(delay, g.RetryAfter+time.Millisecond)
 		}
-		timer.Reset(delay)
-		select {
-		case <-wake:
-			bo.reset()
-		case <-timer.C:
-		case <-ctx.Done():
+		switch woke, _ := w.sleep(ctx, delay, nil); woke {
+		case wokeWatch:
+			w.bo.reset()
+		case wokeEnded:
 			if err == nil {
 				err = refused
 			}
-			return nil, errors.Join(err, ctx.Err())
+			return nil, ended(ctx, err, m.names[0])
 		}
 	}
 }

@@ -2,7 +2,6 @@ package dlock
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"time"
 )
@@ -26,21 +25,15 @@ import (
 // registers the caller at once; otherwise the first attempt is a plain one,
 // so an uncontended lock costs no grant watch.
 func (l *Locker) waitHandoff(ctx context.Context, c *config, req Request) (ls *Lease, err error, ok bool) {
-	gw, ok := l.store.(GrantWatcher)
-	if !ok {
-		return nil, nil, false
-	}
 	req.Queue = true
 	req.QueueTTL = c.queueTTLOrDefault()
 	since := time.Now()
-	grants, stop, err := gw.WatchGrant(ctx, req)
-	if err != nil {
-		if !errors.Is(err, ErrNotSupported) {
-			c.logger.Debug("dlock: grant watch failed; falling back to watch", "name", req.Name, "err", err)
-		}
+	w := newWaiter(l.store, c)
+	defer w.close()
+	if !w.handOver(ctx, req) {
 		return nil, nil, false
 	}
-	ls, err = l.waitGrant(ctx, c, req, since, grants, stop)
+	ls, err = l.waitGrant(ctx, c, req, since, w)
 	return ls, err, true
 }
 
