@@ -17,7 +17,7 @@ import (
 // least etcd's minimum lease TTL), which etcd's leader expires on its own
 // clock.
 func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, error) {
-	kind, err := kindOf(req.Mode)
+	k, err := kindOf(req.Mode)
 	if err != nil {
 		return dlock.Grant{}, err
 	}
@@ -29,7 +29,7 @@ func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, er
 	}
 	var last dlock.Grant
 	for range maxAttempts {
-		g, err := s.tryAcquire(ctx, kind, req, &last)
+		g, err := s.tryAcquire(ctx, k, req, &last)
 		if errors.Is(err, errRetry) {
 			continue
 		}
@@ -44,26 +44,26 @@ func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, er
 	return last, nil // lost every race: someone else got it
 }
 
-func (s *Store) tryAcquire(ctx context.Context, kind string, req dlock.Request, last *dlock.Grant) (dlock.Grant, error) {
-	vw, err := s.read(ctx, kind, req.Name)
+func (s *Store) tryAcquire(ctx context.Context, k kind, req dlock.Request, last *dlock.Grant) (dlock.Grant, error) {
+	vw, err := s.read(ctx, k, req.Name)
 	if err != nil {
 		return dlock.Grant{}, err
 	}
-	key := s.key(kind, req)
+	key := s.key(k, req)
 	if s.lapsed(key) {
 		return dlock.Grant{}, errRetry
 	}
-	*last = s.refusal(kind, vw, -1, req.Mode)
+	*last = s.refusal(k, vw, -1, req.Mode)
 	if i, me := vw.find(req.Token); me != nil {
 		switch {
-		case !vw.holds(kind, i):
+		case !vw.holds(k, i):
 			// A queue place: report the position, keeping the place alive
 			// for another QueueTTL when asked to queue (Queue false leaves
 			// it to run out, as on every store).
 			if err := s.keepPlace(ctx, req, me, key); err != nil {
 				return dlock.Grant{}, err
 			}
-			g := s.refusal(kind, vw, i, req.Mode)
+			g := s.refusal(k, vw, i, req.Mode)
 			if held, left, ok := s.otherHold(vw); ok {
 				g.Held, g.RetryAfter = held, left
 			}
@@ -72,14 +72,14 @@ func (s *Store) tryAcquire(ctx context.Context, kind string, req dlock.Request, 
 			// At the head of the queue: claim it, unless another kind
 			// holds the name.
 			if held, left, ok := s.otherHold(vw); ok {
-				g := s.refusal(kind, vw, i, req.Mode)
+				g := s.refusal(k, vw, i, req.Mode)
 				g.Held, g.RetryAfter = held, left
 				if err := s.keepPlace(ctx, req, me, key); err != nil {
 					return dlock.Grant{}, err
 				}
 				return g, nil
 			}
-			fence, err := s.claim(ctx, kind, req.Name, me, req.TTL, key, true, s.othersUnchanged(kind, req.Name, vw))
+			fence, err := s.claim(ctx, req.Name, me, req.TTL, key, true, s.othersUnchanged(k, req.Name, vw))
 			if err != nil {
 				return dlock.Grant{}, err
 			}
@@ -88,18 +88,18 @@ func (s *Store) tryAcquire(ctx context.Context, kind string, req dlock.Request, 
 		if err := s.keepAlive(ctx, req.Name, me, req.TTL, key); err != nil {
 			return dlock.Grant{}, err
 		}
-		if kind == "r" {
+		if k == kindReentrant {
 			if err := s.pushOutReentry(ctx, req, vw, me); err != nil {
 				return dlock.Grant{}, err
 			}
 		}
-		return dlock.Grant{Acquired: true, Fence: me.fence(), Count: s.count(kind, vw, me)}, nil
+		return dlock.Grant{Acquired: true, Fence: me.fence(), Count: s.count(k, vw, me)}, nil
 	}
 
 	if held, left, ok := s.otherHold(vw); ok {
 		// A name is one lock: refused, keeping a queued caller's place.
-		if req.Queue && (kind == "f" || req.Mode == dlock.ModeWrite) {
-			g, err := s.enqueue(ctx, kind, req, vw, key)
+		if req.Queue && (k == kindFair || req.Mode == dlock.ModeWrite) {
+			g, err := s.enqueue(ctx, k, req, vw, key)
 			g.Held, g.RetryAfter = held, left
 			return g, err
 		}
@@ -107,34 +107,34 @@ func (s *Store) tryAcquire(ctx context.Context, kind string, req dlock.Request, 
 		g.Held, g.RetryAfter = held, left
 		return g, nil
 	}
-	if kind == "s" && len(vw.entries) > 0 && vw.entries[0].v.Limit != req.Limit {
+	if k == kindSemaphore && len(vw.entries) > 0 && vw.entries[0].v.Limit != req.Limit {
 		return dlock.Grant{}, &dlock.LimitError{Name: req.Name, Held: vw.entries[0].v.Limit, Asked: req.Limit}
 	}
 
-	pfx := s.lockPrefix(kind, req.Name)
+	pfx := s.lockPrefix(k, req.Name)
 	me := &entry{token: req.Token, v: val{Mode: req.Mode, Owner: req.Owner, TTL: ms(req.TTL), Held: true, Value: req.Value}}
-	cmps := append([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)}, s.othersUnchanged(kind, req.Name, vw)...)
+	cmps := append([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)}, s.othersUnchanged(k, req.Name, vw)...)
 	empty := clientv3.Compare(clientv3.CreateRevision(pfx).WithPrefix(), "=", 0)
 	unchanged := clientv3.Compare(clientv3.ModRevision(pfx).WithPrefix(), "<", vw.rev+1)
 	var fence int64 // known before the write: a reader's or a re-entry's
 	var extra []clientv3.Op
 	switch {
-	case kind == "m" || kind == "f" || kind == "e" || req.Mode == dlock.ModeWrite:
+	case k == kindMutex || k == kindFair || k == kindElection || req.Mode == dlock.ModeWrite:
 		if req.Mode == dlock.ModeWrite && req.Owner != "" {
 			for _, e := range vw.entries {
-				if e.token == req.Owner && e.v.Mode == dlock.ModeRead && vw.holds(kind, slicesIndex(vw, e)) {
+				if e.token == req.Owner && e.v.Mode == dlock.ModeRead && vw.holds(k, slicesIndex(vw, e)) {
 					return dlock.Grant{}, dlock.ErrUpgrade
 				}
 			}
 		}
 		if len(vw.entries) > 0 {
-			if req.Queue && (kind == "f" || req.Mode == dlock.ModeWrite) {
-				return s.enqueue(ctx, kind, req, vw, key)
+			if req.Queue && (k == kindFair || req.Mode == dlock.ModeWrite) {
+				return s.enqueue(ctx, k, req, vw, key)
 			}
 			return *last, nil
 		}
 		cmps = append(cmps, empty)
-	case kind == "r":
+	case k == kindReentrant:
 		if len(vw.entries) == 0 {
 			cmps = append(cmps, empty)
 			break
@@ -145,7 +145,7 @@ func (s *Store) tryAcquire(ctx context.Context, kind string, req dlock.Request, 
 		fence = vw.entries[0].fence()
 		me.v.Fence = fence
 		cmps = append(cmps, unchanged)
-	case kind == "s":
+	case k == kindSemaphore:
 		if len(vw.entries) >= req.Limit {
 			return *last, nil
 		}
@@ -167,7 +167,7 @@ func (s *Store) tryAcquire(ctx context.Context, kind string, req dlock.Request, 
 		beside := false
 		for _, e := range vw.entries {
 			if e.v.Mode == dlock.ModeWrite {
-				if req.Owner == "" || e.token != req.Owner || !vw.holds(kind, slicesIndex(vw, e)) {
+				if req.Owner == "" || e.token != req.Owner || !vw.holds(k, slicesIndex(vw, e)) {
 					return *last, nil
 				}
 				beside = true
@@ -176,14 +176,14 @@ func (s *Store) tryAcquire(ctx context.Context, kind string, req dlock.Request, 
 		if beside {
 			cmps = append(cmps, unchanged)
 		} else {
-			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(pfx+"w/").WithPrefix(), "=", 0))
+			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(pfx+writerSub).WithPrefix(), "=", 0))
 		}
 		if vw.fence != nil {
 			// The current fence, checked to be still current at commit
 			// (a writer that came and went since the read changed it).
 			fence = vw.fence.ModRevision
 			me.v.Fence = fence // a retry returns it, not the key's revision
-			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(s.fenceKey(kind, req.Name)), "=", fence))
+			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(s.fenceKey(req.Name)), "=", fence))
 		}
 	}
 	lease, err := s.cli.Grant(ctx, seconds(req.TTL))
@@ -195,7 +195,7 @@ func (s *Store) tryAcquire(ctx context.Context, kind string, req dlock.Request, 
 		ops = append(ops, clientv3.OpPut(string(op.KeyBytes()), string(op.ValueBytes()), clientv3.WithLease(lease.ID)))
 	}
 	if fence == 0 {
-		fk := s.fenceKey(kind, req.Name)
+		fk := s.fenceKey(req.Name)
 		ops = append(ops, clientv3.OpPut(fk, ""))
 		if req.Mode == dlock.ModeRead {
 			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(fk), "=", 0))
@@ -214,7 +214,7 @@ func (s *Store) tryAcquire(ctx context.Context, kind string, req dlock.Request, 
 		fence = resp.Header.Revision
 	}
 	count := 1
-	if kind == "r" {
+	if k == kindReentrant {
 		count = len(vw.entries) + 1
 	}
 	return dlock.Grant{Acquired: true, Fence: fence, Count: count}, nil
@@ -245,8 +245,8 @@ func slicesIndex(vw *view, e *entry) int {
 
 // count is the hold count of a grant: the owner's acquisitions for a
 // reentrant lock, else 1.
-func (s *Store) count(kind string, vw *view, me *entry) int {
-	if kind != "r" {
+func (s *Store) count(k kind, vw *view, me *entry) int {
+	if k != kindReentrant {
 		return 1
 	}
 	n := 0
@@ -265,7 +265,7 @@ func (s *Store) count(kind string, vw *view, me *entry) int {
 // since it was read (expired, or claimed by someone else), or when this
 // store judged the place lapsed. A hold claimed for a waiter of this store
 // (mine, or a handoff to a place it tracks) is tracked for ttl.
-func (s *Store) claim(ctx context.Context, kind, name string, me *entry, ttl time.Duration, key string, mine bool, others []clientv3.Cmp) (int64, error) {
+func (s *Store) claim(ctx context.Context, name string, me *entry, ttl time.Duration, key string, mine bool, others []clientv3.Cmp) (int64, error) {
 	old := clientv3.LeaseID(me.kv.Lease)
 	if s.isDead(old) {
 		return 0, errRetry // the place lapsed: its revocation is on its way
@@ -282,7 +282,7 @@ func (s *Store) claim(ctx context.Context, kind, name string, me *entry, ttl tim
 		clientv3.Compare(clientv3.ModRevision(key), "=", me.kv.ModRevision), // nobody claimed it since
 	}, others...)...).Then(
 		clientv3.OpPut(key, nv.encode(), clientv3.WithLease(lease.ID)),
-		clientv3.OpPut(s.fenceKey(kind, name), ""),
+		clientv3.OpPut(s.fenceKey(name), ""),
 	).Commit()
 	if err != nil || !resp.Succeeded {
 		s.revoke(lease.ID)
@@ -301,7 +301,7 @@ func (s *Store) claim(ctx context.Context, kind, name string, me *entry, ttl tim
 // enqueue adds the caller's queue key (fair waiter or writer intent) on a
 // lease of the queue TTL: a waiter that dies leaves the queue when it runs
 // out. A claim moves the key to a lease of the hold's TTL.
-func (s *Store) enqueue(ctx context.Context, kind string, req dlock.Request, vw *view, key string) (dlock.Grant, error) {
+func (s *Store) enqueue(ctx context.Context, k kind, req dlock.Request, vw *view, key string) (dlock.Grant, error) {
 	qttl := req.QueueTTL
 	if qttl <= 0 {
 		qttl = req.TTL
@@ -321,15 +321,15 @@ func (s *Store) enqueue(ctx context.Context, kind string, req dlock.Request, vw 
 		return dlock.Grant{}, err
 	}
 	s.track(key, lease.ID, qttl)
-	return s.refusal(kind, vw, -1, req.Mode), nil
+	return s.refusal(k, vw, -1, req.Mode), nil
 }
 
 // queued is the number of queue places among the first n keys of vw
 // (keys that were not granted the lock, the head's included).
-func queued(kind string, vw *view, n int) int {
+func queued(k kind, vw *view, n int) int {
 	q := 0
 	for i := range n {
-		if !vw.claimed(kind, i) {
+		if !vw.claimed(k, i) {
 			q++
 		}
 	}
@@ -342,18 +342,18 @@ func queued(kind string, vw *view, n int) int {
 // caller's place in the queue (i its index, or -1: the queue's length).
 // Held is the holders' mode, or mode (the request's) when only queue places
 // keep the caller out.
-func (s *Store) refusal(kind string, vw *view, i int, mode dlock.Mode) dlock.Grant {
-	g := dlock.Grant{Held: vw.heldMode(kind, mode)}
+func (s *Store) refusal(k kind, vw *view, i int, mode dlock.Mode) dlock.Grant {
+	g := dlock.Grant{Held: vw.heldMode(k, mode)}
 	first := true
 	for j, e := range vw.entries {
-		if !vw.holds(kind, j) {
+		if !vw.holds(k, j) {
 			continue
 		}
 		d := time.Duration(e.v.TTL) * time.Millisecond
 		if r, ok := s.remaining(string(e.kv.Key)); ok {
 			d = r
 		}
-		if kind == "s" {
+		if k == kindSemaphore {
 			if first || d < g.RetryAfter {
 				g.RetryAfter = d
 			}
@@ -365,6 +365,6 @@ func (s *Store) refusal(kind string, vw *view, i int, mode dlock.Mode) dlock.Gra
 	if i < 0 {
 		i = len(vw.entries)
 	}
-	g.Position = queued(kind, vw, i)
+	g.Position = queued(k, vw, i)
 	return g
 }

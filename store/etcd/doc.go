@@ -6,10 +6,12 @@
 // # Model
 //
 // Each hold, and each queue place, is one key under the lock's prefix
-// (<prefix>l/<pattern>/<len>:<name>/<h|w>/<token>) attached to an etcd lease
-// of its own: a one-key session. A lease's TTL is the hold's TTL rounded up to
-// whole seconds (and at least etcd's minimum, 1.5 × the election timeout);
-// etcd's leader expires it on its own clock, so no client clock is trusted.
+// (<prefix>l/<pattern>/<len>:<name>/<h|w>/<token>: pattern is m, r, w, f, s
+// or e for mutex, reentrant, read-write, fair, semaphore, election; w marks a
+// writer's key, h any other) attached to an etcd lease of its own: a one-key
+// session. A lease's TTL is the hold's TTL rounded up to whole seconds (and
+// at least etcd's minimum, 1.5 × the election timeout); etcd's leader expires
+// it on its own clock, so no client clock is trusted.
 // Extend renews the lease (LeaseKeepAlive, concurrently for a batch) and
 // reports [dlock.ErrNotHeld] once the lease or its key is gone: the session
 // ended, the lock was lost. Release revokes the lease, which deletes the key

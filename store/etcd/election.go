@@ -8,8 +8,9 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// The election (dlock.ModeElection) is the exclusive pattern "e": the
-// leader's key holds its value, the grant's revision is the term.
+// The election (dlock.ModeElection) is an exclusive pattern of its own
+// (kindElection): the leader's key holds its value, the grant's revision is
+// the term.
 
 var _ dlock.Elector = (*Store)(nil)
 
@@ -21,7 +22,7 @@ func (s *Store) Leader(ctx context.Context, name string) (dlock.Leader, error) {
 	if err := dlock.ValidName(name); err != nil {
 		return dlock.Leader{}, err
 	}
-	vw, err := s.read(ctx, "e", name)
+	vw, err := s.read(ctx, kindElection, name)
 	if err != nil {
 		return dlock.Leader{}, storeErr("leader", err)
 	}

@@ -22,26 +22,26 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
-func (s *Store) state(kind, name string, vw *view) dlock.State {
-	st := dlock.State{Name: name, Mode: kindMode[kind]}
+func (s *Store) state(k kind, name string, vw *view) dlock.State {
+	st := dlock.State{Name: name, Mode: k.mode()}
 	if vw.fence != nil {
 		st.Fence = vw.fence.ModRevision
 	}
 	for i, e := range vw.entries {
-		if vw.holds(kind, i) {
+		if vw.holds(k, i) {
 			st.Holders++
 			st.TTL = max(st.TTL, time.Duration(e.v.TTL)*time.Millisecond)
 			if e.v.Mode == dlock.ModeWrite {
 				st.Mode = dlock.ModeWrite
 			}
-			if kind == "s" {
+			if k == kindSemaphore {
 				st.Limit = e.v.Limit
 			}
 		} else {
 			st.Queue++
 		}
 	}
-	if kind == "r" && st.Holders > 0 {
+	if k == kindReentrant && st.Holders > 0 {
 		st.Holders = 1
 	}
 	return st
@@ -79,44 +79,60 @@ func (s *Store) List(ctx context.Context) ([]dlock.State, error) {
 	for _, kv := range tr.Responses[1].GetResponseRange().Kvs {
 		fences[strings.TrimPrefix(string(kv.Key), fbase)] = kv
 	}
-	type lk struct{ kind, name string }
+	type lk struct {
+		kind kind
+		name string
+	}
 	views := map[lk]*view{}
 	var order []lk
 	for _, kv := range resp.Kvs {
-		rest := strings.TrimPrefix(string(kv.Key), base) // <kind>/<len>:<name>/<sub>/<token>
-		kind, rest, ok := strings.Cut(rest, "/")
+		k, name, token, ok := parseLockKey(strings.TrimPrefix(string(kv.Key), base))
 		if !ok {
 			continue
 		}
-		ls, rest, ok := strings.Cut(rest, ":")
-		n, err := strconv.Atoi(ls)
-		if !ok || err != nil || n > len(rest) {
-			continue
-		}
-		name, token := rest[:n], strings.TrimPrefix(rest[n:], "/")
-		if len(token) < 2 || token[1] != '/' {
-			continue
-		}
-		e := &entry{token: token[2:], kv: kv}
+		e := &entry{token: token, kv: kv}
 		if json.Unmarshal(kv.Value, &e.v) != nil {
 			continue
 		}
-		k := lk{kind, name}
-		if views[k] == nil {
-			views[k] = &view{rev: tr.Header.Revision, fence: fences[nameKey("n", name)]}
-			order = append(order, k)
+		l := lk{k, name}
+		if views[l] == nil {
+			views[l] = &view{rev: tr.Header.Revision, fence: fences[nameKey(fenceSegment, name)]}
+			order = append(order, l)
 		}
-		views[k].entries = append(views[k].entries, e)
+		views[l].entries = append(views[l].entries, e)
 	}
 	sort.Slice(order, func(i, j int) bool {
 		if order[i].name != order[j].name {
 			return order[i].name < order[j].name
 		}
-		return order[i].kind < order[j].kind
+		return order[i].kind.segment() < order[j].kind.segment() // as the keys sort
 	})
 	out := make([]dlock.State, 0, len(order))
-	for _, k := range order {
-		out = append(out, s.state(k.kind, k.name, views[k]))
+	for _, l := range order {
+		out = append(out, s.state(l.kind, l.name, views[l]))
 	}
 	return out, nil
+}
+
+// parseLockKey splits rest, a lock key after <prefix>l/, into the kind,
+// name and token of <kind>/<len>:<name>/<sub>/<token>; ok is false for a
+// key of another shape or kind.
+func parseLockKey(rest string) (k kind, name, token string, ok bool) {
+	seg, rest, ok := strings.Cut(rest, "/")
+	if !ok {
+		return 0, "", "", false
+	}
+	if k, ok = kindOfSegment(seg); !ok {
+		return 0, "", "", false
+	}
+	ls, rest, ok := strings.Cut(rest, ":")
+	n, err := strconv.Atoi(ls)
+	if !ok || err != nil || n > len(rest) {
+		return 0, "", "", false
+	}
+	name, token = rest[:n], strings.TrimPrefix(rest[n:], "/")
+	if len(token) < 2 || token[1] != '/' {
+		return 0, "", "", false
+	}
+	return k, name, token[2:], true
 }

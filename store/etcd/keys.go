@@ -14,66 +14,132 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// kindOf is the namespace letter of a mode: each pattern keeps its own keys
-// (ModeWrite shares the read-write lock's).
-func kindOf(m dlock.Mode) (string, error) {
-	switch m {
-	case dlock.ModeMutex:
-		return "m", nil
-	case dlock.ModeReentrant:
-		return "r", nil
-	case dlock.ModeRead, dlock.ModeWrite:
-		return "w", nil
-	case dlock.ModeFair:
-		return "f", nil
-	case dlock.ModeSemaphore:
-		return "s", nil
-	case dlock.ModeElection:
-		return "e", nil
-	}
-	return "", fmt.Errorf("%w: etcd store mode %v", dlock.ErrNotSupported, m)
+// kind is a pattern's namespace: each pattern keeps its own keys under a
+// name (ModeRead and ModeWrite share the read-write lock's).
+type kind uint8
+
+const (
+	kindMutex kind = iota
+	kindReentrant
+	kindRW
+	kindFair
+	kindSemaphore
+	kindElection
+)
+
+// kinds is every kind, in the order State looks for a name's pattern.
+var kinds = []kind{kindMutex, kindReentrant, kindRW, kindFair, kindSemaphore, kindElection}
+
+// segment is the kind's segment of its keys: <prefix>l/<segment>/... Keys
+// written by every dlock version use these letters, so they never change.
+func (k kind) segment() string {
+	return [...]string{
+		kindMutex:     "m",
+		kindReentrant: "r",
+		kindRW:        "w",
+		kindFair:      "f",
+		kindSemaphore: "s",
+		kindElection:  "e",
+	}[k]
 }
 
-var kinds = []string{"m", "r", "w", "f", "s", "e"}
+// mode is the mode a kind's holders hold in (ModeRead for the read-write
+// lock: a writer's key says ModeWrite itself).
+func (k kind) mode() dlock.Mode {
+	return [...]dlock.Mode{
+		kindMutex:     dlock.ModeMutex,
+		kindReentrant: dlock.ModeReentrant,
+		kindRW:        dlock.ModeRead,
+		kindFair:      dlock.ModeFair,
+		kindSemaphore: dlock.ModeSemaphore,
+		kindElection:  dlock.ModeElection,
+	}[k]
+}
 
-var kindMode = map[string]dlock.Mode{"m": dlock.ModeMutex, "r": dlock.ModeReentrant, "w": dlock.ModeRead, "f": dlock.ModeFair, "s": dlock.ModeSemaphore, "e": dlock.ModeElection}
+// kindOf is the kind whose keys a mode's holds are.
+func kindOf(m dlock.Mode) (kind, error) {
+	switch m {
+	case dlock.ModeMutex:
+		return kindMutex, nil
+	case dlock.ModeReentrant:
+		return kindReentrant, nil
+	case dlock.ModeRead, dlock.ModeWrite:
+		return kindRW, nil
+	case dlock.ModeFair:
+		return kindFair, nil
+	case dlock.ModeSemaphore:
+		return kindSemaphore, nil
+	case dlock.ModeElection:
+		return kindElection, nil
+	}
+	return 0, fmt.Errorf("%w: etcd store mode %v", dlock.ErrNotSupported, m)
+}
 
-// nameKey renders a lock name so that no name's keys are a prefix of
-// another's: its length, a colon, the name.
-func nameKey(kind, name string) string {
-	return kind + "/" + strconv.Itoa(len(name)) + ":" + name
+// kindOfSegment is the kind whose keys have segment seg; ok is false for a
+// segment no dlock version writes.
+func kindOfSegment(seg string) (k kind, ok bool) {
+	for _, k := range kinds {
+		if k.segment() == seg {
+			return k, true
+		}
+	}
+	return 0, false
+}
+
+// Key segments that are not kinds: the name's fence key lives under
+// <prefix>f/n/..., a semaphore's slots under <prefix>s/s/..., and a
+// sub-segment of a lock's keys tells a writer's key ("w/") from every
+// other key ("h/").
+const (
+	fenceSegment = "n"
+	holdSub      = "h/"
+	writerSub    = "w/"
+)
+
+// nameKey renders a name under the key segment seg so that no name's keys
+// are a prefix of another's: seg, a slash, the name's length, a colon, the
+// name.
+func nameKey(seg, name string) string {
+	return seg + "/" + strconv.Itoa(len(name)) + ":" + name
 }
 
 // lockPrefix is the prefix of the holder and queue keys of one lock:
-// <prefix>l/<kind>/<len>:<name>/<sub>/<token>, where sub is "w" for a
-// writer and "h" for every other key, so that readers can check in one
-// comparison that no writer key exists.
-func (s *Store) lockPrefix(kind, name string) string {
-	return s.prefix + "l/" + nameKey(kind, name) + "/"
+// <prefix>l/<kind>/<len>:<name>/<sub>/<token>, where kind is the kind's
+// segment and sub is "w" for a writer and "h" for every other key, so that
+// readers can check in one comparison that no writer key exists.
+func (s *Store) lockPrefix(k kind, name string) string {
+	return s.prefix + "l/" + nameKey(k.segment(), name) + "/"
 }
 
+// sub is the sub-segment of a key of mode m.
 func sub(m dlock.Mode) string {
 	if m == dlock.ModeWrite {
-		return "w/"
+		return writerSub
 	}
-	return "h/"
+	return holdSub
 }
 
-func (s *Store) key(kind string, req dlock.Request) string {
-	return s.lockPrefix(kind, req.Name) + sub(req.Mode) + req.Token
+// key is the key of req's hold or queue place.
+func (s *Store) key(k kind, req dlock.Request) string {
+	return s.lockPrefix(k, req.Name) + sub(req.Mode) + req.Token
 }
 
 // fenceKey is the key whose ModRevision is the name's last exclusive fence
 // (the current fence readers get), one for every kind: a name is one lock.
 // It has no lease.
-func (s *Store) fenceKey(_, name string) string {
-	return s.prefix + "f/" + nameKey("n", name)
+func (s *Store) fenceKey(name string) string {
+	return s.prefix + "f/" + nameKey(fenceSegment, name)
 }
 
 // slotKey is permit i of a semaphore: a key created with the permit's hold
 // (same lease), so that two grants compete only for the same slot.
 func (s *Store) slotKey(name string, i int) string {
-	return s.prefix + "s/" + nameKey("s", name) + "/" + strconv.Itoa(i)
+	return s.slotPrefix(name) + strconv.Itoa(i)
+}
+
+// slotPrefix is the prefix of a semaphore's slot keys.
+func (s *Store) slotPrefix(name string) string {
+	return s.prefix + "s/" + nameKey(kindSemaphore.segment(), name) + "/"
 }
 
 // val is the value of a holder or queue key.
@@ -115,16 +181,16 @@ type view struct {
 	entries []*entry
 	fence   *mvccpb.KeyValue // nil when no fence was issued yet
 	slots   map[int]bool     // semaphore slots taken
-	others  map[string]*view // the name's other kinds, at the same revision
+	others  map[kind]*view   // the name's other kinds, at the same revision
 }
 
-// heldMode is the mode of the lock's holders (kind's): ModeWrite while a
+// heldMode is the mode of the lock's holders (of kind k): ModeWrite while a
 // writer holds a read-write lock, or def when only queue places are left
 // (a writer's intent at the head holds nothing yet).
-func (vw *view) heldMode(kind string, def dlock.Mode) dlock.Mode {
+func (vw *view) heldMode(k kind, def dlock.Mode) dlock.Mode {
 	held := false
 	for i, e := range vw.entries {
-		if !vw.claimed(kind, i) {
+		if !vw.claimed(k, i) {
 			continue
 		}
 		if e.v.Mode == dlock.ModeWrite {
@@ -135,13 +201,13 @@ func (vw *view) heldMode(kind string, def dlock.Mode) dlock.Mode {
 	if !held {
 		return def
 	}
-	return kindMode[kind]
+	return k.mode()
 }
 
 // claimed reports whether entry i holds the lock and was granted: not a
 // queue place, even at the head.
-func (vw *view) claimed(kind string, i int) bool {
-	return vw.entries[i].v.Held && vw.holds(kind, i)
+func (vw *view) claimed(k kind, i int) bool {
+	return vw.entries[i].v.Held && vw.holds(k, i)
 }
 
 // otherHold reports a hold of another kind on the name (a name is one
@@ -154,7 +220,7 @@ func (s *Store) otherHold(vw *view) (dlock.Mode, time.Duration, bool) {
 		}
 		for i := range ov.entries {
 			if ov.claimed(k, i) { // a queue place at the head holds nothing yet
-				return ov.heldMode(k, kindMode[k]), s.refusal(k, ov, -1, 0).RetryAfter, true
+				return ov.heldMode(k, k.mode()), s.refusal(k, ov, -1, 0).RetryAfter, true
 			}
 		}
 	}
@@ -163,10 +229,10 @@ func (s *Store) otherHold(vw *view) (dlock.Mode, time.Duration, bool) {
 
 // othersUnchanged are the comparisons that make a grant hold at commit
 // only if no key of the name's other kinds was written since vw was read.
-func (s *Store) othersUnchanged(kind, name string, vw *view) []clientv3.Cmp {
+func (s *Store) othersUnchanged(mine kind, name string, vw *view) []clientv3.Cmp {
 	var cmps []clientv3.Cmp
 	for _, k := range kinds {
-		if k != kind {
+		if k != mine {
 			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(s.lockPrefix(k, name)).WithPrefix(), "<", vw.rev+1))
 		}
 	}
@@ -186,14 +252,14 @@ func (vw *view) find(token string) (int, *entry) {
 // the first key (mutex, fair, writer, leader), any permit (semaphore: every key is
 // a permit), the owner's keys (reentrant), a reader with no writer ahead
 // other than the writer it was let in beside.
-func (vw *view) holds(kind string, i int) bool {
+func (vw *view) holds(k kind, i int) bool {
 	e := vw.entries[i]
-	switch kind {
-	case "r":
+	switch k {
+	case kindReentrant:
 		return vw.entries[0].v.Owner == e.v.Owner
-	case "s":
+	case kindSemaphore:
 		return true
-	case "w":
+	case kindRW:
 		if e.v.Mode == dlock.ModeWrite {
 			return i == 0
 		}
@@ -208,18 +274,18 @@ func (vw *view) holds(kind string, i int) bool {
 }
 
 // read gets the view of a lock in one round trip.
-func (s *Store) read(ctx context.Context, kind, name string) (*view, error) {
-	pfx := s.lockPrefix(kind, name)
+func (s *Store) read(ctx context.Context, mine kind, name string) (*view, error) {
+	pfx := s.lockPrefix(mine, name)
 	ops := []clientv3.Op{
 		clientv3.OpGet(pfx, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)),
-		clientv3.OpGet(s.fenceKey(kind, name)),
+		clientv3.OpGet(s.fenceKey(name)),
 	}
-	if kind == "s" {
-		ops = append(ops, clientv3.OpGet(s.prefix+"s/"+nameKey("s", name)+"/", clientv3.WithPrefix(), clientv3.WithKeysOnly()))
+	if mine == kindSemaphore {
+		ops = append(ops, clientv3.OpGet(s.slotPrefix(name), clientv3.WithPrefix(), clientv3.WithKeysOnly()))
 	}
 	n := len(ops)
 	for _, k := range kinds {
-		if k != kind {
+		if k != mine {
 			ops = append(ops, clientv3.OpGet(s.lockPrefix(k, name), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)))
 		}
 	}
@@ -228,9 +294,9 @@ func (s *Store) read(ctx context.Context, kind, name string) (*view, error) {
 		return nil, err
 	}
 	vw := parseView(pfx, resp.Header.Revision, resp.Responses[0].GetResponseRange().Kvs)
-	vw.others = map[string]*view{}
+	vw.others = map[kind]*view{}
 	for _, k := range kinds {
-		if k != kind {
+		if k != mine {
 			vw.others[k] = parseView(s.lockPrefix(k, name), resp.Header.Revision, resp.Responses[n].GetResponseRange().Kvs)
 			n++
 		}
@@ -248,11 +314,11 @@ func (s *Store) read(ctx context.Context, kind, name string) (*view, error) {
 	if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) > 0 {
 		vw.fence = kvs[0]
 	}
-	if kind == "s" {
+	if mine == kindSemaphore {
 		vw.slots = map[int]bool{}
 		for _, kv := range resp.Responses[2].GetResponseRange().Kvs {
-			k := string(kv.Key)
-			if i, err := strconv.Atoi(k[strings.LastIndexByte(k, '/')+1:]); err == nil {
+			sk := string(kv.Key)
+			if i, err := strconv.Atoi(sk[strings.LastIndexByte(sk, '/')+1:]); err == nil {
 				vw.slots[i] = true
 			}
 		}

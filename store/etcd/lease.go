@@ -228,7 +228,7 @@ func (s *Store) Extend(ctx context.Context, reqs []dlock.Request) []error {
 	idx := make([]int, 0, len(reqs))
 	keys := make([]string, len(reqs))
 	for i, req := range reqs {
-		kind, err := kindOf(req.Mode)
+		k, err := kindOf(req.Mode)
 		if err == nil {
 			err = validate(req)
 		}
@@ -236,7 +236,7 @@ func (s *Store) Extend(ctx context.Context, reqs []dlock.Request) []error {
 			errs[i] = err
 			continue
 		}
-		keys[i] = s.key(kind, req)
+		keys[i] = s.key(k, req)
 		if s.lapsed(keys[i]) {
 			errs[i] = dlock.ErrNotHeld
 			continue
@@ -286,7 +286,7 @@ func (s *Store) Extend(ctx context.Context, reqs []dlock.Request) []error {
 // extendReentry pushes out the other acquisitions of the reentrant hold
 // that me belongs to: one hold, one expiry, as on every store.
 func (s *Store) extendReentry(ctx context.Context, req dlock.Request, me *entry) error {
-	vw, err := s.read(ctx, "r", req.Name)
+	vw, err := s.read(ctx, kindReentrant, req.Name)
 	if err != nil {
 		return err
 	}
@@ -298,12 +298,12 @@ func (s *Store) extendReentry(ctx context.Context, req dlock.Request, me *entry)
 // keeps it (a retry or an Extend with a shorter TTL shortens its own
 // acquisition only).
 func (s *Store) pushOutReentry(ctx context.Context, req dlock.Request, vw *view, me *entry) error {
-	pfx := s.lockPrefix("r", req.Name)
+	pfx := s.lockPrefix(kindReentrant, req.Name)
 	for _, e := range vw.entries {
 		if e.token == me.token || e.v.Owner != me.v.Owner {
 			continue
 		}
-		key := pfx + "h/" + e.token
+		key := pfx + holdSub + e.token
 		ttl := req.TTL
 		if left, ok := s.remaining(key); ok {
 			ttl = max(ttl, left)
@@ -322,11 +322,11 @@ func (s *Store) pushOutReentry(ctx context.Context, req dlock.Request, vw *view,
 // and a lease of the TTL it asked for), and its [Store.WatchGrant] wakes.
 // A writer intent needs no handoff: the next writer claims on its own.
 func (s *Store) Release(ctx context.Context, req dlock.Request) error {
-	kind, err := kindOf(req.Mode)
+	k, err := kindOf(req.Mode)
 	if err != nil {
 		return err
 	}
-	key := s.key(kind, req)
+	key := s.key(k, req)
 	if s.lapsed(key) {
 		return dlock.ErrNotHeld
 	}
@@ -353,7 +353,7 @@ func (s *Store) Release(ctx context.Context, req dlock.Request) error {
 	if err != nil {
 		return storeErr("release", err)
 	}
-	if kind == "f" {
+	if k == kindFair {
 		s.handOff(ctx, req.Name)
 	}
 	return nil
@@ -363,7 +363,7 @@ func (s *Store) Release(ctx context.Context, req dlock.Request) error {
 // left to the head waiter, which claims for itself on its next Acquire.
 func (s *Store) handOff(ctx context.Context, name string) {
 	for range 3 {
-		vw, err := s.read(ctx, "f", name)
+		vw, err := s.read(ctx, kindFair, name)
 		if err != nil || len(vw.entries) == 0 || vw.entries[0].v.Held {
 			return
 		}
@@ -371,12 +371,12 @@ func (s *Store) handOff(ctx context.Context, name string) {
 			return
 		}
 		head := vw.entries[0]
-		key := s.lockPrefix("f", name) + "h/" + head.token
+		key := s.lockPrefix(kindFair, name) + holdSub + head.token
 		hold := head.v.Hold // the TTL the waiter asked to hold for
 		if hold == 0 {
 			hold = head.v.TTL
 		}
-		_, err = s.claim(ctx, "f", name, head, time.Duration(hold)*time.Millisecond, key, false, s.othersUnchanged("f", name, vw))
+		_, err = s.claim(ctx, name, head, time.Duration(hold)*time.Millisecond, key, false, s.othersUnchanged(kindFair, name, vw))
 		if !errors.Is(err, errRetry) {
 			return
 		}

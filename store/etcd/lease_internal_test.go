@@ -29,8 +29,8 @@ func TestExtendRacingReaper(t *testing.T) {
 		if g, err := s.Acquire(ctx, req); err != nil || !g.Acquired {
 			t.Fatalf("%v: Acquire = %+v, %v", m, g, err)
 		}
-		kind, _ := kindOf(m)
-		key := s.key(kind, req)
+		k, _ := kindOf(m)
+		key := s.key(k, req)
 		// What the reaper does at the deadline, stopped before the revoke.
 		s.mu.Lock()
 		lease := s.lapseLocked(key)
@@ -79,7 +79,7 @@ func TestHandoffToLocalWaiter(t *testing.T) {
 		if g, err := s.Acquire(ctx, w); err != nil || g.Acquired || g.Position != 0 {
 			t.Fatalf("queued Acquire(w) = %+v, %v; want a refusal at 0", g, err)
 		}
-		key := s.key("f", w)
+		key := s.key(kindFair, w)
 		var lease clientv3.LeaseID
 		if lapse { // what the reaper does at the place's deadline, before the revoke
 			s.mu.Lock()

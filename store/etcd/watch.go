@@ -17,7 +17,7 @@ import (
 // For an election, puts of the election's keys wake too (a new leader).
 // It returns once etcd has confirmed the watches.
 func (s *Store) Watch(ctx context.Context, name string, mode dlock.Mode) (<-chan struct{}, func(), error) {
-	kind, err := kindOf(mode)
+	mine, err := kindOf(mode)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -25,7 +25,7 @@ func (s *Store) Watch(ctx context.Context, name string, mode dlock.Mode) (<-chan
 	var wchs []clientv3.WatchChan
 	for _, k := range kinds {
 		opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithCreatedNotify()}
-		if k != "e" || kind != "e" {
+		if k != kindElection || mine != kindElection {
 			opts = append(opts, clientv3.WithFilterPut())
 		}
 		wch := s.cli.Watch(wctx, s.lockPrefix(k, name), opts...)
@@ -100,8 +100,8 @@ func (s *Store) WatchGrant(ctx context.Context, req dlock.Request) (<-chan dlock
 }
 
 func (s *Store) grantLoop(ctx context.Context, req dlock.Request, ch chan<- dlock.Grant) {
-	pfx := s.lockPrefix("f", req.Name)
-	key := s.key("f", req)
+	pfx := s.lockPrefix(kindFair, req.Name)
+	key := s.key(kindFair, req)
 	pause := func() bool {
 		t := time.NewTimer(50 * time.Millisecond)
 		defer t.Stop()
