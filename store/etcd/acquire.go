@@ -44,6 +44,10 @@ func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, er
 	return last, nil // lost every race: someone else got it
 }
 
+// tryAcquire makes one attempt at req on one read of the lock and returns
+// the grant or refusal, or errRetry when the lock changed before the write
+// could commit. It sets last to the refusal that read implies: Acquire's
+// answer once every attempt lost its race.
 func (s *Store) tryAcquire(ctx context.Context, k kind, req dlock.Request, last *dlock.Grant) (dlock.Grant, error) {
 	vw, err := s.read(ctx, k, req.Name)
 	if err != nil {
@@ -55,146 +59,257 @@ func (s *Store) tryAcquire(ctx context.Context, k kind, req dlock.Request, last 
 	}
 	*last = s.refusal(k, vw, -1, req.Mode)
 	if i, me := vw.find(req.Token); me != nil {
-		switch {
-		case !vw.holds(k, i):
-			// A queue place: report the position, keeping the place alive
-			// for another QueueTTL when asked to queue (Queue false leaves
-			// it to run out, as on every store).
-			if err := s.keepPlace(ctx, req, me, key); err != nil {
-				return dlock.Grant{}, err
-			}
-			g := s.refusal(k, vw, i, req.Mode)
-			if held, left, ok := s.otherHold(vw); ok {
-				g.Held, g.RetryAfter = held, left
-			}
-			return g, nil
-		case !me.v.Held:
-			// At the head of the queue: claim it, unless another kind
-			// holds the name.
-			if held, left, ok := s.otherHold(vw); ok {
-				g := s.refusal(k, vw, i, req.Mode)
-				g.Held, g.RetryAfter = held, left
-				if err := s.keepPlace(ctx, req, me, key); err != nil {
-					return dlock.Grant{}, err
-				}
-				return g, nil
-			}
-			fence, err := s.claim(ctx, req.Name, me, req.TTL, key, true, s.othersUnchanged(k, req.Name, vw))
-			if err != nil {
-				return dlock.Grant{}, err
-			}
-			return dlock.Grant{Acquired: true, Fence: fence, Count: 1}, nil
-		}
-		if err := s.keepAlive(ctx, req.Name, me, req.TTL, key); err != nil {
-			return dlock.Grant{}, err
-		}
-		if k == kindReentrant {
-			if err := s.pushOutReentry(ctx, req, vw, me); err != nil {
-				return dlock.Grant{}, err
-			}
-		}
-		return dlock.Grant{Acquired: true, Fence: me.fence(), Count: s.count(k, vw, me)}, nil
+		return s.rejoin(ctx, k, req, vw, i, key)
 	}
-
 	if held, left, ok := s.otherHold(vw); ok {
-		// A name is one lock: refused, keeping a queued caller's place.
-		if req.Queue && (k == kindFair || req.Mode == dlock.ModeWrite) {
-			g, err := s.enqueue(ctx, k, req, vw, key)
-			g.Held, g.RetryAfter = held, left
-			return g, err
-		}
 		g := *last
 		g.Held, g.RetryAfter = held, left
-		return g, nil
+		return s.refuseForOther(ctx, k, req, vw, key, g)
 	}
 	if k == kindSemaphore && len(vw.entries) > 0 && vw.entries[0].v.Limit != req.Limit {
 		return dlock.Grant{}, &dlock.LimitError{Name: req.Name, Held: vw.entries[0].v.Limit, Asked: req.Limit}
 	}
+	if exclusive(k, req.Mode) && len(vw.entries) > 0 {
+		return s.joinOrRefuse(ctx, k, req, vw, key, *last)
+	}
+	h, ok := s.admit(k, req, vw, key)
+	if !ok {
+		return *last, nil
+	}
+	return s.commitHold(ctx, k, req, vw, key, h)
+}
 
-	pfx := s.lockPrefix(k, req.Name)
-	me := &entry{token: req.Token, v: val{Mode: req.Mode, Owner: req.Owner, TTL: ms(req.TTL), Held: true, Value: req.Value}}
-	cmps := append([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)}, s.othersUnchanged(k, req.Name, vw)...)
-	empty := clientv3.Compare(clientv3.CreateRevision(pfx).WithPrefix(), "=", 0)
-	unchanged := clientv3.Compare(clientv3.ModRevision(pfx).WithPrefix(), "<", vw.rev+1)
-	var fence int64 // known before the write: a reader's or a re-entry's
-	var extra []clientv3.Op
+// exclusive reports whether a request of mode m on a lock of kind k is
+// granted only while the lock has no keys: a mutex, a fair lock, an
+// election, a writer.
+func exclusive(k kind, m dlock.Mode) bool {
+	return k == kindMutex || k == kindFair || k == kindElection || m == dlock.ModeWrite
+}
+
+// queues reports whether req, refused, takes a queue place: a fair waiter
+// or a writer that asks to queue.
+func queues(k kind, req dlock.Request) bool {
+	return req.Queue && (k == kindFair || req.Mode == dlock.ModeWrite)
+}
+
+// rejoin decides a request whose token already has key i on the lock: a
+// queue place behind the head waits, the head of the queue claims the
+// lock, and a hold is renewed.
+func (s *Store) rejoin(ctx context.Context, k kind, req dlock.Request, vw *view, i int, key string) (dlock.Grant, error) {
 	switch {
-	case k == kindMutex || k == kindFair || k == kindElection || req.Mode == dlock.ModeWrite:
-		if req.Mode == dlock.ModeWrite && req.Owner != "" {
-			for _, e := range vw.entries {
-				if e.token == req.Owner && e.v.Mode == dlock.ModeRead && vw.holds(k, slicesIndex(vw, e)) {
-					return dlock.Grant{}, dlock.ErrUpgrade
-				}
-			}
+	case !vw.holds(k, i):
+		return s.waitInPlace(ctx, k, req, vw, i, key)
+	case !vw.entries[i].v.Held:
+		return s.claimHead(ctx, k, req, vw, i, key)
+	}
+	return s.reacquire(ctx, k, req, vw, vw.entries[i], key)
+}
+
+// waitInPlace refuses a caller whose key i is a queue place behind the
+// head, with its position (and another kind's hold when one keeps the
+// name), keeping the place alive for another QueueTTL when it asks to
+// queue (Queue false leaves it to run out, as on every store).
+func (s *Store) waitInPlace(ctx context.Context, k kind, req dlock.Request, vw *view, i int, key string) (dlock.Grant, error) {
+	if err := s.keepPlace(ctx, req, vw.entries[i], key); err != nil {
+		return dlock.Grant{}, err
+	}
+	g := s.refusal(k, vw, i, req.Mode)
+	if held, left, ok := s.otherHold(vw); ok {
+		g.Held, g.RetryAfter = held, left
+	}
+	return g, nil
+}
+
+// claimHead claims the lock for a caller whose queue place i reached the
+// head and returns the grant; while another kind holds the name it refuses
+// the caller instead, keeping its place.
+func (s *Store) claimHead(ctx context.Context, k kind, req dlock.Request, vw *view, i int, key string) (dlock.Grant, error) {
+	me := vw.entries[i]
+	if held, left, ok := s.otherHold(vw); ok {
+		g := s.refusal(k, vw, i, req.Mode)
+		g.Held, g.RetryAfter = held, left
+		if err := s.keepPlace(ctx, req, me, key); err != nil {
+			return dlock.Grant{}, err
 		}
-		if len(vw.entries) > 0 {
-			if req.Queue && (k == kindFair || req.Mode == dlock.ModeWrite) {
-				return s.enqueue(ctx, k, req, vw, key)
-			}
-			return *last, nil
-		}
-		cmps = append(cmps, empty)
-	case k == kindReentrant:
-		if len(vw.entries) == 0 {
-			cmps = append(cmps, empty)
-			break
-		}
-		if vw.entries[0].v.Owner != req.Owner {
-			return *last, nil
-		}
-		fence = vw.entries[0].fence()
-		me.v.Fence = fence
-		cmps = append(cmps, unchanged)
-	case k == kindSemaphore:
-		if len(vw.entries) >= req.Limit {
-			return *last, nil
-		}
-		slot := -1
-		for i := range req.Limit {
-			if !vw.slots[i] {
-				slot = i
-				break
-			}
-		}
-		if slot < 0 {
-			return *last, nil
-		}
-		me.v.Limit, me.v.Slot = req.Limit, slot+1
-		sk := s.slotKey(req.Name, slot)
-		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(sk), "=", 0))
-		extra = append(extra, clientv3.OpPut(sk, req.Token)) // leased below
-	default: // reader
-		beside := false
-		for _, e := range vw.entries {
-			if e.v.Mode == dlock.ModeWrite {
-				if req.Owner == "" || e.token != req.Owner || !vw.holds(k, slicesIndex(vw, e)) {
-					return *last, nil
-				}
-				beside = true
-			}
-		}
-		if beside {
-			cmps = append(cmps, unchanged)
-		} else {
-			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(pfx+writerSub).WithPrefix(), "=", 0))
-		}
-		if vw.fence != nil {
-			// The current fence, checked to be still current at commit
-			// (a writer that came and went since the read changed it).
-			fence = vw.fence.ModRevision
-			me.v.Fence = fence // a retry returns it, not the key's revision
-			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(s.fenceKey(req.Name)), "=", fence))
+		return g, nil
+	}
+	fence, err := s.claim(ctx, req.Name, me, req.TTL, key, true, s.othersUnchanged(k, req.Name, vw))
+	if err != nil {
+		return dlock.Grant{}, err
+	}
+	return dlock.Grant{Acquired: true, Fence: fence, Count: 1}, nil
+}
+
+// reacquire renews the hold me that the caller already has (a retried
+// Acquire) for req.TTL, with every other acquisition of a reentrant owner,
+// and returns its grant: the hold's own fence and the owner's hold count.
+func (s *Store) reacquire(ctx context.Context, k kind, req dlock.Request, vw *view, me *entry, key string) (dlock.Grant, error) {
+	if err := s.keepAlive(ctx, req.Name, me, req.TTL, key); err != nil {
+		return dlock.Grant{}, err
+	}
+	if k == kindReentrant {
+		if err := s.pushOutReentry(ctx, req, vw, me); err != nil {
+			return dlock.Grant{}, err
 		}
 	}
+	return dlock.Grant{Acquired: true, Fence: me.fence(), Count: s.count(k, vw, me)}, nil
+}
+
+// refuseForOther answers a request with no key on a name that another kind
+// holds (a name is one lock) with refusal, which reports that hold; a fair
+// waiter or writer that asks to queue takes its queue place first.
+func (s *Store) refuseForOther(ctx context.Context, k kind, req dlock.Request, vw *view, key string, refusal dlock.Grant) (dlock.Grant, error) {
+	if !queues(k, req) {
+		return refusal, nil
+	}
+	g, err := s.enqueue(ctx, k, req, vw, key)
+	g.Held, g.RetryAfter = refusal.Held, refusal.RetryAfter
+	return g, err
+}
+
+// joinOrRefuse decides an exclusive request with no key on a lock that has
+// keys: [dlock.ErrUpgrade] when the caller's owner holds it as a reader, a
+// queue place when a fair waiter or writer asks to queue, else refusal.
+func (s *Store) joinOrRefuse(ctx context.Context, k kind, req dlock.Request, vw *view, key string, refusal dlock.Grant) (dlock.Grant, error) {
+	if req.Mode == dlock.ModeWrite && req.Owner != "" {
+		for i, e := range vw.entries {
+			if e.token == req.Owner && e.v.Mode == dlock.ModeRead && vw.holds(k, i) {
+				return dlock.Grant{}, dlock.ErrUpgrade
+			}
+		}
+	}
+	if queues(k, req) {
+		return s.enqueue(ctx, k, req, vw, key)
+	}
+	return refusal, nil
+}
+
+// newHold is the transaction that grants a request a new key: the key's
+// value, the comparisons that keep the decision true at commit, a
+// semaphore permit's slot key ("" for other kinds), and the fence when it
+// is known before the write (0: the transaction's revision is the fence).
+type newHold struct {
+	v     val
+	cmps  []clientv3.Cmp
+	slot  string
+	fence int64
+}
+
+// admit decides whether a request with no key may take the lock beside the
+// keys in vw (an exclusive request gets here only when there are none) and
+// returns the transaction that grants it; false means the lock refuses.
+func (s *Store) admit(k kind, req dlock.Request, vw *view, key string) (newHold, bool) {
+	h := newHold{
+		v:    val{Mode: req.Mode, Owner: req.Owner, TTL: ms(req.TTL), Held: true, Value: req.Value},
+		cmps: append([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)}, s.othersUnchanged(k, req.Name, vw)...),
+	}
+	switch {
+	case exclusive(k, req.Mode):
+		h.cmps = append(h.cmps, emptyCmp(s.lockPrefix(k, req.Name)))
+		return h, true
+	case k == kindReentrant:
+		return admitReentry(s.lockPrefix(k, req.Name), req, vw, h)
+	case k == kindSemaphore:
+		return s.admitPermit(req, vw, h)
+	}
+	return s.admitReader(req, vw, h)
+}
+
+// emptyCmp holds while no key exists under the lock prefix pfx.
+func emptyCmp(pfx string) clientv3.Cmp {
+	return clientv3.Compare(clientv3.CreateRevision(pfx).WithPrefix(), "=", 0)
+}
+
+// unchangedCmp holds while no key under the lock prefix pfx was written
+// since vw was read.
+func unchangedCmp(pfx string, vw *view) clientv3.Cmp {
+	return clientv3.Compare(clientv3.ModRevision(pfx).WithPrefix(), "<", vw.rev+1)
+}
+
+// admitReentry lets a reentrant request in on a free lock, or beside the
+// keys of its own owner's hold (sharing that hold's fence); another owner's
+// hold refuses it.
+func admitReentry(pfx string, req dlock.Request, vw *view, h newHold) (newHold, bool) {
+	if len(vw.entries) == 0 {
+		h.cmps = append(h.cmps, emptyCmp(pfx))
+		return h, true
+	}
+	if vw.entries[0].v.Owner != req.Owner {
+		return newHold{}, false
+	}
+	h.fence = vw.entries[0].fence()
+	h.v.Fence = h.fence
+	h.cmps = append(h.cmps, unchangedCmp(pfx, vw))
+	return h, true
+}
+
+// admitPermit gives a semaphore request the first free slot while fewer
+// than Limit permits are held; a full semaphore refuses it.
+func (s *Store) admitPermit(req dlock.Request, vw *view, h newHold) (newHold, bool) {
+	if len(vw.entries) >= req.Limit {
+		return newHold{}, false
+	}
+	slot := -1
+	for i := range req.Limit {
+		if !vw.slots[i] {
+			slot = i
+			break
+		}
+	}
+	if slot < 0 {
+		return newHold{}, false
+	}
+	h.v.Limit, h.v.Slot = req.Limit, slot+1
+	h.slot = s.slotKey(req.Name, slot)
+	h.cmps = append(h.cmps, clientv3.Compare(clientv3.CreateRevision(h.slot), "=", 0))
+	return h, true
+}
+
+// admitReader lets a reader in while no writer key is on the read-write
+// lock, or beside the writer whose token is the reader's owner while it
+// holds; any other writer key (a hold or an intent) refuses it. The reader
+// gets the lock's current fence, checked to be still current at commit.
+func (s *Store) admitReader(req dlock.Request, vw *view, h newHold) (newHold, bool) {
+	pfx := s.lockPrefix(kindRW, req.Name)
+	beside := false
+	for i, e := range vw.entries {
+		if e.v.Mode == dlock.ModeWrite {
+			if req.Owner == "" || e.token != req.Owner || !vw.holds(kindRW, i) {
+				return newHold{}, false
+			}
+			beside = true
+		}
+	}
+	if beside {
+		h.cmps = append(h.cmps, unchangedCmp(pfx, vw))
+	} else {
+		h.cmps = append(h.cmps, emptyCmp(pfx+writerSub))
+	}
+	if vw.fence != nil {
+		// The current fence, checked to be still current at commit
+		// (a writer that came and went since the read changed it).
+		h.fence = vw.fence.ModRevision
+		h.v.Fence = h.fence // a retry returns it, not the key's revision
+		h.cmps = append(h.cmps, clientv3.Compare(clientv3.ModRevision(s.fenceKey(req.Name)), "=", h.fence))
+	}
+	return h, true
+}
+
+// commitHold writes h, req's new key, on an etcd lease of its own and
+// returns the grant, or errRetry when a comparison failed (the lock changed
+// since vw was read). A grant whose fence was not known before the write
+// gets the transaction's revision, which it records on the name's fence key.
+func (s *Store) commitHold(ctx context.Context, k kind, req dlock.Request, vw *view, key string, h newHold) (dlock.Grant, error) {
 	lease, err := s.cli.Grant(ctx, seconds(req.TTL))
 	if err != nil {
 		return dlock.Grant{}, err
 	}
-	ops := []clientv3.Op{clientv3.OpPut(key, me.v.encode(), clientv3.WithLease(lease.ID))}
-	for _, op := range extra {
-		ops = append(ops, clientv3.OpPut(string(op.KeyBytes()), string(op.ValueBytes()), clientv3.WithLease(lease.ID)))
+	cmps := h.cmps
+	ops := []clientv3.Op{clientv3.OpPut(key, h.v.encode(), clientv3.WithLease(lease.ID))}
+	if h.slot != "" {
+		ops = append(ops, clientv3.OpPut(h.slot, req.Token, clientv3.WithLease(lease.ID)))
 	}
-	if fence == 0 {
+	if h.fence == 0 {
 		fk := s.fenceKey(req.Name)
 		ops = append(ops, clientv3.OpPut(fk, ""))
 		if req.Mode == dlock.ModeRead {
@@ -210,6 +325,7 @@ func (s *Store) tryAcquire(ctx context.Context, k kind, req dlock.Request, last 
 		return dlock.Grant{}, err
 	}
 	s.track(key, lease.ID, req.TTL)
+	fence := h.fence
 	if fence == 0 {
 		fence = resp.Header.Revision
 	}
@@ -232,15 +348,6 @@ func (s *Store) keepPlace(ctx context.Context, req dlock.Request, me *entry, key
 		qttl = req.TTL
 	}
 	return s.keepAlive(ctx, req.Name, me, qttl, key)
-}
-
-func slicesIndex(vw *view, e *entry) int {
-	for i, x := range vw.entries {
-		if x == e {
-			return i
-		}
-	}
-	return -1
 }
 
 // count is the hold count of a grant: the owner's acquisitions for a
