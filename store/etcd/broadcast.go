@@ -92,67 +92,91 @@ func (s *Store) Subscribe(ctx context.Context, topic string, fn func([]byte)) (f
 	s.wg.Add(1)
 	s.mu.Unlock()
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(context.Background()))
-	ready := make(chan struct{})
-	done := make(chan struct{})
-	var mu sync.Mutex // held while fn runs
-	stopped := false
+	sub := &subscription{fn: fn, cancel: cancel, ready: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer s.wg.Done()
-		defer close(done)
-		var readyOnce sync.Once
-		var rev int64
-		for wctx.Err() == nil {
-			opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithFilterDelete(), clientv3.WithCreatedNotify()}
-			if rev > 0 {
-				opts = append(opts, clientv3.WithRev(rev+1))
-			}
-			for wr := range s.cli.Watch(wctx, prefix, opts...) {
-				if wr.Created {
-					readyOnce.Do(func() { close(ready) })
-					if rev == 0 {
-						rev = wr.Header.Revision
-					}
-				}
-				if wr.CompactRevision > rev {
-					rev = wr.CompactRevision - 1
-				}
-				for _, ev := range wr.Events {
-					rev = ev.Kv.ModRevision
-					mu.Lock()
-					if !stopped {
-						fn(ev.Kv.Value)
-					}
-					mu.Unlock()
-				}
-			}
-			select {
-			case <-wctx.Done():
-			case <-s.stop:
-				cancel()
-			case <-time.After(100 * time.Millisecond): // before watching again
-			}
-		}
+		defer close(sub.done)
+		s.watchTopic(wctx, prefix, sub)
 	}()
 	go func() {
 		select {
 		case <-s.stop:
 			cancel()
-		case <-done:
+		case <-sub.done:
 		}
 	}()
 	select {
-	case <-ready:
+	case <-sub.ready:
 	case <-ctx.Done():
-	case <-done:
+	case <-sub.done:
 	}
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			mu.Lock()
-			stopped = true
-			mu.Unlock()
-			cancel()
-			<-done
-		})
-	}, nil
+	return sub.stop, nil
+}
+
+// subscription is one Subscribe's delivery of a topic's messages to fn.
+type subscription struct {
+	fn        func([]byte)
+	cancel    context.CancelFunc // ends the watch
+	ready     chan struct{}      // closed once etcd confirmed the first watch
+	readyOnce sync.Once
+	done      chan struct{} // closed when the watch loop returned
+	mu        sync.Mutex    // held while fn runs
+	stopped   bool
+	stopOnce  sync.Once
+}
+
+// deliver calls fn with msg unless the subscription was stopped.
+func (sub *subscription) deliver(msg []byte) {
+	sub.mu.Lock()
+	if !sub.stopped {
+		sub.fn(msg)
+	}
+	sub.mu.Unlock()
+}
+
+// stop ends the subscription and waits for its watch loop: fn is not
+// called once stop returns.
+func (sub *subscription) stop() {
+	sub.stopOnce.Do(func() {
+		sub.mu.Lock()
+		sub.stopped = true
+		sub.mu.Unlock()
+		sub.cancel()
+		<-sub.done
+	})
+}
+
+// watchTopic watches prefix for new messages and delivers each to sub until
+// wctx ends or the store closes; it closes sub.ready once etcd confirmed
+// the first watch. A watch that breaks is made again, after 100 ms, from
+// the revision after the last one heard.
+func (s *Store) watchTopic(wctx context.Context, prefix string, sub *subscription) {
+	var rev int64
+	for wctx.Err() == nil {
+		opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithFilterDelete(), clientv3.WithCreatedNotify()}
+		if rev > 0 {
+			opts = append(opts, clientv3.WithRev(rev+1))
+		}
+		for wr := range s.cli.Watch(wctx, prefix, opts...) {
+			if wr.Created {
+				sub.readyOnce.Do(func() { close(sub.ready) })
+				if rev == 0 {
+					rev = wr.Header.Revision
+				}
+			}
+			if wr.CompactRevision > rev {
+				rev = wr.CompactRevision - 1
+			}
+			for _, ev := range wr.Events {
+				rev = ev.Kv.ModRevision
+				sub.deliver(ev.Kv.Value)
+			}
+		}
+		select {
+		case <-wctx.Done():
+		case <-s.stop:
+			sub.cancel()
+		case <-time.After(100 * time.Millisecond): // before watching again
+		}
+	}
 }
