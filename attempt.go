@@ -75,9 +75,7 @@ func (e *expiries) context(parent context.Context, d time.Duration) context.Cont
 }
 
 // expiryCtx is the context of one call: parent's values, ended by its
-// shared expiry. To the context package it is a child of the expiry's
-// context (Value hands that out), so contexts derived from it and
-// context.AfterFunc register there rather than start a goroutine each.
+// shared expiry.
 type expiryCtx struct {
 	context.Context // values only: it never ends
 	x               *expiry
@@ -87,11 +85,10 @@ func (c *expiryCtx) Deadline() (time.Time, bool) { return c.x.at, true }
 func (c *expiryCtx) Done() <-chan struct{}       { return c.x.ctx.Done() }
 func (c *expiryCtx) Err() error                  { return c.x.ctx.Err() }
 
-func (c *expiryCtx) Value(key any) any {
-	if v := c.Context.Value(key); v != nil {
-		return v
-	}
-	return c.x.ctx.Value(key)
-}
+// AfterFunc registers f with the shared expiry. context.AfterFunc documents
+// that it schedules through this method when a context has one, so a
+// call's AfterFunc (store/redlock's fan-out makes one per node request)
+// costs no goroutine.
+func (c *expiryCtx) AfterFunc(f func()) func() bool { return context.AfterFunc(c.x.ctx, f) }
 
 func (c *expiryCtx) String() string { return "dlock.callContext" }

@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"runtime"
 	"testing"
 	"time"
 )
@@ -117,5 +118,30 @@ func TestExpiryContextEndsWhatDerivesFromIt(t *testing.T) {
 	}
 	if v := wrapped.Value(ctxKey{}); v != "w" {
 		t.Errorf("Value through the wrapper = %v, want w", v)
+	}
+}
+
+// TestExpiryContextCostsNoGoroutinePerDerivation: context.AfterFunc and
+// contexts derived from a call's context register with the shared expiry
+// (through its AfterFunc method, which package context documents using)
+// instead of starting a goroutine each.
+func TestExpiryContextCostsNoGoroutinePerDerivation(t *testing.T) {
+	var e expiries
+	ctx := e.context(context.Background(), time.Hour)
+	before := runtime.NumGoroutine()
+	const n = 200
+	var stops []func() bool
+	var cancels []context.CancelFunc
+	for range n {
+		stops = append(stops, context.AfterFunc(ctx, func() {}))
+		_, cancel := context.WithCancel(ctx)
+		cancels = append(cancels, cancel)
+	}
+	if grew := runtime.NumGoroutine() - before; grew >= n/2 {
+		t.Errorf("%d AfterFuncs and %d derived contexts started %d goroutines, want none per derivation", n, n, grew)
+	}
+	for i := range stops {
+		stops[i]()
+		cancels[i]()
 	}
 }
