@@ -284,8 +284,10 @@ func (l *Locker) waitWatched(ctx context.Context, c *config, req Request) (*Leas
 
 // tryOnce makes one acquire attempt. A reply lost to a network error is
 // resolved by asking again with the same token (Acquire is idempotent per
-// token); if that fails too, the token's hold is released so that no lock
-// is left behind that nobody knows of.
+// token); if that fails too, or ctx has ended meanwhile, the token's hold
+// is released so that no lock is left behind that nobody knows of. So a
+// caller whose ctx ends gets its answer at most twice the op timeout later:
+// one for the call in flight, one for the release behind it.
 //
 // The attempt is not abandoned when ctx ends: it gets its reply, or is cut
 // short opTimeout later (see attemptContext). A call abandoned to ctx can
@@ -305,6 +307,12 @@ func (l *Locker) tryOnce(ctx context.Context, c *config, req Request) (*Lease, G
 	if err != nil {
 		if errors.Is(err, ErrInvalid) || errors.Is(err, ErrNotSupported) || errors.Is(err, ErrUpgrade) {
 			return nil, Grant{}, err
+		}
+		if ctx.Err() != nil {
+			// The caller gave up: whatever the call did is released
+			// rather than asked about again.
+			l.releaseBehind(ctx, c, req)
+			return nil, Grant{}, errors.Join(&StoreError{Op: "acquire", Node: -1, Err: err}, ctx.Err())
 		}
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opTimeout)
 		sent = time.Now()

@@ -43,8 +43,10 @@ func (m *Mutex) TryLock(ctx context.Context) (*Lease, error) {
 // comes first. Store failures
 // while waiting are retried. When ctx ends it returns an error matching
 // both ctx.Err() and the last outcome ([ErrLocked] or [ErrUnavailable]),
-// and leaves nothing behind on the store (no key, no registration); a call
-// in flight when ctx ends is given up to [WithOpTimeout] to answer first.
+// and leaves nothing behind on the store (no key, no registration): a call
+// in flight when ctx ends is given up to [WithOpTimeout] to answer, and the
+// release behind it up to another, so Lock returns at most twice the op
+// timeout after ctx ends (at once when the store answers).
 func (m *Mutex) Lock(ctx context.Context) (*Lease, error) {
 	return m.l.acquire(ctx, &m.cfg, Request{Name: m.name, Mode: ModeMutex}, true)
 }
