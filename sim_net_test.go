@@ -1,0 +1,649 @@
+package dlock_test
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store/memory"
+)
+
+// This file is the faulty network of the simulation (see sim_test.go): a
+// simNet in front of one store/memory Store, and one simLink per simulated
+// process. A link is a dlock.Store whose calls travel as flights: the
+// request reaches the store after a delay (or never), may be applied twice,
+// and the reply comes back after another delay (or is lost). Flights are
+// independent goroutines, so the store applies a link's requests in one
+// order and the caller hears the replies in another. A link can also go
+// down for a while: calls made meanwhile fail at once, unapplied, and
+// replies arriving meanwhile are lost. Grants and wake-ups the store pushes
+// are delivered late. Everything runs on synctest's virtual clock.
+//
+// The net also keeps the model the invariant checker compares leases with:
+// what the store holds for each (name, token) after every request it
+// applied, with the time it was granted and when it expires.
+
+var (
+	errSimDown = fmt.Errorf("%w: sim: link down", dlock.ErrUnavailable)
+	errSimLost = fmt.Errorf("%w: sim: reply lost", dlock.ErrUnavailable)
+)
+
+// simFlight is what the network does with one call.
+type simFlight struct {
+	out     time.Duration // until the request reaches the store
+	applied bool          // the request reaches the store at all
+	twice   bool          // the store applies it a second time, gap later
+	gap     time.Duration
+	back    time.Duration // from the store back to the caller (for a push: its delay)
+	lost    bool          // the reply never comes: the call fails after out+back
+}
+
+// simCall describes a call to the plan that decides its flight.
+type simCall struct {
+	link *simLink
+	from string // who called: a worker ("p1/w2"), or the Locker itself ("p1 renewal", "p1 locker")
+	op   string // acquire, extend, release, leader, state, list, ping, grant, wake
+	reqs []dlock.Request
+}
+
+// simWhoKey is the context key of a worker's name: the Locker passes the
+// caller's context values on to the store, so the trace tells a worker's
+// calls from the Locker's own (renewals, background releases).
+type simWhoKey struct{}
+
+func (c simCall) ttl() time.Duration {
+	if len(c.reqs) == 0 {
+		return 0
+	}
+	return c.reqs[0].TTL
+}
+
+// simKey names one hold in the model.
+type simKey struct{ name, token string }
+
+// simHold is what the store holds for one (name, token), by the model.
+type simHold struct {
+	mode    dlock.Mode
+	fence   int64
+	granted time.Time
+	expires time.Time
+}
+
+// simNet is the network and the store's model. Its mutex orders every
+// application of a request with the model's update for it.
+type simNet struct {
+	inner *memory.Store
+	start time.Time
+	prof  simProfile
+	seed  uint64
+	// script, when set, decides the flights its ok result claims, instead
+	// of the profile's dice (the directed scenario tests).
+	script func(c simCall) (simFlight, bool)
+	// spin, when set, is told of a livelock (see simLink.guard).
+	spin func(msg string)
+	wg   sync.WaitGroup // flights and deliveries still on their way
+
+	mu     sync.Mutex
+	holds  map[simKey]*simHold
+	queued map[simKey]time.Duration // a fair waiter's lease TTL, granted on handoff
+	trace  []string                 // ring of the last traceCap events
+	next   int
+}
+
+const traceCap = 4096
+
+func newSimNet(seed uint64, prof simProfile) *simNet {
+	return &simNet{
+		inner:  memory.New(),
+		start:  time.Now(),
+		prof:   prof,
+		seed:   seed,
+		holds:  make(map[simKey]*simHold),
+		queued: make(map[simKey]time.Duration),
+	}
+}
+
+// since is the virtual time of the round.
+func (n *simNet) since() time.Duration { return time.Since(n.start) }
+
+// logf records one event of the round in the trace. Callers hold n.mu or
+// not, as lockedLogf says.
+func (n *simNet) logf(format string, args ...any) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.lockedLogf(format, args...)
+}
+
+func (n *simNet) lockedLogf(format string, args ...any) {
+	line := fmt.Sprintf("%9.3fs ", n.since().Seconds()) + fmt.Sprintf(format, args...)
+	if len(n.trace) < traceCap {
+		n.trace = append(n.trace, line)
+		return
+	}
+	n.trace[n.next] = line
+	n.next = (n.next + 1) % traceCap
+}
+
+// tail returns the last max events that mention name (every event when
+// name is empty), oldest first, leaving out the refusals that mention none
+// of focus (tokens, workers): waiters retry often, and their refusals
+// would fill it.
+func (n *simNet) tail(name string, focus []string, max int) []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	re := regexp.MustCompile(`\b` + regexp.QuoteMeta(name) + `\b`)
+	all := append(append([]string(nil), n.trace[n.next:]...), n.trace[:n.next]...)
+	var out []string
+	for i := len(all) - 1; i >= 0 && len(out) < max; i-- {
+		if name != "" && !re.MatchString(all[i]) && !strings.Contains(all[i], simProcessStall) {
+			continue
+		}
+		if strings.Contains(all[i], ": refused (") && !slices.ContainsFunc(focus, func(f string) bool {
+			return strings.Contains(all[i], f)
+		}) {
+			continue
+		}
+		out = append(out, all[i])
+	}
+	slices.Reverse(out)
+	return out
+}
+
+// simProcessStall marks the trace's events that every name's trace shows.
+const simProcessStall = "(process stall)"
+
+// short is a token as traces and failures show it.
+func short(token string) string { return token[:min(len(token), 6)] }
+
+func reqString(r dlock.Request) string {
+	return fmt.Sprintf("%s %s tok=%s ttl=%v", r.Mode, r.Name, short(r.Token), r.TTL)
+}
+
+// live returns the model's hold of k at now.
+func (n *simNet) live(k simKey, now time.Time) *simHold {
+	if h := n.holds[k]; h != nil && now.Before(h.expires) {
+		return h
+	}
+	return nil
+}
+
+// left returns how long the store still holds name for token, by the
+// model, and when that hold was granted.
+func (n *simNet) left(name, token string) (time.Duration, time.Time) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	now := time.Now()
+	if h := n.live(simKey{name, token}, now); h != nil {
+		return h.expires.Sub(now), h.granted
+	}
+	return 0, time.Time{}
+}
+
+// setExpiry sets k's expiry to now+ttl; a reentrant hold has one expiry
+// for all of its holders, which only moves out (as store/memory does).
+func (n *simNet) setExpiry(k simKey, h *simHold, now time.Time, ttl time.Duration) {
+	e := now.Add(ttl)
+	if h.mode != dlock.ModeReentrant {
+		h.expires = e
+		return
+	}
+	for ok, o := range n.holds {
+		if ok.name == k.name && o.mode == dlock.ModeReentrant && now.Before(o.expires) {
+			e = later(e, o.expires)
+		}
+	}
+	h.expires = e
+	for ok, o := range n.holds {
+		if ok.name == k.name && o.mode == dlock.ModeReentrant && now.Before(o.expires) {
+			o.expires = e
+		}
+	}
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// acquire applies req to the store and the model.
+func (n *simNet) acquire(from string, req dlock.Request) (dlock.Grant, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	now := time.Now()
+	g, err := n.inner.Acquire(context.Background(), req)
+	k := simKey{req.Name, req.Token}
+	switch {
+	case err != nil:
+		n.lockedLogf("%s applied acquire %s: %v", from, reqString(req), err)
+		return g, err
+	case g.Acquired:
+		h := n.live(k, now)
+		if h == nil {
+			h = &simHold{mode: req.Mode, fence: g.Fence, granted: now}
+			n.holds[k] = h
+		}
+		n.setExpiry(k, h, now, req.TTL)
+		delete(n.queued, k)
+		n.lockedLogf("%s applied acquire %s: granted fence=%d", from, reqString(req), g.Fence)
+	default:
+		if req.Queue {
+			n.queued[k] = req.TTL
+		}
+		n.lockedLogf("%s applied acquire %s: refused (held %s, retry %v, pos %d)", from, reqString(req), g.Held, g.RetryAfter, g.Position)
+	}
+	return g, nil
+}
+
+// extend applies reqs to the store and the model.
+func (n *simNet) extend(from string, reqs []dlock.Request) []error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	now := time.Now()
+	errs := n.inner.Extend(context.Background(), reqs)
+	for i, req := range reqs {
+		k := simKey{req.Name, req.Token}
+		if h := n.live(k, now); h != nil && errs[i] == nil {
+			n.setExpiry(k, h, now, req.TTL)
+		}
+		n.lockedLogf("%s applied extend %s: %v", from, reqString(req), errs[i])
+	}
+	return errs
+}
+
+// release applies req to the store and the model.
+func (n *simNet) release(from string, req dlock.Request) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	err := n.inner.Release(context.Background(), req)
+	if err == nil {
+		k := simKey{req.Name, req.Token}
+		delete(n.holds, k)
+		delete(n.queued, k)
+	}
+	n.lockedLogf("%s applied release %s: %v", from, reqString(req), err)
+	return err
+}
+
+// handoff records a fair lock the store handed to req.Token inside
+// another request (a release, or an expiry it noticed).
+func (n *simNet) handoff(to *simLink, req dlock.Request, g dlock.Grant) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	now := time.Now()
+	k := simKey{req.Name, req.Token}
+	ttl, ok := n.queued[k]
+	if !ok {
+		ttl = req.TTL
+	}
+	delete(n.queued, k)
+	n.holds[k] = &simHold{mode: req.Mode, fence: g.Fence, granted: now, expires: now.Add(ttl)}
+	n.lockedLogf("%s handed %s %s tok=%s fence=%d ttl=%v by the store", to, req.Mode, req.Name, short(req.Token), g.Fence, ttl)
+}
+
+// simLink is one simulated process's connection to the store: a
+// dlock.Store (with every optional interface store/memory has that the
+// Locker uses) whose calls fly over the simNet.
+type simLink struct {
+	net *simNet
+	id  int
+
+	// maxOut bounds how long a request takes to reach the store (0: no
+	// bound). Leases are safe only if delays are bounded, and the op
+	// timeout is the bound a Locker knows of: a request it gave up on
+	// lands within it, or never.
+	maxOut time.Duration
+
+	mu      sync.Mutex
+	rngs    map[string]*rand.Rand // the dice of each caller's flights
+	outages [][2]time.Duration    // [from, to) in round time: the link is down
+	instant time.Duration         // the virtual time of the last call
+	calls   int                   // calls made at instant
+}
+
+var (
+	_ dlock.Store        = (*simLink)(nil)
+	_ dlock.GrantWatcher = (*simLink)(nil)
+	_ dlock.Elector      = (*simLink)(nil)
+	_ dlock.LockDelayer  = (*simLink)(nil)
+	_ dlock.Inspector    = (*simLink)(nil)
+	_ dlock.Pinger       = (*simLink)(nil)
+)
+
+// link returns process id's link, with outages drawn for a round of length
+// d.
+func (n *simNet) link(id int, d time.Duration) *simLink {
+	k := &simLink{net: n, id: id, rngs: make(map[string]*rand.Rand)}
+	rng := k.rng("outages")
+	for range rng.IntN(n.prof.outages + 1) {
+		from := time.Duration(rng.Int64N(int64(d)))
+		k.outages = append(k.outages, [2]time.Duration{from, from + time.Duration(rng.Int64N(int64(n.prof.outageMax)+1))})
+	}
+	return k
+}
+
+// rng returns the dice of caller's flights: one source per caller keeps
+// each caller's faults the same from run to run, whatever the order in
+// which callers that run at the same virtual instant make their calls.
+// Caller holds k.mu, or k is not shared yet.
+func (k *simLink) rng(caller string) *rand.Rand {
+	r := k.rngs[caller]
+	if r == nil {
+		h := fnv.New64a()
+		fmt.Fprintf(h, "p%d %s", k.id, caller)
+		r = rand.New(rand.NewPCG(k.net.seed, h.Sum64()))
+		k.rngs[caller] = r
+	}
+	return r
+}
+
+func (k *simLink) String() string { return fmt.Sprintf("p%d", k.id) }
+
+// cut takes the link down from now for d.
+func (k *simLink) cut(d time.Duration) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	now := k.net.since()
+	k.outages = append(k.outages, [2]time.Duration{now, now + d})
+}
+
+func (k *simLink) down() bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	now := k.net.since()
+	for _, o := range k.outages {
+		if now >= o[0] && now < o[1] {
+			return true
+		}
+	}
+	return false
+}
+
+// plan decides the flight of c: by the net's script if it claims c,
+// otherwise by the profile's dice.
+func (k *simLink) plan(c simCall) simFlight {
+	c.link = k
+	if k.net.script != nil {
+		if f, ok := k.net.script(c); ok {
+			return f
+		}
+	}
+	p := k.net.prof
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	rng := k.rng(c.from + " " + c.op)
+	leg := func() time.Duration {
+		if rng.Float64() < p.slow {
+			return time.Duration(rng.Int64N(int64(p.slowMax) + 1))
+		}
+		return time.Duration(rng.Int64N(int64(p.delay) + 1))
+	}
+	f := simFlight{out: leg(), back: leg(), applied: true}
+	if c.op == "grant" || c.op == "wake" {
+		f.back = time.Duration(rng.Int64N(int64(p.pushDelay) + 1))
+		return f
+	}
+	if rng.Float64() < p.dup {
+		f.twice, f.gap = true, leg()/4
+	}
+	if rng.Float64() < p.drop {
+		f.lost, f.applied = true, rng.IntN(2) == 0
+	}
+	if k.maxOut > 0 {
+		f.out = min(f.out, k.maxOut)
+		f.gap = min(f.gap, k.maxOut-f.out)
+	}
+	return f
+}
+
+// call makes one flight for c: apply runs (on the store) when the request
+// arrives, and call returns when the reply does, or at once with ctx's
+// error when ctx ends first (the flight goes on: the request may still be
+// applied later).
+func (k *simLink) call(ctx context.Context, c simCall, apply func(from string)) error {
+	c.from, _ = ctx.Value(simWhoKey{}).(string)
+	switch {
+	case c.from != "":
+	case c.op == "extend":
+		c.from = k.String() + " renewal"
+	default:
+		c.from = k.String() + " locker"
+	}
+	k.guard(c)
+	if k.down() {
+		k.net.logf("%s %s %s: link down", c.from, c.op, reqsString(c.reqs))
+		// Refused after a local round trip: a call that failed in no time
+		// at all would let a retry loop spin in one virtual instant.
+		time.Sleep(simRefused)
+		return errSimDown
+	}
+	f := k.plan(c)
+	arrived := make(chan struct{})
+	k.net.wg.Add(1)
+	go func() {
+		defer k.net.wg.Done()
+		defer close(arrived)
+		time.Sleep(f.out)
+		if !f.applied {
+			k.net.logf("%s %s %s: request lost", c.from, c.op, reqsString(c.reqs))
+		} else {
+			apply(c.from)
+			if f.twice {
+				time.Sleep(f.gap)
+				k.net.logf("%s %s %s: duplicated", c.from, c.op, reqsString(c.reqs))
+				apply(c.from)
+			}
+		}
+		time.Sleep(f.back)
+	}()
+	select {
+	case <-arrived:
+		if f.lost || k.down() {
+			k.net.logf("%s %s %s: reply lost", c.from, c.op, reqsString(c.reqs))
+			return errSimLost
+		}
+		return nil
+	case <-ctx.Done():
+		k.net.logf("%s %s %s: caller gave up: %v", c.from, c.op, reqsString(c.reqs), ctx.Err())
+		return ctx.Err()
+	}
+}
+
+// simRefused is how long a call over a link that is down takes to fail.
+const simRefused = time.Millisecond
+
+// simSpin is how many calls one link may make in one virtual instant
+// before the net calls it a livelock.
+const simSpin = 10000
+
+// guard reports a livelock, a loop of calls that never lets virtual time
+// advance, and then breaks it by making each further call of the instant
+// take a while.
+func (k *simLink) guard(c simCall) {
+	k.mu.Lock()
+	now := k.net.since()
+	if now != k.instant {
+		k.instant, k.calls = now, 0
+	}
+	k.calls++
+	n := k.calls
+	k.mu.Unlock()
+	if n < simSpin {
+		return
+	}
+	if n == simSpin && k.net.spin != nil {
+		k.net.spin(fmt.Sprintf("%s made %d calls at %.3fs without letting time pass (the last: %s %s)", k, n, now.Seconds(), c.op, reqsString(c.reqs)))
+	}
+	time.Sleep(simRefused)
+}
+
+func reqsString(reqs []dlock.Request) string {
+	s := make([]string, len(reqs))
+	for i, r := range reqs {
+		s[i] = reqString(r)
+	}
+	return "[" + strings.Join(s, "; ") + "]"
+}
+
+// Acquire implements dlock.Store.
+func (k *simLink) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, error) {
+	var g dlock.Grant
+	var err error
+	if e := k.call(ctx, simCall{op: "acquire", reqs: []dlock.Request{req}}, func(from string) { g, err = k.net.acquire(from, req) }); e != nil {
+		return dlock.Grant{}, e
+	}
+	return g, err
+}
+
+// Extend implements dlock.Store.
+func (k *simLink) Extend(ctx context.Context, reqs []dlock.Request) []error {
+	var errs []error
+	if e := k.call(ctx, simCall{op: "extend", reqs: reqs}, func(from string) { errs = k.net.extend(from, reqs) }); e != nil {
+		// The flight may still write errs: answer with a slice of our own.
+		failed := make([]error, len(reqs))
+		for i := range failed {
+			failed[i] = e
+		}
+		return failed
+	}
+	return errs
+}
+
+// Release implements dlock.Store.
+func (k *simLink) Release(ctx context.Context, req dlock.Request) error {
+	var err error
+	if e := k.call(ctx, simCall{op: "release", reqs: []dlock.Request{req}}, func(from string) { err = k.net.release(from, req) }); e != nil {
+		return e
+	}
+	return err
+}
+
+// Watch implements dlock.Store; wake-ups are delivered late.
+func (k *simLink) Watch(ctx context.Context, name string, mode dlock.Mode) (<-chan struct{}, func(), error) {
+	if k.down() {
+		return nil, nil, errSimDown
+	}
+	in, stop, err := k.net.inner.Watch(ctx, name, mode)
+	if err != nil {
+		return nil, nil, err
+	}
+	out := make(chan struct{}, 1)
+	return out, forward(k, in, stop, func(struct{}) {
+		k.deliver(simCall{op: "wake", reqs: []dlock.Request{{Name: name, Mode: mode}}}, func() {
+			select {
+			case out <- struct{}{}:
+			default:
+			}
+		})
+	}), nil
+}
+
+// WatchGrant implements dlock.GrantWatcher; grants are recorded in the
+// model when the store makes them and delivered late.
+func (k *simLink) WatchGrant(ctx context.Context, req dlock.Request) (<-chan dlock.Grant, func(), error) {
+	if k.down() {
+		return nil, nil, errSimDown
+	}
+	in, stop, err := k.net.inner.WatchGrant(ctx, req)
+	if err != nil {
+		return nil, nil, err
+	}
+	out := make(chan dlock.Grant, 1)
+	return out, forward(k, in, stop, func(g dlock.Grant) {
+		k.net.handoff(k, req, g)
+		k.deliver(simCall{op: "grant", reqs: []dlock.Request{req}}, func() {
+			select {
+			case out <- g:
+			default:
+			}
+		})
+	}), nil
+}
+
+// forward runs fn for every value the store pushes on in until the
+// returned stop is called; stop also stops the store's watch.
+func forward[T any](k *simLink, in <-chan T, stop func(), fn func(T)) func() {
+	quit := make(chan struct{})
+	k.net.wg.Add(1)
+	go func() {
+		defer k.net.wg.Done()
+		for {
+			select {
+			case v := <-in:
+				fn(v)
+			case <-quit:
+				select {
+				case v := <-in:
+					fn(v) // made before the stop: the model must know of it
+				default:
+				}
+				return
+			}
+		}
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			stop()
+			close(quit)
+		})
+	}
+}
+
+// deliver runs send after the push delay the plan gives c.
+func (k *simLink) deliver(c simCall, send func()) {
+	d := k.plan(c).back
+	k.net.wg.Add(1)
+	go func() {
+		defer k.net.wg.Done()
+		time.Sleep(d)
+		send()
+	}()
+}
+
+// Leader implements dlock.Elector.
+func (k *simLink) Leader(ctx context.Context, name string) (dlock.Leader, error) {
+	var ld dlock.Leader
+	var err error
+	if e := k.call(ctx, simCall{op: "leader"}, func(string) { ld, err = k.net.inner.Leader(context.Background(), name) }); e != nil {
+		return dlock.Leader{}, e
+	}
+	return ld, err
+}
+
+// State implements dlock.Inspector.
+func (k *simLink) State(ctx context.Context, name string) (dlock.State, error) {
+	var st dlock.State
+	var err error
+	if e := k.call(ctx, simCall{op: "state"}, func(string) { st, err = k.net.inner.State(context.Background(), name) }); e != nil {
+		return dlock.State{}, e
+	}
+	return st, err
+}
+
+// List implements dlock.Inspector.
+func (k *simLink) List(ctx context.Context) ([]dlock.State, error) {
+	var sts []dlock.State
+	var err error
+	if e := k.call(ctx, simCall{op: "list"}, func(string) { sts, err = k.net.inner.List(context.Background()) }); e != nil {
+		return nil, e
+	}
+	return sts, err
+}
+
+// Ping implements dlock.Pinger.
+func (k *simLink) Ping(ctx context.Context) error {
+	return k.call(ctx, simCall{op: "ping"}, func(string) {})
+}
+
+// SupportsLockDelay implements dlock.LockDelayer: the memory store ends
+// holds by its own clock.
+func (k *simLink) SupportsLockDelay() bool { return k.net.inner.SupportsLockDelay() }

@@ -1,0 +1,322 @@
+package dlock_test
+
+import (
+	"context"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/dlock-dev/dlock"
+)
+
+// This file is the workload of the simulation (see sim_test.go): a few
+// processes, each a Locker on its own link, whose workers take every
+// pattern on a few names with random options (TTL, auto-renew,
+// lock-delay), under ctx deadlines and cancels, and then hold: they write
+// to the fenced register, extend (also twice at once with different TTLs),
+// re-enter, work, stall past their TTL, and release or abandon the lease.
+// Each process's goroutine that reports a lease loss may stall too, as a
+// process's scheduler does under load.
+
+var (
+	simNames   = []string{"n1", "n2", "n3"}
+	simTTLs    = []time.Duration{300 * time.Millisecond, time.Second, 2 * time.Second}
+	simExtends = []time.Duration{300 * time.Millisecond, time.Second, 3 * time.Second}
+)
+
+const (
+	simProcs   = 3
+	simWorkers = 3 // per process
+)
+
+// simProc is one simulated process: a Locker on its own link.
+type simProc struct {
+	id        int
+	l         *dlock.Locker
+	link      *simLink
+	opTimeout time.Duration
+
+	mu  sync.Mutex
+	rng *rand.Rand // the observer's stalls
+}
+
+func newSimProc(net *simNet, id int, dur time.Duration) (*simProc, error) {
+	p := &simProc{id: id, link: net.link(id, dur), rng: rand.New(rand.NewPCG(net.seed, uint64(3000+id)))}
+	p.opTimeout = 200*time.Millisecond + time.Duration(p.rng.Int64N(int64(800*time.Millisecond)))
+	if net.prof.opTimeout > 0 {
+		p.opTimeout = net.prof.opTimeout
+	}
+	p.link.maxOut = p.opTimeout
+	stall := func(ev dlock.Event) {
+		if ev.Kind != dlock.EventLeaseLost {
+			return
+		}
+		p.mu.Lock()
+		d := time.Duration(0)
+		if p.rng.Float64() < net.prof.schedStall {
+			d = time.Duration(p.rng.Int64N(int64(time.Second)))
+		}
+		p.mu.Unlock()
+		if d > 0 {
+			net.logf("p%d stalls %v reporting the loss of %s %s fence=%d %s", id, d, ev.Mode, ev.Name, ev.Fence, simProcessStall)
+			time.Sleep(d)
+		}
+	}
+	l, err := dlock.New(p.link, dlock.WithTTL(time.Second), dlock.WithOpTimeout(p.opTimeout),
+		dlock.WithBackoff(5*time.Millisecond, 250*time.Millisecond), dlock.WithObserver(stall))
+	p.l = l
+	return p, err
+}
+
+// simWorker is one goroutine of a process, taking locks until the round
+// ends.
+type simWorker struct {
+	p   *simProc
+	who string
+	rng *rand.Rand
+	ck  *simChecker
+	net *simNet
+	end time.Time
+}
+
+func (w *simWorker) run() {
+	for time.Now().Before(w.end) && !w.ck.failing() {
+		w.step()
+		time.Sleep(time.Duration(w.rng.Int64N(int64(100 * time.Millisecond))))
+	}
+}
+
+func (w *simWorker) pick(list []time.Duration) time.Duration { return list[w.rng.IntN(len(list))] }
+
+// bg is the root of the worker's contexts: it carries its name to the
+// trace (see simWhoKey).
+func (w *simWorker) bg() context.Context {
+	return context.WithValue(context.Background(), simWhoKey{}, w.who)
+}
+
+// callContext returns the ctx of one acquire: a deadline, or a cancel, up
+// to 1.5s from now, and when it ends.
+func (w *simWorker) callContext() (context.Context, time.Time, context.CancelFunc) {
+	d := time.Duration(w.rng.Int64N(int64(1500 * time.Millisecond)))
+	if w.rng.IntN(5) == 0 {
+		ctx, cancel := context.WithCancel(w.bg())
+		t := time.AfterFunc(d, cancel)
+		return ctx, time.Now().Add(d), func() { t.Stop(); cancel() }
+	}
+	ctx, cancel := context.WithTimeout(w.bg(), d)
+	return ctx, time.Now().Add(d), cancel
+}
+
+// simHoldable is a lease the workload holds: a *dlock.Lease or a
+// *dlock.MultiLease.
+type simHoldable interface {
+	simLease
+	Extend(ctx context.Context, ttl time.Duration) error
+	Release(ctx context.Context) error
+}
+
+// step takes one lock of a random pattern and, when it gets it, holds it.
+func (w *simWorker) step() {
+	r := w.rng
+	name := simNames[r.IntN(len(simNames))]
+	ttl := w.pick(simTTLs)
+	opts := []dlock.Option{dlock.WithTTL(ttl)}
+	auto := r.IntN(3) == 0
+	if auto {
+		opts = append(opts, dlock.WithAutoRenew())
+	}
+	pattern := r.IntN(10)
+	if r.Float64() < w.net.prof.fair {
+		pattern = 2
+	}
+	var delay time.Duration
+	if pattern != 9 && r.Float64() < w.net.prof.lockDelay {
+		// Not on a Multi: a multi-lease ends as a whole, so the checker
+		// could not tell which name's lease was lost.
+		delay = time.Millisecond + time.Duration(r.Int64N(int64(ttl)))
+		opts = append(opts, dlock.WithLockDelay(delay))
+	}
+	ctx, ctxEnd, cancel := w.callContext()
+	defer cancel()
+	l := w.p.l
+	// one takes a single-lease pattern and holds what it got.
+	one := func(what string, acquire func(context.Context) (*dlock.Lease, error), release func(context.Context) error, reenter func(*dlock.Lease) *dlock.Lease) {
+		w.net.logf("%s %s %s ttl=%v auto=%v delay=%v ctx ends %.3fs", w.who, what, name, ttl, auto, delay, ctxEnd.Sub(w.net.start).Seconds())
+		ls, err := acquire(ctx)
+		w.ck.returned(w.who, name, what+" "+name, ctxEnd, w.p.opTimeout, err)
+		if err != nil {
+			return
+		}
+		h := &simHeld{who: w.who, name: name, mode: ls.Mode(), fence: ls.Fence(), delay: delay, lease: ls}
+		w.ck.add(h)
+		if release == nil {
+			release = ls.Release
+		}
+		w.hold(ls, []*simHeld{h}, ttl, auto, release, func() {
+			if reenter != nil {
+				w.reenter(ls, h, reenter)
+			}
+		})
+	}
+	switch pattern {
+	case 0:
+		one("Mutex.TryLock", l.Mutex(name, opts...).TryLock, nil, nil)
+	case 1:
+		one("Mutex.Lock", l.Mutex(name, opts...).Lock, nil, nil)
+	case 2:
+		f := l.Fair(name, opts...)
+		if r.IntN(5) == 0 {
+			one("Fair.TryLock", f.TryLock, nil, nil)
+		} else {
+			one("Fair.Lock", f.Lock, nil, nil)
+		}
+	case 3:
+		re := l.Reentrant(name, opts...)
+		one("Reentrant.Lock", re.Lock, nil, func(outer *dlock.Lease) *dlock.Lease {
+			nctx, cancel := context.WithTimeout(dlock.ContextWithLease(w.bg(), outer), 200*time.Millisecond)
+			defer cancel()
+			in, err := re.Lock(nctx)
+			w.net.logf("%s Reentrant.Lock %s again: %v", w.who, name, err)
+			return in
+		})
+	case 4:
+		one("RWMutex.RLock", l.RWMutex(name, opts...).RLock, nil, nil)
+	case 5:
+		one("RWMutex.Lock", l.RWMutex(name, opts...).Lock, nil, nil)
+	case 6:
+		one("Semaphore.Acquire", l.Semaphore(name, simLimit, opts...).Acquire, nil, nil)
+	case 7:
+		e := l.Election(name, opts...)
+		one("Election.Campaign", func(ctx context.Context) (*dlock.Lease, error) { return e.Campaign(ctx, w.who) }, e.Resign, nil)
+	default:
+		w.multi(ctx, ctxEnd, ttl, auto, opts)
+	}
+}
+
+// multi takes two names with a Multi and holds them.
+func (w *simWorker) multi(ctx context.Context, ctxEnd time.Time, ttl time.Duration, auto bool, opts []dlock.Option) {
+	i := w.rng.IntN(len(simNames))
+	j := (i + 1 + w.rng.IntN(len(simNames)-1)) % len(simNames)
+	names := []string{simNames[i], simNames[j]}
+	m := w.p.l.Multi(names, opts...)
+	lock, what := m.Lock, "Multi.Lock"
+	if w.rng.IntN(3) == 0 {
+		lock, what = m.TryLock, "Multi.TryLock"
+	}
+	w.net.logf("%s %s %v ttl=%v auto=%v ctx ends %.3fs", w.who, what, names, ttl, auto, ctxEnd.Sub(w.net.start).Seconds())
+	ml, err := lock(ctx)
+	w.ck.returned(w.who, names[0], what+" "+names[0]+","+names[1], ctxEnd, w.p.opTimeout, err)
+	if err != nil {
+		return
+	}
+	var hs []*simHeld
+	for _, n := range ml.Names() {
+		h := &simHeld{who: w.who, name: n, mode: dlock.ModeMutex, multi: true, fence: ml.Fence(n), lease: ml}
+		w.ck.add(h)
+		hs = append(hs, h)
+	}
+	w.hold(ml, hs, ttl, auto, ml.Release, func() {})
+}
+
+// hold runs a few holder steps on x, then releases it with release (or,
+// when it does not renew itself, sometimes abandons it).
+func (w *simWorker) hold(x simHoldable, hs []*simHeld, ttl time.Duration, auto bool, release func(context.Context) error, reenter func()) {
+	r := w.rng
+	act := func() {
+		for _, h := range hs {
+			w.ck.action(h)
+		}
+	}
+	for range 1 + r.IntN(4) {
+		if w.ck.failing() {
+			break
+		}
+		act()
+		switch r.IntN(6) {
+		case 0:
+			w.extend(x, hs[0], w.extendTTL(x), w.extendTimeout())
+		case 1:
+			if !w.net.prof.twin {
+				w.extend(x, hs[0], w.extendTTL(x), w.extendTimeout())
+				break
+			}
+			// Two extensions with different TTLs at once.
+			a, b := w.extendTTL(x), w.extendTTL(x)
+			ta, tb := w.extendTimeout(), w.extendTimeout()
+			var wg sync.WaitGroup
+			wg.Go(func() { w.extend(x, hs[0], a, ta) })
+			w.extend(x, hs[0], b, tb)
+			wg.Wait()
+		case 2:
+			if r.Float64() < w.net.prof.stall {
+				d := ttl + time.Duration(r.Int64N(int64(ttl)))
+				w.net.logf("%s stalls %v holding %s fence=%d", w.who, d, hs[0].name, hs[0].fence)
+				time.Sleep(d)
+			}
+		case 3:
+			reenter()
+		default:
+			time.Sleep(time.Duration(r.Int64N(int64(ttl / 2))))
+		}
+	}
+	act()
+	if !auto && r.IntN(8) == 0 {
+		w.net.logf("%s abandons %s fence=%d", w.who, hs[0].name, hs[0].fence)
+		return
+	}
+	for _, h := range hs {
+		w.ck.releasing(h)
+	}
+	err := release(w.bg())
+	w.net.logf("%s released %s fence=%d: %v", w.who, hs[0].name, hs[0].fence, err)
+}
+
+// extendTTL picks the TTL of an extension of x: one longer than its
+// current TTL, or any with the profile's shrink chance (a shorter one makes
+// the lease lie until its reply comes: it would be most rounds' first
+// failure).
+func (w *simWorker) extendTTL(x simHoldable) time.Duration {
+	if w.rng.Float64() < w.net.prof.shrink {
+		return w.pick(simExtends)
+	}
+	var longer []time.Duration
+	for _, d := range simExtends {
+		if d > x.TTL() {
+			longer = append(longer, d)
+		}
+	}
+	if len(longer) == 0 {
+		return simExtends[len(simExtends)-1]
+	}
+	return w.pick(longer)
+}
+
+func (w *simWorker) extendTimeout() time.Duration {
+	return time.Duration(50+w.rng.IntN(500)) * time.Millisecond
+}
+
+// extend extends x to ttl under a deadline of timeout.
+func (w *simWorker) extend(x simHoldable, h *simHeld, ttl, timeout time.Duration) {
+	ctx, cancel := context.WithTimeout(w.bg(), timeout)
+	defer cancel()
+	w.net.logf("%s Extend(%v) %s fence=%d tok=%s", w.who, ttl, h.name, h.fence, short(x.Token()))
+	err := x.Extend(ctx, ttl)
+	w.net.logf("%s Extend(%v) %s fence=%d: %v, TTL now %v", w.who, ttl, h.name, h.fence, err, x.TTL())
+	w.ck.action(h)
+}
+
+// reenter takes a reentrant lock again through its holder's lease, holds
+// the re-entry briefly, and releases it.
+func (w *simWorker) reenter(outer *dlock.Lease, h *simHeld, lock func(*dlock.Lease) *dlock.Lease) {
+	in := lock(outer)
+	if in == nil {
+		return
+	}
+	hin := &simHeld{who: w.who, name: h.name, mode: in.Mode(), fence: in.Fence(), reentry: in.Fence() == outer.Fence(), delay: h.delay, lease: in}
+	w.ck.add(hin)
+	w.ck.action(hin)
+	time.Sleep(time.Duration(w.rng.Int64N(int64(50 * time.Millisecond))))
+	w.ck.releasing(hin)
+	err := in.Release(w.bg())
+	w.net.logf("%s released re-entry %s: %v", w.who, h.name, err)
+}
