@@ -15,14 +15,17 @@ import (
 // This file is the invariant checker of the simulation (see sim_test.go).
 // The workload registers every lease it gets; the checker looks at all of
 // them on every holder action and on every tick of its own goroutine, in
-// virtual time, and reports the first broken invariant of a round:
+// virtual time, and reports the first broken invariant of a round (with
+// -sim.all, and in the directed scenarios, the first of each invariant on
+// each name):
 //
 //	(a) no two holds of a name are valid (Err() == nil && TTL() > 0) at
 //	    once when one of them is exclusive (mutex, reentrant, write, fair,
 //	    election, each name of a multi-lock), and no more permits than the
 //	    limit;
 //	(b) a valid lease's TTL() never exceeds what the store still holds for
-//	    its token, by the net's model of the store;
+//	    its token, by the net's model of the store, and a lease whose
+//	    validity ended never becomes valid again;
 //	(c) fences increase per name: an exclusive grant's fence is above every
 //	    fence handed out before it, and a holder that sees its lease valid
 //	    never has a write refused by the name's fenced register;
@@ -126,7 +129,7 @@ func newSimChecker(t testing.TB, net *simNet, replay string) *simChecker {
 	net.spin = func(msg string) {
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		c.failf("-", "(e) livelock: %s", msg)
+		c.failf("", "(e) livelock: %s", msg)
 	}
 	return c
 }
@@ -157,9 +160,11 @@ func (c *simChecker) failf(name, format string, args ...any) {
 	c.failed = !c.all
 	msg := fmt.Sprintf(format, args...)
 	c.net.logf("CHECK %s: %s", name, msg)
-	focus := simTokRE.FindAllString(msg, -1)
-	if who := simWhoRE.FindString(msg); who != "" {
-		focus = append(focus, who)
+	// The trace is the name's, with the refusals of the tokens involved;
+	// for (e), the calls of the worker whose acquire it is.
+	of, focus := name, simTokRE.FindAllString(msg, -1)
+	if m := simWhoRE.FindStringSubmatch(msg); m != nil {
+		of, focus = m[1], []string{m[1] + " "}
 	}
 	tail := 80
 	if len(c.seen) > 1 {
@@ -168,12 +173,12 @@ func (c *simChecker) failf(name, format string, args ...any) {
 	c.t.Errorf("seed=%d profile=%s t=%.3fs name=%s: %s\nreplay: %s\n"+
 		"trace of %s (p1/w2 is worker 2 of process 1; \"applied\" is when the store ran a request; refusals only of %q):\n%s",
 		c.net.seed, c.net.prof.name, c.net.since().Seconds(), name, msg, c.replay,
-		name, focus, strings.Join(c.net.tail(name, focus, tail), "\n"))
+		of, focus, strings.Join(c.net.tail(of, focus, tail), "\n"))
 }
 
 var (
 	simTokRE = regexp.MustCompile(`tok=[0-9a-f]+`)
-	simWhoRE = regexp.MustCompile(`^\(e\) p[0-9]+/w[0-9]+ `) // the worker whose acquire (e) is about
+	simWhoRE = regexp.MustCompile(`^\(e\) (p[0-9]+/w[0-9]+) `) // the worker whose acquire (e) is about
 )
 
 // add registers a hold the workload just got and checks (c) and (d) for

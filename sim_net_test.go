@@ -21,9 +21,10 @@ import (
 // request reaches the store after a delay (or never), may be applied twice,
 // and the reply comes back after another delay (or is lost). Flights are
 // independent goroutines, so the store applies a link's requests in one
-// order and the caller hears the replies in another. A link can also go
-// down for a while: calls made meanwhile fail at once, unapplied, and
-// replies arriving meanwhile are lost. Grants and wake-ups the store pushes
+// order and the caller hears the replies in another. A request reaches
+// the store within its Locker's op timeout or never (leases are safe only
+// under bounded delays). A link can also go down for a while: calls made
+// meanwhile fail fast, unapplied, and replies arriving meanwhile are lost. Grants and wake-ups the store pushes
 // are delivered late. Everything runs on synctest's virtual clock.
 //
 // The net also keeps the model the invariant checker compares leases with:
@@ -71,7 +72,6 @@ type simKey struct{ name, token string }
 // simHold is what the store holds for one (name, token), by the model.
 type simHold struct {
 	mode    dlock.Mode
-	fence   int64
 	granted time.Time
 	expires time.Time
 }
@@ -113,14 +113,14 @@ func newSimNet(seed uint64, prof simProfile) *simNet {
 // since is the virtual time of the round.
 func (n *simNet) since() time.Duration { return time.Since(n.start) }
 
-// logf records one event of the round in the trace. Callers hold n.mu or
-// not, as lockedLogf says.
+// logf records one event of the round in the trace.
 func (n *simNet) logf(format string, args ...any) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.lockedLogf(format, args...)
 }
 
+// lockedLogf is logf for a caller that holds n.mu.
 func (n *simNet) lockedLogf(format string, args ...any) {
 	line := fmt.Sprintf("%9.3fs ", n.since().Seconds()) + fmt.Sprintf(format, args...)
 	if len(n.trace) < traceCap {
@@ -228,7 +228,7 @@ func (n *simNet) acquire(from string, req dlock.Request) (dlock.Grant, error) {
 	case g.Acquired:
 		h := n.live(k, now)
 		if h == nil {
-			h = &simHold{mode: req.Mode, fence: g.Fence, granted: now}
+			h = &simHold{mode: req.Mode, granted: now}
 			n.holds[k] = h
 		}
 		n.setExpiry(k, h, now, req.TTL)
@@ -285,7 +285,7 @@ func (n *simNet) handoff(to *simLink, req dlock.Request, g dlock.Grant) {
 		ttl = req.TTL
 	}
 	delete(n.queued, k)
-	n.holds[k] = &simHold{mode: req.Mode, fence: g.Fence, granted: now, expires: now.Add(ttl)}
+	n.holds[k] = &simHold{mode: req.Mode, granted: now, expires: now.Add(ttl)}
 	n.lockedLogf("%s handed %s %s tok=%s fence=%d ttl=%v by the store", to, req.Mode, req.Name, short(req.Token), g.Fence, ttl)
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -20,23 +21,32 @@ import (
 // (sim_workload_test.go), while a checker asserts the invariants of
 // leases, fences, lock-delay and ctx deadlines (sim_check_test.go).
 //
-// Each round is one seed: it picks the fault profile and drives every
-// random choice, and runs in a synctest bubble, so time is virtual: a
-// round of simRound takes a fraction of a second and no assertion depends
-// on the wall clock. Goroutines that run in the same virtual instant may
-// interleave differently from run to run, so a seed replays the same
-// faults and choices but not always the same outcome.
+// Each round is one seed: it picks the fault profile (simProfiles) and
+// drives every random choice of the network and the workload, and runs in
+// a synctest bubble, so time is virtual: a round of simRound takes a
+// fraction of a second and no assertion depends on the wall clock. Two
+// things are outside the seed: the Lockers' backoff jitter (drawn from
+// math/rand/v2's global source) and the order of goroutines that run at
+// the same virtual instant. A seed therefore replays the same faults and
+// choices, and its early failures reliably, but a long round may diverge.
 //
-//	go test -race -run 'TestSim$' .                  # fresh seeds for a few seconds
-//	go test -race -run 'TestSim$' -sim.seed=1234 .   # replay one seed
-//	DLOCK_LONG=1 go test -race -run 'TestSim$' .     # fresh seeds for minutes (DLOCK_LONG=20m: that long)
+//	go test -race -run 'TestSim$' .                   # fresh seeds for a few seconds
+//	go test -race -run 'TestSim$' -sim.seed=1234 .    # replay one seed
+//	go test -race -run 'TestSim$' -sim.profile=late . # fresh seeds of one profile
+//	go test -race -run 'TestSim$' -sim.all -v .       # go on after failures, report each kind
+//	DLOCK_LONG=1 go test -race -run 'TestSim$' .      # fresh seeds for minutes (DLOCK_LONG=20m: that long)
 //
 // A failure names the seed, the virtual time, the lock name, the holds
-// involved and the trace of the name's events before it.
+// involved (with fences and tokens) and the trace of the name's events
+// before it. The directed scenarios (sim_scenario_test.go) build known
+// bad interleavings with the same network and checker.
 func TestSim(t *testing.T) {
 	if *simSeed != 0 {
 		runSim(t, *simSeed)
 		return
+	}
+	if *simProfileName != "" && !slices.ContainsFunc(simProfiles, func(p simProfile) bool { return p.name == *simProfileName }) {
+		t.Fatalf("-sim.profile=%s: no such profile", *simProfileName)
 	}
 	budget := simBudget
 	if v := os.Getenv("DLOCK_LONG"); v != "" {
@@ -89,7 +99,7 @@ type simProfile struct {
 	stall      float64       // chance that a holder's pause is a stall of 1 to 2 TTLs
 	schedStall float64       // chance that a process stalls up to 1s reporting a lease loss
 
-	twin      bool          // holders sometimes make two extensions at once
+	extends   int           // holders extend: 0 never, 1 one at a time, 2 also twice at once
 	shrink    float64       // chance that an extension may shorten the lease
 	lockDelay float64       // chance that a lock has a lock-delay
 	fair      float64       // chance that a step is a Fair.Lock (besides 1 in 10 patterns)
@@ -98,26 +108,26 @@ type simProfile struct {
 
 var simProfiles = []simProfile{
 	{name: "calm", delay: 2 * time.Millisecond, pushDelay: 5 * time.Millisecond, stall: 0.3,
-		twin: true, shrink: 0.02, lockDelay: 0.25},
+		extends: 2, shrink: 0.02, lockDelay: 0.25},
 	{name: "lossy", delay: 20 * time.Millisecond, slow: 0.02, slowMax: 500 * time.Millisecond, pushDelay: 50 * time.Millisecond,
 		dup: 0.1, drop: 0.1, outages: 1, outageMax: 300 * time.Millisecond, stall: 0.2, schedStall: 0.1,
-		twin: true, shrink: 0.02, lockDelay: 0.25},
+		extends: 2, shrink: 0.02, lockDelay: 0.25},
 	// Links down for seconds: a lease extended beside its renewal finds
 	// out only at the next renewal, which fails.
 	{name: "partitioned", delay: 10 * time.Millisecond, pushDelay: 20 * time.Millisecond, drop: 0.02,
-		outages: 4, outageMax: 2 * time.Second, stall: 0.2, schedStall: 0.1, lockDelay: 0.25},
+		outages: 4, outageMax: 2 * time.Second, stall: 0.2, schedStall: 0.1, extends: 1, lockDelay: 0.25},
 	// Late grants, and slow replies that look like a waiter's pauses; the
-	// op timeout outlasts them, or (e) would fail first.
+	// op timeout (the default 5s) outlasts two of them, or (e) would fail first.
 	{name: "late", delay: 5 * time.Millisecond, slow: 0.05, slowMax: 2 * time.Second, pushDelay: 2 * time.Second,
-		stall: 0.2, lockDelay: 0.25, fair: 0.4, opTimeout: 3 * time.Second},
+		stall: 0.2, lockDelay: 0.25, fair: 0.5, opTimeout: 5 * time.Second},
 	// Holders stall past their lease while their process is stalled too.
 	{name: "stalls", delay: 5 * time.Millisecond, pushDelay: 20 * time.Millisecond, stall: 0.6, schedStall: 0.6,
 		lockDelay: 0.6},
 	{name: "slow", delay: 50 * time.Millisecond, slow: 0.05, slowMax: 2 * time.Second, pushDelay: 500 * time.Millisecond,
-		dup: 0.05, drop: 0.05, stall: 0.3, schedStall: 0.2, lockDelay: 0.25},
+		dup: 0.05, drop: 0.05, stall: 0.3, schedStall: 0.2, extends: 1, lockDelay: 0.25},
 	{name: "chaos", delay: 30 * time.Millisecond, slow: 0.05, slowMax: 1500 * time.Millisecond, pushDelay: time.Second,
 		dup: 0.1, drop: 0.1, outages: 3, outageMax: time.Second, stall: 0.3, schedStall: 0.2,
-		twin: true, shrink: 0.02, lockDelay: 0.25, fair: 0.1},
+		extends: 2, shrink: 0.02, lockDelay: 0.25, fair: 0.1},
 }
 
 // runSim runs the round of seed in a synctest bubble.

@@ -115,97 +115,101 @@ type simHoldable interface {
 	Release(ctx context.Context) error
 }
 
+// simStep is one lock a worker takes: its name, options and ctx.
+type simStep struct {
+	name   string
+	ttl    time.Duration
+	auto   bool          // auto-renewed
+	delay  time.Duration // lock-delay
+	opts   []dlock.Option
+	ctx    context.Context
+	ctxEnd time.Time
+}
+
 // step takes one lock of a random pattern and, when it gets it, holds it.
 func (w *simWorker) step() {
 	r := w.rng
-	name := simNames[r.IntN(len(simNames))]
-	ttl := w.pick(simTTLs)
-	opts := []dlock.Option{dlock.WithTTL(ttl)}
-	auto := r.IntN(3) == 0
-	if auto {
-		opts = append(opts, dlock.WithAutoRenew())
+	s := &simStep{name: simNames[r.IntN(len(simNames))], ttl: w.pick(simTTLs), auto: r.IntN(3) == 0}
+	s.opts = []dlock.Option{dlock.WithTTL(s.ttl)}
+	if s.auto {
+		s.opts = append(s.opts, dlock.WithAutoRenew())
 	}
 	pattern := r.IntN(10)
 	if r.Float64() < w.net.prof.fair {
 		pattern = 2
 	}
-	var delay time.Duration
 	if pattern != 9 && r.Float64() < w.net.prof.lockDelay {
 		// Not on a Multi: a multi-lease ends as a whole, so the checker
 		// could not tell which name's lease was lost.
-		delay = time.Millisecond + time.Duration(r.Int64N(int64(ttl)))
-		opts = append(opts, dlock.WithLockDelay(delay))
+		s.delay = time.Millisecond + time.Duration(r.Int64N(int64(s.ttl)))
+		s.opts = append(s.opts, dlock.WithLockDelay(s.delay))
 	}
-	ctx, ctxEnd, cancel := w.callContext()
+	var cancel context.CancelFunc
+	s.ctx, s.ctxEnd, cancel = w.callContext()
 	defer cancel()
-	l := w.p.l
-	// one takes a single-lease pattern and holds what it got.
-	one := func(what string, acquire func(context.Context) (*dlock.Lease, error), release func(context.Context) error, reenter func(*dlock.Lease) *dlock.Lease) {
-		w.net.logf("%s %s %s ttl=%v auto=%v delay=%v ctx ends %.3fs", w.who, what, name, ttl, auto, delay, ctxEnd.Sub(w.net.start).Seconds())
-		ls, err := acquire(ctx)
-		w.ck.returned(w.who, name, what+" "+name, ctxEnd, w.p.opTimeout, err)
-		if err != nil {
-			return
-		}
-		h := &simHeld{who: w.who, name: name, mode: ls.Mode(), fence: ls.Fence(), delay: delay, lease: ls}
-		w.ck.add(h)
-		if release == nil {
-			release = ls.Release
-		}
-		w.hold(ls, []*simHeld{h}, ttl, auto, release, func() {
-			if reenter != nil {
-				w.reenter(ls, h, reenter)
-			}
-		})
-	}
+	l, name, opts := w.p.l, s.name, s.opts
 	switch pattern {
 	case 0:
-		one("Mutex.TryLock", l.Mutex(name, opts...).TryLock, nil, nil)
+		w.one(s, "Mutex.TryLock", l.Mutex(name, opts...).TryLock, nil, nil)
 	case 1:
-		one("Mutex.Lock", l.Mutex(name, opts...).Lock, nil, nil)
+		w.one(s, "Mutex.Lock", l.Mutex(name, opts...).Lock, nil, nil)
 	case 2:
-		f := l.Fair(name, opts...)
-		if r.IntN(5) == 0 {
-			one("Fair.TryLock", f.TryLock, nil, nil)
+		if f := l.Fair(name, opts...); r.IntN(5) == 0 {
+			w.one(s, "Fair.TryLock", f.TryLock, nil, nil)
 		} else {
-			one("Fair.Lock", f.Lock, nil, nil)
+			w.one(s, "Fair.Lock", f.Lock, nil, nil)
 		}
 	case 3:
-		re := l.Reentrant(name, opts...)
-		one("Reentrant.Lock", re.Lock, nil, func(outer *dlock.Lease) *dlock.Lease {
-			nctx, cancel := context.WithTimeout(dlock.ContextWithLease(w.bg(), outer), 200*time.Millisecond)
-			defer cancel()
-			in, err := re.Lock(nctx)
-			w.net.logf("%s Reentrant.Lock %s again: %v", w.who, name, err)
-			return in
-		})
+		w.one(s, "Reentrant.Lock", l.Reentrant(name, opts...).Lock, nil, l.Reentrant(name, opts...))
 	case 4:
-		one("RWMutex.RLock", l.RWMutex(name, opts...).RLock, nil, nil)
+		w.one(s, "RWMutex.RLock", l.RWMutex(name, opts...).RLock, nil, nil)
 	case 5:
-		one("RWMutex.Lock", l.RWMutex(name, opts...).Lock, nil, nil)
+		w.one(s, "RWMutex.Lock", l.RWMutex(name, opts...).Lock, nil, nil)
 	case 6:
-		one("Semaphore.Acquire", l.Semaphore(name, simLimit, opts...).Acquire, nil, nil)
+		w.one(s, "Semaphore.Acquire", l.Semaphore(name, simLimit, opts...).Acquire, nil, nil)
 	case 7:
 		e := l.Election(name, opts...)
-		one("Election.Campaign", func(ctx context.Context) (*dlock.Lease, error) { return e.Campaign(ctx, w.who) }, e.Resign, nil)
+		w.one(s, "Election.Campaign", func(ctx context.Context) (*dlock.Lease, error) { return e.Campaign(ctx, w.who) }, e.Resign, nil)
 	default:
-		w.multi(ctx, ctxEnd, ttl, auto, opts)
+		w.multi(s)
 	}
 }
 
+// one takes a lock of a single-lease pattern with acquire (what names
+// it), holds it (re-entering it with re, when set) and releases it with
+// release (nil: Lease.Release).
+func (w *simWorker) one(s *simStep, what string, acquire func(context.Context) (*dlock.Lease, error), release func(context.Context) error, re *dlock.Reentrant) {
+	w.net.logf("%s %s %s ttl=%v auto=%v delay=%v ctx ends %.3fs", w.who, what, s.name, s.ttl, s.auto, s.delay, s.ctxEnd.Sub(w.net.start).Seconds())
+	ls, err := acquire(s.ctx)
+	w.ck.returned(w.who, s.name, what+" "+s.name, s.ctxEnd, w.p.opTimeout, err)
+	if err != nil {
+		return
+	}
+	h := &simHeld{who: w.who, name: s.name, mode: ls.Mode(), fence: ls.Fence(), delay: s.delay, lease: ls}
+	w.ck.add(h)
+	if release == nil {
+		release = ls.Release
+	}
+	w.hold(ls, []*simHeld{h}, s.ttl, s.auto, release, func() {
+		if re != nil {
+			w.reenter(re, ls, h)
+		}
+	})
+}
+
 // multi takes two names with a Multi and holds them.
-func (w *simWorker) multi(ctx context.Context, ctxEnd time.Time, ttl time.Duration, auto bool, opts []dlock.Option) {
+func (w *simWorker) multi(s *simStep) {
 	i := w.rng.IntN(len(simNames))
 	j := (i + 1 + w.rng.IntN(len(simNames)-1)) % len(simNames)
 	names := []string{simNames[i], simNames[j]}
-	m := w.p.l.Multi(names, opts...)
+	m := w.p.l.Multi(names, s.opts...)
 	lock, what := m.Lock, "Multi.Lock"
 	if w.rng.IntN(3) == 0 {
 		lock, what = m.TryLock, "Multi.TryLock"
 	}
-	w.net.logf("%s %s %v ttl=%v auto=%v ctx ends %.3fs", w.who, what, names, ttl, auto, ctxEnd.Sub(w.net.start).Seconds())
-	ml, err := lock(ctx)
-	w.ck.returned(w.who, names[0], what+" "+names[0]+","+names[1], ctxEnd, w.p.opTimeout, err)
+	w.net.logf("%s %s %v ttl=%v auto=%v ctx ends %.3fs", w.who, what, names, s.ttl, s.auto, s.ctxEnd.Sub(w.net.start).Seconds())
+	ml, err := lock(s.ctx)
+	w.ck.returned(w.who, names[0], what+" "+names[0]+","+names[1], s.ctxEnd, w.p.opTimeout, err)
 	if err != nil {
 		return
 	}
@@ -215,7 +219,7 @@ func (w *simWorker) multi(ctx context.Context, ctxEnd time.Time, ttl time.Durati
 		w.ck.add(h)
 		hs = append(hs, h)
 	}
-	w.hold(ml, hs, ttl, auto, ml.Release, func() {})
+	w.hold(ml, hs, s.ttl, s.auto, ml.Release, func() {})
 }
 
 // hold runs a few holder steps on x, then releases it with release (or,
@@ -232,11 +236,9 @@ func (w *simWorker) hold(x simHoldable, hs []*simHeld, ttl time.Duration, auto b
 			break
 		}
 		act()
-		switch r.IntN(6) {
-		case 0:
-			w.extend(x, hs[0], w.extendTTL(x), w.extendTimeout())
-		case 1:
-			if !w.net.prof.twin {
+		switch k := r.IntN(6); {
+		case k < 2 && w.net.prof.extends > 0:
+			if k == 0 || w.net.prof.extends < 2 {
 				w.extend(x, hs[0], w.extendTTL(x), w.extendTimeout())
 				break
 			}
@@ -247,13 +249,13 @@ func (w *simWorker) hold(x simHoldable, hs []*simHeld, ttl time.Duration, auto b
 			wg.Go(func() { w.extend(x, hs[0], a, ta) })
 			w.extend(x, hs[0], b, tb)
 			wg.Wait()
-		case 2:
+		case k == 2:
 			if r.Float64() < w.net.prof.stall {
 				d := ttl + time.Duration(r.Int64N(int64(ttl)))
 				w.net.logf("%s stalls %v holding %s fence=%d", w.who, d, hs[0].name, hs[0].fence)
 				time.Sleep(d)
 			}
-		case 3:
+		case k == 3:
 			reenter()
 		default:
 			time.Sleep(time.Duration(r.Int64N(int64(ttl / 2))))
@@ -305,11 +307,15 @@ func (w *simWorker) extend(x simHoldable, h *simHeld, ttl, timeout time.Duration
 	w.ck.action(h)
 }
 
-// reenter takes a reentrant lock again through its holder's lease, holds
-// the re-entry briefly, and releases it.
-func (w *simWorker) reenter(outer *dlock.Lease, h *simHeld, lock func(*dlock.Lease) *dlock.Lease) {
-	in := lock(outer)
-	if in == nil {
+// reenter takes the reentrant lock re again with a ctx that carries its
+// holder's lease outer (h), holds the re-entry briefly, and releases it.
+func (w *simWorker) reenter(re *dlock.Reentrant, outer *dlock.Lease, h *simHeld) {
+	end := time.Now().Add(200 * time.Millisecond)
+	ctx, cancel := context.WithDeadline(dlock.ContextWithLease(w.bg(), outer), end)
+	defer cancel()
+	in, err := re.Lock(ctx)
+	w.ck.returned(w.who, h.name, "Reentrant.Lock (again) "+h.name, end, w.p.opTimeout, err)
+	if err != nil {
 		return
 	}
 	hin := &simHeld{who: w.who, name: h.name, mode: in.Mode(), fence: in.Fence(), reentry: in.Fence() == outer.Fence(), delay: h.delay, lease: in}
@@ -317,6 +323,6 @@ func (w *simWorker) reenter(outer *dlock.Lease, h *simHeld, lock func(*dlock.Lea
 	w.ck.action(hin)
 	time.Sleep(time.Duration(w.rng.Int64N(int64(50 * time.Millisecond))))
 	w.ck.releasing(hin)
-	err := in.Release(w.bg())
+	err = in.Release(w.bg())
 	w.net.logf("%s released re-entry %s: %v", w.who, h.name, err)
 }
