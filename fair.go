@@ -99,9 +99,12 @@ func (l *Locker) waitGrant(ctx context.Context, c *config, req Request, since ti
 	q.fresh = c.ttl - l.driftFor(c.driftFactor, c.ttl)
 	for {
 		sent := time.Now()
-		ls, g, err := l.tryOnce(ctx, c, req)
+		ls, g, err := l.tryOnce(ctx, c, req, true)
 		if ls != nil {
 			return ls, nil
+		}
+		if err != nil && ctx.Err() != nil {
+			return nil, err // it matches ctx.Err(); tryOnce released behind the caller
 		}
 		if err != nil && !errors.Is(err, ErrUnavailable) {
 			l.releaseBehind(ctx, c, req)
@@ -123,10 +126,12 @@ func (l *Locker) waitGrant(ctx context.Context, c *config, req Request, since ti
 			if err == nil {
 				return ls, nil
 			}
-			if ctx.Err() != nil {
-				return nil, ended(ctx, nil, req.Name)
+			if ctx.Err() != nil || errors.Is(err, ErrClosed) {
+				l.releaseBehind(ctx, c, req)
+				return nil, ended(ctx, err, req.Name)
 			}
-			q.since = time.Time{} // the late grant was released
+			// The grant came too late to be used: the next round asks
+			// again with the same token, which renews what is still held.
 		case wokeEnded:
 			l.releaseBehind(ctx, c, req)
 			return nil, ended(ctx, q.last, req.Name)

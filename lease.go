@@ -115,7 +115,7 @@ func (ls *Lease) Done() <-chan struct{} {
 }
 
 // locked runs fn holding l.mu, after ending ls as lost if its validity
-// has passed (and then running what follows a loss).
+// has passed (what follows a loss then runs in the background).
 func (ls *Lease) locked(fn func()) {
 	l := ls.l
 	l.mu.Lock()
@@ -123,7 +123,7 @@ func (ls *Lease) locked(fn func()) {
 	fn()
 	l.mu.Unlock()
 	if expired {
-		l.afterLoss(ls)
+		l.afterLossBehind(ls)
 	}
 }
 
@@ -202,11 +202,12 @@ func (ls *Lease) beginExtend(ctx context.Context, ttl time.Duration) (Request, e
 		}
 		if !ls.extending {
 			ls.extending = true
-			l.sched.reschedule(ls) // no renewal while this one is in flight
 			req := ls.req
 			if ttl != 0 {
 				req.TTL = ttl + ls.delay
 			}
+			ls.sendingLocked(req.TTL - ls.delay)
+			l.sched.reschedule(ls) // no renewal while this one is in flight
 			l.mu.Unlock()
 			return req, nil
 		}
@@ -220,6 +221,17 @@ func (ls *Lease) beginExtend(ctx context.Context, ttl time.Duration) (Request, e
 		case <-ctx.Done():
 			return Request{}, ctx.Err()
 		}
+	}
+}
+
+// sendingLocked shortens ls's validity, as an extension to ttl is about to
+// be sent, to what that extension leaves if the store applies it: ttl from
+// now. The store may apply it at any moment after the send, before its
+// answer comes back, so a lease extended to a shorter TTL must not look
+// valid past it meanwhile. Caller holds l.mu.
+func (ls *Lease) sendingLocked(ttl time.Duration) {
+	if end := time.Now().Add(ttl - ls.l.driftFor(ls.driftFactor, ttl)); end.Before(ls.validUntil) {
+		ls.validUntil = end
 	}
 }
 
@@ -340,19 +352,23 @@ func (ls *Lease) lockHeld() (bool, error) {
 	err := ls.err
 	l.mu.Unlock()
 	if expired {
-		l.afterLoss(ls)
+		l.afterLossBehind(ls)
 	}
 	return false, err
 }
 
 // expireLocked ends ls as lost when its validity has passed, whether or not
 // the scheduler has noticed yet, and reports whether it did; the caller
-// must then call afterLoss after unlocking. Caller holds l.mu.
+// must then call afterLossBehind (or, in Close, afterLoss) after unlocking.
+// Caller holds l.mu.
 func (ls *Lease) expireLocked() bool {
 	if ls.state != leaseHeld || time.Now().Before(ls.validUntil) {
 		return false
 	}
 	ls.l.loseLocked(ls, fmt.Errorf("%w: not renewed in time", ErrLeaseLost))
+	if !ls.l.closed {
+		ls.l.wg.Add(1) // for afterLossBehind
+	}
 	return true
 }
 

@@ -140,6 +140,17 @@ func (l *Locker) afterLoss(ls *Lease) {
 	}()
 }
 
+// afterLossBehind runs afterLoss for a lease that an accessor (TTL, Err,
+// Done, Release, …) found past its validity, in the background: the loss
+// hooks and the observer must not run inside a caller that may hold its
+// own locks. expireLocked counted it in l.wg.
+func (l *Locker) afterLossBehind(ls *Lease) {
+	go func() {
+		defer l.wg.Done()
+		l.afterLoss(ls)
+	}()
+}
+
 func (l *Locker) runLossHooks(ls *Lease) {
 	l.mu.Lock()
 	hooks := ls.onLoss
@@ -208,7 +219,7 @@ func (l *Locker) acquire(ctx context.Context, c *config, req Request, wait bool)
 // fresh token of the Locker's own.
 func (l *Locker) take(ctx context.Context, c *config, req Request, wait, own bool) (*Lease, error) {
 	if !wait {
-		ls, g, err := l.tryOnce(ctx, c, req)
+		ls, g, err := l.tryOnce(ctx, c, req, false)
 		if ls == nil && err == nil {
 			err = &LockedError{Name: req.Name, RetryAfter: g.RetryAfter, Held: g.Held}
 		}
@@ -228,10 +239,10 @@ func (l *Locker) take(ctx context.Context, c *config, req Request, wait, own boo
 	// A refused caller watches, then tries again at once (the loop of
 	// waitWatched), so a release between the refusal and the watch is not
 	// missed.
-	if ls, _, err := l.tryOnce(ctx, c, req); ls != nil {
+	if ls, _, err := l.tryOnce(ctx, c, req, true); ls != nil {
 		return ls, nil
-	} else if err != nil && !errors.Is(err, ErrUnavailable) {
-		return nil, err
+	} else if err != nil && (!errors.Is(err, ErrUnavailable) || ctx.Err() != nil) {
+		return nil, err // tryOnce released behind a caller whose ctx ended
 	}
 	if req.Mode == ModeMutex && own {
 		if ls, err, ok := l.waitHandoff(ctx, c, req); ok {
@@ -250,12 +261,12 @@ func (l *Locker) waitWatched(ctx context.Context, c *config, req Request) (*Leas
 	defer w.close()
 	w.watch(ctx, req.Name, req.Mode)
 	for {
-		ls, g, err := l.tryOnce(ctx, c, req)
+		ls, g, err := l.tryOnce(ctx, c, req, true)
 		if ls != nil {
 			return ls, nil
 		}
-		if err != nil && !errors.Is(err, ErrUnavailable) {
-			return nil, err
+		if err != nil && (!errors.Is(err, ErrUnavailable) || ctx.Err() != nil) {
+			return nil, err // tryOnce released behind a caller whose ctx ended
 		}
 		last := err
 		if err != nil {
@@ -274,7 +285,8 @@ func (l *Locker) waitWatched(ctx context.Context, c *config, req Request) (*Leas
 		case wokeWatch:
 			w.bo.reset()
 		case wokeEnded:
-			if req.Queue {
+			if req.Queue || err != nil {
+				// A queue place, or what the failed round may have taken.
 				l.releaseBehind(ctx, c, req)
 			}
 			return nil, ended(ctx, last, req.Name)
@@ -284,10 +296,14 @@ func (l *Locker) waitWatched(ctx context.Context, c *config, req Request) (*Leas
 
 // tryOnce makes one acquire attempt. A reply lost to a network error is
 // resolved by asking again with the same token (Acquire is idempotent per
-// token); if that fails too, or ctx has ended meanwhile, the token's hold
-// is released so that no lock is left behind that nobody knows of. So a
-// caller whose ctx ends gets its answer at most twice the op timeout later:
-// one for the call in flight, one for the release behind it.
+// token), unless ctx has ended. When it stays unresolved, or the grant
+// came too late to be used, the token may hold the lock without anyone
+// knowing: with keep unset (a single attempt) tryOnce releases it behind
+// the caller; with keep set (a wait) it leaves that to the wait, which asks
+// again with the same token or releases when it ends: a release sent while
+// the wait goes on could reach the store after the wait's next grant and
+// free it. A caller whose ctx ends gets its answer at most twice the op
+// timeout later: one for the call in flight, one for the release.
 //
 // The attempt is not abandoned when ctx ends: it gets its reply, or is cut
 // short opTimeout later (see attemptContext). A call abandoned to ctx can
@@ -296,52 +312,59 @@ func (l *Locker) waitWatched(ctx context.Context, c *config, req Request) (*Leas
 // sends the two on different ones) and re-create what the Release removed:
 // a queue place or write intent that keeps others out until its queue TTL,
 // or a grant that nobody knows of.
-func (l *Locker) tryOnce(ctx context.Context, c *config, req Request) (*Lease, Grant, error) {
+func (l *Locker) tryOnce(ctx context.Context, c *config, req Request, keep bool) (*Lease, Grant, error) {
 	if l.isClosed.Load() {
 		return nil, Grant{}, ErrClosed
 	}
+	g, sent, err := l.ask(ctx, c, req)
+	if err == nil && g.Acquired {
+		var ls *Lease
+		if ls, err = l.newLease(ctx, c, req, g, sent); err == nil {
+			return ls, g, nil
+		}
+	}
+	if err == nil || errors.Is(err, ErrInvalid) || errors.Is(err, ErrNotSupported) || errors.Is(err, ErrUpgrade) {
+		return nil, g, err
+	}
+	if !keep || ctx.Err() != nil || errors.Is(err, ErrClosed) {
+		l.releaseBehind(ctx, c, req)
+	}
+	return nil, Grant{}, err
+}
+
+// ask sends req's Acquire, and asks once more with the same token when the
+// reply was lost and ctx has not ended. It returns the grant and when the
+// request that got it was sent.
+func (l *Locker) ask(ctx context.Context, c *config, req Request) (Grant, time.Time, error) {
 	sent := time.Now()
 	actx, acancel := l.expiries.attemptContext(ctx, c.opTimeout)
 	g, err := l.store.Acquire(actx, req)
 	acancel()
-	if err != nil {
-		if errors.Is(err, ErrInvalid) || errors.Is(err, ErrNotSupported) || errors.Is(err, ErrUpgrade) {
-			return nil, Grant{}, err
-		}
-		if ctx.Err() != nil {
-			// The caller gave up: whatever the call did is released
-			// rather than asked about again.
-			l.releaseBehind(ctx, c, req)
-			return nil, Grant{}, errors.Join(&StoreError{Op: "acquire", Node: -1, Err: err}, ctx.Err())
-		}
+	if err == nil || errors.Is(err, ErrInvalid) || errors.Is(err, ErrNotSupported) || errors.Is(err, ErrUpgrade) {
+		return g, sent, err
+	}
+	if ctx.Err() == nil {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opTimeout)
 		sent = time.Now()
 		g, err = l.store.Acquire(rctx, req)
 		cancel()
-		if err != nil {
-			l.releaseBehind(ctx, c, req)
-			return nil, Grant{}, errors.Join(&StoreError{Op: "acquire", Node: -1, Err: err}, ctx.Err())
+		if err == nil {
+			return g, sent, nil
 		}
 	}
-	if !g.Acquired {
-		return nil, g, nil
-	}
-	ls, err := l.newLease(ctx, c, req, g, sent)
-	if err != nil {
-		return nil, Grant{}, err
-	}
-	return ls, g, nil
+	return Grant{}, sent, errors.Join(&StoreError{Op: "acquire", Node: -1, Err: err}, ctx.Err())
 }
 
 // newLease turns grant g of req, asked for at sent, into a held Lease and
-// hands it to the scheduler. A grant that came too late or after ctx ended
-// is released instead.
+// hands it to the scheduler. A grant that came too late, after ctx ended or
+// after Close is refused with an error, and the caller must release it (or
+// ask again with the same token).
 func (l *Locker) newLease(ctx context.Context, c *config, req Request, g Grant, sent time.Time) (*Lease, error) {
 	ttl := req.TTL - c.lockDelay
 	validUntil := sent.Add(ttl - l.driftFor(c.driftFactor, ttl))
 	if ctx.Err() != nil || !time.Now().Before(validUntil) {
-		// The caller gave up, or the grant came too late to be of use.
-		l.releaseBehind(ctx, c, req)
+		// The caller gave up, or the grant came too late to be of use: the
+		// caller releases it, or asks again.
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
@@ -364,7 +387,6 @@ func (l *Locker) newLease(ctx context.Context, c *config, req Request, g Grant, 
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
-		l.releaseBehind(ctx, c, req)
 		return nil, ErrClosed
 	}
 	l.sched.reschedule(ls)

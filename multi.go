@@ -91,11 +91,12 @@ func (m *Multi) Lock(ctx context.Context) (*MultiLease, error) {
 	}
 	w := newWaiter(m.l.store, &m.cfg)
 	defer w.close()
-	token := newToken()
 	quick := false    // the last retry came at once, after a new watch
 	var refused error // the last refusal
 	for {
-		ml, g, name, err := m.attempt(ctx, token)
+		// A fresh token per attempt: a release behind a failed attempt
+		// that reaches the store late cannot free the next one's names.
+		ml, g, name, err := m.attempt(ctx, newToken())
 		if ml != nil {
 			return ml, nil
 		}
@@ -172,9 +173,13 @@ func (m *Multi) attempt(ctx context.Context, token string) (*MultiLease, Grant, 
 	for _, name := range m.names {
 		req := Request{Name: name, Token: token, Mode: ModeMutex, TTL: c.ttl + c.lockDelay}
 		sent := time.Now()
-		ls, g, err := m.l.tryOnce(ctx, c, req)
+		ls, g, err := m.l.tryOnce(ctx, c, req, true)
 		if ls == nil {
-			m.undo(ctx, leases)
+			var unresolved []Request            // what the failed attempt may hold
+			if err != nil && ctx.Err() == nil { // (tryOnce released it if ctx ended)
+				unresolved = append(unresolved, req)
+			}
+			m.undo(ctx, leases, unresolved)
 			return nil, g, name, err
 		}
 		// Each name's lease is reported like any grant, so that its
@@ -182,9 +187,19 @@ func (m *Multi) attempt(ctx context.Context, token string) (*MultiLease, Grant, 
 		m.l.emit(Event{Kind: EventAcquire, Mode: ModeMutex, Name: name, Result: "acquired", Fence: ls.fence, Duration: time.Since(sent)})
 		leases = append(leases, ls)
 	}
-	ml := &MultiLease{token: token, names: m.names, leases: leases, done: make(chan struct{})}
-	for _, ls := range leases {
+	return m.held(ctx, &MultiLease{token: token, names: m.names, leases: leases, done: make(chan struct{})})
+}
+
+// held returns ml once it is known that none of its leases ran out while
+// the others were taken; otherwise it releases every name and returns a
+// [*StoreError], and the caller may try again.
+func (m *Multi) held(ctx context.Context, ml *MultiLease) (*MultiLease, Grant, string, error) {
+	for _, ls := range ml.leases {
 		ls.notifyLoss(ml.lost)
+	}
+	if err := ml.Err(); err != nil {
+		ml.Release(ctx)
+		return nil, Grant{}, "", &StoreError{Op: "acquire", Node: -1, Err: fmt.Errorf("a name's lease ran out while the others were taken: %w", err)}
 	}
 	return ml, Grant{}, "", nil
 }
@@ -231,14 +246,14 @@ func (m *Multi) attemptAtomic(ctx context.Context, ms MultiStore, token string) 
 	for i, req := range reqs {
 		ls, err := l.newLease(ctx, c, req, Grant{Acquired: true, Fence: mg.Fences[i]}, sent)
 		if err != nil {
-			// newLease released req's name; give up the others too.
+			// Give up every name.
 			rest := make([]Request, 0, len(reqs))
 			for _, ls := range leases {
 				if ls.markReleased() == nil {
 					rest = append(rest, ls.req)
 				}
 			}
-			if rest = append(rest, reqs[i+1:]...); len(rest) > 0 {
+			if rest = append(rest, reqs[i:]...); len(rest) > 0 {
 				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opTimeout)
 				ms.ReleaseMulti(rctx, rest)
 				cancel()
@@ -248,22 +263,22 @@ func (m *Multi) attemptAtomic(ctx context.Context, ms MultiStore, token string) 
 		m.l.emit(Event{Kind: EventAcquire, Mode: ModeMutex, Name: req.Name, Result: "acquired", Fence: ls.fence, Duration: took})
 		leases = append(leases, ls)
 	}
-	ml := &MultiLease{token: token, names: m.names, leases: leases, ms: ms, opTimeout: c.opTimeout, done: make(chan struct{})}
-	for _, ls := range leases {
-		ls.notifyLoss(ml.lost)
-	}
-	return ml, Grant{}, "", nil
+	return m.held(ctx, &MultiLease{token: token, names: m.names, leases: leases, ms: ms, opTimeout: c.opTimeout, done: make(chan struct{})})
 }
 
-// undo releases leases taken by a failed attempt.
-func (m *Multi) undo(ctx context.Context, leases []*Lease) {
-	if len(leases) == 0 {
+// undo releases leases taken by a failed attempt, and what the requests
+// whose outcome it does not know may hold, all within one op timeout.
+func (m *Multi) undo(ctx context.Context, leases []*Lease, unresolved []Request) {
+	if len(leases)+len(unresolved) == 0 {
 		return
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.opTimeout)
 	defer cancel()
 	for _, ls := range leases {
 		ls.Release(rctx)
+	}
+	for _, req := range unresolved {
+		m.l.store.Release(rctx, req)
 	}
 }
 

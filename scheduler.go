@@ -141,6 +141,7 @@ func (l *Locker) renew(batch []*Lease) {
 	deadline := time.Now().Add(l.cfg.opTimeout)
 	for i, ls := range batch {
 		reqs[i] = ls.req
+		ls.sendingLocked(ls.req.TTL - ls.delay)
 		if ls.validUntil.Before(deadline) {
 			deadline = ls.validUntil
 		}
@@ -168,7 +169,9 @@ func (l *Locker) renew(batch []*Lease) {
 		case extendUnknown:
 			// Not confirmed; try again soon while the lease is still valid.
 			evs = append(evs, renewEvent(ls, "error"))
-			ls.renewAt = time.Now().Add(min(l.cfg.minBackoff*4, time.Until(ls.validUntil)/3))
+			// Not sooner than minBackoff: near the end of validity a third
+			// of what is left shrinks towards nothing.
+			ls.renewAt = time.Now().Add(max(min(l.cfg.minBackoff*4, time.Until(ls.validUntil)/3), l.cfg.minBackoff))
 			l.sched.reschedule(ls)
 		}
 	}

@@ -33,13 +33,15 @@ import (
 //	    it was valid (lost, run out, or released too late), nothing that
 //	    cannot share the name with it (see dlock.Coexist) is granted the
 //	    name before its validity ended plus d;
-//	(e) an acquire whose ctx ended returns within the op timeout (and the
-//	    1/32 the Locker's shared expiries may add) plus simSlack.
+//	(e) an acquire whose ctx ended returns within twice the op timeout (one
+//	    for the call in flight, one for the release that leaves nothing
+//	    behind, as Mutex.Lock documents; and the 1/32 the Locker's shared
+//	    expiries may add to each) plus simSlack.
 //
 // Failures name the seed, the virtual time, the name, the holds with their
 // fences and tokens, and end with the net's trace of the name.
 
-// simSlack is what (e) allows beyond the op timeout: the Locker's own work
+// simSlack is what (e) allows beyond the op timeouts: the Locker's own work
 // takes no virtual time, so this only covers timer granularity.
 const simSlack = 5 * time.Millisecond
 
@@ -267,7 +269,7 @@ func (c *simChecker) returned(who, name, what string, ctxEnd time.Time, opTimeou
 	c.net.logf("%s %s returned: %v", who, what, err)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if limit := ctxEnd.Add(opTimeout + opTimeout/32 + simSlack); !c.off && now.After(limit) {
+	if limit := ctxEnd.Add(2*(opTimeout+opTimeout/32) + simSlack); !c.off && now.After(limit) {
 		c.failf(name, "(e) %s %s returned %v after its ctx ended at %.3fs; the op timeout is %v; it returned %q",
 			who, what, now.Sub(ctxEnd), ctxEnd.Sub(c.net.start).Seconds(), opTimeout, err)
 	}

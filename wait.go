@@ -115,8 +115,11 @@ func (w *waiter) sleep(ctx context.Context, delay time.Duration, stop <-chan str
 // refusal, or the store's failure; a refusal when nil) joined with
 // ctx.Err(), so that it matches both.
 func ended(ctx context.Context, last error, name string) error {
-	if last == nil {
+	switch {
+	case last == nil:
 		last = &LockedError{Name: name}
+	case errors.Is(last, ctx.Err()):
+		return last
 	}
 	return errors.Join(last, ctx.Err())
 }
