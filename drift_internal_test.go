@@ -3,11 +3,13 @@ package dlock
 import (
 	"testing"
 	"time"
+
+	"github.com/dlock-dev/dlock/store"
 )
 
-// drifter is a Store (whose methods are not called) with a drift margin.
+// drifter is a store.Store (whose methods are not called) with a drift margin.
 type drifter struct {
-	Store
+	store.Store
 	factor float64
 }
 
@@ -16,16 +18,16 @@ func (d drifter) Drift(ttl time.Duration) time.Duration {
 }
 
 // TestLockerDriftFor: a lease's margin is the larger of the lock's drift
-// and its store's, when the store is a Drifter.
+// and its store's, when the store is a store.Drifter.
 func TestLockerDriftFor(t *testing.T) {
 	const ttl = 10 * time.Second
 	tests := []struct {
 		name   string
-		store  Store
+		store  store.Store
 		factor float64 // the lock's WithDriftFactor
 		want   time.Duration
 	}{
-		{"store without drift", struct{ Store }{}, 0.01, 102 * time.Millisecond},
+		{"store without drift", struct{ store.Store }{}, 0.01, 102 * time.Millisecond},
 		{"store drifts more", drifter{factor: 0.2}, 0.01, 2 * time.Second},
 		{"lock drifts more", drifter{factor: 0.2}, 0.3, 3002 * time.Millisecond},
 		{"store drifts as much", drifter{factor: 0.0102}, 0.01, 102 * time.Millisecond},

@@ -6,10 +6,16 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/dlock-dev/dlock/store"
 )
 
 // MaxValueLen bounds a candidate's value in an election.
-const MaxValueLen = 4096
+const MaxValueLen = store.MaxValueLen
+
+// Leader describes the leader of an election: its value, its term (the
+// fence of its grant) and its remaining time. It is [store.Leader].
+type Leader = store.Leader
 
 // Election is a leader election on one name: at most one candidate leads at
 // a time, and each leader's term is a fence strictly greater than every
@@ -25,7 +31,7 @@ const MaxValueLen = 4096
 // (GC, SIGSTOP) may resume believing it leads: pass [Lease.Fence], the term,
 // with every write and have the resource refuse lower terms.
 //
-// Elections need a store implementing [Elector] (memory, valkey, goredis,
+// Elections need a store implementing [store.Elector] (memory, valkey, goredis,
 // redlock, etcd, postgres, zookeeper); on other stores (postgres' advisory
 // store) Campaign and Leader return an error wrapping [ErrNotSupported].
 // An Election is safe for concurrent use; one Election is one candidate.
@@ -46,14 +52,14 @@ func (l *Locker) Election(name string, opts ...Option) *Election {
 	return &Election{l: l, name: name, cfg: l.lockConfig(append(opts, WithAutoRenew()))}
 }
 
-func (e *Election) elector() (Elector, error) {
+func (e *Election) elector() (store.Elector, error) {
 	if e.cfg.err != nil {
 		return nil, e.cfg.err
 	}
 	if err := ValidName(e.name); err != nil {
 		return nil, err
 	}
-	el, ok := e.l.store.(Elector)
+	el, ok := e.l.store.(store.Elector)
 	if !ok {
 		return nil, notSupported("elections")
 	}
@@ -180,7 +186,7 @@ func (e *Election) Observe(ctx context.Context) <-chan Leader {
 // leadership again anyway, in case a push was lost.
 const observeSafety = 30 * time.Second
 
-func (e *Election) observe(ctx context.Context, el Elector, ch chan<- Leader) {
+func (e *Election) observe(ctx context.Context, el store.Elector, ch chan<- Leader) {
 	c := &e.cfg
 	w := newWaiter(e.l.store, c)
 	defer w.close()

@@ -4,8 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/dlock-dev/dlock/store"
 )
 
+// The errors of a Locker and its leases. Those a store returns are package
+// store's values under the same names (ErrNotHeld is [store.ErrNotHeld]),
+// so errors.Is and errors.As match them through either package.
 var (
 	// ErrLocked reports that another holder has the lock.
 	ErrLocked = errors.New("dlock: lock held")
@@ -14,24 +19,25 @@ var (
 	// be presumed held by someone else.
 	ErrLeaseLost = errors.New("dlock: lease lost")
 	// ErrNotHeld reports that a token does not hold the lock it names.
-	ErrNotHeld = errors.New("dlock: lock not held")
+	ErrNotHeld = store.ErrNotHeld
 	// ErrUnavailable reports that the store could not be reached or did not
 	// answer in time.
-	ErrUnavailable = errors.New("dlock: store unavailable")
+	ErrUnavailable = store.ErrUnavailable
 	// ErrNoQuorum reports that too few nodes of a quorum store answered. It
 	// wraps ErrUnavailable.
-	ErrNoQuorum = fmt.Errorf("%w: no quorum", ErrUnavailable)
+	ErrNoQuorum = store.ErrNoQuorum
 	// ErrNotSupported reports that a store cannot provide a pattern safely.
-	ErrNotSupported = errors.New("dlock: not supported by this store")
-	// ErrInvalid reports bad input; the error is an *InvalidError.
-	ErrInvalid = errors.New("dlock: invalid argument")
-	// ErrClosed reports use of a closed Locker.
-	ErrClosed = errors.New("dlock: locker closed")
+	ErrNotSupported = store.ErrNotSupported
+	// ErrInvalid reports bad input; the error is an *InvalidError or a
+	// *LimitError.
+	ErrInvalid = store.ErrInvalid
+	// ErrClosed reports use of a closed Locker (or of a closed store).
+	ErrClosed = store.ErrClosed
 	// ErrNoLeader reports that nobody leads an election.
-	ErrNoLeader = errors.New("dlock: no leader")
+	ErrNoLeader = store.ErrNoLeader
 	// ErrUpgrade reports an attempt to take a write lock while holding a
 	// read lock on the same name, which would deadlock.
-	ErrUpgrade = errors.New("dlock: read-to-write upgrade not supported")
+	ErrUpgrade = store.ErrUpgrade
 )
 
 // LockedError is returned when a lock is held by another holder. It wraps
@@ -42,7 +48,7 @@ type LockedError struct {
 	// clock; 0 when unknown.
 	RetryAfter time.Duration
 	// Held is the mode of the hold that refused the request (a name is one
-	// lock whatever pattern holds it; see [Coexist]). A key set by a
+	// lock whatever pattern holds it; see [store.Coexist]). A key set by a
 	// foreign library is reported as ModeMutex.
 	Held Mode
 }
@@ -58,47 +64,16 @@ func (e *LockedError) Error() string {
 func (e *LockedError) Unwrap() error { return ErrLocked }
 
 // LimitError reports a semaphore request whose limit differs from the limit
-// that the name's permits are held with: every user of one name must agree
-// on it. It wraps [ErrInvalid].
-type LimitError struct {
-	Name  string
-	Held  int // the limit of the permits held now
-	Asked int // the limit of the request
-}
-
-func (e *LimitError) Error() string {
-	return fmt.Sprintf("dlock: invalid limit: semaphore %q is held with limit %d, not %d", e.Name, e.Held, e.Asked)
-}
-
-func (e *LimitError) Unwrap() error { return ErrInvalid }
+// that the name's permits are held with. It wraps [ErrInvalid]. It is
+// [store.LimitError].
+type LimitError = store.LimitError
 
 // InvalidError names the argument that was rejected. It wraps [ErrInvalid].
-type InvalidError struct {
-	Field  string
-	Reason string
-}
-
-func (e *InvalidError) Error() string {
-	return fmt.Sprintf("dlock: invalid %s: %s", e.Field, e.Reason)
-}
-
-func (e *InvalidError) Unwrap() error { return ErrInvalid }
+// It is [store.InvalidError].
+type InvalidError = store.InvalidError
 
 // StoreError is a failure of a store operation. It wraps both
-// [ErrUnavailable] and the underlying error.
-type StoreError struct {
-	Op   string // acquire, extend, release, watch
-	Node int    // index of the node in a multi-node store, or -1
-	Err  error
-}
-
-func (e *StoreError) Error() string {
-	if e.Node >= 0 {
-		return fmt.Sprintf("dlock: store %s on node %d: %v", e.Op, e.Node, e.Err)
-	}
-	return fmt.Sprintf("dlock: store %s: %v", e.Op, e.Err)
-}
-
-func (e *StoreError) Unwrap() []error { return []error{ErrUnavailable, e.Err} }
+// [ErrUnavailable] and the underlying error. It is [store.StoreError].
+type StoreError = store.StoreError
 
 func invalid(field, reason string) error { return &InvalidError{Field: field, Reason: reason} }

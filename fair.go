@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/dlock-dev/dlock/store"
 )
 
 // Fair is an exclusive lock granted strictly in arrival order: the fair
@@ -15,7 +17,7 @@ import (
 // process died is dropped from the queue once that TTL has passed by the
 // store's clock, so it delays the others by at most one queue TTL. A
 // release hands the lock directly to the live head of the queue, which is
-// woken already holding it (on stores implementing [GrantWatcher]); one
+// woken already holding it (on stores implementing [store.GrantWatcher]); one
 // release wakes one waiter.
 //
 // Order is arrival order at the store among waiters that stay alive; a
@@ -61,9 +63,9 @@ func (f *Fair) Lock(ctx context.Context) (*Lease, error) {
 }
 
 // waitFair is the waiting loop of the fair lock. It listens for the store
-// handing the lock to its token (GrantWatcher) and otherwise refreshes its
-// queue place every QueueTTL/3, or at the holder's expiry when it is next in
-// line. own is set when req.Token is a fresh token of the Locker's own.
+// handing the lock to its token ([store.GrantWatcher]) and otherwise
+// refreshes its queue place every QueueTTL/3, or at the holder's expiry
+// when it is next in line. own is set when req.Token is a fresh token of the Locker's own.
 func (l *Locker) waitFair(ctx context.Context, c *config, req Request, own bool) (*Lease, error) {
 	var since time.Time
 	if own {
@@ -152,7 +154,7 @@ type queueWait struct {
 // round takes in the answer of the round sent at sent (a refusal g, or the
 // store's failure err) and returns how long to sleep and whether a grant
 // pushed during the sleep can be taken as it is.
-func (q *queueWait) round(l *Locker, w *waiter, sent time.Time, g Grant, err error) (time.Duration, bool) {
+func (q *queueWait) round(l *Locker, w *waiter, sent time.Time, g store.Grant, err error) (time.Duration, bool) {
 	c, req := q.c, q.req
 	delay := req.QueueTTL / 3
 	if err != nil {

@@ -31,8 +31,8 @@ func (m *Mutex) TryLock(ctx context.Context) (*Lease, error) {
 // Lock takes the lock, waiting until it is free or ctx ends. It is woken by
 // the store when the lock is released or expires, and falls back to capped
 // exponential backoff with full jitter (see [WithBackoff]). On a store that
-// hands a released mutex to a waiter ([GrantWatcher] for [ModeMutex], such
-// as Valkey) a refused caller registers as a waiter (a queue entry of
+// hands a released mutex to a waiter ([store.GrantWatcher] for [ModeMutex],
+// such as Valkey) a refused caller registers as a waiter (a queue entry of
 // [WithQueueTTL]), and a release hands the lock to one live registered
 // waiter, which wakes already holding it. The mutex is not fair: which
 // waiter gets it is not arrival order, and a lock freed by expiry goes to

@@ -7,7 +7,7 @@ import (
 )
 
 // waitHandoff waits for a mutex as a registered waiter, on a store that
-// hands a released mutex straight to one of them ([GrantWatcher] for
+// hands a released mutex straight to one of them ([store.GrantWatcher] for
 // [ModeMutex]): the release that finds a live registration sets the lock
 // key to that waiter's token and tells it, so the waiter wakes holding the
 // lock and one release wakes one waiter. The registration is a queue entry

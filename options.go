@@ -165,8 +165,8 @@ const MaxLockDelay = time.Hour
 // for its TTL plus d, while the Locker treats the lease as valid for its
 // TTL only (less drift). A lease that is lost is therefore not released
 // on the store; it runs out d after the store last extended it. Refusals'
-// RetryAfter, [State.TTL] and [Leader.TTL] include the delay. It works on
-// every pattern, on stores implementing [LockDelayer] (memory, valkey,
+// RetryAfter, [store.State.TTL] and [Leader.TTL] include the delay. It works on
+// every pattern, on stores implementing [store.LockDelayer] (memory, valkey,
 // goredis, redlock, etcd, the PostgreSQL lease table); on others acquiring returns
 // an error wrapping [ErrNotSupported]. It costs every crashed holder's name
 // d of unavailability; see docs/patterns.md for the trade-off.

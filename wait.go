@@ -5,6 +5,8 @@ import (
 	"errors"
 	"log/slog"
 	"time"
+
+	"github.com/dlock-dev/dlock/store"
 )
 
 // waiter is the one waiting engine: what a wait sleeps on, and how it gives
@@ -16,20 +18,20 @@ import (
 // attempts that each end in sleep; when ctx ends, the wait returns ended's
 // error and leaves nothing behind (releaseBehind).
 type waiter struct {
-	store   Store
+	store   store.Store
 	log     *slog.Logger
-	grants  <-chan Grant    // pushed grants, when the store hands the lock over
-	wake    <-chan struct{} // the name may have become free
-	stop    func()          // stops grants and wake
-	watched string          // the name wake watches
+	grants  <-chan store.Grant // pushed grants, when the store hands the lock over
+	wake    <-chan struct{}    // the name may have become free
+	stop    func()             // stops grants and wake
+	watched string             // the name wake watches
 	timer   *time.Timer
 	bo      backoff
 }
 
-func newWaiter(store Store, c *config) *waiter {
+func newWaiter(s store.Store, c *config) *waiter {
 	t := time.NewTimer(time.Hour)
 	t.Stop()
-	return &waiter{store: store, log: c.logger, stop: func() {}, timer: t, bo: backoff{min: c.minBackoff, max: c.maxBackoff}}
+	return &waiter{store: s, log: c.logger, stop: func() {}, timer: t, bo: backoff{min: c.minBackoff, max: c.maxBackoff}}
 }
 
 // close stops the wake sources and the timer.
@@ -42,9 +44,9 @@ func (w *waiter) close() {
 func (w *waiter) watching() bool { return w.grants != nil || w.wake != nil }
 
 // handOver makes a grant watch for req the wake source, when the store can
-// hand req's lock to it ([GrantWatcher]); it reports whether it did.
+// hand req's lock to it ([store.GrantWatcher]); it reports whether it did.
 func (w *waiter) handOver(ctx context.Context, req Request) bool {
-	gw, ok := w.store.(GrantWatcher)
+	gw, ok := w.store.(store.GrantWatcher)
 	if !ok {
 		return false
 	}
@@ -90,7 +92,7 @@ const (
 // sleep blocks until a wake source fires, delay passes (a delay of 0 or
 // less sleeps on the wake sources only), ctx ends or stop is closed. With
 // wokeGrant it returns the pushed grant.
-func (w *waiter) sleep(ctx context.Context, delay time.Duration, stop <-chan struct{}) (woke, Grant) {
+func (w *waiter) sleep(ctx context.Context, delay time.Duration, stop <-chan struct{}) (woke, store.Grant) {
 	var tc <-chan time.Time
 	if delay > 0 {
 		w.timer.Reset(delay)
@@ -101,13 +103,13 @@ func (w *waiter) sleep(ctx context.Context, delay time.Duration, stop <-chan str
 	case g := <-w.grants:
 		return wokeGrant, g
 	case <-w.wake:
-		return wokeWatch, Grant{}
+		return wokeWatch, store.Grant{}
 	case <-tc:
-		return wokeTimer, Grant{}
+		return wokeTimer, store.Grant{}
 	case <-ctx.Done():
-		return wokeEnded, Grant{}
+		return wokeEnded, store.Grant{}
 	case <-stop:
-		return wokeEnded, Grant{}
+		return wokeEnded, store.Grant{}
 	}
 }
 
