@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 	"github.com/dlock-dev/dlock/store/memory"
 )
 
@@ -17,7 +18,7 @@ import (
 // a backed-up connection, which reaches the server after later commands
 // sent on other connections.
 type lateStore struct {
-	dlock.Store
+	store.Store
 	n       int32
 	calls   atomic.Int32
 	started chan struct{} // closed when the held-back call begins
@@ -25,13 +26,13 @@ type lateStore struct {
 	applied chan struct{} // closed once it ran on the store
 }
 
-func (s *lateStore) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, error) {
+func (s *lateStore) Acquire(ctx context.Context, req dlock.Request) (store.Grant, error) {
 	if s.calls.Add(1) != s.n {
 		return s.Store.Acquire(ctx, req)
 	}
 	close(s.started)
 	type reply struct {
-		g   dlock.Grant
+		g   store.Grant
 		err error
 	}
 	ch := make(chan reply, 1)
@@ -45,7 +46,7 @@ func (s *lateStore) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant
 	case r := <-ch:
 		return r.g, r.err
 	case <-ctx.Done():
-		return dlock.Grant{}, ctx.Err()
+		return store.Grant{}, ctx.Err()
 	}
 }
 

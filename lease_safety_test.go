@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 	"github.com/dlock-dev/dlock/store/memory"
 )
 
@@ -70,7 +71,7 @@ func (s *latencyStore) Extend(ctx context.Context, reqs []dlock.Request) []error
 	return errs
 }
 
-func (s *latencyStore) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, error) {
+func (s *latencyStore) Acquire(ctx context.Context, req dlock.Request) (store.Grant, error) {
 	g, err := s.Store.Acquire(ctx, req)
 	s.mu.Lock()
 	d := s.acquireReply[req.Token]
@@ -79,12 +80,12 @@ func (s *latencyStore) Acquire(ctx context.Context, req dlock.Request) (dlock.Gr
 	return g, err
 }
 
-func (s *latencyStore) WatchGrant(ctx context.Context, req dlock.Request) (<-chan dlock.Grant, func(), error) {
+func (s *latencyStore) WatchGrant(ctx context.Context, req dlock.Request) (<-chan store.Grant, func(), error) {
 	in, stop, err := s.Store.WatchGrant(ctx, req)
 	if err != nil {
 		return nil, nil, err
 	}
-	out := make(chan dlock.Grant, 1)
+	out := make(chan store.Grant, 1)
 	done := make(chan struct{})
 	go func() {
 		for {
@@ -360,15 +361,15 @@ type multiLatencyStore struct{ *latencyStore }
 
 func (s multiLatencyStore) AtomicMulti(names []string) bool { return true }
 
-func (s multiLatencyStore) AcquireMulti(ctx context.Context, reqs []dlock.Request) (dlock.MultiGrant, error) {
-	mg := dlock.MultiGrant{Acquired: true}
+func (s multiLatencyStore) AcquireMulti(ctx context.Context, reqs []dlock.Request) (store.MultiGrant, error) {
+	mg := store.MultiGrant{Acquired: true}
 	for i, req := range reqs {
 		g, err := s.Store.Acquire(ctx, req)
 		if err != nil || !g.Acquired {
 			for _, taken := range reqs[:i] {
 				s.Store.Release(ctx, taken)
 			}
-			return dlock.MultiGrant{Refused: i, Refusal: g}, err
+			return store.MultiGrant{Refused: i, Refusal: g}, err
 		}
 		mg.Fences = append(mg.Fences, g.Fence)
 	}
@@ -439,7 +440,7 @@ func TestFairWaiterKeepsItsTokenAcrossErrors(t *testing.T) {
 		fs := &faultyStore{Store: mem}
 		waiters := newLocker(t, struct {
 			*faultyStore
-			dlock.GrantWatcher
+			store.GrantWatcher
 		}{fs, mem}, dlock.WithTTL(time.Second), dlock.WithBackoff(10*time.Millisecond, 20*time.Millisecond))
 		const token = "fedcba9876543210fedcba9876543210"
 		res := make(chan *dlock.Lease, 1)

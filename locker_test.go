@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 	"github.com/dlock-dev/dlock/store/memory"
 	"go.uber.org/goleak"
 )
@@ -20,7 +21,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // faultyStore wraps a real store and injects faults: stalled extends, lost
 // acquire replies, and counts of calls.
 type faultyStore struct {
-	dlock.Store
+	store.Store
 	mu             sync.Mutex
 	stallExtend    chan struct{} // when non-nil, Extend blocks until it is closed or ctx ends
 	loseReplies    int           // the next n Acquire calls run but report an error
@@ -31,7 +32,7 @@ type faultyStore struct {
 
 var errReplyLost = errors.New("connection reset by peer")
 
-func (f *faultyStore) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, error) {
+func (f *faultyStore) Acquire(ctx context.Context, req dlock.Request) (store.Grant, error) {
 	f.mu.Lock()
 	fail := f.failAcquires > 0
 	if fail {
@@ -43,11 +44,11 @@ func (f *faultyStore) Acquire(ctx context.Context, req dlock.Request) (dlock.Gra
 	}
 	f.mu.Unlock()
 	if fail {
-		return dlock.Grant{}, errReplyLost
+		return store.Grant{}, errReplyLost
 	}
 	g, err := f.Store.Acquire(ctx, req)
 	if lose {
-		return dlock.Grant{}, errReplyLost
+		return store.Grant{}, errReplyLost
 	}
 	return g, err
 }
@@ -72,7 +73,7 @@ func (f *faultyStore) Extend(ctx context.Context, reqs []dlock.Request) []error 
 	return f.Store.Extend(ctx, reqs)
 }
 
-func newLocker(t *testing.T, s dlock.Store, opts ...dlock.Option) *dlock.Locker {
+func newLocker(t *testing.T, s store.Store, opts ...dlock.Option) *dlock.Locker {
 	t.Helper()
 	l, err := dlock.New(s, opts...)
 	if err != nil {
@@ -278,9 +279,9 @@ type secondFails struct {
 	n atomic.Int32
 }
 
-func (s *secondFails) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, error) {
+func (s *secondFails) Acquire(ctx context.Context, req dlock.Request) (store.Grant, error) {
 	if s.n.Add(1) > 1 {
-		return dlock.Grant{}, errReplyLost
+		return store.Grant{}, errReplyLost
 	}
 	return s.faultyStore.Acquire(ctx, req)
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 	"github.com/dlock-dev/dlock/store/memory"
 )
 
@@ -22,13 +23,13 @@ import (
 type handoffStore struct {
 	*memory.Store
 	mu       sync.Mutex
-	watchers map[string]chan dlock.Grant // by token
+	watchers map[string]chan store.Grant // by token
 	queued   []dlock.Request
 	log      []string
 }
 
 func newHandoffStore() *handoffStore {
-	return &handoffStore{Store: memory.New(), watchers: make(map[string]chan dlock.Grant)}
+	return &handoffStore{Store: memory.New(), watchers: make(map[string]chan store.Grant)}
 }
 
 func (s *handoffStore) record(format string, args ...any) {
@@ -47,11 +48,11 @@ func (s *handoffStore) registered() int {
 	return len(s.queued)
 }
 
-func (s *handoffStore) WatchGrant(ctx context.Context, req dlock.Request) (<-chan dlock.Grant, func(), error) {
+func (s *handoffStore) WatchGrant(ctx context.Context, req dlock.Request) (<-chan store.Grant, func(), error) {
 	if req.Mode != dlock.ModeMutex {
 		return nil, nil, dlock.ErrNotSupported
 	}
-	ch := make(chan dlock.Grant, 1)
+	ch := make(chan store.Grant, 1)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.record("watch")
@@ -65,7 +66,7 @@ func (s *handoffStore) WatchGrant(ctx context.Context, req dlock.Request) (<-cha
 	}, nil
 }
 
-func (s *handoffStore) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, error) {
+func (s *handoffStore) Acquire(ctx context.Context, req dlock.Request) (store.Grant, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.record("acquire queue=%v", req.Queue)

@@ -9,12 +9,13 @@ import (
 	"time"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 	"github.com/dlock-dev/dlock/store/memory"
 )
 
 // plainStore hides the optional interfaces of a store (GrantWatcher among
 // them), as a store that does not hand over inside the release would be.
-type plainStore struct{ dlock.Store }
+type plainStore struct{ store.Store }
 
 // TestFairWithoutGrantWatcher checks that the fair lock keeps arrival order
 // and is woken by the store's Watch when the store cannot deliver grants.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/fence"
+	"github.com/dlock-dev/dlock/store"
 )
 
 // This file is the invariant checker of the simulation (see sim_test.go).
@@ -31,7 +32,7 @@ import (
 //	    never has a write refused by the name's fenced register;
 //	(d) once a lease with a lock-delay d ended without a release made while
 //	    it was valid (lost, run out, or released too late), nothing that
-//	    cannot share the name with it (see dlock.Coexist) is granted the
+//	    cannot share the name with it (see store.Coexist) is granted the
 //	    name before its validity ended plus d;
 //	(e) an acquire whose ctx ended returns within twice the op timeout (one
 //	    for the call in flight, one for the release that leaves nothing
@@ -218,7 +219,7 @@ func (c *simChecker) add(h *simHeld) {
 		}
 	}
 	for _, o := range c.held[h.name] {
-		if o.delay > 0 && o.over && !o.clean && !sameHold(o, h) && !dlock.Coexist(o.mode, h.mode) && h.granted.Before(o.validEnd.Add(o.delay)) {
+		if o.delay > 0 && o.over && !o.clean && !sameHold(o, h) && !store.Coexist(o.mode, h.mode) && h.granted.Before(o.validEnd.Add(o.delay)) {
 			c.failf(h.name, "(d) %v granted at %s, before %v (lock-delay %v, validity ended %s, not released in time) let the name go at %s",
 				h, h.at(h.granted), o, o.delay, o.at(o.validEnd), o.at(o.validEnd.Add(o.delay)))
 		}

@@ -12,12 +12,13 @@ import (
 	"time"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 	"github.com/dlock-dev/dlock/store/memory"
 )
 
 // This file is the faulty network of the simulation (see sim_test.go): a
 // simNet in front of one store/memory Store, and one simLink per simulated
-// process. A link is a dlock.Store whose calls travel as flights: the
+// process. A link is a store.Store whose calls travel as flights: the
 // request reaches the store after a delay (or never), may be applied twice,
 // and the reply comes back after another delay (or is lost). Flights are
 // independent goroutines, so the store applies a link's requests in one
@@ -215,7 +216,7 @@ func later(a, b time.Time) time.Time {
 }
 
 // acquire applies req to the store and the model.
-func (n *simNet) acquire(from string, req dlock.Request) (dlock.Grant, error) {
+func (n *simNet) acquire(from string, req dlock.Request) (store.Grant, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	now := time.Now()
@@ -275,7 +276,7 @@ func (n *simNet) release(from string, req dlock.Request) error {
 
 // handoff records a fair lock the store handed to req.Token inside
 // another request (a release, or an expiry it noticed).
-func (n *simNet) handoff(to *simLink, req dlock.Request, g dlock.Grant) {
+func (n *simNet) handoff(to *simLink, req dlock.Request, g store.Grant) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	now := time.Now()
@@ -290,7 +291,7 @@ func (n *simNet) handoff(to *simLink, req dlock.Request, g dlock.Grant) {
 }
 
 // simLink is one simulated process's connection to the store: a
-// dlock.Store (with every optional interface store/memory has that the
+// store.Store (with every optional interface store/memory has that the
 // Locker uses) whose calls fly over the simNet.
 type simLink struct {
 	net *simNet
@@ -310,12 +311,12 @@ type simLink struct {
 }
 
 var (
-	_ dlock.Store        = (*simLink)(nil)
-	_ dlock.GrantWatcher = (*simLink)(nil)
-	_ dlock.Elector      = (*simLink)(nil)
-	_ dlock.LockDelayer  = (*simLink)(nil)
-	_ dlock.Inspector    = (*simLink)(nil)
-	_ dlock.Pinger       = (*simLink)(nil)
+	_ store.Store        = (*simLink)(nil)
+	_ store.GrantWatcher = (*simLink)(nil)
+	_ store.Elector      = (*simLink)(nil)
+	_ store.LockDelayer  = (*simLink)(nil)
+	_ store.Inspector    = (*simLink)(nil)
+	_ store.Pinger       = (*simLink)(nil)
 )
 
 // link returns process id's link, with outages drawn for a round of length
@@ -493,17 +494,17 @@ func reqsString(reqs []dlock.Request) string {
 	return "[" + strings.Join(s, "; ") + "]"
 }
 
-// Acquire implements dlock.Store.
-func (k *simLink) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, error) {
-	var g dlock.Grant
+// Acquire implements store.Store.
+func (k *simLink) Acquire(ctx context.Context, req dlock.Request) (store.Grant, error) {
+	var g store.Grant
 	var err error
 	if e := k.call(ctx, simCall{op: "acquire", reqs: []dlock.Request{req}}, func(from string) { g, err = k.net.acquire(from, req) }); e != nil {
-		return dlock.Grant{}, e
+		return store.Grant{}, e
 	}
 	return g, err
 }
 
-// Extend implements dlock.Store.
+// Extend implements store.Store.
 func (k *simLink) Extend(ctx context.Context, reqs []dlock.Request) []error {
 	var errs []error
 	if e := k.call(ctx, simCall{op: "extend", reqs: reqs}, func(from string) { errs = k.net.extend(from, reqs) }); e != nil {
@@ -517,7 +518,7 @@ func (k *simLink) Extend(ctx context.Context, reqs []dlock.Request) []error {
 	return errs
 }
 
-// Release implements dlock.Store.
+// Release implements store.Store.
 func (k *simLink) Release(ctx context.Context, req dlock.Request) error {
 	var err error
 	if e := k.call(ctx, simCall{op: "release", reqs: []dlock.Request{req}}, func(from string) { err = k.net.release(from, req) }); e != nil {
@@ -526,7 +527,7 @@ func (k *simLink) Release(ctx context.Context, req dlock.Request) error {
 	return err
 }
 
-// Watch implements dlock.Store; wake-ups are delivered late.
+// Watch implements store.Store; wake-ups are delivered late.
 func (k *simLink) Watch(ctx context.Context, name string, mode dlock.Mode) (<-chan struct{}, func(), error) {
 	if k.down() {
 		return nil, nil, errSimDown
@@ -546,9 +547,9 @@ func (k *simLink) Watch(ctx context.Context, name string, mode dlock.Mode) (<-ch
 	}), nil
 }
 
-// WatchGrant implements dlock.GrantWatcher; grants are recorded in the
+// WatchGrant implements store.GrantWatcher; grants are recorded in the
 // model when the store makes them and delivered late.
-func (k *simLink) WatchGrant(ctx context.Context, req dlock.Request) (<-chan dlock.Grant, func(), error) {
+func (k *simLink) WatchGrant(ctx context.Context, req dlock.Request) (<-chan store.Grant, func(), error) {
 	if k.down() {
 		return nil, nil, errSimDown
 	}
@@ -556,8 +557,8 @@ func (k *simLink) WatchGrant(ctx context.Context, req dlock.Request) (<-chan dlo
 	if err != nil {
 		return nil, nil, err
 	}
-	out := make(chan dlock.Grant, 1)
-	return out, forward(k, in, stop, func(g dlock.Grant) {
+	out := make(chan store.Grant, 1)
+	return out, forward(k, in, stop, func(g store.Grant) {
 		k.net.handoff(k, req, g)
 		k.deliver(simCall{op: "grant", reqs: []dlock.Request{req}}, func() {
 			select {
@@ -609,7 +610,7 @@ func (k *simLink) deliver(c simCall, send func()) {
 	}()
 }
 
-// Leader implements dlock.Elector.
+// Leader implements store.Elector.
 func (k *simLink) Leader(ctx context.Context, name string) (dlock.Leader, error) {
 	var ld dlock.Leader
 	var err error
@@ -619,19 +620,19 @@ func (k *simLink) Leader(ctx context.Context, name string) (dlock.Leader, error)
 	return ld, err
 }
 
-// State implements dlock.Inspector.
-func (k *simLink) State(ctx context.Context, name string) (dlock.State, error) {
-	var st dlock.State
+// State implements store.Inspector.
+func (k *simLink) State(ctx context.Context, name string) (store.State, error) {
+	var st store.State
 	var err error
 	if e := k.call(ctx, simCall{op: "state"}, func(string) { st, err = k.net.inner.State(context.Background(), name) }); e != nil {
-		return dlock.State{}, e
+		return store.State{}, e
 	}
 	return st, err
 }
 
-// List implements dlock.Inspector.
-func (k *simLink) List(ctx context.Context) ([]dlock.State, error) {
-	var sts []dlock.State
+// List implements store.Inspector.
+func (k *simLink) List(ctx context.Context) ([]store.State, error) {
+	var sts []store.State
 	var err error
 	if e := k.call(ctx, simCall{op: "list"}, func(string) { sts, err = k.net.inner.List(context.Background()) }); e != nil {
 		return nil, e
@@ -639,11 +640,11 @@ func (k *simLink) List(ctx context.Context) ([]dlock.State, error) {
 	return sts, err
 }
 
-// Ping implements dlock.Pinger.
+// Ping implements store.Pinger.
 func (k *simLink) Ping(ctx context.Context) error {
 	return k.call(ctx, simCall{op: "ping"}, func(string) {})
 }
 
-// SupportsLockDelay implements dlock.LockDelayer: the memory store ends
+// SupportsLockDelay implements store.LockDelayer: the memory store ends
 // holds by its own clock.
 func (k *simLink) SupportsLockDelay() bool { return k.net.inner.SupportsLockDelay() }

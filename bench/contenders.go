@@ -22,6 +22,7 @@ import (
 
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/internal/redisproto"
+	"github.com/dlock-dev/dlock/store"
 	dlockgoredis "github.com/dlock-dev/dlock/store/goredis"
 	"github.com/dlock-dev/dlock/store/redlock"
 	"github.com/dlock-dev/dlock/store/valkey"
@@ -341,7 +342,7 @@ func openDlock(fair bool) func(ctx context.Context, addrs []string) (locker, err
 
 func openRedlock(ctx context.Context, addrs []string) (locker, error) {
 	d := &dlockLocker{}
-	var nodes []dlock.Store
+	var nodes []store.Store
 	for _, a := range addrs {
 		st, err := valkey.Dial(ctx, "redis://"+a)
 		if err != nil {

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 	"github.com/dlock-dev/dlock/store/valkey"
 )
 
@@ -396,7 +397,7 @@ func (h *httpConn) post(path string, body []byte) ([]byte, error) {
 // countingStore passes everything to a valkey store and counts Extend
 // calls (one pipelined round trip each) and the leases they renew.
 type countingStore struct {
-	dlock.Store
+	store.Store
 	calls, reqs atomic.Int64
 	maxBatch    atomic.Int64
 	failed      atomic.Int64 // renewals that returned an error other than ErrNotHeld

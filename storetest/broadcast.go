@@ -7,16 +7,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 )
 
-// Broadcast checks a [dlock.Broadcaster] through two handles on one store,
+// Broadcast checks a [store.Broadcaster] through two handles on one store,
 // as two processes would hold them: a message published through either
 // reaches the subscribers of its topic on both (the publisher's own
 // included), in publish order, once each; a message of the largest size
 // every Broadcaster carries arrives intact; other topics hear nothing; after
 // stop a subscriber hears nothing more.
-func Broadcast(t *testing.T, a, b dlock.Broadcaster) {
+func Broadcast(t *testing.T, a, b store.Broadcaster) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -25,7 +25,7 @@ func Broadcast(t *testing.T, a, b dlock.Broadcaster) {
 		ch   chan []byte
 		stop func()
 	}
-	subscribe := func(br dlock.Broadcaster, topic string) sub {
+	subscribe := func(br store.Broadcaster, topic string) sub {
 		ch := make(chan []byte, 64)
 		stop, err := br.Subscribe(ctx, topic, func(m []byte) {
 			select {
@@ -44,7 +44,7 @@ func Broadcast(t *testing.T, a, b dlock.Broadcaster) {
 	defer sa.stop()
 	defer other.stop()
 
-	big := bytes.Repeat([]byte("x"), dlock.MaxBroadcast)
+	big := bytes.Repeat([]byte("x"), store.MaxBroadcast)
 	msgs := [][]byte{[]byte("one"), []byte("two"), big, []byte("three\x00\xff")}
 	// A subscription may take effect on the server a moment after
 	// Subscribe returns (it waits a bounded time): publish a first message

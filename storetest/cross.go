@@ -10,36 +10,37 @@ import (
 	"time"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 )
 
 // The cross-pattern suite: a name is one lock, whatever pattern holds it
-// (dlock.Coexist). It runs on every store over the modes the store
+// (store.Coexist). It runs on every store over the modes the store
 // supports.
 
-func init() { register("CrossPattern", dlock.ModeMutex, testCrossPattern) }
+func init() { register("CrossPattern", store.ModeMutex, testCrossPattern) }
 
-var allModes = []dlock.Mode{dlock.ModeMutex, dlock.ModeReentrant, dlock.ModeRead, dlock.ModeWrite, dlock.ModeFair, dlock.ModeSemaphore, dlock.ModeElection}
+var allModes = []store.Mode{store.ModeMutex, store.ModeReentrant, store.ModeRead, store.ModeWrite, store.ModeFair, store.ModeSemaphore, store.ModeElection}
 
 // crossLimit is the semaphore limit the suite uses.
 const crossLimit = 2
 
 // crossReq returns a request in mode m on name with a fresh token (and a
 // fresh reentrant owner).
-func crossReq(name string, m dlock.Mode, ttl time.Duration) dlock.Request {
-	req := dlock.Request{Name: name, Token: newToken(), TTL: ttl, Mode: m}
+func crossReq(name string, m store.Mode, ttl time.Duration) store.Request {
+	req := store.Request{Name: name, Token: newToken(), TTL: ttl, Mode: m}
 	switch m {
-	case dlock.ModeReentrant:
+	case store.ModeReentrant:
 		req.Owner = newToken()
-	case dlock.ModeSemaphore:
+	case store.ModeSemaphore:
 		req.Limit = crossLimit
-	case dlock.ModeElection:
+	case store.ModeElection:
 		req.Value = "candidate"
 	}
 	return req
 }
 
 func testCrossPattern(t *testing.T, h Harness) {
-	var modes []dlock.Mode
+	var modes []store.Mode
 	for _, m := range allModes {
 		if h.supports(m) {
 			modes = append(modes, m)
@@ -58,7 +59,7 @@ func testCrossPattern(t *testing.T, h Harness) {
 		parallel(t)
 		crossFences(t, h.New(t), modes)
 	})
-	if h.supports(dlock.ModeSemaphore) {
+	if h.supports(store.ModeSemaphore) {
 		t.Run("SemaphoreLimitMismatch", func(t *testing.T) {
 			parallel(t)
 			crossLimitMismatch(t, h.New(t))
@@ -75,13 +76,13 @@ func testCrossPattern(t *testing.T, h Harness) {
 }
 
 // crossPair holds the name in mode held, then asks for it in mode asked:
-// granted only when dlock.Coexist(held, asked), otherwise refused with
+// granted only when store.Coexist(held, asked), otherwise refused with
 // Held = held and RetryAfter the hold's remaining time. Once the holder
 // releases, the asked request is granted, with a fence above the holder's
 // when it is exclusive. Then again with the hold taken and released through
 // other (a second store on the same backend, when there is one): a watcher
 // of the asked mode on s is woken by that release.
-func crossPair(t *testing.T, s, other dlock.Store, held, asked dlock.Mode) {
+func crossPair(t *testing.T, s, other store.Store, held, asked store.Mode) {
 	ctx := testContext(t)
 	name := lockName(t)
 	hreq := crossReq(name, held, longTTL)
@@ -92,7 +93,7 @@ func crossPair(t *testing.T, s, other dlock.Store, held, asked dlock.Mode) {
 	if err != nil {
 		t.Fatalf("Acquire(mode %v) while a %v hold has the name = %+v, %v; want a grant or a refusal", asked, held, g, err)
 	}
-	if dlock.Coexist(held, asked) {
+	if store.Coexist(held, asked) {
 		if !g.Acquired {
 			t.Fatalf("Acquire(mode %v) while a %v hold has the name = %+v; want a grant (shared modes coexist)", asked, held, g)
 		}
@@ -113,9 +114,9 @@ func crossPair(t *testing.T, s, other dlock.Store, held, asked dlock.Mode) {
 	mustRelease(t, s, hreq)
 	g = mustAcquire(t, s, areq)
 	switch {
-	case asked == dlock.ModeRead && g.Fence < hg.Fence:
+	case asked == store.ModeRead && g.Fence < hg.Fence:
 		t.Errorf("read grant after a %v hold: fence %d, want at least %d (the current fence)", held, g.Fence, hg.Fence)
-	case asked != dlock.ModeRead && g.Fence <= hg.Fence:
+	case asked != store.ModeRead && g.Fence <= hg.Fence:
 		t.Errorf("%v grant after a %v hold: fence %d, want > %d", asked, held, g.Fence, hg.Fence)
 	}
 	mustRelease(t, s, areq)
@@ -148,7 +149,7 @@ func crossPair(t *testing.T, s, other dlock.Store, held, asked dlock.Mode) {
 // and that its holds refuse every mode; with names spread over a cluster's
 // slots and with names in one slot (taken in one operation where the store
 // can).
-func crossMulti(t *testing.T, s dlock.Store, modes []dlock.Mode) {
+func crossMulti(t *testing.T, s store.Store, modes []store.Mode) {
 	l := newLocker(t, s, dlock.WithTTL(longTTL))
 	for _, m := range modes {
 		for _, c := range slotCases {
@@ -157,7 +158,7 @@ func crossMulti(t *testing.T, s dlock.Store, modes []dlock.Mode) {
 	}
 }
 
-func crossMultiMode(t *testing.T, s dlock.Store, l *dlock.Locker, m dlock.Mode, names []string) {
+func crossMultiMode(t *testing.T, s store.Store, l *dlock.Locker, m store.Mode, names []string) {
 	ctx := testContext(t)
 	held := crossReq(names[1], m, longTTL)
 	mustAcquire(t, s, held)
@@ -175,7 +176,7 @@ func crossMultiMode(t *testing.T, s dlock.Store, l *dlock.Locker, m dlock.Mode, 
 		t.Fatalf("multi-lock %q TryLock when free = %v", names, err)
 	}
 	for _, n := range names {
-		if g := mustRefuse(t, s, crossReq(n, m, longTTL)); g.Held != dlock.ModeMutex {
+		if g := mustRefuse(t, s, crossReq(n, m, longTTL)); g.Held != store.ModeMutex {
 			t.Errorf("%v request on a multi-locked name: Held = %v, want mutex", m, g.Held)
 		}
 	}
@@ -187,13 +188,13 @@ func crossMultiMode(t *testing.T, s dlock.Store, l *dlock.Locker, m dlock.Mode, 
 // crossFences takes exclusive grants of every supported mode in turn on
 // one name and checks that their fences strictly increase: one counter per
 // name serves every mode.
-func crossFences(t *testing.T, s dlock.Store, modes []dlock.Mode) {
+func crossFences(t *testing.T, s store.Store, modes []store.Mode) {
 	name := lockName(t)
 	var last int64
-	var lastMode dlock.Mode
+	var lastMode store.Mode
 	for range 3 {
 		for _, m := range modes {
-			if m == dlock.ModeRead {
+			if m == store.ModeRead {
 				continue // a reader gets the current fence
 			}
 			req := crossReq(name, m, longTTL)
@@ -209,23 +210,23 @@ func crossFences(t *testing.T, s dlock.Store, modes []dlock.Mode) {
 
 // crossLimitMismatch checks that a semaphore request whose limit differs
 // from the one the name's permits are held with fails with a
-// *dlock.LimitError naming both, and takes nothing.
-func crossLimitMismatch(t *testing.T, s dlock.Store) {
+// *store.LimitError naming both, and takes nothing.
+func crossLimitMismatch(t *testing.T, s store.Store) {
 	ctx := testContext(t)
 	name := lockName(t)
-	held := crossReq(name, dlock.ModeSemaphore, longTTL)
+	held := crossReq(name, store.ModeSemaphore, longTTL)
 	mustAcquire(t, s, held)
-	asked := crossReq(name, dlock.ModeSemaphore, longTTL)
+	asked := crossReq(name, store.ModeSemaphore, longTTL)
 	asked.Limit = crossLimit + 3
 	g, err := s.Acquire(ctx, asked)
-	var le *dlock.LimitError
+	var le *store.LimitError
 	if !errors.As(err, &le) || g.Acquired {
 		if g.Acquired {
 			s.Release(ctx, asked)
 		}
-		t.Fatalf("Acquire(limit %d) while permits of limit %d are held = %+v, %v; want a *dlock.LimitError", asked.Limit, crossLimit, g, err)
+		t.Fatalf("Acquire(limit %d) while permits of limit %d are held = %+v, %v; want a *store.LimitError", asked.Limit, crossLimit, g, err)
 	}
-	if le.Held != crossLimit || le.Asked != asked.Limit || !errors.Is(err, dlock.ErrInvalid) {
+	if le.Held != crossLimit || le.Asked != asked.Limit || !errors.Is(err, store.ErrInvalid) {
 		t.Errorf("LimitError = %+v (%v), want Held %d, Asked %d, wrapping ErrInvalid", le, err, crossLimit, asked.Limit)
 	}
 	mustRelease(t, s, held)
@@ -234,32 +235,32 @@ func crossLimitMismatch(t *testing.T, s dlock.Store) {
 }
 
 // holdChecker records the holds that goroutines believe they have and
-// reports two that break dlock.Coexist. A hold is entered after its grant
+// reports two that break store.Coexist. A hold is entered after its grant
 // returned and left before its release is sent, so it lies inside the
 // store's own hold: an overlap here is an overlap in the store.
 type holdChecker struct {
 	mu         sync.Mutex
-	holds      map[dlock.Mode]int // holds now, by mode
+	holds      map[store.Mode]int // holds now, by mode
 	violations []string
-	grants     map[dlock.Mode]int
+	grants     map[store.Mode]int
 }
 
-func (c *holdChecker) enter(m dlock.Mode, who int) {
+func (c *holdChecker) enter(m store.Mode, who int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for held, n := range c.holds {
-		if n > 0 && !dlock.Coexist(held, m) {
+		if n > 0 && !store.Coexist(held, m) {
 			c.violations = append(c.violations, fmt.Sprintf("goroutine %d granted %v while %d %v hold(s) had the name", who, m, n, held))
 		}
 	}
-	if m == dlock.ModeSemaphore && c.holds[m] >= crossLimit {
+	if m == store.ModeSemaphore && c.holds[m] >= crossLimit {
 		c.violations = append(c.violations, fmt.Sprintf("goroutine %d granted permit %d of %d", who, c.holds[m]+1, crossLimit))
 	}
 	c.holds[m]++
 	c.grants[m]++
 }
 
-func (c *holdChecker) leave(m dlock.Mode) {
+func (c *holdChecker) leave(m store.Mode) {
 	c.mu.Lock()
 	c.holds[m]--
 	c.mu.Unlock()
@@ -269,10 +270,10 @@ func (c *holdChecker) leave(m dlock.Mode) {
 // supported mode, through a Locker that waits (woken by the store), for
 // a fixed number of rounds, and checks that no two holds ever break the
 // rule and that every goroutine gets every lock it waits for.
-func crossMixed(t *testing.T, h Harness, modes []dlock.Mode) {
+func crossMixed(t *testing.T, h Harness, modes []store.Mode) {
 	const goroutines, rounds = 6, 12
 	name := lockName(t)
-	c := &holdChecker{holds: make(map[dlock.Mode]int), grants: make(map[dlock.Mode]int)}
+	c := &holdChecker{holds: make(map[store.Mode]int), grants: make(map[store.Mode]int)}
 	var failures errs
 	var wg sync.WaitGroup
 	s := h.New(t)
@@ -292,7 +293,7 @@ func crossMixed(t *testing.T, h Harness, modes []dlock.Mode) {
 				req := crossReq(name, m, 0)
 				req.Token = ""
 				req.TTL = 0
-				req.Queue = m == dlock.ModeWrite || m == dlock.ModeFair
+				req.Queue = m == store.ModeWrite || m == store.ModeFair
 				ctx, cancel := context.WithTimeout(context.Background(), 3*waitTimeout)
 				lease, err := l.Acquire(ctx, req, true)
 				cancel()

@@ -11,25 +11,26 @@ import (
 	"time"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 )
 
-// The election suite: dlock.ModeElection on the store (the leader's value
-// kept with the hold, term = fence, dlock.Elector), one leader at a time
+// The election suite: store.ModeElection on the store (the leader's value
+// kept with the hold, term = fence, store.Elector), one leader at a time
 // among concurrent candidates with strictly increasing terms, a paused
 // leader fenced out by its successor's term, and observers that see the
 // changes in order.
 
-func init() { register("Election", dlock.ModeElection, testElection) }
+func init() { register("Election", store.ModeElection, testElection) }
 
-func electionReq(name, value string, ttl time.Duration) dlock.Request {
-	return dlock.Request{Name: name, Token: newToken(), TTL: ttl, Mode: dlock.ModeElection, Value: value}
+func electionReq(name, value string, ttl time.Duration) store.Request {
+	return store.Request{Name: name, Token: newToken(), TTL: ttl, Mode: store.ModeElection, Value: value}
 }
 
-func elector(t *testing.T, s dlock.Store) dlock.Elector {
+func elector(t *testing.T, s store.Store) store.Elector {
 	t.Helper()
-	el, ok := s.(dlock.Elector)
+	el, ok := s.(store.Elector)
 	if !ok {
-		t.Fatalf("%T supports ModeElection but does not implement dlock.Elector", s)
+		t.Fatalf("%T supports ModeElection but does not implement store.Elector", s)
 	}
 	return el
 }
@@ -72,11 +73,11 @@ func testElection(t *testing.T, h Harness) {
 // electionStoreLeader checks the store's side: the leader's value and
 // term, the first value kept on a retry, ErrNoLeader when nobody leads
 // (also while a mutex holds the name) and after release.
-func electionStoreLeader(t *testing.T, s dlock.Store) {
+func electionStoreLeader(t *testing.T, s store.Store) {
 	ctx := testContext(t)
 	el := elector(t, s)
 	name := lockName(t)
-	if ld, err := el.Leader(ctx, name); !errors.Is(err, dlock.ErrNoLeader) {
+	if ld, err := el.Leader(ctx, name); !errors.Is(err, store.ErrNoLeader) {
 		t.Errorf("Leader(%q) before any campaign = %+v, %v; want ErrNoLeader", name, ld, err)
 	}
 	req := electionReq(name, "node-a:8080", longTTL)
@@ -94,16 +95,16 @@ func electionStoreLeader(t *testing.T, s dlock.Store) {
 		t.Errorf("Leader after a retried Acquire with another value = %q, want the first value node-a:8080", ld.Value)
 	}
 	other := electionReq(name, "node-b", longTTL)
-	if g := mustRefuse(t, s, other); g.Held != dlock.ModeElection {
+	if g := mustRefuse(t, s, other); g.Held != store.ModeElection {
 		t.Errorf("refusal while a leader leads: Held = %v, want election", g.Held)
 	}
 	mustRelease(t, s, req)
-	if ld, err := el.Leader(ctx, name); !errors.Is(err, dlock.ErrNoLeader) {
+	if ld, err := el.Leader(ctx, name); !errors.Is(err, store.ErrNoLeader) {
 		t.Errorf("Leader(%q) after resignation = %+v, %v; want ErrNoLeader", name, ld, err)
 	}
 	m := mutexReq(name, newToken(), longTTL)
 	mustAcquire(t, s, m)
-	if ld, err := el.Leader(ctx, name); !errors.Is(err, dlock.ErrNoLeader) {
+	if ld, err := el.Leader(ctx, name); !errors.Is(err, store.ErrNoLeader) {
 		t.Errorf("Leader(%q) while a mutex holds the name = %+v, %v; want ErrNoLeader", name, ld, err)
 	}
 	mustRelease(t, s, m)
@@ -210,7 +211,7 @@ func (r *fencedRegister) write(term int64) bool {
 // pausingStore stalls every Extend while paused, as a leader process
 // stopped by SIGSTOP or a long GC pause does not renew.
 type pausingStore struct {
-	dlock.Store
+	store.Store
 	mu      sync.Mutex
 	resumed chan struct{} // nil while running
 }
@@ -228,7 +229,7 @@ func (p *pausingStore) resume() {
 	p.mu.Unlock()
 }
 
-func (p *pausingStore) Extend(ctx context.Context, reqs []dlock.Request) []error {
+func (p *pausingStore) Extend(ctx context.Context, reqs []store.Request) []error {
 	p.mu.Lock()
 	ch := p.resumed
 	p.mu.Unlock()
@@ -238,17 +239,17 @@ func (p *pausingStore) Extend(ctx context.Context, reqs []dlock.Request) []error
 	return p.Store.Extend(ctx, reqs)
 }
 
-func (p *pausingStore) SupportsLockDelay() bool { return dlock.SupportsLockDelay(p.Store) }
+func (p *pausingStore) SupportsLockDelay() bool { return store.SupportsLockDelay(p.Store) }
 
 type pausingElector struct {
 	*pausingStore
-	dlock.Elector
+	store.Elector
 }
 
 // electionPaused pauses a leader past its TTL: another candidate is
 // elected with a higher term, the resource refuses the old leader's
 // writes from then on, and the old leader's Done closes.
-func electionPaused(t *testing.T, s dlock.Store) {
+func electionPaused(t *testing.T, s store.Store) {
 	ctx := testContext(t)
 	name := lockName(t)
 	const ttl = 500 * time.Millisecond
@@ -295,9 +296,9 @@ func electionPaused(t *testing.T, s dlock.Store) {
 
 // nextLeader receives from ch until want reports true, failing t after
 // waitTimeout; it returns every value received.
-func nextLeader(t *testing.T, ch <-chan dlock.Leader, want func(dlock.Leader) bool) []dlock.Leader {
+func nextLeader(t *testing.T, ch <-chan store.Leader, want func(store.Leader) bool) []store.Leader {
 	t.Helper()
-	var seen []dlock.Leader
+	var seen []store.Leader
 	timer := time.NewTimer(waitTimeout)
 	defer timer.Stop()
 	for {
@@ -325,7 +326,7 @@ func electionObservePaced(t *testing.T, h Harness) {
 	s := h.New(t)
 	lo := newLocker(t, peerStore(t, h, s))
 	obs := lo.Election(name).Observe(ctx)
-	nextLeader(t, obs, func(ld dlock.Leader) bool { return ld.Term == 0 })
+	nextLeader(t, obs, func(ld store.Leader) bool { return ld.Term == 0 })
 	l := newLocker(t, s, dlock.WithTTL(longTTL))
 	for i := range 5 {
 		e := l.Election(name)
@@ -334,14 +335,14 @@ func electionObservePaced(t *testing.T, h Harness) {
 		if err != nil {
 			t.Fatalf("Campaign(%s) = %v", value, err)
 		}
-		seen := nextLeader(t, obs, func(ld dlock.Leader) bool { return ld.Term != 0 })
+		seen := nextLeader(t, obs, func(ld store.Leader) bool { return ld.Term != 0 })
 		if len(seen) != 1 || seen[0].Value != value || seen[0].Term != lease.Fence() {
 			t.Errorf("observed %+v after %s won term %d; want exactly that leader", seen, value, lease.Fence())
 		}
 		if err := e.Resign(ctx); err != nil {
 			t.Fatalf("Resign = %v", err)
 		}
-		seen = nextLeader(t, obs, func(ld dlock.Leader) bool { return ld.Term == 0 })
+		seen = nextLeader(t, obs, func(ld store.Leader) bool { return ld.Term == 0 })
 		if len(seen) != 1 {
 			t.Errorf("observed %+v after %s resigned; want exactly no leader", seen, value)
 		}
@@ -358,11 +359,11 @@ func electionObserveBurst(t *testing.T, h Harness) {
 	lo := newLocker(t, peerStore(t, h, s))
 	octx, cancel := context.WithCancel(ctx)
 	obs := lo.Election(name).Observe(octx)
-	nextLeader(t, obs, func(ld dlock.Leader) bool { return ld.Term == 0 })
+	nextLeader(t, obs, func(ld store.Leader) bool { return ld.Term == 0 })
 	values := map[int64]string{}
-	var got []dlock.Leader
+	var got []store.Leader
 	done := make(chan struct{})
-	var last dlock.Leader
+	var last store.Leader
 	var lastMu sync.Mutex
 	go func() {
 		defer close(done)
@@ -424,20 +425,20 @@ func electionObserveBurst(t *testing.T, h Harness) {
 
 // electionObserveExpiry lets a leader's hold run out without renewal and
 // checks that the observer sees that nobody leads.
-func electionObserveExpiry(t *testing.T, s dlock.Store) {
+func electionObserveExpiry(t *testing.T, s store.Store) {
 	ctx := testContext(t)
 	name := lockName(t)
 	lo := newLocker(t, s)
 	obs := lo.Election(name).Observe(ctx)
-	nextLeader(t, obs, func(ld dlock.Leader) bool { return ld.Term == 0 })
+	nextLeader(t, obs, func(ld store.Leader) bool { return ld.Term == 0 })
 	// Long enough for the observer to see the leader before it expires,
 	// on a loaded machine.
 	const ttl = 2 * time.Second
 	req := electionReq(name, "short", ttl)
 	start := time.Now()
 	g := mustAcquire(t, s, req)
-	nextLeader(t, obs, func(ld dlock.Leader) bool { return ld.Term == g.Fence })
-	nextLeader(t, obs, func(ld dlock.Leader) bool { return ld.Term == 0 })
+	nextLeader(t, obs, func(ld store.Leader) bool { return ld.Term == g.Fence })
+	nextLeader(t, obs, func(ld store.Leader) bool { return ld.Term == 0 })
 	if el := time.Since(start); el < ttl-clockSlack {
 		t.Errorf("observer saw no leader %v after a %v leadership began; want at least its TTL", el, ttl)
 	} else {
@@ -449,7 +450,7 @@ func electionObserveExpiry(t *testing.T, s dlock.Store) {
 // the same value returns the same lease, with another value is invalid;
 // Resign frees the name for another candidate at once; Resign when not
 // leading is ErrNotHeld.
-func electionResign(t *testing.T, s dlock.Store) {
+func electionResign(t *testing.T, s store.Store) {
 	ctx := testContext(t)
 	name := lockName(t)
 	l := newLocker(t, s, dlock.WithTTL(longTTL))
@@ -461,7 +462,7 @@ func electionResign(t *testing.T, s dlock.Store) {
 	if again, err := e.Campaign(ctx, "v"); err != nil || again != lease {
 		t.Errorf("Campaign while leading = %p, %v; want the current lease %p", again, err, lease)
 	}
-	if _, err := e.Campaign(ctx, "w"); !errors.Is(err, dlock.ErrInvalid) {
+	if _, err := e.Campaign(ctx, "w"); !errors.Is(err, store.ErrInvalid) {
 		t.Errorf("Campaign with another value while leading = %v, want ErrInvalid", err)
 	}
 	other := l.Election(name)
@@ -477,7 +478,7 @@ func electionResign(t *testing.T, s dlock.Store) {
 	if !isClosed(lease.Done()) || lease.Err() != nil {
 		t.Errorf("after Resign: Done closed %v, Err %v; want closed, nil", isClosed(lease.Done()), lease.Err())
 	}
-	if err := e.Resign(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+	if err := e.Resign(ctx); !errors.Is(err, store.ErrNotHeld) {
 		t.Errorf("second Resign = %v, want ErrNotHeld", err)
 	}
 	tctx, cancel = context.WithTimeout(ctx, waitTimeout)
@@ -489,8 +490,8 @@ func electionResign(t *testing.T, s dlock.Store) {
 	if next.Fence() <= lease.Fence() {
 		t.Errorf("term after resignation %d, want > %d", next.Fence(), lease.Fence())
 	}
-	if _, err := other.Campaign(ctx, string(make([]byte, dlock.MaxValueLen+1))); !errors.Is(err, dlock.ErrInvalid) {
-		t.Errorf("Campaign with a %d-byte value = %v, want ErrInvalid", dlock.MaxValueLen+1, err)
+	if _, err := other.Campaign(ctx, string(make([]byte, store.MaxValueLen+1))); !errors.Is(err, store.ErrInvalid) {
+		t.Errorf("Campaign with a %d-byte value = %v, want ErrInvalid", store.MaxValueLen+1, err)
 	}
 }
 
@@ -507,7 +508,7 @@ func electionObservePushed(t *testing.T, h Harness) {
 	cs := &countingElector{Store: peer, el: elector(t, peer)}
 	lo := newLocker(t, cs)
 	obs := lo.Election(name).Observe(ctx)
-	nextLeader(t, obs, func(ld dlock.Leader) bool { return ld.Term == 0 })
+	nextLeader(t, obs, func(ld store.Leader) bool { return ld.Term == 0 })
 	l := newLocker(t, s, dlock.WithTTL(longTTL))
 	for i := range 3 {
 		e := l.Election(name)
@@ -518,31 +519,31 @@ func electionObservePushed(t *testing.T, h Harness) {
 		if err != nil {
 			t.Fatalf("Campaign(%s) = %v", value, err)
 		}
-		nextLeader(t, obs, func(ld dlock.Leader) bool { return ld.Term == lease.Fence() })
+		nextLeader(t, obs, func(ld store.Leader) bool { return ld.Term == lease.Fence() })
 		t.Logf("leader %d observed %v after its campaign began (%d Watch wake-ups, %d leadership reads since)",
 			i, time.Since(start).Round(time.Millisecond), cs.wakes.Load()-wakes, cs.reads.Load()-reads)
 		if err := e.Resign(ctx); err != nil {
 			t.Fatalf("Resign = %v", err)
 		}
-		nextLeader(t, obs, func(ld dlock.Leader) bool { return ld.Term == 0 })
+		nextLeader(t, obs, func(ld store.Leader) bool { return ld.Term == 0 })
 	}
 }
 
 // countingElector is a Store and Elector that counts leadership reads and
 // the wake-ups of its Watch channels.
 type countingElector struct {
-	dlock.Store
-	el           dlock.Elector
+	store.Store
+	el           store.Elector
 	wakes, reads atomic.Int64
 }
 
-func (c *countingElector) Leader(ctx context.Context, name string) (dlock.Leader, error) {
+func (c *countingElector) Leader(ctx context.Context, name string) (store.Leader, error) {
 	c.reads.Add(1)
 	return c.el.Leader(ctx, name)
 }
 
 // Watch forwards the store's wake-ups, counting them.
-func (c *countingElector) Watch(ctx context.Context, name string, mode dlock.Mode) (<-chan struct{}, func(), error) {
+func (c *countingElector) Watch(ctx context.Context, name string, mode store.Mode) (<-chan struct{}, func(), error) {
 	in, stop, err := c.Store.Watch(ctx, name, mode)
 	if err != nil {
 		return nil, nil, err

@@ -7,28 +7,29 @@ import (
 	"time"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 )
 
 // The lock-delay suite: with dlock.WithLockDelay, a hold that ends by
 // expiry or lease loss keeps the name for the delay, judged by the store's
 // clock; a clean release frees it at once. On a store that does not
-// implement dlock.LockDelayer it checks that a lock-delay is refused with
+// implement store.LockDelayer it checks that a lock-delay is refused with
 // ErrNotSupported, and skips the rest.
 
-func init() { register("LockDelay", dlock.ModeMutex, testLockDelay) }
+func init() { register("LockDelay", store.ModeMutex, testLockDelay) }
 
 func testLockDelay(t *testing.T, h Harness) {
-	if s := h.New(t); !dlock.SupportsLockDelay(s) {
+	if s := h.New(t); !store.SupportsLockDelay(s) {
 		// The store documents that it cannot: the Locker refuses.
 		l := newLocker(t, s)
 		lease, err := l.Mutex(lockName(t), dlock.WithLockDelay(time.Second)).TryLock(testContext(t))
 		if lease != nil {
 			lease.Release(testContext(t))
 		}
-		if !errors.Is(err, dlock.ErrNotSupported) {
-			t.Errorf("TryLock with a lock-delay on a store without dlock.LockDelayer = %v, want ErrNotSupported", err)
+		if !errors.Is(err, store.ErrNotSupported) {
+			t.Errorf("TryLock with a lock-delay on a store without store.LockDelayer = %v, want ErrNotSupported", err)
 		}
-		t.Skip("the store does not implement dlock.LockDelayer")
+		t.Skip("the store does not implement store.LockDelayer")
 	}
 	t.Run("Expiry", func(t *testing.T) {
 		parallel(t)
@@ -43,7 +44,7 @@ func testLockDelay(t *testing.T, h Harness) {
 		lockDelayRelease(t, h.New(t))
 	})
 	t.Run("Election", func(t *testing.T) {
-		if !h.supports(dlock.ModeElection) {
+		if !h.supports(store.ModeElection) {
 			t.Skip("elections are unsupported by this store")
 		}
 		parallel(t)
@@ -54,7 +55,7 @@ func testLockDelay(t *testing.T, h Harness) {
 		l := newLocker(t, h.New(t))
 		for _, d := range []time.Duration{-time.Millisecond, dlock.MaxLockDelay + time.Millisecond} {
 			_, err := l.Mutex(lockName(t), dlock.WithLockDelay(d)).TryLock(testContext(t))
-			var ie *dlock.InvalidError
+			var ie *store.InvalidError
 			if !errors.As(err, &ie) || ie.Field != "lockDelay" {
 				t.Errorf("TryLock with WithLockDelay(%v) = %v, want an *InvalidError for lockDelay", d, err)
 			}
@@ -71,7 +72,7 @@ const (
 
 // lockDelayGap waits (woken by the store) for name after a hold that began
 // at start, and checks that it was not granted before start + TTL + delay.
-func lockDelayGap(t *testing.T, s dlock.Store, name string, start time.Time) {
+func lockDelayGap(t *testing.T, s store.Store, name string, start time.Time) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(testContext(t), waitTimeout)
 	defer cancel()
@@ -105,7 +106,7 @@ func lockDelayGap(t *testing.T, s dlock.Store, name string, start time.Time) {
 }
 
 // lockDelayExpiry lets a lease run out without renewal.
-func lockDelayExpiry(t *testing.T, s dlock.Store) {
+func lockDelayExpiry(t *testing.T, s store.Store) {
 	ctx := testContext(t)
 	name := lockName(t)
 	l := newLocker(t, s, dlock.WithTTL(delayTTL), dlock.WithLockDelay(lockDelay))
@@ -126,7 +127,7 @@ func lockDelayExpiry(t *testing.T, s dlock.Store) {
 // lockDelayLoss pauses an auto-renewed holder's renewals until its lease
 // is lost: the Locker does not release it, and the name stays held for
 // the delay.
-func lockDelayLoss(t *testing.T, s dlock.Store) {
+func lockDelayLoss(t *testing.T, s store.Store) {
 	ctx := testContext(t)
 	name := lockName(t)
 	ps := &pausingStore{Store: s}
@@ -148,7 +149,7 @@ func lockDelayLoss(t *testing.T, s dlock.Store) {
 
 // lockDelayRelease checks that a clean Release frees the name at once,
 // whatever the delay.
-func lockDelayRelease(t *testing.T, s dlock.Store) {
+func lockDelayRelease(t *testing.T, s store.Store) {
 	ctx := testContext(t)
 	name := lockName(t)
 	l := newLocker(t, s, dlock.WithTTL(delayTTL), dlock.WithLockDelay(dlock.MaxLockDelay))
@@ -164,7 +165,7 @@ func lockDelayRelease(t *testing.T, s dlock.Store) {
 
 // lockDelayElection checks the delay on a leader that stops renewing: no
 // other candidate is elected before TTL + delay.
-func lockDelayElection(t *testing.T, s dlock.Store) {
+func lockDelayElection(t *testing.T, s store.Store) {
 	ctx := testContext(t)
 	name := lockName(t)
 	ps := &pausingStore{Store: s}

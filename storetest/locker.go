@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 )
 
 // testMutexLocker checks ModeMutex through a dlock.Locker on the store:
@@ -19,7 +20,7 @@ import (
 func testMutexLocker(t *testing.T, h Harness) {
 	tests := []struct {
 		name string
-		fn   func(t *testing.T, s dlock.Store)
+		fn   func(t *testing.T, s store.Store)
 	}{
 		{"MutualExclusion", lockerMutualExclusion},
 		{"TryLockHeld", lockerTryLockHeld},
@@ -46,7 +47,7 @@ func testMutexLocker(t *testing.T, h Harness) {
 
 // lockerMutualExclusion runs goroutines on several Lockers that Lock,
 // check that nobody else is inside, and Release, for many rounds.
-func lockerMutualExclusion(t *testing.T, s dlock.Store) {
+func lockerMutualExclusion(t *testing.T, s store.Store) {
 	const lockers, perLocker, rounds = 4, 4, 8
 	ctx := testContext(t)
 	name := lockName(t)
@@ -106,7 +107,7 @@ func lockerMutualExclusion(t *testing.T, s dlock.Store) {
 }
 
 // lockerTryLockHeld checks TryLock's error on a held lock.
-func lockerTryLockHeld(t *testing.T, s dlock.Store) {
+func lockerTryLockHeld(t *testing.T, s store.Store) {
 	ctx := testContext(t)
 	name := lockName(t)
 	const ttl = 5 * time.Second
@@ -140,7 +141,7 @@ func lockerTryLockHeld(t *testing.T, s dlock.Store) {
 
 // lockerFencesIncrease checks lease fences over many grants, across
 // Lockers.
-func lockerFencesIncrease(t *testing.T, s dlock.Store) {
+func lockerFencesIncrease(t *testing.T, s store.Store) {
 	ctx := testContext(t)
 	name := lockName(t)
 	ms := []*dlock.Mutex{newLocker(t, s).Mutex(name), newLocker(t, s).Mutex(name)}
@@ -170,7 +171,7 @@ func tryLockShort(ctx context.Context, m *dlock.Mutex) (*dlock.Lease, time.Time,
 	for {
 		start := time.Now()
 		lease, err := m.TryLock(ctx)
-		if err == nil || !errors.Is(err, dlock.ErrUnavailable) || time.Now().After(deadline) {
+		if err == nil || !errors.Is(err, store.ErrUnavailable) || time.Now().After(deadline) {
 			return lease, start, err
 		}
 	}
@@ -179,7 +180,7 @@ func tryLockShort(ctx context.Context, m *dlock.Mutex) (*dlock.Lease, time.Time,
 // lockerTTLExpiry checks that a lease that is not renewed ends locally
 // (Done, ErrLeaseLost) before the store lets another holder in, and that
 // the lock becomes free, not before its TTL.
-func lockerTTLExpiry(t *testing.T, s dlock.Store) {
+func lockerTTLExpiry(t *testing.T, s store.Store) {
 	ctx := testContext(t)
 	name := lockName(t)
 	const ttl = 200 * time.Millisecond
@@ -241,7 +242,7 @@ func lockerTTLExpiry(t *testing.T, s dlock.Store) {
 }
 
 // lockerReleaseTwice checks Release and Extend after Release.
-func lockerReleaseTwice(t *testing.T, s dlock.Store) {
+func lockerReleaseTwice(t *testing.T, s store.Store) {
 	ctx := testContext(t)
 	name := lockName(t)
 	lease, err := newLocker(t, s, dlock.WithTTL(10*time.Second)).Mutex(name).TryLock(ctx)
@@ -266,17 +267,17 @@ func lockerReleaseTwice(t *testing.T, s dlock.Store) {
 	if err := lease.Err(); err != nil {
 		t.Errorf("Err() after Release = %v, want nil", err)
 	}
-	if err := lease.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+	if err := lease.Release(ctx); !errors.Is(err, store.ErrNotHeld) {
 		t.Errorf("second Release = %v, want ErrNotHeld", err)
 	}
-	if err := lease.Extend(ctx, 0); !errors.Is(err, dlock.ErrNotHeld) {
+	if err := lease.Extend(ctx, 0); !errors.Is(err, store.ErrNotHeld) {
 		t.Errorf("Extend after Release = %v, want ErrNotHeld", err)
 	}
 }
 
 // lockerWokenOnRelease checks that a waiting Lock takes the lock after
 // the holder releases it, and logs how long that took.
-func lockerWokenOnRelease(t *testing.T, s dlock.Store) {
+func lockerWokenOnRelease(t *testing.T, s store.Store) {
 	ctx := testContext(t)
 	name := lockName(t)
 	holder, err := newLocker(t, s, dlock.WithTTL(longTTL)).Mutex(name).TryLock(ctx)
@@ -313,7 +314,7 @@ func lockerWokenOnRelease(t *testing.T, s dlock.Store) {
 
 // lockerWokenOnExpiry checks that a waiting Lock takes the lock after the
 // holder's TTL runs out without a release, and not before.
-func lockerWokenOnExpiry(t *testing.T, s dlock.Store) {
+func lockerWokenOnExpiry(t *testing.T, s store.Store) {
 	ctx := testContext(t)
 	name := lockName(t)
 	const ttl = 300 * time.Millisecond
@@ -339,7 +340,7 @@ func lockerWokenOnExpiry(t *testing.T, s dlock.Store) {
 
 // lockerContextEnds checks that Lock returns when its ctx ends, with an
 // error matching both ErrLocked and ctx.Err(), and leaves nothing behind.
-func lockerContextEnds(t *testing.T, s dlock.Store) {
+func lockerContextEnds(t *testing.T, s store.Store) {
 	ctx := testContext(t)
 	name := lockName(t)
 	holder, err := newLocker(t, s, dlock.WithTTL(longTTL)).Mutex(name).TryLock(ctx)
@@ -375,7 +376,7 @@ func lockerContextEnds(t *testing.T, s dlock.Store) {
 	if err := holder.Release(ctx); err != nil {
 		t.Fatalf("Release = %v, want nil", err)
 	}
-	if in, ok := s.(dlock.Inspector); ok {
+	if in, ok := s.(store.Inspector); ok {
 		if st, err := in.State(ctx, name); err != nil || st.Holders != 0 || st.Queue != 0 {
 			t.Errorf("State(%q) after the waiters gave up and the holder released = %+v, %v; want no holders and no queue", name, st, err)
 		}
@@ -388,7 +389,7 @@ func lockerContextEnds(t *testing.T, s dlock.Store) {
 
 // lockerLostOnExtend checks that a lease whose hold was deleted on the
 // store reports ErrLeaseLost on Extend, and that Done closes.
-func lockerLostOnExtend(t *testing.T, s dlock.Store) {
+func lockerLostOnExtend(t *testing.T, s store.Store) {
 	ctx := testContext(t)
 	name := lockName(t)
 	lease, err := newLocker(t, s, dlock.WithTTL(10*time.Second)).Mutex(name).TryLock(ctx)
@@ -414,7 +415,7 @@ func lockerLostOnExtend(t *testing.T, s dlock.Store) {
 
 // lockerLostOnRenew checks that an auto-renewed lease whose hold was
 // deleted on the store ends with ErrLeaseLost at its next renewal.
-func lockerLostOnRenew(t *testing.T, s dlock.Store) {
+func lockerLostOnRenew(t *testing.T, s store.Store) {
 	ctx := testContext(t)
 	name := lockName(t)
 	lease, _, err := tryLockShort(ctx, newLocker(t, s, dlock.WithTTL(300*time.Millisecond), dlock.WithAutoRenew()).Mutex(name))
@@ -439,7 +440,7 @@ func lockerLostOnRenew(t *testing.T, s dlock.Store) {
 // because a renewal came too late on an overloaded machine is retried (a
 // few times); a renewal the store refuses, or another token taking the
 // lock while the lease is locally valid, fails at once.
-func lockerWatchdog(t *testing.T, s dlock.Store) {
+func lockerWatchdog(t *testing.T, s store.Store) {
 	const attempts = 5
 	for i := 1; ; i++ {
 		err := watchdogAttempt(t, s)
@@ -455,7 +456,7 @@ func lockerWatchdog(t *testing.T, s dlock.Store) {
 
 // watchdogAttempt fails t on a safety violation and returns an error when
 // the lease ended for lack of time.
-func watchdogAttempt(t *testing.T, s dlock.Store) error {
+func watchdogAttempt(t *testing.T, s store.Store) error {
 	ctx := testContext(t)
 	name := lockName(t)
 	// 1s, not less: with 300ms a renewal ~250ms late (a loaded machine
@@ -512,7 +513,7 @@ func watchdogAttempt(t *testing.T, s dlock.Store) error {
 
 // lockerDoCancels checks that Locker.Do cancels fn's ctx when the lease is
 // lost, and returns an error wrapping ErrLeaseLost.
-func lockerDoCancels(t *testing.T, s dlock.Store) {
+func lockerDoCancels(t *testing.T, s store.Store) {
 	ctx := testContext(t)
 	name := lockName(t)
 	l := newLocker(t, s)
@@ -542,7 +543,7 @@ func lockerDoCancels(t *testing.T, s dlock.Store) {
 }
 
 // lockerDo checks the plain path of Locker.Do.
-func lockerDo(t *testing.T, s dlock.Store) {
+func lockerDo(t *testing.T, s store.Store) {
 	ctx := testContext(t)
 	name := lockName(t)
 	l := newLocker(t, s)
@@ -569,12 +570,12 @@ func lockerDo(t *testing.T, s dlock.Store) {
 
 // lockerBadNames checks that invalid names are rejected with an
 // *InvalidError before the store is asked.
-func lockerBadNames(t *testing.T, s dlock.Store) {
+func lockerBadNames(t *testing.T, s store.Store) {
 	ctx := testContext(t)
 	spy := newSpy(s)
 	l := newLocker(t, spy.store())
 	for _, name := range []string{"", strings.Repeat("x", 257), "a\x00b", "a\nb", "\xff\xfe", "a\u0085b"} {
-		var ie *dlock.InvalidError
+		var ie *store.InvalidError
 		if lease, err := l.Mutex(name).TryLock(ctx); lease != nil || !errors.As(err, &ie) {
 			t.Errorf("TryLock(%q) = %v, %v; want an *InvalidError", name, lease, err)
 		}

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 )
 
 // The reference model of the lock semantics that RunModel checks stores
@@ -26,7 +26,7 @@ import (
 type mHold struct {
 	toks     []string
 	los, his []time.Duration
-	mode     dlock.Mode
+	mode     store.Mode
 	owner    string
 	fence    int64 // 0: handed over, not seen yet
 	minFence int64 // a handed-over fence is above this
@@ -65,9 +65,9 @@ func (w mWorld) clone() mWorld {
 func (w mWorld) key() string { return fmt.Sprintf("%+v", []mName(w)) }
 
 // family groups the modes that share one lock state: readers and writers.
-func family(m dlock.Mode) dlock.Mode {
-	if m == dlock.ModeWrite {
-		return dlock.ModeRead
+func family(m store.Mode) store.Mode {
+	if m == store.ModeWrite {
+		return store.ModeRead
 	}
 	return m
 }
@@ -77,7 +77,7 @@ type mOp struct {
 	kind  opKind
 	name  int
 	tok   string
-	mode  dlock.Mode
+	mode  store.Mode
 	owner string
 	ttl   time.Duration
 	queue bool
@@ -121,7 +121,7 @@ func short(tok string) string { return tok[:min(6, len(tok))] }
 
 // mObs is what the store answered.
 type mObs struct {
-	grant  dlock.Grant
+	grant  store.Grant
 	err    error
 	s, e   time.Duration // the call's window on the test's clock
 	maxFen int64         // the highest fence seen on the name before
@@ -224,7 +224,7 @@ func promote(nm *mName, e time.Duration) {
 	q := nm.fairQ[0]
 	nm.fairQ = nm.fairQ[1:]
 	from := max(nm.freeLo, q.enq)
-	nm.holds = append(nm.holds, mHold{toks: []string{q.tok}, los: []time.Duration{from + q.ttl}, his: []time.Duration{e + q.ttl}, mode: dlock.ModeFair, minFence: q.minFence})
+	nm.holds = append(nm.holds, mHold{toks: []string{q.tok}, los: []time.Duration{from + q.ttl}, his: []time.Duration{e + q.ttl}, mode: store.ModeFair, minFence: q.minFence})
 }
 
 // promotions returns w with the fair queue of name n served (forced) or
@@ -256,10 +256,10 @@ func findPlace(q []mWaiter, tok string) int {
 }
 
 // heldMode is the mode a refusal by nm's holds reports.
-func (nm *mName) heldMode() (dlock.Mode, bool) {
+func (nm *mName) heldMode() (store.Mode, bool) {
 	for _, h := range nm.holds {
-		if h.mode == dlock.ModeWrite {
-			return dlock.ModeWrite, true
+		if h.mode == store.ModeWrite {
+			return store.ModeWrite, true
 		}
 	}
 	if len(nm.holds) > 0 {
@@ -268,7 +268,7 @@ func (nm *mName) heldMode() (dlock.Mode, bool) {
 	return 0, false
 }
 
-func (nm *mName) count(m dlock.Mode) int {
+func (nm *mName) count(m store.Mode) int {
 	n := 0
 	for _, h := range nm.holds {
 		if h.mode == m {
@@ -301,7 +301,7 @@ func step(w mWorld, op mOp, o mObs) (mWorld, string) {
 	case opExtend:
 		i := nm.findHold(op.tok)
 		if i < 0 {
-			if o.err != dlock.ErrNotHeld {
+			if o.err != store.ErrNotHeld {
 				return nil, fmt.Sprintf("Extend = %v, want ErrNotHeld (the token holds nothing)", o.err)
 			}
 			return w, ""
@@ -312,7 +312,7 @@ func step(w mWorld, op mOp, o mObs) (mWorld, string) {
 		refresh(&nm.holds[i], op, o, o.apart)
 		return w, ""
 	case opRelease:
-		if o.err != nil && o.err != dlock.ErrNotHeld {
+		if o.err != nil && o.err != store.ErrNotHeld {
 			return nil, fmt.Sprintf("Release = %v, want nil or ErrNotHeld", o.err)
 		}
 		if i := nm.findHold(op.tok); i >= 0 {
@@ -352,7 +352,7 @@ func step(w mWorld, op mOp, o mObs) (mWorld, string) {
 func refresh(h *mHold, op mOp, o mObs, apart bool) {
 	j := slices.Index(h.toks, op.tok)
 	h.los[j], h.his[j] = o.s+op.ttl, max(h.his[j], o.e+op.ttl)
-	if h.mode == dlock.ModeReentrant && apart {
+	if h.mode == store.ModeReentrant && apart {
 		// Apart: each acquisition expires between its own TTL and the
 		// hold's latest expiry (the others may or may not be pushed out).
 		hi := slices.Max(h.his)
@@ -361,7 +361,7 @@ func refresh(h *mHold, op mOp, o mObs, apart bool) {
 		}
 		return
 	}
-	if h.mode == dlock.ModeReentrant {
+	if h.mode == store.ModeReentrant {
 		lo, hi := slices.Max(h.los), slices.Max(h.his)
 		lo = max(lo, o.s+op.ttl)
 		for k := range h.toks {
@@ -380,7 +380,7 @@ func acquire(w mWorld, op mOp, o mObs) (mWorld, string) {
 	if o.oneQ {
 		slack = len(nm.writeQ) // writer intents may queue ahead of fair waiters
 	}
-	refuse := func(held dlock.Mode, pos int) (mWorld, string) {
+	refuse := func(held store.Mode, pos int) (mWorld, string) {
 		if g.Acquired {
 			return nil, fmt.Sprintf("Acquire granted (fence %d), want a refusal with Held %v", g.Fence, held)
 		}
@@ -396,14 +396,14 @@ func acquire(w mWorld, op mOp, o mObs) (mWorld, string) {
 		if !g.Acquired {
 			return nil, fmt.Sprintf("Acquire refused (Held %v), want a grant", g.Held)
 		}
-		if op.mode == dlock.ModeRead {
+		if op.mode == store.ModeRead {
 			if g.Fence < o.maxFen || g.Fence <= 0 {
 				return nil, fmt.Sprintf("read grant fence %d, want at least %d (the last exclusive or permit fence)", g.Fence, max(o.maxFen, 1))
 			}
 		} else if g.Fence <= o.maxFen {
 			return nil, fmt.Sprintf("%v grant fence %d, want > %d (every earlier fence of the name but readers')", op.mode, g.Fence, o.maxFen)
 		}
-		if op.mode == dlock.ModeReentrant && g.Count != 1 {
+		if op.mode == store.ModeReentrant && g.Count != 1 {
 			return nil, fmt.Sprintf("new reentrant grant Count %d, want 1", g.Count)
 		}
 		h.toks, h.mode, h.owner, h.fence = []string{op.tok}, op.mode, op.owner, g.Fence
@@ -425,7 +425,7 @@ func acquire(w mWorld, op mOp, o mObs) (mWorld, string) {
 		} else if g.Fence != h.fence {
 			return nil, fmt.Sprintf("retried Acquire fence %d, want %d (the hold's)", g.Fence, h.fence)
 		}
-		if h.mode == dlock.ModeReentrant && g.Count != len(h.toks) {
+		if h.mode == store.ModeReentrant && g.Count != len(h.toks) {
 			return nil, fmt.Sprintf("retried reentrant Acquire Count %d, want %d", g.Count, len(h.toks))
 		}
 		refresh(h, op, o, o.apart)
@@ -436,10 +436,10 @@ func acquire(w mWorld, op mOp, o mObs) (mWorld, string) {
 		if family(h.mode) != family(op.mode) {
 			held, _ := nm.heldMode()
 			pos := -1
-			if op.queue && op.mode == dlock.ModeFair {
+			if op.queue && op.mode == store.ModeFair {
 				pos = enqueue(&nm.fairQ, op, o)
 			}
-			if op.queue && op.mode == dlock.ModeWrite {
+			if op.queue && op.mode == store.ModeWrite {
 				enqueue(&nm.writeQ, op, o)
 			}
 			return refuse(held, pos)
@@ -448,25 +448,25 @@ func acquire(w mWorld, op mOp, o mObs) (mWorld, string) {
 	if o.oneQ && !g.Acquired && len(nm.fairQ)+len(nm.writeQ) > 0 {
 		// One queue for every pattern: a waiter of another pattern keeps a
 		// newcomer out; the caller keeps or takes its own place.
-		if op.queue && op.mode == dlock.ModeFair {
+		if op.queue && op.mode == store.ModeFair {
 			enqueue(&nm.fairQ, op, o)
 		}
-		if op.queue && op.mode == dlock.ModeWrite {
+		if op.queue && op.mode == store.ModeWrite {
 			enqueue(&nm.writeQ, op, o)
 		}
 		return w, ""
 	}
 	switch op.mode {
-	case dlock.ModeMutex, dlock.ModeElection:
+	case store.ModeMutex, store.ModeElection:
 		// An election is a mutex that keeps the leader's value.
 		if len(nm.holds) > 0 {
 			return refuse(op.mode, -1)
 		}
-	case dlock.ModeReentrant:
+	case store.ModeReentrant:
 		if len(nm.holds) > 0 {
 			h := &nm.holds[0]
 			if h.owner != op.owner {
-				return refuse(dlock.ModeReentrant, -1)
+				return refuse(store.ModeReentrant, -1)
 			}
 			if !g.Acquired {
 				return nil, fmt.Sprintf("re-entry by owner %s refused (Held %v), want a grant", op.owner, g.Held)
@@ -482,19 +482,19 @@ func acquire(w mWorld, op mOp, o mObs) (mWorld, string) {
 			refresh(h, op, o, o.apart)
 			return w, ""
 		}
-	case dlock.ModeRead:
-		if held, ok := nm.heldMode(); ok && held == dlock.ModeWrite {
-			return refuse(dlock.ModeWrite, -1)
+	case store.ModeRead:
+		if held, ok := nm.heldMode(); ok && held == store.ModeWrite {
+			return refuse(store.ModeWrite, -1)
 		}
 		if len(nm.writeQ) > 0 {
-			return refuse(dlock.ModeRead, -1) // a waiting writer keeps new readers out
+			return refuse(store.ModeRead, -1) // a waiting writer keeps new readers out
 		}
-	case dlock.ModeWrite:
+	case store.ModeWrite:
 		ahead := len(nm.writeQ) > 0 && nm.writeQ[0].tok != op.tok
 		if len(nm.holds) > 0 || ahead {
 			held, ok := nm.heldMode()
 			if !ok {
-				held = dlock.ModeWrite // refused by its own queue: the request's mode
+				held = store.ModeWrite // refused by its own queue: the request's mode
 			}
 			if op.queue {
 				enqueue(&nm.writeQ, op, o)
@@ -504,17 +504,17 @@ func acquire(w mWorld, op mOp, o mObs) (mWorld, string) {
 		if i := findPlace(nm.writeQ, op.tok); i >= 0 {
 			nm.writeQ = slices.Delete(nm.writeQ, i, i+1)
 		}
-	case dlock.ModeFair:
+	case store.ModeFair:
 		if len(nm.holds) > 0 || len(nm.fairQ) > 0 {
 			pos := -1
 			if op.queue {
 				pos = enqueue(&nm.fairQ, op, o)
 			}
-			return refuse(dlock.ModeFair, pos)
+			return refuse(store.ModeFair, pos)
 		}
-	case dlock.ModeSemaphore:
-		if nm.count(dlock.ModeSemaphore) >= o.limit {
-			return refuse(dlock.ModeSemaphore, -1)
+	case store.ModeSemaphore:
+		if nm.count(store.ModeSemaphore) >= o.limit {
+			return refuse(store.ModeSemaphore, -1)
 		}
 	}
 	return grantNew(mHold{})

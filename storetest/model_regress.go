@@ -4,13 +4,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 )
 
 // Regressions: the shrunk sequences of failures RunModel found, kept as
 // plain tests that Run runs on every store.
 
-func init() { register("ModelRegressions", dlock.ModeRead, testModelRegressions) }
+func init() { register("ModelRegressions", store.ModeRead, testModelRegressions) }
 
 func testModelRegressions(t *testing.T, h Harness) {
 	t.Run("WriterBehindIntentHeldWrite", func(t *testing.T) {
@@ -27,7 +27,7 @@ func testModelRegressions(t *testing.T, h Harness) {
 			modelReaderBehindIntent(t, h.New(t))
 		})
 	}
-	if !h.supports(dlock.ModeFair) || !h.supports(dlock.ModeMutex) {
+	if !h.supports(store.ModeFair) || !h.supports(store.ModeMutex) {
 		return
 	}
 	t.Run("FairPositionsUnderOtherPattern", func(t *testing.T) {
@@ -43,14 +43,14 @@ func testModelRegressions(t *testing.T, h Harness) {
 // modelReaderBehindIntent: a reader holds, a writer queues its intent, the
 // reader leaves; a new reader is refused by the intent alone, nobody
 // holding: Held is the request's mode, read. store/etcd said write.
-func modelReaderBehindIntent(t *testing.T, s dlock.Store) {
+func modelReaderBehindIntent(t *testing.T, s store.Store) {
 	name := lockName(t)
 	r := readReq(name, longTTL)
 	mustAcquire(t, s, r)
 	w := queued(writeReq(name, longTTL), longTTL)
 	mustRefuse(t, s, w)
 	mustRelease(t, s, r)
-	if g := mustRefuse(t, s, readReq(name, longTTL)); g.Held != dlock.ModeRead {
+	if g := mustRefuse(t, s, readReq(name, longTTL)); g.Held != store.ModeRead {
 		t.Errorf("reader refused by a queued writer, nobody holding: Held = %v, want read (the request's mode)", g.Held)
 	}
 	mustRelease(t, s, w)
@@ -59,14 +59,14 @@ func modelReaderBehindIntent(t *testing.T, s dlock.Store) {
 // modelFairPositionsUnderMutex: fair waiters that queue while a mutex holds
 // the name are at positions 0, 1, 2 in turn. store/etcd put the first two
 // at 0 (the head's place counted as a hold).
-func modelFairPositionsUnderMutex(t *testing.T, s dlock.Store) {
+func modelFairPositionsUnderMutex(t *testing.T, s store.Store) {
 	name := lockName(t)
 	m := mutexReq(name, newToken(), longTTL)
 	mustAcquire(t, s, m)
-	var ws []dlock.Request
+	var ws []store.Request
 	for i := range 3 {
 		w := fairWaiter(name, longTTL)
-		if g := mustRefuse(t, s, w); g.Position != i || g.Held != dlock.ModeMutex {
+		if g := mustRefuse(t, s, w); g.Position != i || g.Held != store.ModeMutex {
 			t.Errorf("fair waiter %d queued under a mutex: Position %d, Held %v; want %d, mutex", i, g.Position, g.Held, i)
 		}
 		ws = append(ws, w)
@@ -86,7 +86,7 @@ func modelFairPositionsUnderMutex(t *testing.T, s dlock.Store) {
 // QueueTTL; the waiter's Acquire without Queue does not renew it (for its
 // TTL or at all), so the place runs out and the waiter behind moves up.
 // store/etcd renewed it for the TTL.
-func modelUnqueuedRetryLeavesPlace(t *testing.T, s dlock.Store) {
+func modelUnqueuedRetryLeavesPlace(t *testing.T, s store.Store) {
 	name := lockName(t)
 	m := mutexReq(name, newToken(), longTTL)
 	mustAcquire(t, s, m)
@@ -115,14 +115,14 @@ func modelUnqueuedRetryLeavesPlace(t *testing.T, s dlock.Store) {
 // modelWriterBehindIntent: a reader holds, writer A queues its intent, the
 // reader leaves; writer B is refused (A is ahead) and, nobody holding the
 // name, the refusal names the request's own mode. store/memory said read.
-func modelWriterBehindIntent(t *testing.T, s dlock.Store) {
+func modelWriterBehindIntent(t *testing.T, s store.Store) {
 	name := lockName(t)
 	r := readReq(name, longTTL)
 	mustAcquire(t, s, r)
 	a := queued(writeReq(name, longTTL), longTTL)
 	mustRefuse(t, s, a)
 	mustRelease(t, s, r)
-	if g := mustRefuse(t, s, writeReq(name, longTTL)); g.Held != dlock.ModeWrite {
+	if g := mustRefuse(t, s, writeReq(name, longTTL)); g.Held != store.ModeWrite {
 		t.Errorf("writer refused behind a queued writer, nobody holding: Held = %v, want write (the request's mode)", g.Held)
 	}
 	mustRelease(t, s, a)
@@ -131,7 +131,7 @@ func modelWriterBehindIntent(t *testing.T, s dlock.Store) {
 // modelRetriedRead: a reader's retried Acquire returns the fence of its
 // grant, the current fence when it was granted. store/etcd returned its
 // key's revision instead.
-func modelRetriedRead(t *testing.T, s dlock.Store) {
+func modelRetriedRead(t *testing.T, s store.Store) {
 	name := lockName(t)
 	w := writeReq(name, longTTL)
 	mustAcquire(t, s, w)

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 	"pgregory.net/rapid"
 )
 
@@ -49,7 +49,7 @@ type ModelConfig struct {
 	// (and the ones the store supports); NoQueue leaves out fair and writer
 	// queue places. For stores whose divergences from the model are
 	// reported and not fixed yet.
-	Modes   []dlock.Mode
+	Modes   []store.Mode
 	NoQueue bool
 	// Budget bounds the time spent generating new sequences; shrinking a
 	// failure may take longer. Default 20s, or 2m with DLOCK_LONG set.
@@ -103,7 +103,7 @@ func RunModel(t *testing.T, h Harness, cfg ModelConfig) {
 			flag.Set("rapid.nofailfile", "true") // no files in the store's package; the seed reproduces
 		}
 	})
-	var modes []dlock.Mode
+	var modes []store.Mode
 	for _, m := range allModes {
 		if h.supports(m) && (cfg.Modes == nil || slices.Contains(cfg.Modes, m)) {
 			modes = append(modes, m)
@@ -163,15 +163,15 @@ var (
 type modelTok struct {
 	tok   string
 	name  int
-	mode  dlock.Mode
+	mode  store.Mode
 	owner string
 }
 
 type modelRun struct {
 	rt     *rapid.T
-	s      dlock.Store
+	s      store.Store
 	cfg    ModelConfig
-	modes  []dlock.Mode
+	modes  []store.Mode
 	ctx    context.Context
 	start  time.Time
 	names  [modelNames]string
@@ -241,7 +241,7 @@ func (m *modelRun) run() {
 	for i := range m.names {
 		for _, md := range m.modes {
 			tk := modelTok{tok: newToken(), name: i, mode: md}
-			if md == dlock.ModeReentrant {
+			if md == store.ModeReentrant {
 				tk.owner = "probe"
 			}
 			m.do(mOp{kind: opAcquire, name: i, tok: tk.tok, mode: md, owner: tk.owner, ttl: 20 * time.Second})
@@ -271,13 +271,13 @@ func (m *modelRun) drawAcquire(rt *rapid.T, ttls, qttls []time.Duration) mOp {
 		tk = mine[rapid.IntRange(0, len(mine)-1).Draw(rt, "retried")]
 	} else {
 		tk = modelTok{tok: newToken(), name: name, mode: rapid.SampledFrom(m.modes).Draw(rt, "mode")}
-		if tk.mode == dlock.ModeReentrant {
+		if tk.mode == store.ModeReentrant {
 			tk.owner = rapid.SampledFrom(modelOwners).Draw(rt, "owner")
 		}
 		m.toks = append(m.toks, tk)
 	}
 	op := mOp{kind: opAcquire, name: name, tok: tk.tok, mode: tk.mode, owner: tk.owner, ttl: rapid.SampledFrom(ttls).Draw(rt, "ttl")}
-	if (tk.mode == dlock.ModeFair || tk.mode == dlock.ModeWrite) && !m.cfg.NoQueue {
+	if (tk.mode == store.ModeFair || tk.mode == store.ModeWrite) && !m.cfg.NoQueue {
 		if op.queue = rapid.Bool().Draw(rt, "queue"); op.queue {
 			op.qttl = rapid.SampledFrom(qttls).Draw(rt, "queueTTL")
 		}
@@ -285,9 +285,9 @@ func (m *modelRun) drawAcquire(rt *rapid.T, ttls, qttls []time.Duration) mOp {
 	return op
 }
 
-func (m *modelRun) request(op mOp) dlock.Request {
-	req := dlock.Request{Name: m.names[op.name], Token: op.tok, TTL: op.ttl, Mode: op.mode, Owner: op.owner, Queue: op.queue, QueueTTL: op.qttl}
-	if op.mode == dlock.ModeSemaphore {
+func (m *modelRun) request(op mOp) store.Request {
+	req := store.Request{Name: m.names[op.name], Token: op.tok, TTL: op.ttl, Mode: op.mode, Owner: op.owner, Queue: op.queue, QueueTTL: op.qttl}
+	if op.mode == store.ModeSemaphore {
 		req.Limit = modelLimit
 	}
 	if req.TTL == 0 {
@@ -313,14 +313,14 @@ func (m *modelRun) do(op mOp) {
 		o.grant, o.err = m.s.Acquire(m.ctx, req)
 		reply = fmt.Sprintf("%+v, %v", o.grant, o.err)
 	case opExtend:
-		o.err = m.s.Extend(m.ctx, []dlock.Request{req})[0]
+		o.err = m.s.Extend(m.ctx, []store.Request{req})[0]
 		reply = fmt.Sprint(o.err)
 	case opRelease:
 		o.err = m.s.Release(m.ctx, req)
 		reply = fmt.Sprint(o.err)
 	}
 	o.e = time.Since(m.start)
-	if errors.Is(o.err, dlock.ErrUnavailable) {
+	if errors.Is(o.err, store.ErrUnavailable) {
 		// Allowed now and then (a loaded machine, a redlock lease that ran
 		// out while acquiring), never as a habit.
 		if m.unavailable++; m.unavailable > 3 && m.unavailable*5 > m.ops {
@@ -329,7 +329,7 @@ func (m *modelRun) do(op mOp) {
 		}
 	}
 	m.logf("%v = %s  [%v..%v]", op, reply, o.s, o.e)
-	if o.grant.Acquired && op.mode != dlock.ModeRead {
+	if o.grant.Acquired && op.mode != store.ModeRead {
 		// A reader's fence is the current fence, at least the last
 		// exclusive one; later grants are compared with those only.
 		m.maxFen[op.name] = max(m.maxFen[op.name], o.grant.Fence)
@@ -351,9 +351,9 @@ func (m *modelRun) do(op mOp) {
 		for _, x := range expire(w, op.name, o.s, o.e, tol) {
 			// A fair Acquire serves the fair queue first; other
 			// operations may leave a free name's queue waiting.
-			forced := op.mode == dlock.ModeFair && op.kind == opAcquire && !m.cfg.OneQueue && !m.cfg.LazyHandoff
+			forced := op.mode == store.ModeFair && op.kind == opAcquire && !m.cfg.OneQueue && !m.cfg.LazyHandoff
 			for _, y := range promotions(x, op.name, forced, o.e) {
-				if errors.Is(o.err, dlock.ErrUnavailable) {
+				if errors.Is(o.err, store.ErrUnavailable) {
 					// The store failed: an Acquire undone (redlock's undo
 					// releases the token, even a hold it had before the
 					// retry), an Extend or a Release done or not.
@@ -385,7 +385,7 @@ func (m *modelRun) do(op mOp) {
 				// A release may free the name for the fair queue; a fair
 				// hold's release hands it to the head (a release of
 				// nothing hands nothing).
-				handoff := op.mode == dlock.ModeFair && y[op.name].findHold(op.tok) >= 0
+				handoff := op.mode == store.ModeFair && y[op.name].findHold(op.tok) >= 0
 				for _, r := range promotions(z, op.name, handoff, o.e) {
 					keep(r)
 				}

@@ -12,13 +12,14 @@ import (
 	"time"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 )
 
 // The multi-lock suite: dlock.Multi over the store's mutexes, all or
 // nothing, each name with its own fence, and overlapping multi-locks
 // among many goroutines without overlaps, deadlocks or starvation.
 
-func init() { register("Multi", dlock.ModeMutex, testMulti) }
+func init() { register("Multi", store.ModeMutex, testMulti) }
 
 // multiNames returns n names for one multi-lock from base: plain names
 // ("<base>-<i>", spread over a cluster's slots), or, with oneSlot, names
@@ -69,7 +70,7 @@ func testMulti(t *testing.T, h Harness) {
 // multiAllOrNothing takes three names while a mutex holds the middle one:
 // refused naming it, and the other two are left free. Once the mutex is
 // released all three are taken, each with a fence above its earlier ones.
-func multiAllOrNothing(t *testing.T, s dlock.Store, oneSlot bool) {
+func multiAllOrNothing(t *testing.T, s store.Store, oneSlot bool) {
 	ctx := testContext(t)
 	abc := multiNames(lockName(t), 3, oneSlot)
 	names := []string{abc[2], abc[0], abc[1], abc[0]}
@@ -90,7 +91,7 @@ func multiAllOrNothing(t *testing.T, s dlock.Store, oneSlot bool) {
 	before[held.Name] = hg.Fence
 	_, err := m.TryLock(ctx)
 	var le *dlock.LockedError
-	if !errors.As(err, &le) || le.Name != held.Name || le.Held != dlock.ModeMutex {
+	if !errors.As(err, &le) || le.Name != held.Name || le.Held != store.ModeMutex {
 		t.Fatalf("TryLock while %q is held = %v; want a *LockedError naming it", held.Name, err)
 	}
 	for _, n := range []string{abc[0], abc[2]} {
@@ -119,7 +120,7 @@ func multiAllOrNothing(t *testing.T, s dlock.Store, oneSlot bool) {
 	if !isClosed(ml.Done()) || ml.Err() != nil {
 		t.Errorf("after Release: Done closed %v, Err %v; want closed, nil", isClosed(ml.Done()), ml.Err())
 	}
-	if err := ml.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+	if err := ml.Release(ctx); !errors.Is(err, store.ErrNotHeld) {
 		t.Errorf("second Release = %v, want ErrNotHeld", err)
 	}
 	for _, n := range m.Names() {
@@ -127,8 +128,8 @@ func multiAllOrNothing(t *testing.T, s dlock.Store, oneSlot bool) {
 		mustAcquire(t, s, req)
 		mustRelease(t, s, req)
 	}
-	for _, bad := range [][]string{nil, {""}, make([]string, dlock.MaxMultiNames+1)} {
-		if _, err := l.Multi(bad).TryLock(ctx); !errors.Is(err, dlock.ErrInvalid) {
+	for _, bad := range [][]string{nil, {""}, make([]string, store.MaxMultiNames+1)} {
+		if _, err := l.Multi(bad).TryLock(ctx); !errors.Is(err, store.ErrInvalid) {
 			t.Errorf("Multi(%d names).TryLock = %v, want ErrInvalid", len(bad), err)
 		}
 	}
@@ -180,7 +181,7 @@ func multiLockWaits(t *testing.T, h Harness) {
 
 // multiLoss checks that losing one name's lease ends the whole hold and
 // that Release then frees the other names.
-func multiLoss(t *testing.T, s dlock.Store) {
+func multiLoss(t *testing.T, s store.Store) {
 	ctx := testContext(t)
 	base := lockName(t)
 	names := []string{base + "-1", base + "-2"}
@@ -293,7 +294,7 @@ func multiOverlapping(t *testing.T, h Harness, oneSlot bool) {
 }
 
 // multiAtomic checks, on a store that takes a multi-lock in one operation
-// ([dlock.MultiStore]), the store's side with names in one slot: all or
+// ([store.MultiStore]), the store's side with names in one slot: all or
 // nothing, each name an ordinary mutex hold with its own fence, a retry by
 // the holder returning the same fences, a refusal by a mutex hold (the key
 // a foreign library's SET NX would set) naming the held name and leaving
@@ -304,7 +305,7 @@ func multiAtomic(t *testing.T, h Harness) {
 	ctx := testContext(t)
 	s := h.New(t)
 	names := multiNames(lockName(t), 3, true)
-	ms, ok := s.(dlock.MultiStore)
+	ms, ok := s.(store.MultiStore)
 	if !ok || !ms.AtomicMulti(names) {
 		t.Skipf("%T takes multi-locks name by name", s)
 	}
@@ -312,7 +313,7 @@ func multiAtomic(t *testing.T, h Harness) {
 		t.Errorf("Multi(%q).Atomic() = false on a store whose AtomicMulti is true", names)
 	}
 	token := newToken()
-	reqs := make([]dlock.Request, len(names))
+	reqs := make([]store.Request, len(names))
 	before := make([]int64, len(names))
 	for i, n := range names {
 		reqs[i] = mutexReq(n, token, longTTL)
@@ -328,7 +329,7 @@ func multiAtomic(t *testing.T, h Harness) {
 		if mg.Fences[i] <= before[i] {
 			t.Errorf("fence of %q = %d, want > %d", n, mg.Fences[i], before[i])
 		}
-		if g := mustRefuse(t, s, mutexReq(n, newToken(), longTTL)); g.Held != dlock.ModeMutex {
+		if g := mustRefuse(t, s, mutexReq(n, newToken(), longTTL)); g.Held != store.ModeMutex {
 			t.Errorf("mutex request on multi-locked %q: Held = %v, want mutex", n, g.Held)
 		}
 	}
@@ -342,12 +343,12 @@ func multiAtomic(t *testing.T, h Harness) {
 		other[i].Token = otherToken
 	}
 	for i, err := range ms.ExtendMulti(ctx, other) {
-		if !errors.Is(err, dlock.ErrNotHeld) {
+		if !errors.Is(err, store.ErrNotHeld) {
 			t.Errorf("ExtendMulti by another token: %q = %v, want ErrNotHeld", names[i], err)
 		}
 	}
 	for i, err := range ms.ReleaseMulti(ctx, other) {
-		if !errors.Is(err, dlock.ErrNotHeld) {
+		if !errors.Is(err, store.ErrNotHeld) {
 			t.Errorf("ReleaseMulti by another token: %q = %v, want ErrNotHeld", names[i], err)
 		}
 	}
@@ -362,7 +363,7 @@ func multiAtomic(t *testing.T, h Harness) {
 		}
 	}
 	for i, err := range ms.ReleaseMulti(ctx, reqs) {
-		if !errors.Is(err, dlock.ErrNotHeld) {
+		if !errors.Is(err, store.ErrNotHeld) {
 			t.Errorf("second ReleaseMulti: %q = %v, want ErrNotHeld", names[i], err)
 		}
 	}
@@ -373,7 +374,7 @@ func multiAtomic(t *testing.T, h Harness) {
 	mustAcquire(t, s, held)
 	mustAcquire(t, s, reqs[0])
 	mg, err = ms.AcquireMulti(ctx, reqs)
-	if err != nil || mg.Acquired || mg.Refused != 2 || mg.Refusal.Held != dlock.ModeMutex ||
+	if err != nil || mg.Acquired || mg.Refused != 2 || mg.Refusal.Held != store.ModeMutex ||
 		mg.Refusal.RetryAfter <= 0 || mg.Refusal.RetryAfter > longTTL+clockSlack {
 		t.Errorf("AcquireMulti while %q is held = %+v, %v; want refused at index 2, Held mutex, RetryAfter in (0, %v]", names[2], mg, err, longTTL)
 	}
@@ -416,12 +417,12 @@ func multiAtomic(t *testing.T, h Harness) {
 	r.ls.Release(ctx)
 }
 
-// waitQueued waits, on a store that reports queues ([dlock.Inspector]), up
+// waitQueued waits, on a store that reports queues ([store.Inspector]), up
 // to waitTimeout for a waiter to be registered on name, so that a release
 // after it exercises the handoff. On other stores it returns at once.
-func waitQueued(t *testing.T, s dlock.Store, name string) {
+func waitQueued(t *testing.T, s store.Store, name string) {
 	t.Helper()
-	in, ok := s.(dlock.Inspector)
+	in, ok := s.(store.Inspector)
 	if !ok {
 		return
 	}

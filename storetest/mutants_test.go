@@ -11,7 +11,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 	"github.com/dlock-dev/dlock/store/memory"
 	"github.com/dlock-dev/dlock/storetest"
 )
@@ -80,7 +80,7 @@ func TestMutant(t *testing.T) {
 		t.Skip("run by TestMutants")
 	}
 	storetest.Run(t, storetest.Harness{
-		New: func(t *testing.T) dlock.Store {
+		New: func(t *testing.T) store.Store {
 			return &mutant{Store: memory.New(), kind: name, held: map[string]hold{}}
 		},
 	})
@@ -98,24 +98,24 @@ type mutant struct {
 
 type hold struct {
 	token string
-	grant dlock.Grant
+	grant store.Grant
 	ttl   time.Duration
 }
 
 // apart gives each mode of a name its own name in the "modes-apart"
 // mutant: the patterns no longer exclude each other.
-func (m *mutant) apart(req dlock.Request) dlock.Request {
+func (m *mutant) apart(req store.Request) store.Request {
 	if m.kind == "modes-apart" {
 		req.Name += "#" + req.Mode.String()
 	}
 	return req
 }
 
-func (m *mutant) Watch(ctx context.Context, name string, mode dlock.Mode) (<-chan struct{}, func(), error) {
-	return m.Store.Watch(ctx, m.apart(dlock.Request{Name: name, Mode: mode}).Name, mode)
+func (m *mutant) Watch(ctx context.Context, name string, mode store.Mode) (<-chan struct{}, func(), error) {
+	return m.Store.Watch(ctx, m.apart(store.Request{Name: name, Mode: mode}).Name, mode)
 }
 
-func (m *mutant) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, error) {
+func (m *mutant) Acquire(ctx context.Context, req store.Request) (store.Grant, error) {
 	req = m.apart(req)
 	m.mu.Lock()
 	h, ok := m.held[req.Name]
@@ -131,7 +131,7 @@ func (m *mutant) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, e
 		return g, err
 	}
 	if m.kind == "held-as-mutex" {
-		g.Held = dlock.ModeMutex
+		g.Held = store.ModeMutex
 	}
 	switch {
 	case g.Acquired:
@@ -146,33 +146,33 @@ func (m *mutant) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, e
 	case m.kind == "retry-after-ttl" && ok:
 		g.RetryAfter = h.ttl
 	case m.kind == "double-grant" && ok:
-		return dlock.Grant{Acquired: true, Fence: h.grant.Fence}, nil
+		return store.Grant{Acquired: true, Fence: h.grant.Fence}, nil
 	}
 	return g, nil
 }
 
-func (m *mutant) Extend(ctx context.Context, reqs []dlock.Request) []error {
+func (m *mutant) Extend(ctx context.Context, reqs []store.Request) []error {
 	if m.kind == "extend-noop" {
 		return make([]error, len(reqs))
 	}
 	if m.kind == "extend-any" {
 		reqs = m.asHolder(reqs)
 	}
-	apart := make([]dlock.Request, len(reqs))
+	apart := make([]store.Request, len(reqs))
 	for i, r := range reqs {
 		apart[i] = m.apart(r)
 	}
 	return m.Store.Extend(ctx, apart)
 }
 
-func (m *mutant) Release(ctx context.Context, req dlock.Request) error {
+func (m *mutant) Release(ctx context.Context, req store.Request) error {
 	if m.kind == "release-any" {
-		req = m.asHolder([]dlock.Request{req})[0]
+		req = m.asHolder([]store.Request{req})[0]
 	}
 	return m.Store.Release(ctx, m.apart(req))
 }
 
-func (m *mutant) State(ctx context.Context, name string) (dlock.State, error) {
+func (m *mutant) State(ctx context.Context, name string) (store.State, error) {
 	st, err := m.Store.State(ctx, name)
 	if m.kind == "state-none" {
 		st.Holders = 0
@@ -181,10 +181,10 @@ func (m *mutant) State(ctx context.Context, name string) (dlock.State, error) {
 }
 
 // asHolder rewrites requests to carry the token of the lock's last holder.
-func (m *mutant) asHolder(reqs []dlock.Request) []dlock.Request {
+func (m *mutant) asHolder(reqs []store.Request) []store.Request {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	out := make([]dlock.Request, len(reqs))
+	out := make([]store.Request, len(reqs))
 	for i, r := range reqs {
 		if h, ok := m.held[r.Name]; ok {
 			r.Token = h.token

@@ -11,14 +11,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 )
 
 // testMutexStore checks ModeMutex on the Store interface itself.
 func testMutexStore(t *testing.T, h Harness) {
 	tests := []struct {
 		name string
-		fn   func(t *testing.T, s dlock.Store)
+		fn   func(t *testing.T, s store.Store)
 	}{
 		{"MutualExclusion", storeMutualExclusion},
 		{"TTLExpiry", storeTTLExpiry},
@@ -45,7 +45,7 @@ func testMutexStore(t *testing.T, h Harness) {
 
 // storeMutualExclusion runs many goroutines that each take the lock, check
 // that nobody else is inside, and give it back, for many rounds.
-func storeMutualExclusion(t *testing.T, s dlock.Store) {
+func storeMutualExclusion(t *testing.T, s store.Store) {
 	const workers, rounds = 16, 12
 	ctx := testContext(t)
 	name := lockName(t)
@@ -59,7 +59,7 @@ func storeMutualExclusion(t *testing.T, s dlock.Store) {
 	)
 	for range workers {
 		wg.Go(func() {
-			wake, stop, err := s.Watch(ctx, name, dlock.ModeMutex)
+			wake, stop, err := s.Watch(ctx, name, store.ModeMutex)
 			if err != nil {
 				t.Errorf("Watch(%q) = %v", name, err)
 				return
@@ -129,7 +129,7 @@ func storeMutualExclusion(t *testing.T, s dlock.Store) {
 
 // storeTTLExpiry checks that a hold that is not extended frees the lock
 // after its TTL, and not before.
-func storeTTLExpiry(t *testing.T, s dlock.Store) {
+func storeTTLExpiry(t *testing.T, s store.Store) {
 	ctx := testContext(t)
 	name := lockName(t)
 	const ttl = 200 * time.Millisecond
@@ -165,10 +165,10 @@ func storeTTLExpiry(t *testing.T, s dlock.Store) {
 	}
 
 	// The expired holder holds nothing any more.
-	if errs := s.Extend(ctx, []dlock.Request{a}); len(errs) != 1 || !errors.Is(errs[0], dlock.ErrNotHeld) {
+	if errs := s.Extend(ctx, []store.Request{a}); len(errs) != 1 || !errors.Is(errs[0], store.ErrNotHeld) {
 		t.Errorf("Extend by the expired holder = %v, want [ErrNotHeld]", errs)
 	}
-	if err := s.Release(ctx, a); !errors.Is(err, dlock.ErrNotHeld) {
+	if err := s.Release(ctx, a); !errors.Is(err, store.ErrNotHeld) {
 		t.Errorf("Release by the expired holder = %v, want ErrNotHeld", err)
 	}
 	if g, err := s.Acquire(ctx, a); err != nil || g.Acquired {
@@ -181,7 +181,7 @@ func storeTTLExpiry(t *testing.T, s dlock.Store) {
 
 // storeExpiredNotExtended checks that a hold whose TTL ran out cannot be
 // brought back by Extend, even when nobody took the lock meanwhile.
-func storeExpiredNotExtended(t *testing.T, s dlock.Store) {
+func storeExpiredNotExtended(t *testing.T, s store.Store) {
 	ctx := testContext(t)
 	name := lockName(t)
 	const ttl = 100 * time.Millisecond
@@ -189,10 +189,10 @@ func storeExpiredNotExtended(t *testing.T, s dlock.Store) {
 	mustAcquire(t, s, a)
 	time.Sleep(ttl + 50*time.Millisecond) // let the hold run out
 	a.TTL = longTTL
-	if errs := s.Extend(ctx, []dlock.Request{a}); len(errs) != 1 || !errors.Is(errs[0], dlock.ErrNotHeld) {
+	if errs := s.Extend(ctx, []store.Request{a}); len(errs) != 1 || !errors.Is(errs[0], store.ErrNotHeld) {
 		t.Errorf("Extend of an expired hold = %v, want [ErrNotHeld]", errs)
 	}
-	if err := s.Release(ctx, a); !errors.Is(err, dlock.ErrNotHeld) {
+	if err := s.Release(ctx, a); !errors.Is(err, store.ErrNotHeld) {
 		t.Errorf("Release of an expired hold = %v, want ErrNotHeld", err)
 	}
 	mustAcquire(t, s, mutexReq(name, newToken(), time.Second))
@@ -200,17 +200,17 @@ func storeExpiredNotExtended(t *testing.T, s dlock.Store) {
 
 // storeOnlyHolder checks that other tokens can neither release nor extend
 // a hold, and leave it untouched when they try.
-func storeOnlyHolder(t *testing.T, s dlock.Store) {
+func storeOnlyHolder(t *testing.T, s store.Store) {
 	ctx := testContext(t)
 	name := lockName(t)
 	a := mutexReq(name, newToken(), 10*time.Second)
 	mustAcquire(t, s, a)
 
 	other := mutexReq(name, newToken(), 150*time.Millisecond)
-	if err := s.Release(ctx, other); !errors.Is(err, dlock.ErrNotHeld) {
+	if err := s.Release(ctx, other); !errors.Is(err, store.ErrNotHeld) {
 		t.Errorf("Release by another token = %v, want ErrNotHeld", err)
 	}
-	if errs := s.Extend(ctx, []dlock.Request{other}); len(errs) != 1 || !errors.Is(errs[0], dlock.ErrNotHeld) {
+	if errs := s.Extend(ctx, []store.Request{other}); len(errs) != 1 || !errors.Is(errs[0], store.ErrNotHeld) {
 		t.Errorf("Extend by another token = %v, want [ErrNotHeld]", errs)
 	}
 	c := mutexReq(name, newToken(), longTTL)
@@ -219,7 +219,7 @@ func storeOnlyHolder(t *testing.T, s dlock.Store) {
 	}
 
 	a.TTL = 20 * time.Second
-	if errs := s.Extend(ctx, []dlock.Request{a}); len(errs) != 1 || errs[0] != nil {
+	if errs := s.Extend(ctx, []store.Request{a}); len(errs) != 1 || errs[0] != nil {
 		t.Errorf("Extend by the holder = %v, want [nil]", errs)
 	}
 	if g := mustRefuse(t, s, c); g.RetryAfter <= 10*time.Second {
@@ -228,10 +228,10 @@ func storeOnlyHolder(t *testing.T, s dlock.Store) {
 	if err := s.Release(ctx, a); err != nil {
 		t.Errorf("Release by the holder = %v, want nil", err)
 	}
-	if err := s.Release(ctx, a); !errors.Is(err, dlock.ErrNotHeld) {
+	if err := s.Release(ctx, a); !errors.Is(err, store.ErrNotHeld) {
 		t.Errorf("second Release by the holder = %v, want ErrNotHeld", err)
 	}
-	if errs := s.Extend(ctx, []dlock.Request{a}); len(errs) != 1 || !errors.Is(errs[0], dlock.ErrNotHeld) {
+	if errs := s.Extend(ctx, []store.Request{a}); len(errs) != 1 || !errors.Is(errs[0], store.ErrNotHeld) {
 		t.Errorf("Extend after Release = %v, want [ErrNotHeld]", errs)
 	}
 	mustAcquire(t, s, c)
@@ -239,13 +239,13 @@ func storeOnlyHolder(t *testing.T, s dlock.Store) {
 }
 
 // storeReleaseUnknown checks ErrNotHeld for tokens that never held.
-func storeReleaseUnknown(t *testing.T, s dlock.Store) {
+func storeReleaseUnknown(t *testing.T, s store.Store) {
 	ctx := testContext(t)
 	free := mutexReq(lockName(t), newToken(), time.Second)
-	if err := s.Release(ctx, free); !errors.Is(err, dlock.ErrNotHeld) {
+	if err := s.Release(ctx, free); !errors.Is(err, store.ErrNotHeld) {
 		t.Errorf("Release on a lock never taken = %v, want ErrNotHeld", err)
 	}
-	if errs := s.Extend(ctx, []dlock.Request{free}); len(errs) != 1 || !errors.Is(errs[0], dlock.ErrNotHeld) {
+	if errs := s.Extend(ctx, []store.Request{free}); len(errs) != 1 || !errors.Is(errs[0], store.ErrNotHeld) {
 		t.Errorf("Extend on a lock never taken = %v, want [ErrNotHeld]", errs)
 	}
 	// The failed calls created nothing: the lock is free.
@@ -256,7 +256,7 @@ func storeReleaseUnknown(t *testing.T, s dlock.Store) {
 }
 
 // storeFencesIncrease checks fences over many grants to different tokens.
-func storeFencesIncrease(t *testing.T, s dlock.Store) {
+func storeFencesIncrease(t *testing.T, s store.Store) {
 	ctx := testContext(t)
 	name := lockName(t)
 	var last int64
@@ -275,7 +275,7 @@ func storeFencesIncrease(t *testing.T, s dlock.Store) {
 
 // storeIdempotentAcquire checks that a repeated Acquire by the holder's
 // token returns the same fence and refreshes the TTL.
-func storeIdempotentAcquire(t *testing.T, s dlock.Store) {
+func storeIdempotentAcquire(t *testing.T, s store.Store) {
 	ctx := testContext(t)
 	name := lockName(t)
 	a := mutexReq(name, newToken(), 5*time.Second)
@@ -300,7 +300,7 @@ func storeIdempotentAcquire(t *testing.T, s dlock.Store) {
 
 // storeRetryAfter checks that a refusal's RetryAfter is the holder's real
 // remaining time, as far as the test can measure it from outside.
-func storeRetryAfter(t *testing.T, s dlock.Store) {
+func storeRetryAfter(t *testing.T, s store.Store) {
 	name := lockName(t)
 	const ttl = 5 * time.Second
 	sent := time.Now()
@@ -327,7 +327,7 @@ func storeRetryAfter(t *testing.T, s dlock.Store) {
 }
 
 // storeExtendBatch checks that Extend answers each request in order.
-func storeExtendBatch(t *testing.T, s dlock.Store) {
+func storeExtendBatch(t *testing.T, s store.Store) {
 	ctx := testContext(t)
 	n1, n2, n3 := lockName(t), lockName(t), lockName(t)
 	a1 := mutexReq(n1, newToken(), 5*time.Second)
@@ -335,14 +335,14 @@ func storeExtendBatch(t *testing.T, s dlock.Store) {
 	mustAcquire(t, s, a1)
 	mustAcquire(t, s, a2)
 	const ttl = 20 * time.Second
-	reqs := []dlock.Request{
+	reqs := []store.Request{
 		mutexReq(n1, a1.Token, ttl),
 		mutexReq(n2, newToken(), ttl),
 		mutexReq(n3, newToken(), ttl),
 		mutexReq(n2, a2.Token, ttl),
 		mutexReq(n1, a2.Token, ttl),
 	}
-	want := []error{nil, dlock.ErrNotHeld, dlock.ErrNotHeld, nil, dlock.ErrNotHeld}
+	want := []error{nil, store.ErrNotHeld, store.ErrNotHeld, nil, store.ErrNotHeld}
 	errs := s.Extend(ctx, reqs)
 	if len(errs) != len(want) {
 		t.Fatalf("Extend of %d requests returned %d errors: %v", len(reqs), len(errs), errs)
@@ -366,7 +366,7 @@ func storeExtendBatch(t *testing.T, s dlock.Store) {
 	// A batch as large as a busy Locker's renewals, over many names (on
 	// a cluster, many slots): every other lock is held.
 	const n = 64
-	big := make([]dlock.Request, n)
+	big := make([]store.Request, n)
 	for i := range big {
 		big[i] = mutexReq(lockName(t), newToken(), longTTL)
 		if i%2 == 0 {
@@ -379,8 +379,8 @@ func storeExtendBatch(t *testing.T, s dlock.Store) {
 		t.Fatalf("Extend of %d requests returned %d errors", n, len(errs))
 	}
 	for i, err := range errs {
-		if i%2 == 0 && err != nil || i%2 == 1 && !errors.Is(err, dlock.ErrNotHeld) {
-			t.Errorf("Extend of %d: error %d = %v, want %v", n, i, err, []error{nil, dlock.ErrNotHeld}[i%2])
+		if i%2 == 0 && err != nil || i%2 == 1 && !errors.Is(err, store.ErrNotHeld) {
+			t.Errorf("Extend of %d: error %d = %v, want %v", n, i, err, []error{nil, store.ErrNotHeld}[i%2])
 		}
 	}
 	for i := 0; i < n; i += 2 {
@@ -389,12 +389,12 @@ func storeExtendBatch(t *testing.T, s dlock.Store) {
 }
 
 // storeWatchRelease checks that a release wakes a watcher.
-func storeWatchRelease(t *testing.T, s dlock.Store) {
+func storeWatchRelease(t *testing.T, s store.Store) {
 	ctx := testContext(t)
 	name := lockName(t)
 	a := mutexReq(name, newToken(), longTTL)
 	mustAcquire(t, s, a)
-	wake, stop, err := s.Watch(ctx, name, dlock.ModeMutex)
+	wake, stop, err := s.Watch(ctx, name, store.ModeMutex)
 	if err != nil {
 		t.Fatalf("Watch(%q) = %v", name, err)
 	}
@@ -420,11 +420,11 @@ func storeWatchRelease(t *testing.T, s dlock.Store) {
 }
 
 // storeInspector checks State and List, when the store implements
-// dlock.Inspector.
-func storeInspector(t *testing.T, s dlock.Store) {
-	in, ok := s.(dlock.Inspector)
+// store.Inspector.
+func storeInspector(t *testing.T, s store.Store) {
+	in, ok := s.(store.Inspector)
 	if !ok {
-		t.Skip("store does not implement dlock.Inspector")
+		t.Skip("store does not implement store.Inspector")
 	}
 	ctx := testContext(t)
 	name := lockName(t)
@@ -435,7 +435,7 @@ func storeInspector(t *testing.T, s dlock.Store) {
 	if err != nil {
 		t.Fatalf("State(%q) = %v", name, err)
 	}
-	if st.Name != name || st.Mode != dlock.ModeMutex || st.Holders != 1 || st.Fence != g.Fence ||
+	if st.Name != name || st.Mode != store.ModeMutex || st.Holders != 1 || st.Fence != g.Fence ||
 		st.TTL <= 0 || st.TTL > 10*time.Second || st.Queue != 0 {
 		t.Errorf("State(%q) of a held mutex = %+v, want Name %q, Mode mutex, 1 holder, Fence %d, TTL in (0, 10s], no queue",
 			name, st, name, g.Fence)
@@ -483,7 +483,7 @@ func storeInspector(t *testing.T, s dlock.Store) {
 // storeNames checks that valid names of every shape are distinct locks,
 // including names that share a Redis Cluster hash tag and names of the
 // maximum length.
-func storeNames(t *testing.T, s dlock.Store) {
+func storeNames(t *testing.T, s store.Store) {
 	ctx := testContext(t)
 	base := lockName(t)
 	tag := "{" + base + "}"
@@ -498,7 +498,7 @@ func storeNames(t *testing.T, s dlock.Store) {
 		long[:256],
 		long[:255],
 	}
-	holds := make([]dlock.Request, len(names))
+	holds := make([]store.Request, len(names))
 	for i, name := range names {
 		holds[i] = mutexReq(name, newToken(), longTTL)
 		mustAcquire(t, s, holds[i]) // free: no other name is this lock
@@ -517,11 +517,11 @@ func storeNames(t *testing.T, s dlock.Store) {
 	}
 }
 
-// storePing checks Ping, when the store implements dlock.Pinger.
-func storePing(t *testing.T, s dlock.Store) {
-	p, ok := s.(dlock.Pinger)
+// storePing checks Ping, when the store implements store.Pinger.
+func storePing(t *testing.T, s store.Store) {
+	p, ok := s.(store.Pinger)
 	if !ok {
-		t.Skip("store does not implement dlock.Pinger")
+		t.Skip("store does not implement store.Pinger")
 	}
 	if err := p.Ping(testContext(t)); err != nil {
 		t.Errorf("Ping = %v, want nil", err)
@@ -529,22 +529,22 @@ func storePing(t *testing.T, s dlock.Store) {
 }
 
 // storeMutexHandoff checks, on a store that hands a released mutex to a
-// registered waiter (dlock.GrantWatcher for ModeMutex), that a live
+// registered waiter (store.GrantWatcher for ModeMutex), that a live
 // registered waiter gets the lock with a new fence, and that a waiter
 // that gave up (Release of its registration) or died (its registration's
 // QueueTTL ran out) is skipped: the lock is then free for anyone.
-func storeMutexHandoff(t *testing.T, s dlock.Store) {
-	gw, ok := s.(dlock.GrantWatcher)
+func storeMutexHandoff(t *testing.T, s store.Store) {
+	gw, ok := s.(store.GrantWatcher)
 	if !ok {
-		t.Skip("store does not implement dlock.GrantWatcher")
+		t.Skip("store does not implement store.GrantWatcher")
 	}
 	ctx := testContext(t)
-	queued := func(name string, queueTTL time.Duration) (dlock.Request, <-chan dlock.Grant, func()) {
+	queued := func(name string, queueTTL time.Duration) (store.Request, <-chan store.Grant, func()) {
 		t.Helper()
 		req := mutexReq(name, newToken(), longTTL)
 		req.Queue, req.QueueTTL = true, queueTTL
 		grants, stop, err := gw.WatchGrant(ctx, req)
-		if errors.Is(err, dlock.ErrNotSupported) {
+		if errors.Is(err, store.ErrNotSupported) {
 			t.Skipf("WatchGrant(mode mutex) = %v", err)
 		}
 		if err != nil {
@@ -591,7 +591,7 @@ func storeMutexHandoff(t *testing.T, s dlock.Store) {
 	h = mutexReq(name, newToken(), longTTL)
 	mustAcquire(t, s, h)
 	gone, _, stop := queued(name, 10*time.Second)
-	if err := s.Release(ctx, gone); err != nil && !errors.Is(err, dlock.ErrNotHeld) {
+	if err := s.Release(ctx, gone); err != nil && !errors.Is(err, store.ErrNotHeld) {
 		t.Errorf("Release of a waiter's registration = %v, want nil or ErrNotHeld", err)
 	}
 	stop()

@@ -10,29 +10,30 @@ import (
 	"time"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 )
 
 // Helpers shared by the suites of the reentrant, read-write, fair and
 // semaphore patterns (patterns_*.go).
 
 func init() {
-	registerRestart(dlock.ModeReentrant, func(t *testing.T, s dlock.Store, name string) int64 {
-		return grantOnce(t, s, dlock.Request{Name: name, Mode: dlock.ModeReentrant, Owner: newToken()})
+	registerRestart(store.ModeReentrant, func(t *testing.T, s store.Store, name string) int64 {
+		return grantOnce(t, s, store.Request{Name: name, Mode: store.ModeReentrant, Owner: newToken()})
 	})
-	registerRestart(dlock.ModeWrite, func(t *testing.T, s dlock.Store, name string) int64 {
-		return grantOnce(t, s, dlock.Request{Name: name, Mode: dlock.ModeWrite})
+	registerRestart(store.ModeWrite, func(t *testing.T, s store.Store, name string) int64 {
+		return grantOnce(t, s, store.Request{Name: name, Mode: store.ModeWrite})
 	})
-	registerRestart(dlock.ModeFair, func(t *testing.T, s dlock.Store, name string) int64 {
-		return grantOnce(t, s, dlock.Request{Name: name, Mode: dlock.ModeFair})
+	registerRestart(store.ModeFair, func(t *testing.T, s store.Store, name string) int64 {
+		return grantOnce(t, s, store.Request{Name: name, Mode: store.ModeFair})
 	})
-	registerRestart(dlock.ModeSemaphore, func(t *testing.T, s dlock.Store, name string) int64 {
-		return grantOnce(t, s, dlock.Request{Name: name, Mode: dlock.ModeSemaphore, Limit: 1})
+	registerRestart(store.ModeSemaphore, func(t *testing.T, s store.Store, name string) int64 {
+		return grantOnce(t, s, store.Request{Name: name, Mode: store.ModeSemaphore, Limit: 1})
 	})
 }
 
 // grantOnce takes and gives back one hold of req with a fresh token and
 // returns its fence.
-func grantOnce(t *testing.T, s dlock.Store, req dlock.Request) int64 {
+func grantOnce(t *testing.T, s store.Store, req store.Request) int64 {
 	t.Helper()
 	req.Token, req.TTL = newToken(), 10*time.Second
 	g := mustAcquire(t, s, req)
@@ -43,13 +44,13 @@ func grantOnce(t *testing.T, s dlock.Store, req dlock.Request) int64 {
 }
 
 // with returns req with a fresh token.
-func with(req dlock.Request) dlock.Request {
+func with(req store.Request) store.Request {
 	req.Token = newToken()
 	return req
 }
 
 // mustRelease releases req and fails t unless the store released it.
-func mustRelease(t *testing.T, s dlock.Store, req dlock.Request) {
+func mustRelease(t *testing.T, s store.Store, req store.Request) {
 	t.Helper()
 	if err := s.Release(testContext(t), req); err != nil {
 		t.Fatalf("Release(%q, mode %v) = %v, want nil", req.Name, req.Mode, err)
@@ -57,13 +58,13 @@ func mustRelease(t *testing.T, s dlock.Store, req dlock.Request) {
 }
 
 // mustNotHold checks that Release and Extend of req report ErrNotHeld.
-func mustNotHold(t *testing.T, s dlock.Store, req dlock.Request, why string) {
+func mustNotHold(t *testing.T, s store.Store, req store.Request, why string) {
 	t.Helper()
 	ctx := testContext(t)
-	if err := s.Extend(ctx, []dlock.Request{req})[0]; !errors.Is(err, dlock.ErrNotHeld) {
+	if err := s.Extend(ctx, []store.Request{req})[0]; !errors.Is(err, store.ErrNotHeld) {
 		t.Errorf("Extend (%s) = %v, want ErrNotHeld", why, err)
 	}
-	if err := s.Release(ctx, req); !errors.Is(err, dlock.ErrNotHeld) {
+	if err := s.Release(ctx, req); !errors.Is(err, store.ErrNotHeld) {
 		t.Errorf("Release (%s) = %v, want ErrNotHeld", why, err)
 	}
 }
@@ -72,7 +73,7 @@ func mustNotHold(t *testing.T, s dlock.Store, req dlock.Request, why string) {
 // between refusals for a wake-up from wake or a short random delay (for
 // stores that wake only some watchers). It returns an error for a store
 // failure or when ctx ends.
-func acquireWatching(ctx context.Context, s dlock.Store, req dlock.Request, wake <-chan struct{}) (dlock.Grant, error) {
+func acquireWatching(ctx context.Context, s store.Store, req store.Request, wake <-chan struct{}) (store.Grant, error) {
 	for {
 		g, err := s.Acquire(ctx, req)
 		if err != nil {
@@ -124,7 +125,7 @@ func (e *errs) report(t *testing.T) {
 
 // checkListed checks that List has an entry for name equal to want (the
 // TTL aside, which moves).
-func checkListed(t *testing.T, in dlock.Inspector, want dlock.State) {
+func checkListed(t *testing.T, in store.Inspector, want store.State) {
 	t.Helper()
 	list, err := in.List(testContext(t))
 	if err != nil {
@@ -148,7 +149,7 @@ func checkListed(t *testing.T, in dlock.Inspector, want dlock.State) {
 // waitTimeout after release only if the store wakes it (or, rarely, a
 // random backoff happens to be short). queued must return once the waiter
 // has asked and been refused.
-func checkWoken(t *testing.T, s dlock.Store, wait func(ctx context.Context, l *dlock.Locker) (*dlock.Lease, error),
+func checkWoken(t *testing.T, s store.Store, wait func(ctx context.Context, l *dlock.Locker) (*dlock.Lease, error),
 	queued func(), release func() error) *dlock.Lease {
 	t.Helper()
 	ctx, cancel := context.WithCancel(testContext(t))
@@ -190,7 +191,7 @@ func checkWoken(t *testing.T, s dlock.Store, wait func(ctx context.Context, l *d
 // what it does reaches s only through the backend (a release on it wakes
 // the waiters of s only if the backend pushes the wake-up). When h.New
 // makes independent backends (an in-process store), it returns s.
-func peerStore(t *testing.T, h Harness, s dlock.Store) dlock.Store {
+func peerStore(t *testing.T, h Harness, s store.Store) store.Store {
 	t.Helper()
 	ctx := testContext(t)
 	other := h.New(t)

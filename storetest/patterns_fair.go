@@ -12,15 +12,16 @@ import (
 	"time"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 )
 
-func init() { register("Fair", dlock.ModeFair, testFair) }
+func init() { register("Fair", store.ModeFair, testFair) }
 
 // testFair checks the fair (FIFO) lock on the store and through a Locker.
 func testFair(t *testing.T, h Harness) {
 	tests := []struct {
 		name string
-		fn   func(t *testing.T, s dlock.Store)
+		fn   func(t *testing.T, s store.Store)
 	}{
 		{"ArrivalOrder", fairArrivalOrder},
 		{"ReleaseHandsToHead", fairHandsToHead},
@@ -30,7 +31,7 @@ func testFair(t *testing.T, h Harness) {
 		{"WaiterLeaves", fairWaiterLeaves},
 		{"ExpiredHolderHandsOver", fairExpiredHolder},
 		{"Inspector", fairInspector},
-		{"LockerWokenOnRelease", func(t *testing.T, s dlock.Store) { fairLockerWoken(t, s, peerStore(t, h, s)) }},
+		{"LockerWokenOnRelease", func(t *testing.T, s store.Store) { fairLockerWoken(t, s, peerStore(t, h, s)) }},
 		{"LockerFIFOWithDeadWaiter", fairLockerFIFO},
 		{"LockerWaitLongerThanQueueTTL", fairLockerLongWait},
 		{"LockerMutualExclusion", fairLockerExclusion},
@@ -44,18 +45,18 @@ func testFair(t *testing.T, h Harness) {
 	}
 }
 
-func fairReq(name string, ttl time.Duration) dlock.Request {
-	return dlock.Request{Name: name, Token: newToken(), TTL: ttl, Mode: dlock.ModeFair}
+func fairReq(name string, ttl time.Duration) store.Request {
+	return store.Request{Name: name, Token: newToken(), TTL: ttl, Mode: store.ModeFair}
 }
 
 // fairWaiter returns a fair request that queues with queueTTL.
-func fairWaiter(name string, queueTTL time.Duration) dlock.Request {
+func fairWaiter(name string, queueTTL time.Duration) store.Request {
 	return queued(fairReq(name, longTTL), queueTTL)
 }
 
 // mustQueue acquires a queued req and fails t unless it was refused at
 // position pos.
-func mustQueue(t *testing.T, s dlock.Store, req dlock.Request, pos int) {
+func mustQueue(t *testing.T, s store.Store, req store.Request, pos int) {
 	t.Helper()
 	g := mustRefuse(t, s, req)
 	if g.Position != pos {
@@ -66,11 +67,11 @@ func mustQueue(t *testing.T, s dlock.Store, req dlock.Request, pos int) {
 // fairArrivalOrder checks that queued waiters get the lock strictly in
 // arrival order, each with a new fence, and that a caller that does not
 // queue never gets ahead of them.
-func fairArrivalOrder(t *testing.T, s dlock.Store) {
+func fairArrivalOrder(t *testing.T, s store.Store) {
 	name := lockName(t)
 	holder := fairReq(name, longTTL)
 	last := mustAcquire(t, s, holder).Fence
-	var ws []dlock.Request
+	var ws []store.Request
 	for i := range 4 {
 		w := fairWaiter(name, longTTL)
 		mustQueue(t, s, w, i)
@@ -101,7 +102,7 @@ func fairArrivalOrder(t *testing.T, s dlock.Store) {
 // fairHandsToHead checks that the release itself hands the lock to the
 // head waiter: the waiter holds it before asking again, and nobody else
 // can take it in between.
-func fairHandsToHead(t *testing.T, s dlock.Store) {
+func fairHandsToHead(t *testing.T, s store.Store) {
 	ctx := testContext(t)
 	name := lockName(t)
 	holder := fairReq(name, longTTL)
@@ -111,7 +112,7 @@ func fairHandsToHead(t *testing.T, s dlock.Store) {
 	mustRelease(t, s, holder)
 	// Nobody can take it: it is already the waiter's.
 	mustRefuse(t, s, fairReq(name, longTTL))
-	if err := s.Extend(ctx, []dlock.Request{w})[0]; err != nil {
+	if err := s.Extend(ctx, []store.Request{w})[0]; err != nil {
 		t.Errorf("Extend by the head waiter after the release = %v, want nil (it holds the lock)", err)
 	}
 	if g := mustAcquire(t, s, w); g.Fence <= gh.Fence {
@@ -120,23 +121,23 @@ func fairHandsToHead(t *testing.T, s dlock.Store) {
 	mustRelease(t, s, w)
 }
 
-// fairOneWakeUp checks, on a store implementing dlock.GrantWatcher (and not
+// fairOneWakeUp checks, on a store implementing store.GrantWatcher (and not
 // refusing it for the fair lock), that a release delivers the grant to the
 // head waiter alone.
-func fairOneWakeUp(t *testing.T, s dlock.Store) {
-	gw, ok := s.(dlock.GrantWatcher)
+func fairOneWakeUp(t *testing.T, s store.Store) {
+	gw, ok := s.(store.GrantWatcher)
 	if !ok {
-		t.Skip("store does not implement dlock.GrantWatcher")
+		t.Skip("store does not implement store.GrantWatcher")
 	}
 	ctx := testContext(t)
 	name := lockName(t)
 	holder := fairReq(name, longTTL)
 	gh := mustAcquire(t, s, holder)
-	ws := []dlock.Request{fairWaiter(name, longTTL), fairWaiter(name, longTTL), fairWaiter(name, longTTL)}
-	chans := make([]<-chan dlock.Grant, len(ws))
+	ws := []store.Request{fairWaiter(name, longTTL), fairWaiter(name, longTTL), fairWaiter(name, longTTL)}
+	chans := make([]<-chan store.Grant, len(ws))
 	for i, w := range ws {
 		ch, stop, err := gw.WatchGrant(ctx, w)
-		if errors.Is(err, dlock.ErrNotSupported) {
+		if errors.Is(err, store.ErrNotSupported) {
 			t.Skipf("WatchGrant(mode fair) = %v", err)
 		}
 		if err != nil {
@@ -180,7 +181,7 @@ func fairOneWakeUp(t *testing.T, s dlock.Store) {
 // fairDeadWaiterPruned checks that a waiter that stops refreshing its place
 // is dropped after its queue TTL, judged by the store, so that it neither
 // delays the others nor gets the lock.
-func fairDeadWaiterPruned(t *testing.T, s dlock.Store) {
+func fairDeadWaiterPruned(t *testing.T, s store.Store) {
 	name := lockName(t)
 	holder := fairReq(name, longTTL)
 	mustAcquire(t, s, holder)
@@ -205,7 +206,7 @@ func fairDeadWaiterPruned(t *testing.T, s dlock.Store) {
 	}
 	mustRelease(t, s, holder)
 	mustAcquire(t, s, live)
-	if err := s.Release(testContext(t), dead); !errors.Is(err, dlock.ErrNotHeld) {
+	if err := s.Release(testContext(t), dead); !errors.Is(err, store.ErrNotHeld) {
 		t.Errorf("Release by the pruned waiter = %v, want ErrNotHeld (neither holding nor queued)", err)
 	}
 	mustRelease(t, s, live)
@@ -214,7 +215,7 @@ func fairDeadWaiterPruned(t *testing.T, s dlock.Store) {
 // fairKilledHead checks that a head waiter that died after the lock was
 // handed to it delays the next live waiter only until the dead waiter's
 // lease runs out, and the order of the live waiters is kept.
-func fairKilledHead(t *testing.T, s dlock.Store) {
+func fairKilledHead(t *testing.T, s store.Store) {
 	name := lockName(t)
 	holder := fairReq(name, longTTL)
 	mustAcquire(t, s, holder)
@@ -239,7 +240,7 @@ func fairKilledHead(t *testing.T, s dlock.Store) {
 }
 
 // fairWaiterLeaves checks that Release by a queued token drops its place.
-func fairWaiterLeaves(t *testing.T, s dlock.Store) {
+func fairWaiterLeaves(t *testing.T, s store.Store) {
 	name := lockName(t)
 	holder := fairReq(name, longTTL)
 	mustAcquire(t, s, holder)
@@ -256,7 +257,7 @@ func fairWaiterLeaves(t *testing.T, s dlock.Store) {
 
 // fairExpiredHolder checks that when the holder's lease runs out without a
 // release, the lock goes to the head waiter, not before the TTL.
-func fairExpiredHolder(t *testing.T, s dlock.Store) {
+func fairExpiredHolder(t *testing.T, s store.Store) {
 	name := lockName(t)
 	const ttl = 200 * time.Millisecond
 	start := time.Now()
@@ -279,16 +280,16 @@ func fairExpiredHolder(t *testing.T, s dlock.Store) {
 }
 
 // fairInspector checks that State reports the queue length.
-func fairInspector(t *testing.T, s dlock.Store) {
-	in, ok := s.(dlock.Inspector)
+func fairInspector(t *testing.T, s store.Store) {
+	in, ok := s.(store.Inspector)
 	if !ok {
-		t.Skip("store does not implement dlock.Inspector")
+		t.Skip("store does not implement store.Inspector")
 	}
 	ctx := testContext(t)
 	name := lockName(t)
 	holder := fairReq(name, longTTL)
 	gh := mustAcquire(t, s, holder)
-	ws := []dlock.Request{fairWaiter(name, longTTL), fairWaiter(name, longTTL), fairWaiter(name, longTTL)}
+	ws := []store.Request{fairWaiter(name, longTTL), fairWaiter(name, longTTL), fairWaiter(name, longTTL)}
 	for i, w := range ws {
 		mustQueue(t, s, w, i)
 	}
@@ -296,7 +297,7 @@ func fairInspector(t *testing.T, s dlock.Store) {
 	if err != nil {
 		t.Fatalf("State(%q) = %v", name, err)
 	}
-	if st.Mode != dlock.ModeFair || st.Holders != 1 || st.Queue != 3 || st.Fence != gh.Fence || st.TTL <= 0 {
+	if st.Mode != store.ModeFair || st.Holders != 1 || st.Queue != 3 || st.Fence != gh.Fence || st.TTL <= 0 {
 		t.Errorf("State(%q) = %+v, want Mode fair, 1 holder, Queue 3, Fence %d", name, st, gh.Fence)
 	}
 	checkListed(t, in, st)
@@ -315,7 +316,7 @@ func fairInspector(t *testing.T, s dlock.Store) {
 // fairLockerFIFO queues waiters on their own Lockers in a known order, with
 // a dead waiter (a queue entry nobody refreshes, as of a killed process)
 // among them, and checks that the live ones are served in arrival order.
-func fairLockerFIFO(t *testing.T, s dlock.Store) {
+func fairLockerFIFO(t *testing.T, s store.Store) {
 	const waiters = 6
 	ctx := testContext(t)
 	name := lockName(t)
@@ -379,7 +380,7 @@ func fairLockerFIFO(t *testing.T, s dlock.Store) {
 
 // fairLockerExclusion runs Lock from goroutines on several Lockers and
 // checks mutual exclusion and increasing fences.
-func fairLockerExclusion(t *testing.T, s dlock.Store) {
+func fairLockerExclusion(t *testing.T, s store.Store) {
 	const lockers, perLocker, rounds = 3, 3, 6
 	ctx := testContext(t)
 	name := lockName(t)
@@ -426,7 +427,7 @@ func fairLockerExclusion(t *testing.T, s dlock.Store) {
 
 // fairLockerContextEnds checks that a waiter that gives up leaves the queue,
 // so the lock goes to the waiter behind it.
-func fairLockerContextEnds(t *testing.T, s dlock.Store) {
+func fairLockerContextEnds(t *testing.T, s store.Store) {
 	ctx := testContext(t)
 	name := lockName(t)
 	l := newLocker(t, s, dlock.WithTTL(longTTL), dlock.WithQueueTTL(longTTL))
@@ -461,7 +462,7 @@ func fairLockerContextEnds(t *testing.T, s dlock.Store) {
 
 // fairLockerWoken checks that a queued Lock is handed the lock and woken by
 // the store when the holder releases through another store.
-func fairLockerWoken(t *testing.T, s, peer dlock.Store) {
+func fairLockerWoken(t *testing.T, s, peer store.Store) {
 	ctx := testContext(t)
 	name := lockName(t)
 	holder := fairReq(name, longTTL)
@@ -483,7 +484,7 @@ func fairLockerWoken(t *testing.T, s, peer dlock.Store) {
 
 // fairLockerLongWait checks that waiters keep their places while they wait
 // many queue TTLs (they refresh them), and are served in arrival order.
-func fairLockerLongWait(t *testing.T, s dlock.Store) {
+func fairLockerLongWait(t *testing.T, s store.Store) {
 	// The queue TTL is short against the wait, not against a stall of the
 	// test process: a waiter refreshes its place every queueTTL/3, and under
 	// -race on a loaded machine a refresh can come 200ms late, which with

@@ -11,22 +11,23 @@ import (
 	"time"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 )
 
-func init() { register("Reentrant", dlock.ModeReentrant, testReentrant) }
+func init() { register("Reentrant", store.ModeReentrant, testReentrant) }
 
 // testReentrant checks ModeReentrant on the store and through a Locker.
 func testReentrant(t *testing.T, h Harness) {
 	tests := []struct {
 		name string
-		fn   func(t *testing.T, s dlock.Store)
+		fn   func(t *testing.T, s store.Store)
 	}{
 		{"Counts", reentrantCounts},
 		{"ExpiryClearsWholeHold", reentrantExpiry},
 		{"ReentryNeverShortensHold", reentrantNeverShortens},
 		{"RetryNeverShortensOthers", reentrantRetryKeepsOthers},
 		{"Inspector", reentrantInspector},
-		{"LockerWokenOnRelease", func(t *testing.T, s dlock.Store) { reentrantLockerWoken(t, s, peerStore(t, h, s)) }},
+		{"LockerWokenOnRelease", func(t *testing.T, s store.Store) { reentrantLockerWoken(t, s, peerStore(t, h, s)) }},
 		{"LockerNested", reentrantLockerNested},
 		{"LockerOwners", reentrantLockerOwners},
 		{"LockerMutualExclusion", reentrantLockerExclusion},
@@ -39,14 +40,14 @@ func testReentrant(t *testing.T, h Harness) {
 	}
 }
 
-func reentrantReq(name, owner string, ttl time.Duration) dlock.Request {
-	return dlock.Request{Name: name, Token: newToken(), TTL: ttl, Mode: dlock.ModeReentrant, Owner: owner}
+func reentrantReq(name, owner string, ttl time.Duration) store.Request {
+	return store.Request{Name: name, Token: newToken(), TTL: ttl, Mode: store.ModeReentrant, Owner: owner}
 }
 
 // reentrantCounts checks that the owner's acquisitions are counted, each
 // one released once, that re-entry keeps the fence, that a repeated
 // Acquire is idempotent, and that the count never goes below zero.
-func reentrantCounts(t *testing.T, s dlock.Store) {
+func reentrantCounts(t *testing.T, s store.Store) {
 	ctx := testContext(t)
 	name := lockName(t)
 	owner := newToken()
@@ -73,7 +74,7 @@ func reentrantCounts(t *testing.T, s dlock.Store) {
 	mustRelease(t, s, b)
 	mustNotHold(t, s, b, "of a released acquisition")
 	mustRefuse(t, s, other) // a's acquisition still holds
-	if err := s.Extend(ctx, []dlock.Request{a})[0]; err != nil {
+	if err := s.Extend(ctx, []store.Request{a})[0]; err != nil {
 		t.Errorf("Extend of the remaining acquisition = %v, want nil", err)
 	}
 	c := reentrantReq(name, owner, longTTL)
@@ -94,7 +95,7 @@ func reentrantCounts(t *testing.T, s dlock.Store) {
 
 // reentrantExpiry checks that when the hold's TTL runs out, every
 // acquisition of it is gone at once, and not before.
-func reentrantExpiry(t *testing.T, s dlock.Store) {
+func reentrantExpiry(t *testing.T, s store.Store) {
 	name := lockName(t)
 	owner := newToken()
 	const ttl = 200 * time.Millisecond
@@ -118,7 +119,7 @@ func reentrantExpiry(t *testing.T, s dlock.Store) {
 
 // reentrantNeverShortens checks that a re-entry or renewal with a short TTL
 // does not cut the hold short.
-func reentrantNeverShortens(t *testing.T, s dlock.Store) {
+func reentrantNeverShortens(t *testing.T, s store.Store) {
 	ctx := testContext(t)
 	name := lockName(t)
 	owner := newToken()
@@ -127,7 +128,7 @@ func reentrantNeverShortens(t *testing.T, s dlock.Store) {
 	mustAcquire(t, s, a)
 	b := reentrantReq(name, owner, short)
 	mustAcquire(t, s, b)
-	if err := s.Extend(ctx, []dlock.Request{b})[0]; err != nil {
+	if err := s.Extend(ctx, []store.Request{b})[0]; err != nil {
 		t.Fatalf("Extend(%q) = %v, want nil", name, err)
 	}
 	mustRelease(t, s, b)
@@ -136,7 +137,7 @@ func reentrantNeverShortens(t *testing.T, s dlock.Store) {
 	if g.RetryAfter < longTTL/2 {
 		t.Errorf("RetryAfter after a short re-entry = %v, want about %v (the outer hold's TTL)", g.RetryAfter, longTTL)
 	}
-	if err := s.Extend(ctx, []dlock.Request{a})[0]; err != nil {
+	if err := s.Extend(ctx, []store.Request{a})[0]; err != nil {
 		t.Errorf("Extend of the outer acquisition = %v, want nil", err)
 	}
 	mustRelease(t, s, a)
@@ -145,7 +146,7 @@ func reentrantNeverShortens(t *testing.T, s dlock.Store) {
 // reentrantRetryKeepsOthers checks that a retried Acquire with a short TTL
 // does not cut short the owner's other acquisitions (found by RunModel on
 // store/etcd: the retry renewed every acquisition's lease to its own TTL).
-func reentrantRetryKeepsOthers(t *testing.T, s dlock.Store) {
+func reentrantRetryKeepsOthers(t *testing.T, s store.Store) {
 	name := lockName(t)
 	owner := newToken()
 	const short = 150 * time.Millisecond
@@ -163,17 +164,17 @@ func reentrantRetryKeepsOthers(t *testing.T, s dlock.Store) {
 		t.Errorf("re-entry %v after a short retry: Count = %d, want b's acquisition still counted (2 or 3)", 3*short, g.Count)
 	}
 	mustRefuse(t, s, reentrantReq(name, newToken(), longTTL))
-	for _, r := range []dlock.Request{a, b, c} {
+	for _, r := range []store.Request{a, b, c} {
 		s.Release(testContext(t), r)
 	}
 }
 
 // reentrantInspector checks that State reports one holder (the owner),
 // however many acquisitions it has, and that List has the lock.
-func reentrantInspector(t *testing.T, s dlock.Store) {
-	in, ok := s.(dlock.Inspector)
+func reentrantInspector(t *testing.T, s store.Store) {
+	in, ok := s.(store.Inspector)
 	if !ok {
-		t.Skip("store does not implement dlock.Inspector")
+		t.Skip("store does not implement store.Inspector")
 	}
 	name := lockName(t)
 	owner := newToken()
@@ -184,7 +185,7 @@ func reentrantInspector(t *testing.T, s dlock.Store) {
 	if err != nil {
 		t.Fatalf("State(%q) = %v", name, err)
 	}
-	if st.Mode != dlock.ModeReentrant || st.Holders != 1 || st.Fence != g.Fence || st.TTL <= 0 || st.Queue != 0 {
+	if st.Mode != store.ModeReentrant || st.Holders != 1 || st.Fence != g.Fence || st.TTL <= 0 || st.Queue != 0 {
 		t.Errorf("State(%q) = %+v, want Mode reentrant, 1 holder, Fence %d", name, st, g.Fence)
 	}
 	checkListed(t, in, st)
@@ -197,7 +198,7 @@ func reentrantInspector(t *testing.T, s dlock.Store) {
 
 // reentrantLockerNested checks nested Do and Lock calls through a Locker:
 // the ctx carries the owner, the count rises and falls, the fence stays.
-func reentrantLockerNested(t *testing.T, s dlock.Store) {
+func reentrantLockerNested(t *testing.T, s store.Store) {
 	ctx := testContext(t)
 	name := lockName(t)
 	l := newLocker(t, s, dlock.WithTTL(longTTL))
@@ -225,7 +226,7 @@ func reentrantLockerNested(t *testing.T, s dlock.Store) {
 			if err := third.Release(ctx); err != nil {
 				t.Errorf("Release of the third acquisition = %v", err)
 			}
-			if err := third.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+			if err := third.Release(ctx); !errors.Is(err, store.ErrNotHeld) {
 				t.Errorf("second Release of one acquisition = %v, want ErrNotHeld", err)
 			}
 			if _, err := stranger.TryLock(context.Background()); !errors.Is(err, dlock.ErrLocked) {
@@ -249,7 +250,7 @@ func reentrantLockerNested(t *testing.T, s dlock.Store) {
 
 // reentrantLockerOwners checks explicit owner IDs across Lockers and that
 // unrelated contexts exclude each other.
-func reentrantLockerOwners(t *testing.T, s dlock.Store) {
+func reentrantLockerOwners(t *testing.T, s store.Store) {
 	ctx := testContext(t)
 	name := lockName(t)
 	owner := newToken()
@@ -282,7 +283,7 @@ func reentrantLockerOwners(t *testing.T, s dlock.Store) {
 
 // reentrantLockerExclusion runs owners on several Lockers that each take
 // the lock and re-enter it, checking that no two owners are ever inside.
-func reentrantLockerExclusion(t *testing.T, s dlock.Store) {
+func reentrantLockerExclusion(t *testing.T, s store.Store) {
 	const lockers, perLocker, rounds = 3, 3, 5
 	ctx := testContext(t)
 	name := lockName(t)
@@ -328,7 +329,7 @@ func reentrantLockerExclusion(t *testing.T, s dlock.Store) {
 
 // reentrantLockerWoken checks that a waiting Lock is woken by the store
 // when the other owner's last acquisition is released through another store.
-func reentrantLockerWoken(t *testing.T, s, peer dlock.Store) {
+func reentrantLockerWoken(t *testing.T, s, peer store.Store) {
 	ctx := testContext(t)
 	name := lockName(t)
 	a := reentrantReq(name, newToken(), longTTL)

@@ -11,16 +11,17 @@ import (
 	"time"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 )
 
-func init() { register("RWMutex", dlock.ModeRead, testRW) }
+func init() { register("RWMutex", store.ModeRead, testRW) }
 
 // testRW checks the read-write lock (ModeRead and ModeWrite) on the store
 // and through a Locker.
 func testRW(t *testing.T, h Harness) {
 	tests := []struct {
 		name string
-		fn   func(t *testing.T, s dlock.Store)
+		fn   func(t *testing.T, s store.Store)
 	}{
 		{"Exclusion", rwExclusion},
 		{"Fences", rwFences},
@@ -32,7 +33,7 @@ func testRW(t *testing.T, h Harness) {
 		{"Inspector", rwInspector},
 		{"LockerExclusion", rwLockerExclusion},
 		{"LockerWriterNotStarved", rwLockerWriterNotStarved},
-		{"LockerWokenOnRelease", func(t *testing.T, s dlock.Store) { rwLockerWoken(t, s, peerStore(t, h, s)) }},
+		{"LockerWokenOnRelease", func(t *testing.T, s store.Store) { rwLockerWoken(t, s, peerStore(t, h, s)) }},
 		{"LockerDowngradeAndUpgrade", rwLockerDowngrade},
 		{"LockerWriterWaitsLongerThanQueueTTL", rwLockerLongWait},
 		{"LockerContextEnds", rwLockerContextEnds},
@@ -45,16 +46,16 @@ func testRW(t *testing.T, h Harness) {
 	}
 }
 
-func readReq(name string, ttl time.Duration) dlock.Request {
-	return dlock.Request{Name: name, Token: newToken(), TTL: ttl, Mode: dlock.ModeRead}
+func readReq(name string, ttl time.Duration) store.Request {
+	return store.Request{Name: name, Token: newToken(), TTL: ttl, Mode: store.ModeRead}
 }
 
-func writeReq(name string, ttl time.Duration) dlock.Request {
-	return dlock.Request{Name: name, Token: newToken(), TTL: ttl, Mode: dlock.ModeWrite}
+func writeReq(name string, ttl time.Duration) store.Request {
+	return store.Request{Name: name, Token: newToken(), TTL: ttl, Mode: store.ModeWrite}
 }
 
 // queued returns req as a waiting writer whose intent lives for queueTTL.
-func queued(req dlock.Request, queueTTL time.Duration) dlock.Request {
+func queued(req store.Request, queueTTL time.Duration) store.Request {
 	req.Queue, req.QueueTTL = true, queueTTL
 	return req
 }
@@ -95,7 +96,7 @@ func (st *rwState) leave(write bool) {
 // rwExclusion runs readers and waiting writers on the store from many
 // goroutines and checks that a writer is never inside with anyone else,
 // and that writers' fences increase and readers see the last writer's.
-func rwExclusion(t *testing.T, s dlock.Store) {
+func rwExclusion(t *testing.T, s store.Store) {
 	const readers, writers, rounds = 8, 4, 12
 	ctx := testContext(t)
 	name := lockName(t)
@@ -106,7 +107,7 @@ func rwExclusion(t *testing.T, s dlock.Store) {
 		e         errs
 	)
 	worker := func(write bool) {
-		wake, stop, err := s.Watch(ctx, name, map[bool]dlock.Mode{false: dlock.ModeRead, true: dlock.ModeWrite}[write])
+		wake, stop, err := s.Watch(ctx, name, map[bool]store.Mode{false: store.ModeRead, true: store.ModeWrite}[write])
 		if err != nil {
 			e.add(fmt.Errorf("Watch(%q) = %v", name, err))
 			return
@@ -152,7 +153,7 @@ func rwExclusion(t *testing.T, s dlock.Store) {
 
 // rwFences checks that writers get new fences and readers the current
 // one, and that every grant has a fence.
-func rwFences(t *testing.T, s dlock.Store) {
+func rwFences(t *testing.T, s store.Store) {
 	name := lockName(t)
 	r0 := readReq(name, longTTL)
 	g0 := mustAcquire(t, s, r0) // a reader before any writer still gets a fence
@@ -178,7 +179,7 @@ func rwFences(t *testing.T, s dlock.Store) {
 
 // rwWriterIntent checks that a waiting writer keeps new readers out, takes
 // the lock when the readers are gone, and that readers enter after it.
-func rwWriterIntent(t *testing.T, s dlock.Store) {
+func rwWriterIntent(t *testing.T, s store.Store) {
 	name := lockName(t)
 	r1 := readReq(name, longTTL)
 	mustAcquire(t, s, r1)
@@ -207,7 +208,7 @@ func rwWriterIntent(t *testing.T, s dlock.Store) {
 // rwDeadIntent checks that the intent of a writer that stopped waiting
 // (and never withdrew it) stops blocking readers after its queue TTL, and
 // that a withdrawn intent stops blocking them at once.
-func rwDeadIntent(t *testing.T, s dlock.Store) {
+func rwDeadIntent(t *testing.T, s store.Store) {
 	name := lockName(t)
 	r1 := readReq(name, longTTL)
 	mustAcquire(t, s, r1)
@@ -238,7 +239,7 @@ func rwDeadIntent(t *testing.T, s dlock.Store) {
 
 // rwCrashedReader checks that a reader that never releases blocks a writer
 // only until the reader's own TTL, while other readers come and go.
-func rwCrashedReader(t *testing.T, s dlock.Store) {
+func rwCrashedReader(t *testing.T, s store.Store) {
 	name := lockName(t)
 	const ttl = 200 * time.Millisecond
 	start := time.Now()
@@ -260,7 +261,7 @@ func rwCrashedReader(t *testing.T, s dlock.Store) {
 // rwDowngrade checks that a reader whose Owner is the holding writer's
 // token is let in beside it at the writer's fence, and that releasing the
 // writer then lets readers in but keeps writers out.
-func rwDowngrade(t *testing.T, s dlock.Store) {
+func rwDowngrade(t *testing.T, s store.Store) {
 	name := lockName(t)
 	w := writeReq(name, longTTL)
 	gw := mustAcquire(t, s, w)
@@ -289,7 +290,7 @@ func rwDowngrade(t *testing.T, s dlock.Store) {
 
 // rwUpgrade checks that a writer naming a reader's token as its Owner is
 // refused with ErrUpgrade instead of waiting for itself.
-func rwUpgrade(t *testing.T, s dlock.Store) {
+func rwUpgrade(t *testing.T, s store.Store) {
 	ctx := testContext(t)
 	name := lockName(t)
 	r := readReq(name, longTTL)
@@ -297,7 +298,7 @@ func rwUpgrade(t *testing.T, s dlock.Store) {
 	w := queued(writeReq(name, longTTL), longTTL)
 	w.Owner = r.Token
 	g, err := s.Acquire(ctx, w)
-	if !errors.Is(err, dlock.ErrUpgrade) || g.Acquired {
+	if !errors.Is(err, store.ErrUpgrade) || g.Acquired {
 		t.Errorf("Acquire(write, Owner = a reader's token) = %+v, %v; want ErrUpgrade", g, err)
 	}
 	r2 := readReq(name, longTTL)
@@ -307,10 +308,10 @@ func rwUpgrade(t *testing.T, s dlock.Store) {
 }
 
 // rwInspector checks that State counts readers and waiting writers.
-func rwInspector(t *testing.T, s dlock.Store) {
-	in, ok := s.(dlock.Inspector)
+func rwInspector(t *testing.T, s store.Store) {
+	in, ok := s.(store.Inspector)
 	if !ok {
-		t.Skip("store does not implement dlock.Inspector")
+		t.Skip("store does not implement store.Inspector")
 	}
 	ctx := testContext(t)
 	name := lockName(t)
@@ -323,7 +324,7 @@ func rwInspector(t *testing.T, s dlock.Store) {
 	if err != nil {
 		t.Fatalf("State(%q) = %v", name, err)
 	}
-	if st.Mode != dlock.ModeRead || st.Holders != 2 || st.Queue != 1 || st.TTL <= 0 {
+	if st.Mode != store.ModeRead || st.Holders != 2 || st.Queue != 1 || st.TTL <= 0 {
 		t.Errorf("State(%q) with 2 readers and a waiting writer = %+v, want Mode read, 2 holders, Queue 1", name, st)
 	}
 	checkListed(t, in, st)
@@ -334,7 +335,7 @@ func rwInspector(t *testing.T, s dlock.Store) {
 	if err != nil {
 		t.Fatalf("State(%q) = %v", name, err)
 	}
-	if st.Mode != dlock.ModeWrite || st.Holders != 1 || st.Queue != 0 || st.Fence != gw.Fence {
+	if st.Mode != store.ModeWrite || st.Holders != 1 || st.Queue != 0 || st.Fence != gw.Fence {
 		t.Errorf("State(%q) with a writer = %+v, want Mode write, 1 holder, no queue, Fence %d", name, st, gw.Fence)
 	}
 	mustRelease(t, s, w)
@@ -342,7 +343,7 @@ func rwInspector(t *testing.T, s dlock.Store) {
 
 // rwLockerExclusion runs RLock and Lock from goroutines on several Lockers
 // and checks the exclusion invariant.
-func rwLockerExclusion(t *testing.T, s dlock.Store) {
+func rwLockerExclusion(t *testing.T, s store.Store) {
 	const lockers, readers, writers, rounds = 3, 3, 1, 6
 	ctx := testContext(t)
 	name := lockName(t)
@@ -389,7 +390,7 @@ func rwLockerExclusion(t *testing.T, s dlock.Store) {
 // rwLockerWriterNotStarved keeps the lock continuously read by overlapping
 // readers and checks that a writer still gets in, after which the readers
 // that queued behind it get in again.
-func rwLockerWriterNotStarved(t *testing.T, s dlock.Store) {
+func rwLockerWriterNotStarved(t *testing.T, s store.Store) {
 	ctx, cancel := context.WithCancel(testContext(t))
 	defer cancel()
 	name := lockName(t)
@@ -441,7 +442,7 @@ func rwLockerWriterNotStarved(t *testing.T, s dlock.Store) {
 
 // rwLockerDowngrade checks Downgrade and the ErrUpgrade refusal through a
 // Locker.
-func rwLockerDowngrade(t *testing.T, s dlock.Store) {
+func rwLockerDowngrade(t *testing.T, s store.Store) {
 	ctx := testContext(t)
 	name := lockName(t)
 	rw := newLocker(t, s, dlock.WithTTL(longTTL)).RWMutex(name)
@@ -463,7 +464,7 @@ func rwLockerDowngrade(t *testing.T, s dlock.Store) {
 	if err != nil {
 		t.Fatalf("Downgrade = %v", err)
 	}
-	if r.Mode() != dlock.ModeRead || r.Fence() != w.Fence() {
+	if r.Mode() != store.ModeRead || r.Fence() != w.Fence() {
 		t.Errorf("downgraded lease mode %v fence %d, want read and %d", r.Mode(), r.Fence(), w.Fence())
 	}
 	if err := w.Err(); err != nil || !isClosed(w.Done()) {
@@ -482,10 +483,10 @@ func rwLockerDowngrade(t *testing.T, s dlock.Store) {
 		t.Errorf("Downgrade of a released write lease = nil, want an error")
 	}
 	rctx := dlock.ContextWithLease(ctx, r)
-	if _, err := rw.Lock(rctx); !errors.Is(err, dlock.ErrUpgrade) {
+	if _, err := rw.Lock(rctx); !errors.Is(err, store.ErrUpgrade) {
 		t.Errorf("Lock with a read lease in ctx = %v, want ErrUpgrade", err)
 	}
-	if _, err := rw.TryLock(rctx); !errors.Is(err, dlock.ErrUpgrade) {
+	if _, err := rw.TryLock(rctx); !errors.Is(err, store.ErrUpgrade) {
 		t.Errorf("TryLock with a read lease in ctx = %v, want ErrUpgrade", err)
 	}
 	r.Release(ctx)
@@ -501,7 +502,7 @@ func rwLockerDowngrade(t *testing.T, s dlock.Store) {
 
 // rwLockerContextEnds checks that a writer that gives up withdraws its
 // intent, so readers are not kept out by it.
-func rwLockerContextEnds(t *testing.T, s dlock.Store) {
+func rwLockerContextEnds(t *testing.T, s store.Store) {
 	ctx := testContext(t)
 	name := lockName(t)
 	rw := newLocker(t, s, dlock.WithTTL(longTTL), dlock.WithQueueTTL(longTTL)).RWMutex(name)
@@ -537,7 +538,7 @@ func rwLockerContextEnds(t *testing.T, s dlock.Store) {
 // rwLockerWoken checks that a waiting reader is woken by the store when the
 // writer releases through another store, and a waiting writer when the last
 // reader does.
-func rwLockerWoken(t *testing.T, s, peer dlock.Store) {
+func rwLockerWoken(t *testing.T, s, peer store.Store) {
 	ctx := testContext(t)
 	name := lockName(t)
 	w := writeReq(name, longTTL)
@@ -560,7 +561,7 @@ func rwLockerWoken(t *testing.T, s, peer dlock.Store) {
 // rwLockerLongWait checks that a waiting writer keeps its intent alive for
 // as long as it waits, however short its queue TTL, so that readers stay
 // out until it has had its turn.
-func rwLockerLongWait(t *testing.T, s dlock.Store) {
+func rwLockerLongWait(t *testing.T, s store.Store) {
 	// Short against the wait, not against a stall of the test process (the
 	// writer refreshes every queueTTL/3; see fairLockerLongWait).
 	// 2s: a refresh delayed past a 1s queue TTL let a reader in once on

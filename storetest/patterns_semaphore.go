@@ -11,20 +11,21 @@ import (
 	"time"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 )
 
-func init() { register("Semaphore", dlock.ModeSemaphore, testSemaphore) }
+func init() { register("Semaphore", store.ModeSemaphore, testSemaphore) }
 
 // testSemaphore checks ModeSemaphore on the store and through a Locker.
 func testSemaphore(t *testing.T, h Harness) {
 	tests := []struct {
 		name string
-		fn   func(t *testing.T, s dlock.Store)
+		fn   func(t *testing.T, s store.Store)
 	}{
 		{"Limit", semaphoreLimit},
 		{"NeverMoreThanN", semaphoreNeverMoreThanN},
 		{"CrashedHolderPermitReturns", semaphoreCrashedHolder},
-		{"LockerWokenOnRelease", func(t *testing.T, s dlock.Store) { semaphoreLockerWoken(t, s, peerStore(t, h, s)) }},
+		{"LockerWokenOnRelease", func(t *testing.T, s store.Store) { semaphoreLockerWoken(t, s, peerStore(t, h, s)) }},
 		{"BadLimit", semaphoreBadLimit},
 		{"Inspector", semaphoreInspector},
 		{"LockerNeverMoreThanN", semaphoreLockerNeverMoreThanN},
@@ -37,17 +38,17 @@ func testSemaphore(t *testing.T, h Harness) {
 	}
 }
 
-func semaphoreReq(name string, n int, ttl time.Duration) dlock.Request {
-	return dlock.Request{Name: name, Token: newToken(), TTL: ttl, Mode: dlock.ModeSemaphore, Limit: n}
+func semaphoreReq(name string, n int, ttl time.Duration) store.Request {
+	return store.Request{Name: name, Token: newToken(), TTL: ttl, Mode: store.ModeSemaphore, Limit: n}
 }
 
 // semaphoreLimit checks that n permits are granted, each with its own
 // increasing fence, that the next is refused until one is released, and
 // that each permit is released by its own token only.
-func semaphoreLimit(t *testing.T, s dlock.Store) {
+func semaphoreLimit(t *testing.T, s store.Store) {
 	name := lockName(t)
 	const n = 3
-	var reqs []dlock.Request
+	var reqs []store.Request
 	var last int64
 	for range n {
 		req := semaphoreReq(name, n, longTTL)
@@ -72,14 +73,14 @@ func semaphoreLimit(t *testing.T, s dlock.Store) {
 		t.Errorf("permit after a release fence %d, want > %d", g.Fence, last)
 	}
 	mustRefuse(t, s, semaphoreReq(name, n, longTTL))
-	for _, req := range []dlock.Request{reqs[0], reqs[2], extra} {
+	for _, req := range []store.Request{reqs[0], reqs[2], extra} {
 		mustRelease(t, s, req)
 	}
 }
 
 // semaphoreNeverMoreThanN runs many goroutines taking and giving back
 // permits and checks that no more than n are ever inside.
-func semaphoreNeverMoreThanN(t *testing.T, s dlock.Store) {
+func semaphoreNeverMoreThanN(t *testing.T, s store.Store) {
 	const n, workers, rounds = 3, 12, 15
 	ctx := testContext(t)
 	name := lockName(t)
@@ -91,7 +92,7 @@ func semaphoreNeverMoreThanN(t *testing.T, s dlock.Store) {
 	)
 	for range workers {
 		wg.Go(func() {
-			wake, stop, err := s.Watch(ctx, name, dlock.ModeSemaphore)
+			wake, stop, err := s.Watch(ctx, name, store.ModeSemaphore)
 			if err != nil {
 				e.add(fmt.Errorf("Watch(%q) = %v", name, err))
 				return
@@ -128,7 +129,7 @@ func semaphoreNeverMoreThanN(t *testing.T, s dlock.Store) {
 
 // semaphoreCrashedHolder checks that a permit that is never released comes
 // back when its TTL runs out, and not before.
-func semaphoreCrashedHolder(t *testing.T, s dlock.Store) {
+func semaphoreCrashedHolder(t *testing.T, s store.Store) {
 	name := lockName(t)
 	const ttl = 200 * time.Millisecond
 	start := time.Now()
@@ -151,7 +152,7 @@ func semaphoreCrashedHolder(t *testing.T, s dlock.Store) {
 }
 
 // semaphoreBadLimit checks that a limit below 1 is rejected.
-func semaphoreBadLimit(t *testing.T, s dlock.Store) {
+func semaphoreBadLimit(t *testing.T, s store.Store) {
 	ctx := testContext(t)
 	for _, n := range []int{0, -1} {
 		req := semaphoreReq(lockName(t), n, longTTL)
@@ -159,21 +160,21 @@ func semaphoreBadLimit(t *testing.T, s dlock.Store) {
 		if g.Acquired {
 			s.Release(ctx, req)
 		}
-		if !errors.Is(err, dlock.ErrInvalid) {
+		if !errors.Is(err, store.ErrInvalid) {
 			t.Errorf("Acquire with Limit %d = %+v, %v; want an error wrapping ErrInvalid", n, g, err)
 		}
 	}
 	l := newLocker(t, s)
-	if _, err := l.Semaphore(lockName(t), 0).TryAcquire(ctx); !errors.Is(err, dlock.ErrInvalid) {
+	if _, err := l.Semaphore(lockName(t), 0).TryAcquire(ctx); !errors.Is(err, store.ErrInvalid) {
 		t.Errorf("Semaphore(name, 0).TryAcquire = %v, want ErrInvalid", err)
 	}
 }
 
 // semaphoreInspector checks that State reports the holders and the limit.
-func semaphoreInspector(t *testing.T, s dlock.Store) {
-	in, ok := s.(dlock.Inspector)
+func semaphoreInspector(t *testing.T, s store.Store) {
+	in, ok := s.(store.Inspector)
 	if !ok {
-		t.Skip("store does not implement dlock.Inspector")
+		t.Skip("store does not implement store.Inspector")
 	}
 	name := lockName(t)
 	a, b := semaphoreReq(name, 3, longTTL), semaphoreReq(name, 3, longTTL)
@@ -183,7 +184,7 @@ func semaphoreInspector(t *testing.T, s dlock.Store) {
 	if err != nil {
 		t.Fatalf("State(%q) = %v", name, err)
 	}
-	if st.Mode != dlock.ModeSemaphore || st.Holders != 2 || st.Limit != 3 || st.Fence < gb.Fence || st.TTL <= 0 {
+	if st.Mode != store.ModeSemaphore || st.Holders != 2 || st.Limit != 3 || st.Fence < gb.Fence || st.TTL <= 0 {
 		t.Errorf("State(%q) = %+v, want Mode semaphore, 2 holders, Limit 3, Fence >= %d", name, st, gb.Fence)
 	}
 	checkListed(t, in, st)
@@ -192,7 +193,7 @@ func semaphoreInspector(t *testing.T, s dlock.Store) {
 }
 
 // semaphoreLockerNeverMoreThanN checks Acquire through several Lockers.
-func semaphoreLockerNeverMoreThanN(t *testing.T, s dlock.Store) {
+func semaphoreLockerNeverMoreThanN(t *testing.T, s store.Store) {
 	const n, lockers, perLocker, rounds = 2, 3, 3, 6
 	ctx := testContext(t)
 	name := lockName(t)
@@ -234,7 +235,7 @@ func semaphoreLockerNeverMoreThanN(t *testing.T, s dlock.Store) {
 
 // semaphoreLockerWoken checks that a waiting Acquire is woken by the store
 // when a permit is released through another store.
-func semaphoreLockerWoken(t *testing.T, s, peer dlock.Store) {
+func semaphoreLockerWoken(t *testing.T, s, peer store.Store) {
 	ctx := testContext(t)
 	name := lockName(t)
 	a, b := semaphoreReq(name, 2, longTTL), semaphoreReq(name, 2, longTTL)

@@ -1,10 +1,10 @@
-// Package storetest is the conformance suite every [dlock.Store] must pass,
+// Package storetest is the conformance suite every [store.Store] must pass,
 // in the manner of testing/fstest: a store's own tests call [Run] with a
 // [Harness] that makes stores on the backend under test.
 //
 //	func TestConformance(t *testing.T) {
 //		storetest.Run(t, storetest.Harness{
-//			New: func(t *testing.T) dlock.Store { return memory.New() },
+//			New: func(t *testing.T) store.Store { return memory.New() },
 //		})
 //	}
 //
@@ -51,6 +51,7 @@ import (
 	"time"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 )
 
 // Harness describes the backend under test.
@@ -58,7 +59,7 @@ type Harness struct {
 	// New returns a store on the backend under test. It is called once per
 	// test (and again after Restart); stores may share one backend. Closing
 	// the store, if needed, is New's business (t.Cleanup).
-	New func(t *testing.T) dlock.Store
+	New func(t *testing.T) store.Store
 	// Restart, when set, restarts the backend losing all its data (a
 	// non-persistent node). The suite then checks that fences stay
 	// monotonic across the restart. After Restart the suite calls New
@@ -66,8 +67,8 @@ type Harness struct {
 	Restart func(t *testing.T)
 	// Unsupported lists the modes the store documents as unsupported. The
 	// suite checks that Acquire in such a mode returns an error wrapping
-	// [dlock.ErrNotSupported], and skips the suites of those modes.
-	Unsupported []dlock.Mode
+	// [store.ErrNotSupported], and skips the suites of those modes.
+	Unsupported []store.Mode
 	// QueuedWriterHolds tells that a writer whose intent reaches the head
 	// of the queue is handed the name (store/zookeeper), so no refusal
 	// comes from a writer's intent alone; the checks of that refusal are
@@ -75,43 +76,43 @@ type Harness struct {
 	QueuedWriterHolds bool
 }
 
-func (h Harness) supports(m dlock.Mode) bool { return !slices.Contains(h.Unsupported, m) }
+func (h Harness) supports(m store.Mode) bool { return !slices.Contains(h.Unsupported, m) }
 
 type suite struct {
 	name string
-	mode dlock.Mode
+	mode store.Mode
 	fn   func(t *testing.T, h Harness)
 }
 
 // suites is initialised before any init function runs, so the mutex suites
 // come first and suites registered from init functions follow in order.
 var suites = []suite{
-	{"Mutex", dlock.ModeMutex, testMutexStore},
-	{"MutexLocker", dlock.ModeMutex, testMutexLocker},
+	{"Mutex", store.ModeMutex, testMutexStore},
+	{"MutexLocker", store.ModeMutex, testMutexLocker},
 }
 
 // register adds a suite that Run runs as the subtest name unless mode is in
 // Harness.Unsupported. Call it from an init function. The suite's own
 // subtests should call parallel(t) and use lockName(t) for every lock.
-func register(name string, mode dlock.Mode, fn func(t *testing.T, h Harness)) {
+func register(name string, mode store.Mode, fn func(t *testing.T, h Harness)) {
 	suites = append(suites, suite{name, mode, fn})
 }
 
 // restartCheck issues one exclusive grant in its mode on name and returns
 // the fence, failing t when the store refuses or fails.
 type restartCheck struct {
-	mode  dlock.Mode
-	grant func(t *testing.T, s dlock.Store, name string) int64
+	mode  store.Mode
+	grant func(t *testing.T, s store.Store, name string) int64
 }
 
-var restartChecks = []restartCheck{{dlock.ModeMutex, grantMutex}}
+var restartChecks = []restartCheck{{store.ModeMutex, grantMutex}}
 
 // registerRestart adds an exclusive mode to the restart test: grant must
 // take and give back one exclusive hold on name (with a fresh token) and
 // return its fence. The restart test calls it before and after
 // Harness.Restart and expects the first fence after the restart to exceed
 // every fence before it.
-func registerRestart(mode dlock.Mode, grant func(t *testing.T, s dlock.Store, name string) int64) {
+func registerRestart(mode store.Mode, grant func(t *testing.T, s store.Store, name string) int64) {
 	restartChecks = append(restartChecks, restartCheck{mode, grant})
 }
 
@@ -141,16 +142,16 @@ func Run(t *testing.T, h Harness) {
 }
 
 // testUnsupported checks that the store refuses mode m with an error
-// wrapping dlock.ErrNotSupported.
-func testUnsupported(t *testing.T, h Harness, m dlock.Mode) {
+// wrapping store.ErrNotSupported.
+func testUnsupported(t *testing.T, h Harness, m store.Mode) {
 	s := h.New(t)
 	ctx := testContext(t)
-	req := dlock.Request{Name: lockName(t), Token: newToken(), TTL: 10 * time.Second, Mode: m, Limit: 2}
+	req := store.Request{Name: lockName(t), Token: newToken(), TTL: 10 * time.Second, Mode: m, Limit: 2}
 	g, err := s.Acquire(ctx, req)
 	if g.Acquired {
 		s.Release(ctx, req)
 	}
-	if !errors.Is(err, dlock.ErrNotSupported) {
+	if !errors.Is(err, store.ErrNotSupported) {
 		t.Errorf("Acquire(mode %v) = %+v, %v; want an error wrapping ErrNotSupported", m, g, err)
 	}
 }
@@ -190,7 +191,7 @@ func testRestart(t *testing.T, h Harness) {
 }
 
 // grantMutex is the restart check of ModeMutex.
-func grantMutex(t *testing.T, s dlock.Store, name string) int64 {
+func grantMutex(t *testing.T, s store.Store, name string) int64 {
 	t.Helper()
 	ctx := testContext(t)
 	req := mutexReq(name, newToken(), 10*time.Second)
@@ -249,12 +250,12 @@ func testContext(t *testing.T) context.Context {
 	return ctx
 }
 
-func mutexReq(name, token string, ttl time.Duration) dlock.Request {
-	return dlock.Request{Name: name, Token: token, TTL: ttl, Mode: dlock.ModeMutex}
+func mutexReq(name, token string, ttl time.Duration) store.Request {
+	return store.Request{Name: name, Token: token, TTL: ttl, Mode: store.ModeMutex}
 }
 
 // mustAcquire acquires req and fails t unless it was granted.
-func mustAcquire(t *testing.T, s dlock.Store, req dlock.Request) dlock.Grant {
+func mustAcquire(t *testing.T, s store.Store, req store.Request) store.Grant {
 	t.Helper()
 	g, err := s.Acquire(testContext(t), req)
 	if err != nil || !g.Acquired {
@@ -267,7 +268,7 @@ func mustAcquire(t *testing.T, s dlock.Store, req dlock.Request) dlock.Grant {
 }
 
 // mustRefuse acquires req and fails t unless it was refused.
-func mustRefuse(t *testing.T, s dlock.Store, req dlock.Request) dlock.Grant {
+func mustRefuse(t *testing.T, s store.Store, req store.Request) store.Grant {
 	t.Helper()
 	ctx := testContext(t)
 	g, err := s.Acquire(ctx, req)
@@ -282,7 +283,7 @@ func mustRefuse(t *testing.T, s dlock.Store, req dlock.Request) dlock.Grant {
 }
 
 // newLocker returns a Locker on s that is closed when the test ends.
-func newLocker(t *testing.T, s dlock.Store, opts ...dlock.Option) *dlock.Locker {
+func newLocker(t *testing.T, s store.Store, opts ...dlock.Option) *dlock.Locker {
 	t.Helper()
 	l, err := dlock.New(s, opts...)
 	if err != nil {
@@ -319,7 +320,7 @@ func isClosed(ch <-chan struct{}) bool {
 // after waitTimeout. Between refusals it waits for the refusal's RetryAfter
 // (at most 20ms) so that it asks again soon after the hold ends. It
 // returns the grant and the time the granting call returned.
-func acquireWhenFree(t *testing.T, s dlock.Store, req dlock.Request) (dlock.Grant, time.Time) {
+func acquireWhenFree(t *testing.T, s store.Store, req store.Request) (store.Grant, time.Time) {
 	t.Helper()
 	ctx := testContext(t)
 	deadline := time.Now().Add(waitTimeout)
@@ -342,21 +343,21 @@ func acquireWhenFree(t *testing.T, s dlock.Store, req dlock.Request) (dlock.Gran
 // spyStore wraps a store to count calls and report refusals, so a test
 // can tell when a waiter has asked and been refused.
 type spyStore struct {
-	dlock.Store
+	store.Store
 	calls   atomic.Int64
 	refused chan struct{} // receives after each refused Acquire (never blocks)
 	queued  chan struct{} // receives after each refused Acquire with Queue set
 }
 
-func newSpy(s dlock.Store) *spyStore {
+func newSpy(s store.Store) *spyStore {
 	return &spyStore{Store: s, refused: make(chan struct{}, 1), queued: make(chan struct{}, 1)}
 }
 
 // store returns the spy as a Store with the optional interfaces of the
 // wrapped store that change how a Locker waits, so that tests through the
 // spy take the same paths as tests on the store itself.
-func (s *spyStore) store() dlock.Store {
-	if gw, ok := s.Store.(dlock.GrantWatcher); ok {
+func (s *spyStore) store() store.Store {
+	if gw, ok := s.Store.(store.GrantWatcher); ok {
 		return spyGrantStore{s, gw}
 	}
 	return s
@@ -364,15 +365,15 @@ func (s *spyStore) store() dlock.Store {
 
 type spyGrantStore struct {
 	*spyStore
-	gw dlock.GrantWatcher
+	gw store.GrantWatcher
 }
 
-func (s spyGrantStore) WatchGrant(ctx context.Context, req dlock.Request) (<-chan dlock.Grant, func(), error) {
+func (s spyGrantStore) WatchGrant(ctx context.Context, req store.Request) (<-chan store.Grant, func(), error) {
 	s.calls.Add(1)
 	return s.gw.WatchGrant(ctx, req)
 }
 
-func (s *spyStore) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, error) {
+func (s *spyStore) Acquire(ctx context.Context, req store.Request) (store.Grant, error) {
 	s.calls.Add(1)
 	g, err := s.Store.Acquire(ctx, req)
 	if err == nil && !g.Acquired {
@@ -390,17 +391,17 @@ func (s *spyStore) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant,
 	return g, err
 }
 
-func (s *spyStore) Extend(ctx context.Context, reqs []dlock.Request) []error {
+func (s *spyStore) Extend(ctx context.Context, reqs []store.Request) []error {
 	s.calls.Add(1)
 	return s.Store.Extend(ctx, reqs)
 }
 
-func (s *spyStore) Release(ctx context.Context, req dlock.Request) error {
+func (s *spyStore) Release(ctx context.Context, req store.Request) error {
 	s.calls.Add(1)
 	return s.Store.Release(ctx, req)
 }
 
-func (s *spyStore) Watch(ctx context.Context, name string, mode dlock.Mode) (<-chan struct{}, func(), error) {
+func (s *spyStore) Watch(ctx context.Context, name string, mode store.Mode) (<-chan struct{}, func(), error) {
 	s.calls.Add(1)
 	return s.Store.Watch(ctx, name, mode)
 }
@@ -416,13 +417,13 @@ func (s *spyStore) drain() {
 }
 
 // waitWaiting waits until a waiter has been refused and, on a store that
-// hands locks to registered waiters (dlock.GrantWatcher), until it has
+// hands locks to registered waiters (store.GrantWatcher), until it has
 // registered (a refused Acquire with Queue set; up to 2s, since a Locker
 // may wait without registering).
 func (s *spyStore) waitWaiting(t *testing.T) {
 	t.Helper()
 	s.waitRefused(t)
-	if _, ok := s.Store.(dlock.GrantWatcher); !ok {
+	if _, ok := s.Store.(store.GrantWatcher); !ok {
 		return
 	}
 	timer := time.NewTimer(2 * time.Second)

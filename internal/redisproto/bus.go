@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// Bus carries a store's dlock.Broadcaster messages on pub/sub channels: one
+// Bus carries a store's store.Broadcaster messages on pub/sub channels: one
 // subscription per channel with local subscribers, however many they are,
 // kept until the last one stops. The zero value is not usable; set Sub and
 // Log.

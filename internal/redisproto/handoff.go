@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 )
 
 // A Subscriber is what Handoffs needs of a client: a shard-channel
@@ -46,7 +46,7 @@ type Handoffs struct {
 
 type handoffSub struct {
 	channel string
-	waiters map[string]chan dlock.Grant // by TokenID
+	waiters map[string]chan store.Grant // by TokenID
 	ready   chan struct{}               // closed once subscribed
 	ctx     context.Context             // of the Receive loop
 	cancel  context.CancelFunc
@@ -68,9 +68,9 @@ const (
 // to a second or until ctx ends, for the subscription to be confirmed, so
 // that a handoff right after the caller queues is not missed. It returns
 // false when Close was called.
-func (h *Handoffs) Watch(ctx context.Context, channel, token string) (<-chan dlock.Grant, func(), bool) {
+func (h *Handoffs) Watch(ctx context.Context, channel, token string) (<-chan store.Grant, func(), bool) {
 	id := TokenID(token)
-	ch := make(chan dlock.Grant, 1)
+	ch := make(chan store.Grant, 1)
 	h.mu.Lock()
 	if h.closed {
 		h.mu.Unlock()
@@ -135,7 +135,7 @@ func (h *Handoffs) subscribe(channel string) *handoffSub {
 	ctx, cancel := context.WithCancel(context.Background())
 	sub := &handoffSub{
 		channel: channel,
-		waiters: make(map[string]chan dlock.Grant),
+		waiters: make(map[string]chan store.Grant),
 		ready:   make(chan struct{}),
 		ctx:     ctx,
 		cancel:  cancel,
@@ -188,7 +188,7 @@ func (h *Handoffs) deliver(sub *handoffSub, msg string) {
 		return
 	}
 	select {
-	case ch <- dlock.Grant{Acquired: true, Fence: fence, Count: 1}:
+	case ch <- store.Grant{Acquired: true, Fence: fence, Count: 1}:
 	default:
 	}
 }

@@ -8,7 +8,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 )
 
 // allKeys returns every key (and handoff channel) of lock name in every
@@ -74,7 +74,7 @@ func TestClusterSlot(t *testing.T) {
 }
 
 // FuzzKeys checks the key layout of two lock names: a name the store
-// refuses is refused with a *dlock.InvalidError (never a panic); every key
+// refuses is refused with a *store.InvalidError (never a panic); every key
 // of an accepted name, in every mode, is in one cluster slot; and two
 // different accepted names share no key.
 func FuzzKeys(f *testing.F) {
@@ -130,17 +130,17 @@ func checkedKeys(t *testing.T, prefix, name string) []string {
 		keys = allKeys(l, name)
 	}
 	if err != nil {
-		var inv *dlock.InvalidError
+		var inv *store.InvalidError
 		if !errors.As(err, &inv) || inv.Field != "name" {
-			t.Fatalf("CheckName(%q, %q) = %#v, want a *dlock.InvalidError naming the name", prefix, name, err)
+			t.Fatalf("CheckName(%q, %q) = %#v, want a *store.InvalidError naming the name", prefix, name, err)
 		}
-		if dlock.ValidName(name) == nil && !strings.Contains(prefix+name, "}") {
+		if store.ValidName(name) == nil && !strings.Contains(prefix+name, "}") {
 			t.Fatalf("CheckName(%q, %q) = %v; the name is valid and its key has no \"}\"", prefix, name, err)
 		}
 		return nil
 	}
-	if dlock.ValidName(name) != nil {
-		t.Fatalf("CheckName(%q, %q) accepted a name that dlock.ValidName refuses", prefix, name)
+	if store.ValidName(name) != nil {
+		t.Fatalf("CheckName(%q, %q) accepted a name that store.ValidName refuses", prefix, name)
 	}
 	if !utf8.ValidString(name) || len(name) == 0 || len(name) > 256 {
 		t.Fatalf("CheckName(%q, %q) accepted an invalid name", prefix, name)

@@ -9,7 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 )
 
 // A Layout names the keys of lock names for one store: its key prefix, its
@@ -166,20 +166,20 @@ func HashTag(key string) (string, bool) {
 	return key[open+1 : open+1+end], true
 }
 
-// CheckName validates name as dlock.ValidName does, and refuses a name
+// CheckName validates name as store.ValidName does, and refuses a name
 // whose main key contains "}" but no hash tag ("lock:a}b", "lock:{}x"): no
 // auxiliary key could share such a key's cluster slot, since a hash tag
 // cannot contain "}".
 func (l *Layout) CheckName(name string) error {
-	if err := dlock.ValidName(name); err != nil {
+	if err := store.ValidName(name); err != nil {
 		return err
 	}
 	main := l.Key(name)
 	if _, ok := HashTag(main); !ok && strings.IndexByte(main, '}') >= 0 {
-		return &dlock.InvalidError{Field: "name", Reason: `contains "}" outside a {hash tag}, so the lock's keys could not share a cluster slot`}
+		return &store.InvalidError{Field: "name", Reason: `contains "}" outside a {hash tag}, so the lock's keys could not share a cluster slot`}
 	}
 	if l.isAuxKey(main) {
-		return &dlock.InvalidError{Field: "name", Reason: "its key would be an auxiliary key of another lock name"}
+		return &store.InvalidError{Field: "name", Reason: "its key would be an auxiliary key of another lock name"}
 	}
 	return nil
 }
@@ -196,7 +196,7 @@ func (l *Layout) isAuxKey(k string) bool {
 	rest := k[len(tag)+3:]
 	owner := func(main string) bool {
 		name, ok := strings.CutPrefix(main, l.Prefix)
-		return ok && dlock.ValidName(name) == nil
+		return ok && store.ValidName(name) == nil
 	}
 	// "{<main>}:<suffix>", main without a hash tag.
 	if _, tagged := HashTag(tag); !tagged && rest != "" && owner(tag) {
@@ -224,34 +224,34 @@ const MarkerPrefix = "dlock:"
 // main key with the token, so a mutex with such a token would be taken for
 // another pattern's hold, and its release or extend would delete or extend
 // that hold's marker.
-func (l *Layout) CheckToken(req dlock.Request) error {
+func (l *Layout) CheckToken(req store.Request) error {
 	if err := l.CheckName(req.Name); err != nil {
 		return err
 	}
 	if req.Token == "" {
-		return &dlock.InvalidError{Field: "token", Reason: "must not be empty"}
+		return &store.InvalidError{Field: "token", Reason: "must not be empty"}
 	}
 	if strings.HasPrefix(req.Token, MarkerPrefix) {
-		return &dlock.InvalidError{Field: "token", Reason: `must not start with "` + MarkerPrefix + `", the prefix of the markers`}
+		return &store.InvalidError{Field: "token", Reason: `must not start with "` + MarkerPrefix + `", the prefix of the markers`}
 	}
 	return nil
 }
 
 // CheckRequest validates the name, token and TTL of req.
-func (l *Layout) CheckRequest(req dlock.Request) error {
+func (l *Layout) CheckRequest(req store.Request) error {
 	if err := l.CheckToken(req); err != nil {
 		return err
 	}
 	if req.TTL <= 0 {
-		return &dlock.InvalidError{Field: "ttl", Reason: "must be positive"}
+		return &store.InvalidError{Field: "ttl", Reason: "must be positive"}
 	}
 	return nil
 }
 
 // GrantSuffix is the auxiliary key suffix of the store's handoff channel of
 // mode m (ModeMutex or ModeFair).
-func (l *Layout) GrantSuffix(m dlock.Mode) string {
-	if m == dlock.ModeMutex {
+func (l *Layout) GrantSuffix(m store.Mode) string {
+	if m == store.ModeMutex {
 		return l.mutexSuffix
 	}
 	return l.fairSuffix
@@ -259,7 +259,7 @@ func (l *Layout) GrantSuffix(m dlock.Mode) string {
 
 // GrantChannel is the shard channel of lock name (mode m, ModeFair or
 // ModeMutex) on which the store hears of handoffs to its waiters.
-func (l *Layout) GrantChannel(name string, m dlock.Mode) string {
+func (l *Layout) GrantChannel(name string, m store.Mode) string {
 	return l.Aux(name, l.GrantSuffix(m))
 }
 

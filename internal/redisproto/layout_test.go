@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 )
 
 func TestSeen(t *testing.T) {
@@ -64,16 +64,16 @@ func TestSeen(t *testing.T) {
 func TestCheckTokenRefusesMarkers(t *testing.T) {
 	l := NewLayout("lock:", time.Hour)
 	for _, tok := range []string{"dlock:", "dlock:read", "dlock:write", "dlock:reentrant", "dlock:fair", "dlock:election", "dlock:semaphore:3"} {
-		req := dlock.Request{Name: "a", Token: tok, TTL: time.Second}
-		for _, check := range []func(dlock.Request) error{l.CheckToken, l.CheckRequest} {
-			var inv *dlock.InvalidError
+		req := store.Request{Name: "a", Token: tok, TTL: time.Second}
+		for _, check := range []func(store.Request) error{l.CheckToken, l.CheckRequest} {
+			var inv *store.InvalidError
 			if err := check(req); !errors.As(err, &inv) || inv.Field != "token" {
 				t.Errorf("check of token %q = %v, want an *InvalidError naming token", tok, err)
 			}
 		}
 	}
 	for _, tok := range []string{"DLOCK:read", "xdlock:read", "dlock", "0123456789abcdef"} {
-		if err := l.CheckRequest(dlock.Request{Name: "a", Token: tok, TTL: time.Second}); err != nil {
+		if err := l.CheckRequest(store.Request{Name: "a", Token: tok, TTL: time.Second}); err != nil {
 			t.Errorf("CheckRequest with token %q = %v, want nil", tok, err)
 		}
 	}

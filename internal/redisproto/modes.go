@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"strconv"
 
-	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 )
 
-// Ops is the server side of one [dlock.Mode]: a script per operation and the
+// Ops is the server side of one [store.Mode]: a script per operation and the
 // keys and arguments they are called with. Every script of a mode gets the
 // same KEYS ([Ops.Keys]) and ARGV ([Ops.Args]; the mutex acquire a hint, a
 // proposed floor and its queue request more, [Ops.AcquireArgs]), and keeps
@@ -29,7 +29,7 @@ import (
 // holds returns the same fence and refreshes the TTL.
 type Ops struct {
 	Acquire, Extend, Release *Script
-	// Raise is the fence write-back script (dlock.FenceRaiser), or nil.
+	// Raise is the fence write-back script (store.FenceRaiser), or nil.
 	Raise *Script
 	// ReadsWatchKey declares that the acquire script reads the watch key
 	// with a read command (GET, HGET, EXISTS, PTTL, ...; not SET ... GET,
@@ -44,7 +44,7 @@ type Ops struct {
 	// shortRelease, if set, are the keys of the release script's short
 	// form (see ReleaseCall).
 	shortRelease func(l *Layout, name string) []string
-	args         func(l *Layout, req dlock.Request) []string // nil: stdArgs
+	args         func(l *Layout, req store.Request) []string // nil: stdArgs
 	watch        string                                      // watch key suffix; "": the main key
 }
 
@@ -70,7 +70,7 @@ type Ops struct {
 //
 // The main key is the last key of every pattern's scripts but the mutex's,
 // whose first key it is.
-var modes = func() map[dlock.Mode]*Ops {
+var modes = func() map[store.Mode]*Ops {
 	rw := Ops{
 		Acquire: joined("scripts/rw_lib.lua", "scripts/rw_read_acquire.lua"),
 		Extend:  joined("scripts/rw_lib.lua", "scripts/rw_extend.lua"),
@@ -81,8 +81,8 @@ var modes = func() map[dlock.Mode]*Ops {
 	write := rw
 	write.Acquire = joined("scripts/rw_lib.lua", "scripts/rw_write_acquire.lua")
 	write.Raise = load("scripts/rw_raise_fence.lua")
-	return map[dlock.Mode]*Ops{
-		dlock.ModeMutex: {
+	return map[store.Mode]*Ops{
+		store.ModeMutex: {
 			Acquire:      load("scripts/mutex_acquire.lua"),
 			Extend:       load("scripts/mutex_extend.lua"),
 			Release:      load("scripts/mutex_release.lua"),
@@ -94,23 +94,23 @@ var modes = func() map[dlock.Mode]*Ops {
 			// Every refusal reads KEYS[1], the watch key, with PTTL.
 			ReadsWatchKey: true,
 		},
-		dlock.ModeReentrant: {
+		store.ModeReentrant: {
 			Acquire: joined("scripts/reentrant_acquire.lua"),
 			Extend:  joined("scripts/reentrant_extend.lua"),
 			Release: joined("scripts/reentrant_release.lua"),
 			keys:    reentrantKeys,
 			watch:   "reentrant:gate",
 		},
-		dlock.ModeRead:  &rw,
-		dlock.ModeWrite: &write,
-		dlock.ModeFair: {
+		store.ModeRead:  &rw,
+		store.ModeWrite: &write,
+		store.ModeFair: {
 			Acquire: joined("scripts/fair_lib.lua", "scripts/fair_acquire.lua"),
 			Extend:  joined("scripts/fair_lib.lua", "scripts/fair_extend.lua"),
 			Release: joined("scripts/fair_lib.lua", "scripts/fair_release.lua"),
 			keys:    fairKeys,
 			watch:   "fair",
 		},
-		dlock.ModeSemaphore: {
+		store.ModeSemaphore: {
 			Acquire: joined("scripts/semaphore_lib.lua", "scripts/semaphore_acquire.lua"),
 			Extend:  joined("scripts/semaphore_lib.lua", "scripts/semaphore_extend.lua"),
 			Release: joined("scripts/semaphore_lib.lua", "scripts/semaphore_release.lua"),
@@ -121,23 +121,23 @@ var modes = func() map[dlock.Mode]*Ops {
 }()
 
 // ModeOps returns the scripts of mode m, or an error wrapping
-// [dlock.ErrNotSupported] naming store.
-func ModeOps(m dlock.Mode, store string) (*Ops, error) {
+// [store.ErrNotSupported] naming store.
+func ModeOps(m store.Mode, storeName string) (*Ops, error) {
 	if o := modes[m]; o != nil {
 		return o, nil
 	}
-	return nil, fmt.Errorf("%w: %s store mode %v", dlock.ErrNotSupported, store, m)
+	return nil, fmt.Errorf("%w: %s store mode %v", store.ErrNotSupported, storeName, m)
 }
 
 // Supports reports whether mode m has scripts.
-func Supports(m dlock.Mode) bool { return modes[m] != nil }
+func Supports(m store.Mode) bool { return modes[m] != nil }
 
 // Keys returns KEYS for the scripts of o on lock name.
 func (o *Ops) Keys(l *Layout, name string) []string { return o.keys(l, name) }
 
 // AcquireKeys returns KEYS for o.Acquire for req: Keys, or fewer for a
 // mutex request that does not queue.
-func (o *Ops) AcquireKeys(l *Layout, req dlock.Request) []string {
+func (o *Ops) AcquireKeys(l *Layout, req store.Request) []string {
 	if o.fewKeys != nil && !req.Queue {
 		return o.fewKeys(l, req.Name)
 	}
@@ -162,7 +162,7 @@ const ReleaseWaiters = -1
 // waiters flag and the token. A short release that finds the flag set
 // replies ReleaseWaiters and changes nothing; the caller then marks the name
 // (Layout.Contend) and sends the full form, Keys and Args.
-func (o *Ops) ReleaseCall(l *Layout, req dlock.Request) (keys, args []string, short bool) {
+func (o *Ops) ReleaseCall(l *Layout, req store.Request) (keys, args []string, short bool) {
 	if o.shortRelease != nil && !l.Contended(req.Name) {
 		return o.shortRelease(l, req.Name), []string{req.Token}, true
 	}
@@ -170,7 +170,7 @@ func (o *Ops) ReleaseCall(l *Layout, req dlock.Request) (keys, args []string, sh
 }
 
 // Args returns ARGV for the scripts of o for req.
-func (o *Ops) Args(l *Layout, req dlock.Request) []string {
+func (o *Ops) Args(l *Layout, req store.Request) []string {
 	if o.args != nil {
 		return o.args(l, req)
 	}
@@ -182,9 +182,9 @@ func (o *Ops) Args(l *Layout, req dlock.Request) []string {
 // (Layout.Seen), the fence floor proposed in ctx (WithFenceFloor) or "",
 // queue (1), queue TTL ms}, ending after seen or the floor when the request
 // does not queue (see mutex_acquire.lua).
-func (o *Ops) AcquireArgs(ctx context.Context, l *Layout, req dlock.Request) []string {
+func (o *Ops) AcquireArgs(ctx context.Context, l *Layout, req store.Request) []string {
 	args := o.Args(l, req)
-	if req.Mode != dlock.ModeMutex {
+	if req.Mode != store.ModeMutex {
 		return args
 	}
 	seen := "0"
@@ -216,7 +216,7 @@ func WithFenceFloor(ctx context.Context, floor int64) context.Context {
 
 // RaiseArgs returns ARGV for o.Raise: {token, fence, fence retention ms,
 // value}; the value is the election's (see election_raise_fence.lua).
-func (o *Ops) RaiseArgs(l *Layout, req dlock.Request, fence int64) []string {
+func (o *Ops) RaiseArgs(l *Layout, req store.Request, fence int64) []string {
 	return []string{req.Token, strconv.FormatInt(fence, 10), l.Retention, req.Value}
 }
 
@@ -256,7 +256,7 @@ func mutexShortReleaseKeys(l *Layout, name string) []string {
 
 // mutexArgs is ARGV = {token, TTL ms, counter keep ms: max(fence retention,
 // TTL + 1 min)}; the acquire takes more (see AcquireArgs).
-func mutexArgs(l *Layout, req dlock.Request) []string {
+func mutexArgs(l *Layout, req store.Request) []string {
 	keep := l.Retention
 	if ms := millis(req.TTL) + 60000; ms > l.retention {
 		keep = strconv.FormatInt(ms, 10)
@@ -266,7 +266,7 @@ func mutexArgs(l *Layout, req dlock.Request) []string {
 
 // stdArgs is ARGV = {token, TTL ms, owner, limit, queue (0|1), queue TTL ms,
 // fence retention ms}. Owner defaults to the token.
-func stdArgs(l *Layout, req dlock.Request) []string {
+func stdArgs(l *Layout, req store.Request) []string {
 	owner := req.Owner
 	if owner == "" {
 		owner = req.Token

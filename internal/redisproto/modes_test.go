@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 )
 
 // TestMutexCallsCarryWhatTheScriptsRead: each key and argument of a script
@@ -15,7 +15,7 @@ import (
 // acquire sends the floor and queue arguments only when it has them; a
 // release on a name without known waiters sends the short form.
 func TestMutexCallsCarryWhatTheScriptsRead(t *testing.T) {
-	o, err := ModeOps(dlock.ModeMutex, "test")
+	o, err := ModeOps(store.ModeMutex, "test")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -24,7 +24,7 @@ func TestMutexCallsCarryWhatTheScriptsRead(t *testing.T) {
 	if len(all) != 5 {
 		t.Fatalf("Keys = %q, want 5", all)
 	}
-	req := dlock.Request{Name: "a", Token: "t", TTL: time.Second, Mode: dlock.ModeMutex}
+	req := store.Request{Name: "a", Token: "t", TTL: time.Second, Mode: store.ModeMutex}
 	if k := o.AcquireKeys(l, req); !slices.Equal(k, all[:2]) {
 		t.Errorf("AcquireKeys without queue = %q, want %q", k, all[:2])
 	}
@@ -60,12 +60,12 @@ func TestMutexCallsCarryWhatTheScriptsRead(t *testing.T) {
 	if k, a, short := o.ReleaseCall(l, req); short || !slices.Equal(k, all) || !slices.Equal(a, o.Args(l, req)) {
 		t.Errorf("ReleaseCall when contended = %q, %q, %v; want Keys, Args", k, a, short)
 	}
-	if _, _, short := o.ReleaseCall(l, dlock.Request{Name: "b", Token: "t", Mode: dlock.ModeMutex}); !short {
+	if _, _, short := o.ReleaseCall(l, store.Request{Name: "b", Token: "t", Mode: store.ModeMutex}); !short {
 		t.Error("ReleaseCall of another name: not short")
 	}
 	// The other modes' scripts read every key on every call.
-	rw, _ := ModeOps(dlock.ModeRead, "test")
-	r := dlock.Request{Name: "c", Mode: dlock.ModeRead}
+	rw, _ := ModeOps(store.ModeRead, "test")
+	r := store.Request{Name: "c", Mode: store.ModeRead}
 	if k := rw.AcquireKeys(l, r); !slices.Equal(k, rw.Keys(l, "c")) {
 		t.Errorf("read AcquireKeys = %q, want Keys", k)
 	}

@@ -4,10 +4,10 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 )
 
-// The atomic multi-lock (dlock.MultiStore): the mutex keys of several names
+// The atomic multi-lock (store.MultiStore): the mutex keys of several names
 // taken, extended and released by one script each. Every name keeps the
 // mutex's keys (mutexKeys), so each is an ordinary mutex hold for every
 // other client; the keys of all names must be on one node (on a cluster: in
@@ -40,7 +40,7 @@ func (l *Layout) MultiReleaseKeys(names []string) []string {
 
 // MultiArgs returns ARGV of the multi scripts: {token, fence retention ms,
 // TTL ms of each request} (the release script reads the first two).
-func (l *Layout) MultiArgs(reqs []dlock.Request) []string {
+func (l *Layout) MultiArgs(reqs []store.Request) []string {
 	args := make([]string, 0, 2+len(reqs))
 	args = append(args, reqs[0].Token, l.Retention)
 	for _, r := range reqs {
@@ -50,17 +50,17 @@ func (l *Layout) MultiArgs(reqs []dlock.Request) []string {
 }
 
 // CheckMulti validates the requests of an atomic multi-lock operation:
-// 1 to dlock.MaxMultiNames mutex requests on distinct valid names with one
+// 1 to store.MaxMultiNames mutex requests on distinct valid names with one
 // token (and, withTTL, positive TTLs). It returns their names.
-func (l *Layout) CheckMulti(reqs []dlock.Request, withTTL bool) ([]string, error) {
-	if len(reqs) == 0 || len(reqs) > dlock.MaxMultiNames {
-		return nil, &dlock.InvalidError{Field: "names", Reason: "must hold 1-64 names"}
+func (l *Layout) CheckMulti(reqs []store.Request, withTTL bool) ([]string, error) {
+	if len(reqs) == 0 || len(reqs) > store.MaxMultiNames {
+		return nil, &store.InvalidError{Field: "names", Reason: "must hold 1-64 names"}
 	}
 	names := make([]string, len(reqs))
 	seen := make(map[string]bool, len(reqs))
 	for i, r := range reqs {
-		if r.Mode != dlock.ModeMutex {
-			return nil, fmt.Errorf("%w: multi-lock of mode %v", dlock.ErrNotSupported, r.Mode)
+		if r.Mode != store.ModeMutex {
+			return nil, fmt.Errorf("%w: multi-lock of mode %v", store.ErrNotSupported, r.Mode)
 		}
 		check := l.CheckToken
 		if withTTL {
@@ -70,10 +70,10 @@ func (l *Layout) CheckMulti(reqs []dlock.Request, withTTL bool) ([]string, error
 			return nil, err
 		}
 		if r.Token != reqs[0].Token {
-			return nil, &dlock.InvalidError{Field: "token", Reason: "must be the same for every name of a multi-lock"}
+			return nil, &store.InvalidError{Field: "token", Reason: "must be the same for every name of a multi-lock"}
 		}
 		if seen[r.Name] {
-			return nil, &dlock.InvalidError{Field: "names", Reason: fmt.Sprintf("%q appears twice", r.Name)}
+			return nil, &store.InvalidError{Field: "names", Reason: fmt.Sprintf("%q appears twice", r.Name)}
 		}
 		seen[r.Name] = true
 		names[i] = r.Name
@@ -82,22 +82,22 @@ func (l *Layout) CheckMulti(reqs []dlock.Request, withTTL bool) ([]string, error
 }
 
 // ParseMultiGrant decodes the reply of MultiAcquireScript for n names.
-func ParseMultiGrant(v []int64, n int) (dlock.MultiGrant, error) {
+func ParseMultiGrant(v []int64, n int) (store.MultiGrant, error) {
 	switch {
 	case len(v) == n+1 && v[0] == 1:
-		return dlock.MultiGrant{Acquired: true, Fences: v[1:]}, nil
+		return store.MultiGrant{Acquired: true, Fences: v[1:]}, nil
 	case len(v) == 4 && v[0] == 0 && v[1] >= 1 && v[1] <= int64(n):
-		g := dlock.Grant{Held: dlock.Mode(v[3])}
+		g := store.Grant{Held: store.Mode(v[3])}
 		if v[2] > 0 {
 			g.RetryAfter = time.Duration(v[2]) * time.Millisecond
 		}
-		return dlock.MultiGrant{Refused: int(v[1] - 1), Refusal: g}, nil
+		return store.MultiGrant{Refused: int(v[1] - 1), Refusal: g}, nil
 	}
-	return dlock.MultiGrant{}, fmt.Errorf("dlock: multi-lock acquire script replied %v for %d names", v, n)
+	return store.MultiGrant{}, fmt.Errorf("dlock: multi-lock acquire script replied %v for %d names", v, n)
 }
 
 // ParseMultiHeld decodes the reply of MultiExtendScript or
-// MultiReleaseScript for n names: nil or dlock.ErrNotHeld per name.
+// MultiReleaseScript for n names: nil or store.ErrNotHeld per name.
 func ParseMultiHeld(v []int64, n int) ([]error, error) {
 	if len(v) != n {
 		return nil, fmt.Errorf("dlock: multi-lock script replied %v for %d names", v, n)
@@ -105,7 +105,7 @@ func ParseMultiHeld(v []int64, n int) ([]error, error) {
 	errs := make([]error, n)
 	for i, r := range v {
 		if r == 0 {
-			errs[i] = dlock.ErrNotHeld
+			errs[i] = store.ErrNotHeld
 		}
 	}
 	return errs, nil

@@ -8,32 +8,32 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 )
 
 // Granted decodes the integer reply of an acquire script, a grant with that
 // fence (see [Ops]).
-func Granted(fence int64) (dlock.Grant, error) {
+func Granted(fence int64) (store.Grant, error) {
 	if fence < 1 {
-		return dlock.Grant{}, fmt.Errorf("dlock: acquire script replied fence %d", fence)
+		return store.Grant{}, fmt.Errorf("dlock: acquire script replied fence %d", fence)
 	}
-	return dlock.Grant{Acquired: true, Fence: fence, Count: 1}, nil
+	return store.Grant{Acquired: true, Fence: fence, Count: 1}, nil
 }
 
 // ParseGrant decodes the array reply of an acquire script (see [Ops]). A
-// *dlock.LimitError has only Held filled in; the store adds Name and Asked.
-func ParseGrant(v []int64) (dlock.Grant, error) {
+// *store.LimitError has only Held filled in; the store adds Name and Asked.
+func ParseGrant(v []int64) (store.Grant, error) {
 	if len(v) < 3 {
-		return dlock.Grant{}, fmt.Errorf("dlock: acquire script replied %v, want at least 3 integers", v)
+		return store.Grant{}, fmt.Errorf("dlock: acquire script replied %v, want at least 3 integers", v)
 	}
 	if v[0] < 0 {
 		err := replyError(v[0])
-		if le, ok := err.(*dlock.LimitError); ok {
+		if le, ok := err.(*store.LimitError); ok {
 			le.Held = int(v[1])
 		}
-		return dlock.Grant{}, err
+		return store.Grant{}, err
 	}
-	g := dlock.Grant{Acquired: v[0] == 1, Fence: v[1]}
+	g := store.Grant{Acquired: v[0] == 1, Fence: v[1]}
 	if g.Acquired {
 		g.Count = 1
 	} else if v[2] > 0 {
@@ -46,7 +46,7 @@ func ParseGrant(v []int64) (dlock.Grant, error) {
 		g.Position = int(v[4])
 	}
 	if len(v) > 5 && !g.Acquired {
-		g.Held = dlock.Mode(v[5])
+		g.Held = store.Mode(v[5])
 	}
 	return g, nil
 }
@@ -55,11 +55,11 @@ func ParseGrant(v []int64) (dlock.Grant, error) {
 func replyError(code int64) error {
 	switch code {
 	case -1:
-		return dlock.ErrUpgrade
+		return store.ErrUpgrade
 	case -2:
-		return &dlock.InvalidError{Field: "limit", Reason: "must be at least 1"}
+		return &store.InvalidError{Field: "limit", Reason: "must be at least 1"}
 	case -3:
-		return &dlock.LimitError{} // the store fills it in
+		return &store.LimitError{} // the store fills it in
 	}
 	return fmt.Errorf("dlock: acquire script replied status %d", code)
 }
@@ -68,7 +68,7 @@ func replyError(code int64) error {
 // main key, its holders, its PTTL in ms, the last fence and the mutex's
 // registered waiters. pattern reports a main key that is free or holds
 // another pattern's marker: st then needs PatternStateScript.
-func DecodeState(st dlock.State, typ string, holders, pttl, fence, waiters int64) (_ dlock.State, pattern bool) {
+func DecodeState(st store.State, typ string, holders, pttl, fence, waiters int64) (_ store.State, pattern bool) {
 	st.Fence = fence
 	if typ == "none" || typ == "pattern" {
 		return st, true
@@ -78,18 +78,18 @@ func DecodeState(st dlock.State, typ string, holders, pttl, fence, waiters int64
 		st.TTL = time.Duration(pttl) * time.Millisecond
 	}
 	if typ == "string" {
-		st.Mode = dlock.ModeMutex
+		st.Mode = store.ModeMutex
 		st.Queue = int(waiters)
 	}
 	return st, false
 }
 
 // DecodePatternState fills st from the reply of PatternStateScript.
-func DecodePatternState(st dlock.State, v []int64) dlock.State {
+func DecodePatternState(st store.State, v []int64) store.State {
 	if len(v) < 5 || v[0] == 0 {
 		return st
 	}
-	st.Mode = dlock.Mode(v[0])
+	st.Mode = store.Mode(v[0])
 	st.Holders = int(v[1])
 	if v[2] > 0 {
 		st.TTL = time.Duration(v[2]) * time.Millisecond
@@ -122,7 +122,7 @@ func ParseHandoff(msg string) (id string, fence int64, ok bool) {
 
 // Transient reports whether a server error reply (its message) is a state
 // that passes (loading, busy script, failover, resharding), so that callers
-// should retry: it becomes a [*dlock.StoreError].
+// should retry: it becomes a [*store.StoreError].
 func Transient(msg string) bool {
 	for _, p := range []string{"LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "READONLY", "NOREPLICAS", "MOVED", "ASK"} {
 		if strings.HasPrefix(msg, p) {

@@ -5,39 +5,39 @@ import (
 	"errors"
 	"time"
 
-	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// Acquire implements [dlock.Store]. It reads the lock's keys, decides by
+// Acquire implements [store.Store]. It reads the lock's keys, decides by
 // the rules of the mode, and writes in a transaction whose comparisons make
 // the decision hold at commit (optimistic concurrency: a conflict rereads;
 // after 16 conflicts in a row the answer is a refusal). A new hold is a key
 // attached to its own etcd lease of the TTL rounded up to whole seconds (at
 // least etcd's minimum lease TTL), which etcd's leader expires on its own
 // clock.
-func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, error) {
+func (s *Store) Acquire(ctx context.Context, req store.Request) (store.Grant, error) {
 	k, err := kindOf(req.Mode)
 	if err != nil {
-		return dlock.Grant{}, err
+		return store.Grant{}, err
 	}
 	if err := validate(req); err != nil {
-		return dlock.Grant{}, err
+		return store.Grant{}, err
 	}
-	if req.Mode == dlock.ModeReentrant && req.Owner == "" {
+	if req.Mode == store.ModeReentrant && req.Owner == "" {
 		req.Owner = req.Token
 	}
-	var last dlock.Grant
+	var last store.Grant
 	for range maxAttempts {
 		g, err := s.tryAcquire(ctx, k, req, &last)
 		if errors.Is(err, errRetry) {
 			continue
 		}
 		if err != nil {
-			if errors.Is(err, dlock.ErrUpgrade) || errors.Is(err, dlock.ErrInvalid) {
-				return dlock.Grant{}, err
+			if errors.Is(err, store.ErrUpgrade) || errors.Is(err, store.ErrInvalid) {
+				return store.Grant{}, err
 			}
-			return dlock.Grant{}, storeErr("acquire", err)
+			return store.Grant{}, storeErr("acquire", err)
 		}
 		return g, nil
 	}
@@ -48,14 +48,14 @@ func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, er
 // the grant or refusal, or errRetry when the lock changed before the write
 // could commit. It sets last to the refusal that read implies: Acquire's
 // answer once every attempt lost its race.
-func (s *Store) tryAcquire(ctx context.Context, k kind, req dlock.Request, last *dlock.Grant) (dlock.Grant, error) {
+func (s *Store) tryAcquire(ctx context.Context, k kind, req store.Request, last *store.Grant) (store.Grant, error) {
 	vw, err := s.read(ctx, k, req.Name)
 	if err != nil {
-		return dlock.Grant{}, err
+		return store.Grant{}, err
 	}
 	key := s.key(k, req)
 	if s.lapsed(key) {
-		return dlock.Grant{}, errRetry
+		return store.Grant{}, errRetry
 	}
 	*last = s.refusal(k, vw, -1, req.Mode)
 	if i, me := vw.find(req.Token); me != nil {
@@ -67,7 +67,7 @@ func (s *Store) tryAcquire(ctx context.Context, k kind, req dlock.Request, last 
 		return s.refuseForOther(ctx, k, req, vw, key, g)
 	}
 	if k == kindSemaphore && len(vw.entries) > 0 && vw.entries[0].v.Limit != req.Limit {
-		return dlock.Grant{}, &dlock.LimitError{Name: req.Name, Held: vw.entries[0].v.Limit, Asked: req.Limit}
+		return store.Grant{}, &store.LimitError{Name: req.Name, Held: vw.entries[0].v.Limit, Asked: req.Limit}
 	}
 	if exclusive(k, req.Mode) && len(vw.entries) > 0 {
 		return s.joinOrRefuse(ctx, k, req, vw, key, *last)
@@ -82,20 +82,20 @@ func (s *Store) tryAcquire(ctx context.Context, k kind, req dlock.Request, last 
 // exclusive reports whether a request of mode m on a lock of kind k is
 // granted only while the lock has no keys: a mutex, a fair lock, an
 // election, a writer.
-func exclusive(k kind, m dlock.Mode) bool {
-	return k == kindMutex || k == kindFair || k == kindElection || m == dlock.ModeWrite
+func exclusive(k kind, m store.Mode) bool {
+	return k == kindMutex || k == kindFair || k == kindElection || m == store.ModeWrite
 }
 
 // queues reports whether req, refused, takes a queue place: a fair waiter
 // or a writer that asks to queue.
-func queues(k kind, req dlock.Request) bool {
-	return req.Queue && (k == kindFair || req.Mode == dlock.ModeWrite)
+func queues(k kind, req store.Request) bool {
+	return req.Queue && (k == kindFair || req.Mode == store.ModeWrite)
 }
 
 // rejoin decides a request whose token already has key i on the lock: a
 // queue place behind the head waits, the head of the queue claims the
 // lock, and a hold is renewed.
-func (s *Store) rejoin(ctx context.Context, k kind, req dlock.Request, vw *view, i int, key string) (dlock.Grant, error) {
+func (s *Store) rejoin(ctx context.Context, k kind, req store.Request, vw *view, i int, key string) (store.Grant, error) {
 	switch {
 	case !vw.holds(k, i):
 		return s.waitInPlace(ctx, k, req, vw, i, key)
@@ -109,9 +109,9 @@ func (s *Store) rejoin(ctx context.Context, k kind, req dlock.Request, vw *view,
 // head, with its position (and another kind's hold when one keeps the
 // name), keeping the place alive for another QueueTTL when it asks to
 // queue (Queue false leaves it to run out, as on every store).
-func (s *Store) waitInPlace(ctx context.Context, k kind, req dlock.Request, vw *view, i int, key string) (dlock.Grant, error) {
+func (s *Store) waitInPlace(ctx context.Context, k kind, req store.Request, vw *view, i int, key string) (store.Grant, error) {
 	if err := s.keepPlace(ctx, req, vw.entries[i], key); err != nil {
-		return dlock.Grant{}, err
+		return store.Grant{}, err
 	}
 	g := s.refusal(k, vw, i, req.Mode)
 	if held, left, ok := s.otherHold(vw); ok {
@@ -123,42 +123,42 @@ func (s *Store) waitInPlace(ctx context.Context, k kind, req dlock.Request, vw *
 // claimHead claims the lock for a caller whose queue place i reached the
 // head and returns the grant; while another kind holds the name it refuses
 // the caller instead, keeping its place.
-func (s *Store) claimHead(ctx context.Context, k kind, req dlock.Request, vw *view, i int, key string) (dlock.Grant, error) {
+func (s *Store) claimHead(ctx context.Context, k kind, req store.Request, vw *view, i int, key string) (store.Grant, error) {
 	me := vw.entries[i]
 	if held, left, ok := s.otherHold(vw); ok {
 		g := s.refusal(k, vw, i, req.Mode)
 		g.Held, g.RetryAfter = held, left
 		if err := s.keepPlace(ctx, req, me, key); err != nil {
-			return dlock.Grant{}, err
+			return store.Grant{}, err
 		}
 		return g, nil
 	}
 	fence, err := s.claim(ctx, req.Name, me, req.TTL, key, true, s.othersUnchanged(k, req.Name, vw))
 	if err != nil {
-		return dlock.Grant{}, err
+		return store.Grant{}, err
 	}
-	return dlock.Grant{Acquired: true, Fence: fence, Count: 1}, nil
+	return store.Grant{Acquired: true, Fence: fence, Count: 1}, nil
 }
 
 // reacquire renews the hold me that the caller already has (a retried
 // Acquire) for req.TTL, with every other acquisition of a reentrant owner,
 // and returns its grant: the hold's own fence and the owner's hold count.
-func (s *Store) reacquire(ctx context.Context, k kind, req dlock.Request, vw *view, me *entry, key string) (dlock.Grant, error) {
+func (s *Store) reacquire(ctx context.Context, k kind, req store.Request, vw *view, me *entry, key string) (store.Grant, error) {
 	if err := s.keepAlive(ctx, req.Name, me, req.TTL, key); err != nil {
-		return dlock.Grant{}, err
+		return store.Grant{}, err
 	}
 	if k == kindReentrant {
 		if err := s.pushOutReentry(ctx, req, vw, me); err != nil {
-			return dlock.Grant{}, err
+			return store.Grant{}, err
 		}
 	}
-	return dlock.Grant{Acquired: true, Fence: me.fence(), Count: s.count(k, vw, me)}, nil
+	return store.Grant{Acquired: true, Fence: me.fence(), Count: s.count(k, vw, me)}, nil
 }
 
 // refuseForOther answers a request with no key on a name that another kind
 // holds (a name is one lock) with refusal, which reports that hold; a fair
 // waiter or writer that asks to queue takes its queue place first.
-func (s *Store) refuseForOther(ctx context.Context, k kind, req dlock.Request, vw *view, key string, refusal dlock.Grant) (dlock.Grant, error) {
+func (s *Store) refuseForOther(ctx context.Context, k kind, req store.Request, vw *view, key string, refusal store.Grant) (store.Grant, error) {
 	if !queues(k, req) {
 		return refusal, nil
 	}
@@ -168,13 +168,13 @@ func (s *Store) refuseForOther(ctx context.Context, k kind, req dlock.Request, v
 }
 
 // joinOrRefuse decides an exclusive request with no key on a lock that has
-// keys: [dlock.ErrUpgrade] when the caller's owner holds it as a reader, a
+// keys: [store.ErrUpgrade] when the caller's owner holds it as a reader, a
 // queue place when a fair waiter or writer asks to queue, else refusal.
-func (s *Store) joinOrRefuse(ctx context.Context, k kind, req dlock.Request, vw *view, key string, refusal dlock.Grant) (dlock.Grant, error) {
-	if req.Mode == dlock.ModeWrite && req.Owner != "" {
+func (s *Store) joinOrRefuse(ctx context.Context, k kind, req store.Request, vw *view, key string, refusal store.Grant) (store.Grant, error) {
+	if req.Mode == store.ModeWrite && req.Owner != "" {
 		for i, e := range vw.entries {
-			if e.token == req.Owner && e.v.Mode == dlock.ModeRead && vw.holds(k, i) {
-				return dlock.Grant{}, dlock.ErrUpgrade
+			if e.token == req.Owner && e.v.Mode == store.ModeRead && vw.holds(k, i) {
+				return store.Grant{}, store.ErrUpgrade
 			}
 		}
 	}
@@ -198,7 +198,7 @@ type newHold struct {
 // admit decides whether a request with no key may take the lock beside the
 // keys in vw (an exclusive request gets here only when there are none) and
 // returns the transaction that grants it; false means the lock refuses.
-func (s *Store) admit(k kind, req dlock.Request, vw *view, key string) (newHold, bool) {
+func (s *Store) admit(k kind, req store.Request, vw *view, key string) (newHold, bool) {
 	h := newHold{
 		v:    val{Mode: req.Mode, Owner: req.Owner, TTL: ms(req.TTL), Held: true, Value: req.Value},
 		cmps: append([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)}, s.othersUnchanged(k, req.Name, vw)...),
@@ -229,7 +229,7 @@ func unchangedCmp(pfx string, vw *view) clientv3.Cmp {
 // admitReentry lets a reentrant request in on a free lock, or beside the
 // keys of its own owner's hold (sharing that hold's fence); another owner's
 // hold refuses it.
-func admitReentry(pfx string, req dlock.Request, vw *view, h newHold) (newHold, bool) {
+func admitReentry(pfx string, req store.Request, vw *view, h newHold) (newHold, bool) {
 	if len(vw.entries) == 0 {
 		h.cmps = append(h.cmps, emptyCmp(pfx))
 		return h, true
@@ -245,7 +245,7 @@ func admitReentry(pfx string, req dlock.Request, vw *view, h newHold) (newHold, 
 
 // admitPermit gives a semaphore request the first free slot while fewer
 // than Limit permits are held; a full semaphore refuses it.
-func (s *Store) admitPermit(req dlock.Request, vw *view, h newHold) (newHold, bool) {
+func (s *Store) admitPermit(req store.Request, vw *view, h newHold) (newHold, bool) {
 	if len(vw.entries) >= req.Limit {
 		return newHold{}, false
 	}
@@ -269,11 +269,11 @@ func (s *Store) admitPermit(req dlock.Request, vw *view, h newHold) (newHold, bo
 // lock, or beside the writer whose token is the reader's owner while it
 // holds; any other writer key (a hold or an intent) refuses it. The reader
 // gets the lock's current fence, checked to be still current at commit.
-func (s *Store) admitReader(req dlock.Request, vw *view, h newHold) (newHold, bool) {
+func (s *Store) admitReader(req store.Request, vw *view, h newHold) (newHold, bool) {
 	pfx := s.lockPrefix(kindRW, req.Name)
 	beside := false
 	for i, e := range vw.entries {
-		if e.v.Mode == dlock.ModeWrite {
+		if e.v.Mode == store.ModeWrite {
 			if req.Owner == "" || e.token != req.Owner || !vw.holds(kindRW, i) {
 				return newHold{}, false
 			}
@@ -299,10 +299,10 @@ func (s *Store) admitReader(req dlock.Request, vw *view, h newHold) (newHold, bo
 // returns the grant, or errRetry when a comparison failed (the lock changed
 // since vw was read). A grant whose fence was not known before the write
 // gets the transaction's revision, which it records on the name's fence key.
-func (s *Store) commitHold(ctx context.Context, k kind, req dlock.Request, vw *view, key string, h newHold) (dlock.Grant, error) {
+func (s *Store) commitHold(ctx context.Context, k kind, req store.Request, vw *view, key string, h newHold) (store.Grant, error) {
 	lease, err := s.cli.Grant(ctx, seconds(req.TTL))
 	if err != nil {
-		return dlock.Grant{}, err
+		return store.Grant{}, err
 	}
 	cmps := h.cmps
 	ops := []clientv3.Op{clientv3.OpPut(key, h.v.encode(), clientv3.WithLease(lease.ID))}
@@ -312,7 +312,7 @@ func (s *Store) commitHold(ctx context.Context, k kind, req dlock.Request, vw *v
 	if h.fence == 0 {
 		fk := s.fenceKey(req.Name)
 		ops = append(ops, clientv3.OpPut(fk, ""))
-		if req.Mode == dlock.ModeRead {
+		if req.Mode == store.ModeRead {
 			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(fk), "=", 0))
 		}
 	}
@@ -322,7 +322,7 @@ func (s *Store) commitHold(ctx context.Context, k kind, req dlock.Request, vw *v
 		if err == nil {
 			err = errRetry
 		}
-		return dlock.Grant{}, err
+		return store.Grant{}, err
 	}
 	s.track(key, lease.ID, req.TTL)
 	fence := h.fence
@@ -333,13 +333,13 @@ func (s *Store) commitHold(ctx context.Context, k kind, req dlock.Request, vw *v
 	if k == kindReentrant {
 		count = len(vw.entries) + 1
 	}
-	return dlock.Grant{Acquired: true, Fence: fence, Count: count}, nil
+	return store.Grant{Acquired: true, Fence: fence, Count: count}, nil
 }
 
 // keepPlace renews the queue place me of a queued request for its queue
 // TTL (the TTL when none is given); a request that does not ask to queue
 // leaves the place as it is.
-func (s *Store) keepPlace(ctx context.Context, req dlock.Request, me *entry, key string) error {
+func (s *Store) keepPlace(ctx context.Context, req store.Request, me *entry, key string) error {
 	if !req.Queue {
 		return nil
 	}
@@ -408,14 +408,14 @@ func (s *Store) claim(ctx context.Context, name string, me *entry, ttl time.Dura
 // enqueue adds the caller's queue key (fair waiter or writer intent) on a
 // lease of the queue TTL: a waiter that dies leaves the queue when it runs
 // out. A claim moves the key to a lease of the hold's TTL.
-func (s *Store) enqueue(ctx context.Context, k kind, req dlock.Request, vw *view, key string) (dlock.Grant, error) {
+func (s *Store) enqueue(ctx context.Context, k kind, req store.Request, vw *view, key string) (store.Grant, error) {
 	qttl := req.QueueTTL
 	if qttl <= 0 {
 		qttl = req.TTL
 	}
 	lease, err := s.cli.Grant(ctx, seconds(qttl))
 	if err != nil {
-		return dlock.Grant{}, err
+		return store.Grant{}, err
 	}
 	v := val{Mode: req.Mode, Owner: req.Owner, TTL: ms(qttl), Hold: ms(req.TTL)}
 	resp, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
@@ -425,7 +425,7 @@ func (s *Store) enqueue(ctx context.Context, k kind, req dlock.Request, vw *view
 		if err == nil {
 			err = errRetry
 		}
-		return dlock.Grant{}, err
+		return store.Grant{}, err
 	}
 	s.track(key, lease.ID, qttl)
 	return s.refusal(k, vw, -1, req.Mode), nil
@@ -449,8 +449,8 @@ func queued(k kind, vw *view, n int) int {
 // caller's place in the queue (i its index, or -1: the queue's length).
 // Held is the holders' mode, or mode (the request's) when only queue places
 // keep the caller out.
-func (s *Store) refusal(k kind, vw *view, i int, mode dlock.Mode) dlock.Grant {
-	g := dlock.Grant{Held: vw.heldMode(k, mode)}
+func (s *Store) refusal(k kind, vw *view, i int, mode store.Mode) store.Grant {
+	g := store.Grant{Held: vw.heldMode(k, mode)}
 	first := true
 	for j, e := range vw.entries {
 		if !vw.holds(k, j) {

@@ -10,10 +10,10 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 )
 
-var _ dlock.Broadcaster = (*Store)(nil)
+var _ store.Broadcaster = (*Store)(nil)
 
 // busTTL is the life of a published message's key: long enough for every
 // watcher to hear it, short enough that messages do not pile up.
@@ -28,7 +28,7 @@ type busState struct {
 }
 
 func (s *Store) busPrefix(topic string) (string, error) {
-	if err := dlock.ValidName(topic); err != nil {
+	if err := store.ValidName(topic); err != nil {
 		return "", err
 	}
 	return s.prefix + "b/" + nameKey("b", topic) + "/", nil
@@ -51,7 +51,7 @@ func (s *Store) busLease(ctx context.Context) (clientv3.LeaseID, error) {
 	return g.ID, nil
 }
 
-// Publish implements [dlock.Broadcaster]: msg becomes a key under the
+// Publish implements [store.Broadcaster]: msg becomes a key under the
 // topic's prefix with a 10 s lease, which every subscriber's watch
 // reports. Each message is one etcd revision.
 func (s *Store) Publish(ctx context.Context, topic string, msg []byte) error {
@@ -71,7 +71,7 @@ func (s *Store) Publish(ctx context.Context, topic string, msg []byte) error {
 	return nil
 }
 
-// Subscribe implements [dlock.Broadcaster] with a watch of the topic's
+// Subscribe implements [store.Broadcaster] with a watch of the topic's
 // prefix, from the revision current when it starts; it returns once etcd
 // confirmed the watch or ctx ends. A watch that breaks is made again from
 // the revision after the last one heard, so a message is lost only when
@@ -82,7 +82,7 @@ func (s *Store) Subscribe(ctx context.Context, topic string, fn func([]byte)) (f
 		return nil, err
 	}
 	if fn == nil {
-		return nil, &dlock.InvalidError{Field: "fn", Reason: "must not be nil"}
+		return nil, &store.InvalidError{Field: "fn", Reason: "must not be nil"}
 	}
 	s.mu.Lock()
 	if s.closed {

@@ -1,4 +1,4 @@
-// Package etcd is a [dlock.Store] on etcd v3 (go.etcd.io/etcd/client/v3;
+// Package etcd is a [store.Store] on etcd v3 (go.etcd.io/etcd/client/v3;
 // tested against Debian's etcd-server 3.4), for users who want their locks
 // on a consensus store (seed 001, "Design Paths" 4; seed 003, "When NOT to
 // use": strict correctness needs consensus).
@@ -13,7 +13,7 @@
 // at least etcd's minimum, 1.5 × the election timeout); etcd's leader expires
 // it on its own clock, so no client clock is trusted.
 // Extend renews the lease (LeaseKeepAlive, concurrently for a batch) and
-// reports [dlock.ErrNotHeld] once the lease or its key is gone: the session
+// reports [store.ErrNotHeld] once the lease or its key is gone: the session
 // ended, the lock was lost. Release revokes the lease, which deletes the key
 // in the same step.
 //
@@ -37,7 +37,7 @@
 // locks use key modes: readers hold while no writer key is ahead of them; a
 // refused writer may leave its key as an intent that blocks new readers.
 // Semaphores hold up to Limit keys, each on a free slot key. A leader
-// election ([dlock.ModeElection], [Store.Leader]) is an exclusive pattern
+// election ([store.ModeElection], [Store.Leader]) is an exclusive pattern
 // of its own whose key keeps the leader's value; the term is the grant's
 // fence, and an election's watch also wakes on a new leader's key. Every
 // pattern is supported.
@@ -61,7 +61,7 @@
 // at the protected resource. Without a quorum no lock can be taken, renewed
 // or released.
 //
-// A name is one lock (see [dlock.Coexist]): an acquire reads the keys of
+// A name is one lock (see [store.Coexist]): an acquire reads the keys of
 // every kind of the name with its own and commits only if no other kind's
 // key was written since, so a hold of one pattern refuses every other
 // pattern's request on the name; waiters watch every kind's keys; all kinds

@@ -4,33 +4,33 @@ import (
 	"context"
 	"time"
 
-	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// The election (dlock.ModeElection) is an exclusive pattern of its own
+// The election (store.ModeElection) is an exclusive pattern of its own
 // (kindElection): the leader's key holds its value, the grant's revision is
 // the term.
 
-var _ dlock.Elector = (*Store)(nil)
+var _ store.Elector = (*Store)(nil)
 
-// Leader implements [dlock.Elector] with one read of the name's keys. The
+// Leader implements [store.Elector] with one read of the name's keys. The
 // TTL is known to the millisecond for a leader that campaigned through this
 // store; for another process's leader it is the remaining time of its etcd
 // lease (whole seconds, one more round trip), at most the TTL it asked for.
-func (s *Store) Leader(ctx context.Context, name string) (dlock.Leader, error) {
-	if err := dlock.ValidName(name); err != nil {
-		return dlock.Leader{}, err
+func (s *Store) Leader(ctx context.Context, name string) (store.Leader, error) {
+	if err := store.ValidName(name); err != nil {
+		return store.Leader{}, err
 	}
 	vw, err := s.read(ctx, kindElection, name)
 	if err != nil {
-		return dlock.Leader{}, storeErr("leader", err)
+		return store.Leader{}, storeErr("leader", err)
 	}
 	if len(vw.entries) == 0 || !vw.entries[0].v.Held {
-		return dlock.Leader{}, dlock.ErrNoLeader
+		return store.Leader{}, store.ErrNoLeader
 	}
 	e := vw.entries[0]
-	ld := dlock.Leader{Value: e.v.Value, Term: e.fence(), TTL: time.Duration(e.v.TTL) * time.Millisecond}
+	ld := store.Leader{Value: e.v.Value, Term: e.fence(), TTL: time.Duration(e.v.TTL) * time.Millisecond}
 	if r, ok := s.remaining(string(e.kv.Key)); ok {
 		ld.TTL = r
 		return ld, nil
@@ -38,10 +38,10 @@ func (s *Store) Leader(ctx context.Context, name string) (dlock.Leader, error) {
 	if e.kv.Lease != 0 {
 		resp, err := s.cli.TimeToLive(ctx, clientv3.LeaseID(e.kv.Lease))
 		if err != nil {
-			return dlock.Leader{}, storeErr("leader", err)
+			return store.Leader{}, storeErr("leader", err)
 		}
 		if resp.TTL <= 0 {
-			return dlock.Leader{}, dlock.ErrNoLeader // expired since the read
+			return store.Leader{}, store.ErrNoLeader // expired since the read
 		}
 		ld.TTL = min(ld.TTL, time.Duration(resp.TTL)*time.Second)
 	}

@@ -5,16 +5,16 @@ import (
 	"sync"
 	"time"
 
-	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
 
 var (
-	_ dlock.Store        = (*Store)(nil)
-	_ dlock.Inspector    = (*Store)(nil)
-	_ dlock.Pinger       = (*Store)(nil)
-	_ dlock.GrantWatcher = (*Store)(nil)
+	_ store.Store        = (*Store)(nil)
+	_ store.Inspector    = (*Store)(nil)
+	_ store.Pinger       = (*Store)(nil)
+	_ store.GrantWatcher = (*Store)(nil)
 )
 
 // DefaultPrefix is the key prefix of a Store unless [WithPrefix] says
@@ -32,7 +32,7 @@ type Option func(*Store)
 // [DefaultPrefix] ("dlock/").
 func WithPrefix(p string) Option { return func(s *Store) { s.prefix = p } }
 
-// Store is a [dlock.Store] on etcd. The zero value is not usable; call [New]
+// Store is a [store.Store] on etcd. The zero value is not usable; call [New]
 // or [NewWithClient]. A Store is safe for concurrent use.
 type Store struct {
 	cli    *clientv3.Client
@@ -63,7 +63,7 @@ type local struct {
 // answers within ctx (or 5s).
 func New(ctx context.Context, endpoints []string, opts ...Option) (*Store, error) {
 	if len(endpoints) == 0 {
-		return nil, &dlock.InvalidError{Field: "etcd endpoints", Reason: "none given"}
+		return nil, &store.InvalidError{Field: "etcd endpoints", Reason: "none given"}
 	}
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:   endpoints,
@@ -121,10 +121,10 @@ func (s *Store) Close() error {
 // Client returns the store's etcd client.
 func (s *Store) Client() *clientv3.Client { return s.cli }
 
-func storeErr(op string, err error) error { return &dlock.StoreError{Op: op, Node: -1, Err: err} }
+func storeErr(op string, err error) error { return &store.StoreError{Op: op, Node: -1, Err: err} }
 
-var _ dlock.LockDelayer = (*Store)(nil)
+var _ store.LockDelayer = (*Store)(nil)
 
-// SupportsLockDelay implements [dlock.LockDelayer]: a hold's etcd lease
+// SupportsLockDelay implements [store.LockDelayer]: a hold's etcd lease
 // expires on the etcd leader's clock.
 func (s *Store) SupportsLockDelay() bool { return true }

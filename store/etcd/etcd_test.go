@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 	"github.com/dlock-dev/dlock/store/etcd"
 	"github.com/dlock-dev/dlock/store/etcd/etcdtest"
 	"github.com/dlock-dev/dlock/storetest"
@@ -28,12 +28,12 @@ func newStore(t *testing.T, endpoint string, opts ...etcd.Option) *etcd.Store {
 func TestConformance(t *testing.T) {
 	srv := etcdtest.Start(t)
 	storetest.Run(t, storetest.Harness{
-		New:     func(t *testing.T) dlock.Store { return newStore(t, srv.Endpoint()) },
+		New:     func(t *testing.T) store.Store { return newStore(t, srv.Endpoint()) },
 		Restart: func(t *testing.T) { srv.Restart(t) },
 	})
 	t.Run("Model", func(t *testing.T) {
 		storetest.RunModel(t, storetest.Harness{
-			New: func(t *testing.T) dlock.Store { return newStore(t, srv.Endpoint()) },
+			New: func(t *testing.T) store.Store { return newStore(t, srv.Endpoint()) },
 		}, storetest.ModelConfig{
 			// Sub-second TTLs end when this store's reaper revokes their
 			// lease, late on a loaded machine.
@@ -56,13 +56,13 @@ func TestStore(t *testing.T) {
 		a := newStore(t, srv.Endpoint())
 		b := newStore(t, srv.Endpoint())
 		ctx := t.Context()
-		held := dlock.Request{Name: "gone", Token: "a", TTL: time.Second}
+		held := store.Request{Name: "gone", Token: "a", TTL: time.Second}
 		if g, err := a.Acquire(ctx, held); err != nil || !g.Acquired {
 			t.Fatalf("Acquire = %+v, %v; want a grant", g, err)
 		}
 		a.Close() // the holder's process is gone: only etcd's lease is left
 		start := time.Now()
-		other := dlock.Request{Name: "gone", Token: "b", TTL: time.Minute}
+		other := store.Request{Name: "gone", Token: "b", TTL: time.Minute}
 		for {
 			g, err := b.Acquire(ctx, other)
 			if err != nil {
@@ -77,7 +77,7 @@ func TestStore(t *testing.T) {
 			time.Sleep(50 * time.Millisecond)
 		}
 		t.Logf("free %v after the holder went away (etcd lease of 1s)", time.Since(start))
-		if errs := b.Extend(ctx, []dlock.Request{held}); !errors.Is(errs[0], dlock.ErrNotHeld) {
+		if errs := b.Extend(ctx, []store.Request{held}); !errors.Is(errs[0], store.ErrNotHeld) {
 			t.Errorf("Extend of the expired session's hold = %v, want ErrNotHeld", errs[0])
 		}
 	})
@@ -88,8 +88,8 @@ func TestStore(t *testing.T) {
 		down.Kill()
 		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 		defer cancel()
-		_, err := s.Acquire(ctx, dlock.Request{Name: "down", Token: "a", TTL: time.Second})
-		if !errors.Is(err, dlock.ErrUnavailable) {
+		_, err := s.Acquire(ctx, store.Request{Name: "down", Token: "a", TTL: time.Second})
+		if !errors.Is(err, store.ErrUnavailable) {
 			t.Errorf("Acquire with the server down = %v, want ErrUnavailable", err)
 		}
 	})

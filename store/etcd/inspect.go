@@ -8,12 +8,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// Ping implements [dlock.Pinger] with a linearizable read (it needs the
+// Ping implements [store.Pinger] with a linearizable read (it needs the
 // cluster's quorum).
 func (s *Store) Ping(ctx context.Context) error {
 	if _, err := s.cli.Get(ctx, s.prefix+"ping", clientv3.WithCountOnly()); err != nil {
@@ -22,8 +22,8 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
-func (s *Store) state(k kind, name string, vw *view) dlock.State {
-	st := dlock.State{Name: name, Mode: k.mode()}
+func (s *Store) state(k kind, name string, vw *view) store.State {
+	st := store.State{Name: name, Mode: k.mode()}
 	if vw.fence != nil {
 		st.Fence = vw.fence.ModRevision
 	}
@@ -31,8 +31,8 @@ func (s *Store) state(k kind, name string, vw *view) dlock.State {
 		if vw.holds(k, i) {
 			st.Holders++
 			st.TTL = max(st.TTL, time.Duration(e.v.TTL)*time.Millisecond)
-			if e.v.Mode == dlock.ModeWrite {
-				st.Mode = dlock.ModeWrite
+			if e.v.Mode == store.ModeWrite {
+				st.Mode = store.ModeWrite
 			}
 			if k == kindSemaphore {
 				st.Limit = e.v.Limit
@@ -47,25 +47,25 @@ func (s *Store) state(k kind, name string, vw *view) dlock.State {
 	return st
 }
 
-// State implements [dlock.Inspector]: the first pattern of name with keys
+// State implements [store.Inspector]: the first pattern of name with keys
 // (mutex, reentrant, read-write, fair, semaphore). TTL is the longest lease
 // a holder asked for, not its remaining time (etcd leases do not tell it
 // below a second without another round trip per holder).
-func (s *Store) State(ctx context.Context, name string) (dlock.State, error) {
+func (s *Store) State(ctx context.Context, name string) (store.State, error) {
 	for _, k := range kinds {
 		vw, err := s.read(ctx, k, name)
 		if err != nil {
-			return dlock.State{}, storeErr("state", err)
+			return store.State{}, storeErr("state", err)
 		}
 		if len(vw.entries) > 0 {
 			return s.state(k, name, vw), nil
 		}
 	}
-	return dlock.State{Name: name}, nil
+	return store.State{Name: name}, nil
 }
 
-// List implements [dlock.Inspector]: every lock with a key, by name.
-func (s *Store) List(ctx context.Context) ([]dlock.State, error) {
+// List implements [store.Inspector]: every lock with a key, by name.
+func (s *Store) List(ctx context.Context) ([]store.State, error) {
 	base, fbase := s.prefix+"l/", s.prefix+"f/"
 	tr, err := s.cli.Txn(ctx).Then(
 		clientv3.OpGet(base, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)),
@@ -107,7 +107,7 @@ func (s *Store) List(ctx context.Context) ([]dlock.State, error) {
 		}
 		return order[i].kind.segment() < order[j].kind.segment() // as the keys sort
 	})
-	out := make([]dlock.State, 0, len(order))
+	out := make([]store.State, 0, len(order))
 	for _, l := range order {
 		out = append(out, s.state(l.kind, l.name, views[l]))
 	}

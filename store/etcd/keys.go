@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -45,34 +45,34 @@ func (k kind) segment() string {
 
 // mode is the mode a kind's holders hold in (ModeRead for the read-write
 // lock: a writer's key says ModeWrite itself).
-func (k kind) mode() dlock.Mode {
-	return [...]dlock.Mode{
-		kindMutex:     dlock.ModeMutex,
-		kindReentrant: dlock.ModeReentrant,
-		kindRW:        dlock.ModeRead,
-		kindFair:      dlock.ModeFair,
-		kindSemaphore: dlock.ModeSemaphore,
-		kindElection:  dlock.ModeElection,
+func (k kind) mode() store.Mode {
+	return [...]store.Mode{
+		kindMutex:     store.ModeMutex,
+		kindReentrant: store.ModeReentrant,
+		kindRW:        store.ModeRead,
+		kindFair:      store.ModeFair,
+		kindSemaphore: store.ModeSemaphore,
+		kindElection:  store.ModeElection,
 	}[k]
 }
 
 // kindOf is the kind whose keys a mode's holds are.
-func kindOf(m dlock.Mode) (kind, error) {
+func kindOf(m store.Mode) (kind, error) {
 	switch m {
-	case dlock.ModeMutex:
+	case store.ModeMutex:
 		return kindMutex, nil
-	case dlock.ModeReentrant:
+	case store.ModeReentrant:
 		return kindReentrant, nil
-	case dlock.ModeRead, dlock.ModeWrite:
+	case store.ModeRead, store.ModeWrite:
 		return kindRW, nil
-	case dlock.ModeFair:
+	case store.ModeFair:
 		return kindFair, nil
-	case dlock.ModeSemaphore:
+	case store.ModeSemaphore:
 		return kindSemaphore, nil
-	case dlock.ModeElection:
+	case store.ModeElection:
 		return kindElection, nil
 	}
-	return 0, fmt.Errorf("%w: etcd store mode %v", dlock.ErrNotSupported, m)
+	return 0, fmt.Errorf("%w: etcd store mode %v", store.ErrNotSupported, m)
 }
 
 // kindOfSegment is the kind whose keys have segment seg; ok is false for a
@@ -112,15 +112,15 @@ func (s *Store) lockPrefix(k kind, name string) string {
 }
 
 // sub is the sub-segment of a key of mode m.
-func sub(m dlock.Mode) string {
-	if m == dlock.ModeWrite {
+func sub(m store.Mode) string {
+	if m == store.ModeWrite {
 		return writerSub
 	}
 	return holdSub
 }
 
 // key is the key of req's hold or queue place.
-func (s *Store) key(k kind, req dlock.Request) string {
+func (s *Store) key(k kind, req store.Request) string {
 	return s.lockPrefix(k, req.Name) + sub(req.Mode) + req.Token
 }
 
@@ -144,7 +144,7 @@ func (s *Store) slotPrefix(name string) string {
 
 // val is the value of a holder or queue key.
 type val struct {
-	Mode  dlock.Mode `json:"m"`
+	Mode  store.Mode `json:"m"`
 	Owner string     `json:"o,omitempty"`
 	Held  bool       `json:"h,omitempty"`  // claimed: granted to its token
 	TTL   int64      `json:"t"`            // lease length asked for, ms
@@ -187,14 +187,14 @@ type view struct {
 // heldMode is the mode of the lock's holders (of kind k): ModeWrite while a
 // writer holds a read-write lock, or def when only queue places are left
 // (a writer's intent at the head holds nothing yet).
-func (vw *view) heldMode(k kind, def dlock.Mode) dlock.Mode {
+func (vw *view) heldMode(k kind, def store.Mode) store.Mode {
 	held := false
 	for i, e := range vw.entries {
 		if !vw.claimed(k, i) {
 			continue
 		}
-		if e.v.Mode == dlock.ModeWrite {
-			return dlock.ModeWrite
+		if e.v.Mode == store.ModeWrite {
+			return store.ModeWrite
 		}
 		held = true
 	}
@@ -212,7 +212,7 @@ func (vw *view) claimed(k kind, i int) bool {
 
 // otherHold reports a hold of another kind on the name (a name is one
 // lock): its mode and remaining time.
-func (s *Store) otherHold(vw *view) (dlock.Mode, time.Duration, bool) {
+func (s *Store) otherHold(vw *view) (store.Mode, time.Duration, bool) {
 	for _, k := range kinds {
 		ov := vw.others[k]
 		if ov == nil {
@@ -260,11 +260,11 @@ func (vw *view) holds(k kind, i int) bool {
 	case kindSemaphore:
 		return true
 	case kindRW:
-		if e.v.Mode == dlock.ModeWrite {
+		if e.v.Mode == store.ModeWrite {
 			return i == 0
 		}
 		for _, p := range vw.entries[:i] {
-			if p.v.Mode == dlock.ModeWrite && p.token != e.v.Owner {
+			if p.v.Mode == store.ModeWrite && p.token != e.v.Owner {
 				return false
 			}
 		}
@@ -342,18 +342,18 @@ func parseView(pfx string, rev int64, kvs []*mvccpb.KeyValue) *view {
 	return vw
 }
 
-func validate(req dlock.Request) error {
-	if err := dlock.ValidName(req.Name); err != nil {
+func validate(req store.Request) error {
+	if err := store.ValidName(req.Name); err != nil {
 		return err
 	}
 	if req.Token == "" {
-		return &dlock.InvalidError{Field: "token", Reason: "must not be empty"}
+		return &store.InvalidError{Field: "token", Reason: "must not be empty"}
 	}
 	if req.TTL <= 0 {
-		return &dlock.InvalidError{Field: "ttl", Reason: "must be positive"}
+		return &store.InvalidError{Field: "ttl", Reason: "must be positive"}
 	}
-	if req.Mode == dlock.ModeSemaphore && req.Limit < 1 {
-		return &dlock.InvalidError{Field: "limit", Reason: "must be at least 1"}
+	if req.Mode == store.ModeSemaphore && req.Limit < 1 {
+		return &store.InvalidError{Field: "limit", Reason: "must be at least 1"}
 	}
 	return nil
 }

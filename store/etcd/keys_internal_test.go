@@ -3,7 +3,7 @@ package etcd
 import (
 	"testing"
 
-	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 )
 
 // TestKeyLayout pins the keys the store writes: they are shared with every
@@ -12,23 +12,23 @@ import (
 func TestKeyLayout(t *testing.T) {
 	s := &Store{prefix: "dlock/"}
 	tests := []struct {
-		mode dlock.Mode
+		mode store.Mode
 		want string
 	}{
-		{dlock.ModeMutex, "dlock/l/m/7:na:me/x/h/tok"},
-		{dlock.ModeReentrant, "dlock/l/r/7:na:me/x/h/tok"},
-		{dlock.ModeRead, "dlock/l/w/7:na:me/x/h/tok"},
-		{dlock.ModeWrite, "dlock/l/w/7:na:me/x/w/tok"},
-		{dlock.ModeFair, "dlock/l/f/7:na:me/x/h/tok"},
-		{dlock.ModeSemaphore, "dlock/l/s/7:na:me/x/h/tok"},
-		{dlock.ModeElection, "dlock/l/e/7:na:me/x/h/tok"},
+		{store.ModeMutex, "dlock/l/m/7:na:me/x/h/tok"},
+		{store.ModeReentrant, "dlock/l/r/7:na:me/x/h/tok"},
+		{store.ModeRead, "dlock/l/w/7:na:me/x/h/tok"},
+		{store.ModeWrite, "dlock/l/w/7:na:me/x/w/tok"},
+		{store.ModeFair, "dlock/l/f/7:na:me/x/h/tok"},
+		{store.ModeSemaphore, "dlock/l/s/7:na:me/x/h/tok"},
+		{store.ModeElection, "dlock/l/e/7:na:me/x/h/tok"},
 	}
 	for _, tt := range tests {
 		k, err := kindOf(tt.mode)
 		if err != nil {
 			t.Fatalf("kindOf(%v) = %v", tt.mode, err)
 		}
-		req := dlock.Request{Name: "na:me/x", Token: "tok", Mode: tt.mode}
+		req := store.Request{Name: "na:me/x", Token: "tok", Mode: tt.mode}
 		if got := s.key(k, req); got != tt.want {
 			t.Errorf("key(%v) = %q, want %q", tt.mode, got, tt.want)
 		}

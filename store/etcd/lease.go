@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -218,11 +218,11 @@ func (s *Store) revoke(id clientv3.LeaseID) {
 	s.cli.Revoke(ctx, id)
 }
 
-// Extend implements [dlock.Store]: one read of every request's key, then a
+// Extend implements [store.Store]: one read of every request's key, then a
 // keep-alive of each hold's lease (concurrently). A key that is gone, or is
-// only a queue place, reports [dlock.ErrNotHeld]; so does a lease that
+// only a queue place, reports [store.ErrNotHeld]; so does a lease that
 // expired (etcd judged it by its leader's clock).
-func (s *Store) Extend(ctx context.Context, reqs []dlock.Request) []error {
+func (s *Store) Extend(ctx context.Context, reqs []store.Request) []error {
 	errs := make([]error, len(reqs))
 	ops := make([]clientv3.Op, 0, len(reqs))
 	idx := make([]int, 0, len(reqs))
@@ -238,7 +238,7 @@ func (s *Store) Extend(ctx context.Context, reqs []dlock.Request) []error {
 		}
 		keys[i] = s.key(k, req)
 		if s.lapsed(keys[i]) {
-			errs[i] = dlock.ErrNotHeld
+			errs[i] = store.ErrNotHeld
 			continue
 		}
 		ops = append(ops, clientv3.OpGet(keys[i]))
@@ -258,22 +258,22 @@ func (s *Store) Extend(ctx context.Context, reqs []dlock.Request) []error {
 	for j, i := range idx {
 		kvs := resp.Responses[j].GetResponseRange().Kvs
 		if len(kvs) == 0 {
-			errs[i] = dlock.ErrNotHeld
+			errs[i] = store.ErrNotHeld
 			continue
 		}
 		e := &entry{kv: kvs[0]}
 		if json.Unmarshal(kvs[0].Value, &e.v) != nil || !e.v.Held {
-			errs[i] = dlock.ErrNotHeld
+			errs[i] = store.ErrNotHeld
 			continue
 		}
 		wg.Go(func() {
 			err := s.keepAlive(ctx, reqs[i].Name, e, reqs[i].TTL, keys[i])
-			if err == nil && reqs[i].Mode == dlock.ModeReentrant {
+			if err == nil && reqs[i].Mode == store.ModeReentrant {
 				err = s.extendReentry(ctx, reqs[i], e)
 			}
 			switch {
 			case errors.Is(err, errRetry):
-				errs[i] = dlock.ErrNotHeld
+				errs[i] = store.ErrNotHeld
 			case err != nil:
 				errs[i] = storeErr("extend", err)
 			}
@@ -285,7 +285,7 @@ func (s *Store) Extend(ctx context.Context, reqs []dlock.Request) []error {
 
 // extendReentry pushes out the other acquisitions of the reentrant hold
 // that me belongs to: one hold, one expiry, as on every store.
-func (s *Store) extendReentry(ctx context.Context, req dlock.Request, me *entry) error {
+func (s *Store) extendReentry(ctx context.Context, req store.Request, me *entry) error {
 	vw, err := s.read(ctx, kindReentrant, req.Name)
 	if err != nil {
 		return err
@@ -297,7 +297,7 @@ func (s *Store) extendReentry(ctx context.Context, req dlock.Request, me *entry)
 // to last at least req.TTL from now; an acquisition that had longer left
 // keeps it (a retry or an Extend with a shorter TTL shortens its own
 // acquisition only).
-func (s *Store) pushOutReentry(ctx context.Context, req dlock.Request, vw *view, me *entry) error {
+func (s *Store) pushOutReentry(ctx context.Context, req store.Request, vw *view, me *entry) error {
 	pfx := s.lockPrefix(kindReentrant, req.Name)
 	for _, e := range vw.entries {
 		if e.token == me.token || e.v.Owner != me.v.Owner {
@@ -315,20 +315,20 @@ func (s *Store) pushOutReentry(ctx context.Context, req dlock.Request, vw *view,
 	return nil
 }
 
-// Release implements [dlock.Store]: it reads the key's lease and revokes it,
+// Release implements [store.Store]: it reads the key's lease and revokes it,
 // which deletes the key (and a semaphore's slot) in the same step, so a key
 // never outlives its lease's keep-alives. Releasing a fair lock then hands
 // it to the head of its queue: the head's key is claimed for it (a new fence
 // and a lease of the TTL it asked for), and its [Store.WatchGrant] wakes.
 // A writer intent needs no handoff: the next writer claims on its own.
-func (s *Store) Release(ctx context.Context, req dlock.Request) error {
+func (s *Store) Release(ctx context.Context, req store.Request) error {
 	k, err := kindOf(req.Mode)
 	if err != nil {
 		return err
 	}
 	key := s.key(k, req)
 	if s.lapsed(key) {
-		return dlock.ErrNotHeld
+		return store.ErrNotHeld
 	}
 	s.untrack(key)
 	resp, err := s.cli.Get(ctx, key)
@@ -336,18 +336,18 @@ func (s *Store) Release(ctx context.Context, req dlock.Request) error {
 		return storeErr("release", err)
 	}
 	if len(resp.Kvs) == 0 {
-		return dlock.ErrNotHeld
+		return store.ErrNotHeld
 	}
 	kv := resp.Kvs[0]
 	if s.isDead(clientv3.LeaseID(kv.Lease)) {
-		return dlock.ErrNotHeld // lapsed: its revocation is on its way
+		return store.ErrNotHeld // lapsed: its revocation is on its way
 	}
 	if kv.Lease == 0 {
 		_, err = s.cli.Delete(ctx, key)
 	} else {
 		_, err = s.cli.Revoke(ctx, clientv3.LeaseID(kv.Lease))
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-			return dlock.ErrNotHeld // expired meanwhile
+			return store.ErrNotHeld // expired meanwhile
 		}
 	}
 	if err != nil {

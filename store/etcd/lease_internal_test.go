@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 	"github.com/dlock-dev/dlock/store/etcd/etcdtest"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -24,8 +24,8 @@ func TestExtendRacingReaper(t *testing.T) {
 	}
 	defer s.Close()
 	ctx := context.Background()
-	for _, m := range []dlock.Mode{dlock.ModeMutex, dlock.ModeReentrant} {
-		req := dlock.Request{Name: "reaper-race-" + m.String(), Token: "t1", TTL: 20 * time.Second, Mode: m}
+	for _, m := range []store.Mode{store.ModeMutex, store.ModeReentrant} {
+		req := store.Request{Name: "reaper-race-" + m.String(), Token: "t1", TTL: 20 * time.Second, Mode: m}
 		if g, err := s.Acquire(ctx, req); err != nil || !g.Acquired {
 			t.Fatalf("%v: Acquire = %+v, %v", m, g, err)
 		}
@@ -37,14 +37,14 @@ func TestExtendRacingReaper(t *testing.T) {
 		s.mu.Unlock()
 		for _, ttl := range []time.Duration{time.Second, 20 * time.Second, time.Minute} {
 			req.TTL = ttl
-			if err := s.Extend(ctx, []dlock.Request{req})[0]; !errors.Is(err, dlock.ErrNotHeld) {
+			if err := s.Extend(ctx, []store.Request{req})[0]; !errors.Is(err, store.ErrNotHeld) {
 				t.Errorf("%v: Extend(ttl %v) of a hold being revoked = %v, want ErrNotHeld", m, ttl, err)
 			}
 			if g, err := s.Acquire(ctx, req); err != nil || g.Acquired {
 				t.Errorf("%v: retried Acquire(ttl %v) of a hold being revoked = %+v, %v, want a refusal", m, ttl, g, err)
 			}
 		}
-		if err := s.Release(ctx, req); !errors.Is(err, dlock.ErrNotHeld) {
+		if err := s.Release(ctx, req); !errors.Is(err, store.ErrNotHeld) {
 			t.Errorf("%v: Release of a hold being revoked = %v, want ErrNotHeld", m, err)
 		}
 		s.revoke(lease)
@@ -71,8 +71,8 @@ func TestHandoffToLocalWaiter(t *testing.T) {
 	ctx := context.Background()
 	for _, lapse := range []bool{false, true} {
 		name := fmt.Sprintf("handoff-%v", lapse)
-		f := dlock.Request{Name: name, Token: "f", TTL: time.Minute, Mode: dlock.ModeFair}
-		w := dlock.Request{Name: name, Token: "w", TTL: 10 * time.Second, Mode: dlock.ModeFair, Queue: true, QueueTTL: time.Minute}
+		f := store.Request{Name: name, Token: "f", TTL: time.Minute, Mode: store.ModeFair}
+		w := store.Request{Name: name, Token: "w", TTL: 10 * time.Second, Mode: store.ModeFair, Queue: true, QueueTTL: time.Minute}
 		if g, err := s.Acquire(ctx, f); err != nil || !g.Acquired {
 			t.Fatalf("Acquire(f) = %+v, %v", g, err)
 		}
@@ -90,9 +90,9 @@ func TestHandoffToLocalWaiter(t *testing.T) {
 			t.Fatalf("Release(f) = %v", err)
 		}
 		left, tracked := s.remaining(key)
-		err := s.Extend(ctx, []dlock.Request{w})[0]
+		err := s.Extend(ctx, []store.Request{w})[0]
 		if lapse {
-			if !errors.Is(err, dlock.ErrNotHeld) {
+			if !errors.Is(err, store.ErrNotHeld) {
 				t.Errorf("Extend(w) after a release handed the name to its lapsed place = %v, want ErrNotHeld", err)
 			}
 			s.revoke(lease)

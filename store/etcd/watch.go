@@ -7,16 +7,16 @@ import (
 	"sync"
 	"time"
 
-	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// Watch implements [dlock.Store]: etcd watches on the keys of every kind
+// Watch implements [store.Store]: etcd watches on the keys of every kind
 // of the name (a name is one lock: a release of any kind may free it) that
 // wake on every deletion (release or lease expiry, which etcd reports too).
 // For an election, puts of the election's keys wake too (a new leader).
 // It returns once etcd has confirmed the watches.
-func (s *Store) Watch(ctx context.Context, name string, mode dlock.Mode) (<-chan struct{}, func(), error) {
+func (s *Store) Watch(ctx context.Context, name string, mode store.Mode) (<-chan struct{}, func(), error) {
 	mine, err := kindOf(mode)
 	if err != nil {
 		return nil, nil, err
@@ -65,14 +65,14 @@ func (s *Store) Watch(ctx context.Context, name string, mode dlock.Mode) (<-chan
 	return ch, stop, nil
 }
 
-// WatchGrant implements [dlock.GrantWatcher] for the fair lock with the
+// WatchGrant implements [store.GrantWatcher] for the fair lock with the
 // recipe of etcd's own mutex: the waiter watches only the key just before
 // its own (one release wakes one waiter, no herd); when that key goes, it
 // looks again, and once its key is the first it claims the lock and
 // delivers the grant. A goroutine does this until stop is called.
-func (s *Store) WatchGrant(ctx context.Context, req dlock.Request) (<-chan dlock.Grant, func(), error) {
-	if req.Mode != dlock.ModeFair {
-		return nil, nil, fmt.Errorf("%w: etcd store grant watch for mode %v", dlock.ErrNotSupported, req.Mode)
+func (s *Store) WatchGrant(ctx context.Context, req store.Request) (<-chan store.Grant, func(), error) {
+	if req.Mode != store.ModeFair {
+		return nil, nil, fmt.Errorf("%w: etcd store grant watch for mode %v", store.ErrNotSupported, req.Mode)
 	}
 	s.mu.Lock()
 	if s.closed {
@@ -81,7 +81,7 @@ func (s *Store) WatchGrant(ctx context.Context, req dlock.Request) (<-chan dlock
 	}
 	s.wg.Add(1)
 	s.mu.Unlock()
-	ch := make(chan dlock.Grant, 1)
+	ch := make(chan store.Grant, 1)
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(context.WithoutCancel(ctx)))
 	done := make(chan struct{})
 	go func() {
@@ -99,7 +99,7 @@ func (s *Store) WatchGrant(ctx context.Context, req dlock.Request) (<-chan dlock
 	return ch, stop, nil
 }
 
-func (s *Store) grantLoop(ctx context.Context, req dlock.Request, ch chan<- dlock.Grant) {
+func (s *Store) grantLoop(ctx context.Context, req store.Request, ch chan<- store.Grant) {
 	pfx := s.lockPrefix(kindFair, req.Name)
 	key := s.key(kindFair, req)
 	pause := func() bool {

@@ -4,25 +4,25 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 )
 
-var _ dlock.Broadcaster = (*Store)(nil)
+var _ store.Broadcaster = (*Store)(nil)
 
-// The Store's [dlock.Broadcaster] messages on topic T travel on the shard
+// The Store's [store.Broadcaster] messages on topic T travel on the shard
 // channel "<prefix>bus:T" (as on store/valkey, so both stores' processes
 // hear each other), published with SPUBLISH (PUBLISH before Redis 7) and
 // heard with one pub/sub connection per topic with local subscribers
 // (redisproto.Bus).
 
 func (s *Store) busChannel(topic string) (string, error) {
-	if err := dlock.ValidName(topic); err != nil {
+	if err := store.ValidName(topic); err != nil {
 		return "", err
 	}
 	return s.l.Prefix + "bus:" + topic, nil
 }
 
-// Publish implements [dlock.Broadcaster].
+// Publish implements [store.Broadcaster].
 func (s *Store) Publish(ctx context.Context, topic string, msg []byte) error {
 	channel, err := s.busChannel(topic)
 	if err != nil {
@@ -50,7 +50,7 @@ func (s *Store) Publish(ctx context.Context, topic string, msg []byte) error {
 	return nil
 }
 
-// Subscribe implements [dlock.Broadcaster]. It waits up to a second (or
+// Subscribe implements [store.Broadcaster]. It waits up to a second (or
 // until ctx ends) for the subscription to be confirmed; a failed
 // subscription is retried in the background until stop or Close.
 func (s *Store) Subscribe(ctx context.Context, topic string, fn func([]byte)) (func(), error) {
@@ -59,7 +59,7 @@ func (s *Store) Subscribe(ctx context.Context, topic string, fn func([]byte)) (f
 		return nil, err
 	}
 	if fn == nil {
-		return nil, &dlock.InvalidError{Field: "fn", Reason: "must not be nil"}
+		return nil, &store.InvalidError{Field: "fn", Reason: "must not be nil"}
 	}
 	stop, ok := s.bus.Subscribe(ctx, channel, fn)
 	if !ok {

@@ -1,4 +1,4 @@
-// Package goredis is the [dlock.Store] on Valkey or Redis (6.2 or later)
+// Package goredis is the [store.Store] on Valkey or Redis (6.2 or later)
 // through the caller's own go-redis client (github.com/redis/go-redis/v9):
 // a *redis.Client (one node, or a Sentinel failover client) or a
 // *redis.ClusterClient, as a redis.UniversalClient. Teams that already run
@@ -14,7 +14,7 @@
 //
 // # Wake-ups
 //
-// Waiters are woken by the server. A contended mutex ([dlock.Mutex.Lock])
+// Waiters are woken by the server. A contended mutex (dlock.Mutex.Lock)
 // and the fair lock are handed over inside the release script, which
 // publishes the grant on a shard channel of the waiter's Store (SPUBLISH;
 // PUBLISH before Redis 7), subscribed with SSUBSCRIBE while the Store has
@@ -56,16 +56,16 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/internal/redisproto"
+	"github.com/dlock-dev/dlock/store"
 )
 
 var (
-	_ dlock.Store        = (*Store)(nil)
-	_ dlock.Inspector    = (*Store)(nil)
-	_ dlock.Pinger       = (*Store)(nil)
-	_ dlock.GrantWatcher = (*Store)(nil)
-	_ dlock.FenceRaiser  = (*Store)(nil)
+	_ store.Store        = (*Store)(nil)
+	_ store.Inspector    = (*Store)(nil)
+	_ store.Pinger       = (*Store)(nil)
+	_ store.GrantWatcher = (*Store)(nil)
+	_ store.FenceRaiser  = (*Store)(nil)
 )
 
 // ErrEvictionPolicy reports, under [WithStrictEviction], a node whose
@@ -85,7 +85,7 @@ func (e *EvictionError) Error() string {
 
 func (e *EvictionError) Unwrap() error { return ErrEvictionPolicy }
 
-// Store is a [dlock.Store] on a go-redis client. It is safe for concurrent
+// Store is a [store.Store] on a go-redis client. It is safe for concurrent
 // use. Make one with [New]; Close it when done (the client stays open).
 type Store struct {
 	client redis.UniversalClient
@@ -94,14 +94,14 @@ type Store struct {
 	hub    *redisproto.Hub     // wakes this Store's waiters (Watch)
 	track  tracker             // server-side tracking of the watched keys
 	grants redisproto.Handoffs // handoffs to this Store's waiters (WatchGrant)
-	bus    redisproto.Bus      // dlock.Broadcaster messages
+	bus    redisproto.Bus      // store.Broadcaster messages
 
 	closeOnce sync.Once
 	closed    chan struct{}
 }
 
 // An Option configures a [Store]. Invalid values make [New] return an error
-// wrapping [dlock.ErrInvalid].
+// wrapping [store.ErrInvalid].
 type Option func(*config)
 
 type config struct {
@@ -114,7 +114,7 @@ type config struct {
 
 func (c *config) fail(field, reason string) {
 	if c.err == nil {
-		c.err = &dlock.InvalidError{Field: field, Reason: reason}
+		c.err = &store.InvalidError{Field: field, Reason: reason}
 	}
 }
 
@@ -171,11 +171,11 @@ const setupTimeout = 5 * time.Second
 // does not close it. At start it reads each master's maxmemory-policy (see
 // [WithStrictEviction]).
 //
-// It returns an error wrapping [dlock.ErrInvalid] for a nil client or a bad
+// It returns an error wrapping [store.ErrInvalid] for a nil client or a bad
 // option, and an [*EvictionError] under WithStrictEviction.
 func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	if client == nil {
-		return nil, &dlock.InvalidError{Field: "client", Reason: "must not be nil"}
+		return nil, &store.InvalidError{Field: "client", Reason: "must not be nil"}
 	}
 	cfg := config{prefix: DefaultPrefix, fenceRetention: DefaultFenceRetention, logger: slog.New(slog.DiscardHandler)}
 	for _, o := range opts {
@@ -237,8 +237,8 @@ func (s *Store) isClosed() bool {
 }
 
 // fail classifies an error of operation op: failures to reach the server or
-// transient server states become a [*dlock.StoreError] (wrapping
-// [dlock.ErrUnavailable], so callers retry); other error replies (a key of
+// transient server states become a [*store.StoreError] (wrapping
+// [store.ErrUnavailable], so callers retry); other error replies (a key of
 // the wrong type, a script error) and use of a closed client are returned
 // wrapped, not as unavailability, so that waiting callers stop.
 func fail(op string, err error) error {
@@ -248,9 +248,9 @@ func fail(op string, err error) error {
 	var re redis.Error
 	if errors.As(err, &re) && !errors.Is(err, redis.Nil) {
 		if redisproto.Transient(re.Error()) {
-			return &dlock.StoreError{Op: op, Node: -1, Err: err}
+			return &store.StoreError{Op: op, Node: -1, Err: err}
 		}
 		return fmt.Errorf("dlock: goredis %s: %w", op, err)
 	}
-	return &dlock.StoreError{Op: op, Node: -1, Err: err}
+	return &store.StoreError{Op: op, Node: -1, Err: err}
 }

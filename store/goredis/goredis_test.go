@@ -11,6 +11,7 @@ import (
 
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/internal/testredis"
+	"github.com/dlock-dev/dlock/store"
 	"github.com/dlock-dev/dlock/store/goredis"
 	"github.com/dlock-dev/dlock/store/valkey"
 	"github.com/dlock-dev/dlock/storetest"
@@ -51,7 +52,7 @@ func open(t *testing.T, addrs ...string) *goredis.Store {
 	return s
 }
 
-func newLocker(t *testing.T, s dlock.Store, opts ...dlock.Option) *dlock.Locker {
+func newLocker(t *testing.T, s store.Store, opts ...dlock.Option) *dlock.Locker {
 	t.Helper()
 	l, err := dlock.New(s, opts...)
 	if err != nil {
@@ -66,12 +67,12 @@ func newLocker(t *testing.T, s dlock.Store, opts ...dlock.Option) *dlock.Locker 
 func TestConformance(t *testing.T) {
 	srv := testredis.Start(t)
 	storetest.Run(t, storetest.Harness{
-		New:     func(t *testing.T) dlock.Store { return open(t, srv.Addr()) },
+		New:     func(t *testing.T) store.Store { return open(t, srv.Addr()) },
 		Restart: func(t *testing.T) { srv.Restart(t) },
 	})
 	t.Run("Model", func(t *testing.T) {
 		storetest.RunModel(t, storetest.Harness{
-			New: func(t *testing.T) dlock.Store { return open(t, srv.Addr()) },
+			New: func(t *testing.T) store.Store { return open(t, srv.Addr()) },
 		}, storetest.ModelConfig{})
 	})
 }
@@ -81,7 +82,7 @@ func TestConformance(t *testing.T) {
 func TestConformanceCluster(t *testing.T) {
 	c := testredis.StartCluster(t, 3)
 	storetest.Run(t, storetest.Harness{
-		New: func(t *testing.T) dlock.Store { return open(t, c.Addrs()...) },
+		New: func(t *testing.T) store.Store { return open(t, c.Addrs()...) },
 	})
 }
 
@@ -100,25 +101,25 @@ func TestInteropWithValkeyStore(t *testing.T) {
 	t.Cleanup(func() { vs.Close() })
 	stores := []struct {
 		name string
-		s    dlock.Store
+		s    store.Store
 	}{{"goredis", gs}, {"valkey", vs}}
-	modes := []dlock.Mode{dlock.ModeMutex, dlock.ModeReentrant, dlock.ModeRead, dlock.ModeWrite, dlock.ModeFair, dlock.ModeSemaphore}
+	modes := []store.Mode{store.ModeMutex, store.ModeReentrant, store.ModeRead, store.ModeWrite, store.ModeFair, store.ModeSemaphore}
 	for i, a := range stores {
 		b := stores[1-i]
 		for _, held := range modes {
 			for _, asked := range modes {
 				name := "interop-" + a.name + "-" + held.String() + "-" + asked.String()
-				hold := dlock.Request{Name: name, Token: "holder-" + name, TTL: 10 * time.Second, Mode: held, Limit: 2}
+				hold := store.Request{Name: name, Token: "holder-" + name, TTL: 10 * time.Second, Mode: held, Limit: 2}
 				g, err := a.s.Acquire(ctx, hold)
 				if err != nil || !g.Acquired {
 					t.Fatalf("%s Acquire(%s, %v) = %+v, %v; want granted", a.name, name, held, g, err)
 				}
-				ask := dlock.Request{Name: name, Token: "asker-" + name, TTL: 10 * time.Second, Mode: asked, Limit: 2}
+				ask := store.Request{Name: name, Token: "asker-" + name, TTL: 10 * time.Second, Mode: asked, Limit: 2}
 				g2, err := b.s.Acquire(ctx, ask)
 				if err != nil {
 					t.Fatalf("%s Acquire(%s, %v) over a %s hold = %v", b.name, name, asked, a.name, err)
 				}
-				if want := dlock.Coexist(held, asked); g2.Acquired != want {
+				if want := store.Coexist(held, asked); g2.Acquired != want {
 					t.Errorf("%s Acquire(%v) over a %v hold by %s: acquired %v, want %v", b.name, asked, held, a.name, g2.Acquired, want)
 				}
 				if !g2.Acquired && g2.Held != held {
@@ -133,7 +134,7 @@ func TestInteropWithValkeyStore(t *testing.T) {
 					t.Errorf("%s Release(%v) = %v", a.name, held, err)
 				}
 				// The name's one fence counter serves both stores.
-				next := dlock.Request{Name: name, Token: "next-" + name, TTL: time.Second, Mode: dlock.ModeMutex}
+				next := store.Request{Name: name, Token: "next-" + name, TTL: time.Second, Mode: store.ModeMutex}
 				g3, err := b.s.Acquire(ctx, next)
 				if err != nil || !g3.Acquired || g3.Fence <= g.Fence {
 					t.Errorf("%s Acquire(mutex) after the %s hold = %+v, %v; want granted with a fence above %d", b.name, a.name, g3, err, g.Fence)
@@ -203,11 +204,11 @@ func TestForeignHolder(t *testing.T) {
 	if got, err := srv.Do("SET", "lock:f", "tok", "NX", "PX", "10000"); err != nil || got != "OK" {
 		t.Fatalf("SET = %q, %v", got, err)
 	}
-	g, err := s.Acquire(ctx, dlock.Request{Name: "f", Token: "mine", TTL: time.Second, Mode: dlock.ModeMutex})
+	g, err := s.Acquire(ctx, store.Request{Name: "f", Token: "mine", TTL: time.Second, Mode: store.ModeMutex})
 	if err != nil || g.Acquired || g.RetryAfter <= 9*time.Second || g.RetryAfter > 10*time.Second {
 		t.Errorf("Acquire over a foreign key = %+v, %v; want refused, RetryAfter in (9s, 10s]", g, err)
 	}
-	if err := s.Release(ctx, dlock.Request{Name: "f", Token: "mine", Mode: dlock.ModeMutex}); !errors.Is(err, dlock.ErrNotHeld) {
+	if err := s.Release(ctx, store.Request{Name: "f", Token: "mine", Mode: store.ModeMutex}); !errors.Is(err, store.ErrNotHeld) {
 		t.Errorf("Release with another token = %v, want ErrNotHeld", err)
 	}
 	if got, _ := srv.Do("GET", "lock:f"); got != "tok" {
@@ -216,12 +217,12 @@ func TestForeignHolder(t *testing.T) {
 }
 
 func TestNewRefusesNil(t *testing.T) {
-	if _, err := goredis.New(nil); !errors.Is(err, dlock.ErrInvalid) {
+	if _, err := goredis.New(nil); !errors.Is(err, store.ErrInvalid) {
 		t.Errorf("New(nil) = %v, want ErrInvalid", err)
 	}
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	defer c.Close()
-	if _, err := goredis.New(c, goredis.WithFenceRetention(time.Millisecond)); !errors.Is(err, dlock.ErrInvalid) {
+	if _, err := goredis.New(c, goredis.WithFenceRetention(time.Millisecond)); !errors.Is(err, store.ErrInvalid) {
 		t.Errorf("New(WithFenceRetention(1ms)) = %v, want ErrInvalid", err)
 	}
 }
@@ -247,11 +248,11 @@ func TestMutexShortReleaseHandsOver(t *testing.T) {
 	srv := testredis.Start(t)
 	ctx := testContext(t)
 	a, b := open(t, srv.Addr()), open(t, srv.Addr())
-	hold := dlock.Request{Name: "short", Token: "holder", TTL: time.Minute}
+	hold := store.Request{Name: "short", Token: "holder", TTL: time.Minute}
 	if g, err := a.Acquire(ctx, hold); err != nil || !g.Acquired {
 		t.Fatalf("Acquire = %+v, %v", g, err)
 	}
-	w := dlock.Request{Name: "short", Token: "waiter", TTL: time.Minute, Queue: true, QueueTTL: time.Minute}
+	w := store.Request{Name: "short", Token: "waiter", TTL: time.Minute, Queue: true, QueueTTL: time.Minute}
 	grants, stop, err := b.WatchGrant(ctx, w)
 	if err != nil {
 		t.Fatal(err)

@@ -7,22 +7,22 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/internal/redisproto"
+	"github.com/dlock-dev/dlock/store"
 )
 
-// State implements [dlock.Inspector] in one round trip (two for a pattern
+// State implements [store.Inspector] in one round trip (two for a pattern
 // other than the mutex). A free lock has no holders; Fence is the last
 // fence issued (0 once the counter expired). It never reveals tokens.
-func (s *Store) State(ctx context.Context, name string) (dlock.State, error) {
+func (s *Store) State(ctx context.Context, name string) (store.State, error) {
 	if err := s.l.CheckName(name); err != nil {
-		return dlock.State{}, err
+		return store.State{}, err
 	}
 	v, err := s.run(ctx, redisproto.StateScript, s.l.StateKeys(name), nil).Slice()
 	if err != nil {
-		return dlock.State{}, fail("state", err)
+		return store.State{}, fail("state", err)
 	}
-	st := dlock.State{Name: name}
+	st := store.State{Name: name}
 	if len(v) < 4 {
 		return st, nil
 	}
@@ -39,16 +39,16 @@ func (s *Store) State(ctx context.Context, name string) (dlock.State, error) {
 	}
 	p, err := s.run(ctx, redisproto.PatternStateScript, s.l.PatternStateKeys(name), nil).Int64Slice()
 	if err != nil {
-		return dlock.State{}, fail("state", err)
+		return store.State{}, fail("state", err)
 	}
 	return redisproto.DecodePatternState(st, p), nil
 }
 
-// List implements [dlock.Inspector]: the state of every held lock whose key
+// List implements [store.Inspector]: the state of every held lock whose key
 // has the Store's prefix, by name. It SCANs every master, so it costs time
 // in proportion to the whole keyspace; it is meant for dashboards and
 // tools, not hot paths.
-func (s *Store) List(ctx context.Context) ([]dlock.State, error) {
+func (s *Store) List(ctx context.Context) ([]store.State, error) {
 	var mu sync.Mutex
 	seen := make(map[string]bool)
 	var names []string
@@ -78,7 +78,7 @@ func (s *Store) List(ctx context.Context) ([]dlock.State, error) {
 		return nil, fail("list", err)
 	}
 	sort.Strings(names)
-	out := make([]dlock.State, 0, len(names))
+	out := make([]store.State, 0, len(names))
 	for _, name := range names {
 		st, err := s.State(ctx, name)
 		if err != nil {
@@ -106,8 +106,8 @@ func (s *Store) eachMaster(ctx context.Context, fn func(ctx context.Context, c r
 	return fn(ctx, s.client, "")
 }
 
-// Ping implements [dlock.Pinger]: PING to the server (to one node of a
-// cluster). It returns a [*dlock.StoreError] when that fails.
+// Ping implements [store.Pinger]: PING to the server (to one node of a
+// cluster). It returns a [*store.StoreError] when that fails.
 func (s *Store) Ping(ctx context.Context) error {
 	if err := s.client.Ping(ctx).Err(); err != nil {
 		return fail("ping", err)

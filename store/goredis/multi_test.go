@@ -9,6 +9,7 @@ import (
 
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/internal/testredis"
+	"github.com/dlock-dev/dlock/store"
 )
 
 // scriptCalls returns how many EVALSHA and EVAL calls the server has run
@@ -61,7 +62,7 @@ func TestMultiOneScript(t *testing.T) {
 	}
 	_, err = m.TryLock(ctx)
 	var le *dlock.LockedError
-	if !errors.As(err, &le) || le.Name != "g-c" || le.Held != dlock.ModeMutex {
+	if !errors.As(err, &le) || le.Name != "g-c" || le.Held != store.ModeMutex {
 		t.Errorf("TryLock over a foreign hold of g-c = %v; want a *LockedError naming g-c, Held mutex", err)
 	}
 	if n := scriptCalls(t, srv); n != 1 {

@@ -7,11 +7,11 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/internal/redisproto"
+	"github.com/dlock-dev/dlock/store"
 )
 
-func (s *Store) ops(m dlock.Mode) (*redisproto.Ops, error) {
+func (s *Store) ops(m store.Mode) (*redisproto.Ops, error) {
 	return redisproto.ModeOps(m, "goredis")
 }
 
@@ -39,26 +39,26 @@ func isNoScript(err error) bool {
 	return errors.As(err, &re) && redisproto.NoScript(re.Error())
 }
 
-// Acquire implements [dlock.Store]: one script, one round trip. It returns
-// an error wrapping [dlock.ErrNotSupported] for a mode this store does not
-// run, [dlock.ErrInvalid] for a bad request, and a [*dlock.StoreError] when
+// Acquire implements [store.Store]: one script, one round trip. It returns
+// an error wrapping [store.ErrNotSupported] for a mode this store does not
+// run, [store.ErrInvalid] for a bad request, and a [*store.StoreError] when
 // the server could not be reached or did not answer (the grant may or may
 // not have happened; asking again with the same token tells).
-func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, error) {
+func (s *Store) Acquire(ctx context.Context, req store.Request) (store.Grant, error) {
 	o, err := s.ops(req.Mode)
 	if err != nil {
-		return dlock.Grant{}, err
+		return store.Grant{}, err
 	}
 	if err := s.l.CheckRequest(req); err != nil {
-		return dlock.Grant{}, err
+		return store.Grant{}, err
 	}
 	if err := ctx.Err(); err != nil {
-		return dlock.Grant{}, err
+		return store.Grant{}, err
 	}
 	if s.isClosed() {
-		return dlock.Grant{}, errClosed
+		return store.Grant{}, errClosed
 	}
-	if req.Mode == dlock.ModeMutex && req.Queue && !s.grants.Watching(s.l.GrantChannel(req.Name, req.Mode), req.Token) {
+	if req.Mode == store.ModeMutex && req.Queue && !s.grants.Watching(s.l.GrantChannel(req.Name, req.Mode), req.Token) {
 		// Register only a waiter that listens for its handoff (WatchGrant).
 		req.Queue = false
 	}
@@ -68,26 +68,26 @@ func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, er
 	}
 	v, err := c.Int64Slice()
 	if err != nil {
-		return dlock.Grant{}, fail("acquire", err)
+		return store.Grant{}, fail("acquire", err)
 	}
 	g, err := redisproto.ParseGrant(v)
-	if le, ok := err.(*dlock.LimitError); ok {
+	if le, ok := err.(*store.LimitError); ok {
 		le.Name, le.Asked = req.Name, req.Limit
-		return dlock.Grant{}, le
+		return store.Grant{}, le
 	}
 	if err != nil {
-		return dlock.Grant{}, fmt.Errorf("dlock: goredis acquire: %w", err)
+		return store.Grant{}, fmt.Errorf("dlock: goredis acquire: %w", err)
 	}
-	if !g.Acquired && req.Mode == dlock.ModeMutex {
+	if !g.Acquired && req.Mode == store.ModeMutex {
 		s.l.Contend(req.Name) // its releases send the full form
 	}
 	return g, nil
 }
 
-// Extend implements [dlock.Store]: all requests go out in one pipeline (one
-// round trip per node of a cluster). Each error is nil, [dlock.ErrNotHeld],
-// ErrNotSupported/ErrInvalid for that request, or a [*dlock.StoreError].
-func (s *Store) Extend(ctx context.Context, reqs []dlock.Request) []error {
+// Extend implements [store.Store]: all requests go out in one pipeline (one
+// round trip per node of a cluster). Each error is nil, [store.ErrNotHeld],
+// ErrNotSupported/ErrInvalid for that request, or a [*store.StoreError].
+func (s *Store) Extend(ctx context.Context, reqs []store.Request) []error {
 	errs := make([]error, len(reqs))
 	if err := ctx.Err(); err != nil {
 		for i := range errs {
@@ -163,19 +163,19 @@ func held(op string, c *redis.Cmd) error {
 	case err != nil:
 		return fail(op, err)
 	case v == 0:
-		return dlock.ErrNotHeld
+		return store.ErrNotHeld
 	}
 	return nil
 }
 
-// Release implements [dlock.Store]: one script, one round trip (a mutex
+// Release implements [store.Store]: one script, one round trip (a mutex
 // release whose short form finds waiters it did not expect sends the full
 // form: two; see [redisproto.Ops.ReleaseCall]). It returns
-// [dlock.ErrNotHeld] when req.Token holds nothing, so a foreign holder's key
+// [store.ErrNotHeld] when req.Token holds nothing, so a foreign holder's key
 // is never touched. Waiters of this Store on the lock are woken at once.
 // Releasing a mutex that has live registered waiters hands it to one of
 // them in the same script (see [Store.WatchGrant]).
-func (s *Store) Release(ctx context.Context, req dlock.Request) error {
+func (s *Store) Release(ctx context.Context, req store.Request) error {
 	o, err := s.ops(req.Mode)
 	if err != nil {
 		return err
@@ -201,30 +201,30 @@ func (s *Store) Release(ctx context.Context, req dlock.Request) error {
 	}
 	if !s.hub.Idle() {
 		s.hub.Wake(o.WatchKey(s.l, req.Name))
-		if req.Mode != dlock.ModeMutex {
+		if req.Mode != store.ModeMutex {
 			s.hub.Wake(s.l.Key(req.Name)) // waiters of every pattern watch the main key
 		}
 	}
 	return nil
 }
 
-// RaiseFence implements [dlock.FenceRaiser] in one script, one round trip:
+// RaiseFence implements [store.FenceRaiser] in one script, one round trip:
 // while req.Token holds the lock, the lock's fence counter becomes
-// max(counter, fence). It returns [dlock.ErrNotHeld] when the token holds
-// nothing, an error wrapping [dlock.ErrNotSupported] for a mode without a
+// max(counter, fence). It returns [store.ErrNotHeld] when the token holds
+// nothing, an error wrapping [store.ErrNotSupported] for a mode without a
 // write-back script (the mutex, the write side of the read-write lock
-// and the election have one), [dlock.ErrInvalid] for a bad request, and a
-// [*dlock.StoreError] when the server did not answer.
-func (s *Store) RaiseFence(ctx context.Context, req dlock.Request, fence int64) error {
+// and the election have one), [store.ErrInvalid] for a bad request, and a
+// [*store.StoreError] when the server did not answer.
+func (s *Store) RaiseFence(ctx context.Context, req store.Request, fence int64) error {
 	o, err := s.ops(req.Mode)
 	if err != nil || o.Raise == nil {
-		return fmt.Errorf("%w: goredis store cannot raise the fence of mode %v", dlock.ErrNotSupported, req.Mode)
+		return fmt.Errorf("%w: goredis store cannot raise the fence of mode %v", store.ErrNotSupported, req.Mode)
 	}
 	if err := s.l.CheckToken(req); err != nil {
 		return err
 	}
 	if fence <= 0 || fence >= redisproto.MaxFence {
-		return &dlock.InvalidError{Field: "fence", Reason: "must be positive and below 2^53"}
+		return &store.InvalidError{Field: "fence", Reason: "must be positive and below 2^53"}
 	}
 	if err := ctx.Err(); err != nil {
 		return err

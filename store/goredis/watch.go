@@ -9,21 +9,21 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 )
 
-// Watch implements [dlock.Store]. The channel receives when lock name may
+// Watch implements [store.Store]. The channel receives when lock name may
 // have become free: its key (or, for a pattern other than the mutex, its
 // gate key or its main key: a name is one lock) was written, deleted or
 // expired on the server, by any process (see the package doc, "Wake-ups").
 // A holder's renewal also wakes waiters, who then find the lock still held.
-// For [dlock.ModeElection] the channel also receives when a leader is
+// For [store.ModeElection] the channel also receives when a leader is
 // elected (the election's gate key is written), and each time the server
 // tracks the gate anew (after Watch and after each change), so that an
 // observer who reads the leader after each wake-up misses no change. ctx
 // is not used: Watch does not block. It returns an error wrapping
-// [dlock.ErrNotSupported] for a mode this store does not run.
-func (s *Store) Watch(ctx context.Context, name string, mode dlock.Mode) (<-chan struct{}, func(), error) {
+// [store.ErrNotSupported] for a mode this store does not run.
+func (s *Store) Watch(ctx context.Context, name string, mode store.Mode) (<-chan struct{}, func(), error) {
 	o, err := s.ops(mode)
 	if err != nil {
 		return nil, nil, err
@@ -33,7 +33,7 @@ func (s *Store) Watch(ctx context.Context, name string, mode dlock.Mode) (<-chan
 	}
 	ch := make(chan struct{}, 1)
 	key, main := o.WatchKey(s.l, name), s.l.Key(name)
-	if mode == dlock.ModeElection {
+	if mode == store.ModeElection {
 		// An observer waits for a new leader, not for a free name: it is
 		// also woken whenever the server tracks the gate anew.
 		s.hub.AddObserver(key, ch)
@@ -56,20 +56,20 @@ func (s *Store) Watch(ctx context.Context, name string, mode dlock.Mode) (<-chan
 	}, nil
 }
 
-// WatchGrant implements [dlock.GrantWatcher] for the fair lock and the
+// WatchGrant implements [store.GrantWatcher] for the fair lock and the
 // mutex: the channel receives the Grant when a release (or, for the fair
 // lock, an acquire finding the holder's lease run out) made by any process
 // hands the lock to req.Token. It waits, up to a second or until ctx ends,
 // for the lock's subscription to be confirmed, so that a handoff right after
 // the caller queues is not missed. It returns an error wrapping
-// [dlock.ErrNotSupported] for the other modes.
+// [store.ErrNotSupported] for the other modes.
 //
 // A mutex Acquire with req.Queue registers its token as a waiter only while
 // a WatchGrant of this Store waits for that token; otherwise Queue is
 // ignored, so that no lock is handed to a token nobody listens for.
-func (s *Store) WatchGrant(ctx context.Context, req dlock.Request) (<-chan dlock.Grant, func(), error) {
-	if req.Mode != dlock.ModeFair && req.Mode != dlock.ModeMutex {
-		return nil, nil, fmt.Errorf("%w: goredis store grant watch for mode %v", dlock.ErrNotSupported, req.Mode)
+func (s *Store) WatchGrant(ctx context.Context, req store.Request) (<-chan store.Grant, func(), error) {
+	if req.Mode != store.ModeFair && req.Mode != store.ModeMutex {
+		return nil, nil, fmt.Errorf("%w: goredis store grant watch for mode %v", store.ErrNotSupported, req.Mode)
 	}
 	if err := s.l.CheckName(req.Name); err != nil {
 		return nil, nil, err

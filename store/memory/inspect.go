@@ -6,17 +6,17 @@ import (
 	"slices"
 	"time"
 
-	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 )
 
 // modes lists the keys' modes in the order State looks at them.
-var modes = []dlock.Mode{dlock.ModeMutex, dlock.ModeReentrant, dlock.ModeRead, dlock.ModeFair, dlock.ModeSemaphore, dlock.ModeElection}
+var modes = []store.Mode{store.ModeMutex, store.ModeReentrant, store.ModeRead, store.ModeFair, store.ModeSemaphore, store.ModeElection}
 
-// State implements [dlock.Inspector]. When several patterns of name have
+// State implements [store.Inspector]. When several patterns of name have
 // state, it describes the first in mode order.
-func (s *Store) State(ctx context.Context, name string) (dlock.State, error) {
+func (s *Store) State(ctx context.Context, name string) (store.State, error) {
 	if err := ctx.Err(); err != nil {
-		return dlock.State{}, err
+		return store.State{}, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -26,11 +26,11 @@ func (s *Store) State(ctx context.Context, name string) (dlock.State, error) {
 			return s.stateLocked(name, lk, now), nil
 		}
 	}
-	return dlock.State{Name: name, Fence: s.fences[name]}, nil
+	return store.State{Name: name, Fence: s.fences[name]}, nil
 }
 
-func (s *Store) stateLocked(name string, lk *lock, now time.Time) dlock.State {
-	st := dlock.State{
+func (s *Store) stateLocked(name string, lk *lock, now time.Time) store.State {
+	st := store.State{
 		Name:    name,
 		Mode:    lk.mode,
 		Holders: len(lk.holders),
@@ -40,17 +40,17 @@ func (s *Store) stateLocked(name string, lk *lock, now time.Time) dlock.State {
 		Limit:   lk.limit,
 	}
 	switch {
-	case lk.mode == dlock.ModeReentrant && len(lk.holders) > 0:
+	case lk.mode == store.ModeReentrant && len(lk.holders) > 0:
 		st.Holders = 1 // one owner, however many acquisitions
-	case lk.mode == dlock.ModeRead && lk.writer() != nil:
-		st.Mode = dlock.ModeWrite
+	case lk.mode == store.ModeRead && lk.writer() != nil:
+		st.Mode = store.ModeWrite
 	}
 	return st
 }
 
-// List implements [dlock.Inspector]: every lock with a holder or a waiter,
+// List implements [store.Inspector]: every lock with a holder or a waiter,
 // by name and mode.
-func (s *Store) List(ctx context.Context) ([]dlock.State, error) {
+func (s *Store) List(ctx context.Context) ([]store.State, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -64,7 +64,7 @@ func (s *Store) List(ctx context.Context) ([]dlock.State, error) {
 	slices.SortFunc(keys, func(a, b key) int {
 		return cmp.Or(cmp.Compare(a.name, b.name), cmp.Compare(a.mode, b.mode))
 	})
-	var out []dlock.State
+	var out []store.State
 	for _, k := range keys {
 		if lk := s.live(k, now); lk != nil {
 			out = append(out, s.stateLocked(k.name, lk, now))
@@ -73,9 +73,9 @@ func (s *Store) List(ctx context.Context) ([]dlock.State, error) {
 	return out, nil
 }
 
-// Ping implements [dlock.Pinger]; the memory store is always reachable.
+// Ping implements [store.Pinger]; the memory store is always reachable.
 func (s *Store) Ping(ctx context.Context) error { return ctx.Err() }
 
-// SupportsLockDelay implements [dlock.LockDelayer]: holds end at their TTL
+// SupportsLockDelay implements [store.LockDelayer]: holds end at their TTL
 // by the process's clock.
 func (s *Store) SupportsLockDelay() bool { return true }

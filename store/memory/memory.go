@@ -1,4 +1,4 @@
-// Package memory is an in-process [dlock.Store]: the same semantics as the
+// Package memory is an in-process [store.Store]: the same semantics as the
 // Valkey store without a network. It backs `dlock serve` when no Redis is
 // given and serves as a fake in users' unit tests. Locks are local to the
 // process; fences stay monotonic across restarts of the process through the
@@ -9,23 +9,23 @@ import (
 	"sync"
 	"time"
 
-	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 )
 
 var (
-	_ dlock.Store        = (*Store)(nil)
-	_ dlock.Inspector    = (*Store)(nil)
-	_ dlock.Pinger       = (*Store)(nil)
-	_ dlock.GrantWatcher = (*Store)(nil)
-	_ dlock.Elector      = (*Store)(nil)
+	_ store.Store        = (*Store)(nil)
+	_ store.Inspector    = (*Store)(nil)
+	_ store.Pinger       = (*Store)(nil)
+	_ store.GrantWatcher = (*Store)(nil)
+	_ store.Elector      = (*Store)(nil)
 )
 
 // Store is an in-memory lock store. The zero value is not usable; call New.
-// It supports every [dlock.Mode]. Expired holds and queue entries are
+// It supports every [store.Mode]. Expired holds and queue entries are
 // dropped lazily, on the next operation on their lock; a fair lock whose
 // holder expired is handed to its head waiter then.
 //
-// A name is one lock (see [dlock.Coexist]): each pattern keeps its own
+// A name is one lock (see [store.Coexist]): each pattern keeps its own
 // state (holders, queue), and a request is refused while another pattern
 // holds the name. The patterns share the name's fence counter. When a name
 // frees, the waiters of every pattern are woken and a fair lock's queue is
@@ -37,13 +37,13 @@ type Store struct {
 	fences    map[string]int64
 	issued    int // fences issued since the last prune
 	watchers  map[key]map[chan struct{}]struct{}
-	grants    map[grantKey]chan dlock.Grant
+	grants    map[grantKey]chan store.Grant
 }
 
 // key names the state of one pattern of one lock name. ModeWrite shares
 // the state of ModeRead.
 type key struct {
-	mode dlock.Mode
+	mode store.Mode
 	name string
 }
 
@@ -51,9 +51,9 @@ type grantKey struct {
 	name, token string
 }
 
-func keyOf(name string, m dlock.Mode) key {
-	if m == dlock.ModeWrite {
-		m = dlock.ModeRead
+func keyOf(name string, m store.Mode) key {
+	if m == store.ModeWrite {
+		m = store.ModeRead
 	}
 	return key{mode: m, name: name}
 }
@@ -75,7 +75,7 @@ type waiter struct {
 }
 
 type lock struct {
-	mode    dlock.Mode // the key's mode
+	mode    store.Mode // the key's mode
 	holders []*holder  // reentrant: one per acquisition of the owner
 	owner   string     // reentrant
 	queue   []*waiter  // by ticket
@@ -90,7 +90,7 @@ func New(opts ...Option) *Store {
 		locks:     make(map[key]*lock),
 		fences:    make(map[string]int64),
 		watchers:  make(map[key]map[chan struct{}]struct{}),
-		grants:    make(map[grantKey]chan dlock.Grant),
+		grants:    make(map[grantKey]chan store.Grant),
 	}
 	for _, o := range opts {
 		o(s)

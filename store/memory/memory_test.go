@@ -9,7 +9,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 	"github.com/dlock-dev/dlock/store/memory"
 	"github.com/dlock-dev/dlock/storetest"
 )
@@ -18,7 +18,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestConformance(t *testing.T) {
 	storetest.Run(t, storetest.Harness{
-		New: func(t *testing.T) dlock.Store { return memory.New() },
+		New: func(t *testing.T) store.Store { return memory.New() },
 		// Restart does not apply: a memory store loses everything with its
 		// process. TestFenceAboveEarlierStore checks the clock floor that
 		// keeps a new store's fences above an old one's.
@@ -30,7 +30,7 @@ func TestConformance(t *testing.T) {
 func TestModel(t *testing.T) {
 	t.Parallel()
 	storetest.RunModel(t, storetest.Harness{
-		New: func(t *testing.T) dlock.Store { return memory.New() },
+		New: func(t *testing.T) store.Store { return memory.New() },
 	}, storetest.ModelConfig{VirtualTime: true})
 }
 
@@ -43,7 +43,7 @@ func TestFenceAboveEarlierStore(t *testing.T) {
 		old := memory.New()
 		var last int64
 		for range 500 { // all within one millisecond: the counter runs ahead of the floor
-			req := dlock.Request{Name: "x", Token: "t", TTL: time.Second}
+			req := store.Request{Name: "x", Token: "t", TTL: time.Second}
 			g, err := old.Acquire(ctx, req)
 			if err != nil || !g.Acquired || g.Fence <= last {
 				t.Fatalf("Acquire = %+v, %v; want a grant with fence > %d", g, err, last)
@@ -54,7 +54,7 @@ func TestFenceAboveEarlierStore(t *testing.T) {
 			}
 		}
 		time.Sleep(time.Millisecond) // the restart takes at least a millisecond
-		g, err := memory.New().Acquire(ctx, dlock.Request{Name: "x", Token: "u", TTL: time.Second})
+		g, err := memory.New().Acquire(ctx, store.Request{Name: "x", Token: "u", TTL: time.Second})
 		if err != nil || !g.Acquired {
 			t.Fatalf("Acquire on the new store = %+v, %v; want a grant", g, err)
 		}
@@ -73,11 +73,11 @@ func TestIdleFencesArePruned(t *testing.T) {
 		grant := func(name string) int64 {
 			t.Helper()
 			tok := fmt.Sprintf("%s-%d", name, time.Now().UnixNano())
-			g, err := s.Acquire(ctx, dlock.Request{Name: name, Token: tok, TTL: time.Second})
+			g, err := s.Acquire(ctx, store.Request{Name: name, Token: tok, TTL: time.Second})
 			if err != nil || !g.Acquired {
 				t.Fatalf("Acquire(%q) = %+v, %v", name, g, err)
 			}
-			if err := s.Release(ctx, dlock.Request{Name: name, Token: tok}); err != nil {
+			if err := s.Release(ctx, store.Request{Name: name, Token: tok}); err != nil {
 				t.Fatal(err)
 			}
 			return g.Fence
@@ -105,11 +105,11 @@ func TestFenceRetention(t *testing.T) {
 		grant := func(name string) int64 {
 			t.Helper()
 			tok := fmt.Sprintf("%s-%d", name, time.Now().UnixNano())
-			g, err := s.Acquire(ctx, dlock.Request{Name: name, Token: tok, TTL: time.Second})
+			g, err := s.Acquire(ctx, store.Request{Name: name, Token: tok, TTL: time.Second})
 			if err != nil || !g.Acquired {
 				t.Fatalf("Acquire(%q) = %+v, %v", name, g, err)
 			}
-			if err := s.Release(ctx, dlock.Request{Name: name, Token: tok}); err != nil {
+			if err := s.Release(ctx, store.Request{Name: name, Token: tok}); err != nil {
 				t.Fatal(err)
 			}
 			return g.Fence

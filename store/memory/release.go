@@ -5,12 +5,12 @@ import (
 	"slices"
 	"time"
 
-	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 )
 
-// Extend implements [dlock.Store]. A reentrant hold's expiry is pushed out,
+// Extend implements [store.Store]. A reentrant hold's expiry is pushed out,
 // never in. Queue entries are refreshed by Acquire, not Extend.
-func (s *Store) Extend(ctx context.Context, reqs []dlock.Request) []error {
+func (s *Store) Extend(ctx context.Context, reqs []store.Request) []error {
 	errs := make([]error, len(reqs))
 	if err := ctx.Err(); err != nil {
 		for i := range errs {
@@ -29,8 +29,8 @@ func (s *Store) Extend(ctx context.Context, reqs []dlock.Request) []error {
 		}
 		switch {
 		case h == nil:
-			errs[i] = dlock.ErrNotHeld
-		case req.Mode == dlock.ModeReentrant:
+			errs[i] = store.ErrNotHeld
+		case req.Mode == store.ModeReentrant:
 			lk.extendAll(now.Add(req.TTL))
 		default:
 			h.expires = now.Add(req.TTL)
@@ -39,10 +39,10 @@ func (s *Store) Extend(ctx context.Context, reqs []dlock.Request) []error {
 	return errs
 }
 
-// Release implements [dlock.Store]. Releasing a fair lock hands it to the
+// Release implements [store.Store]. Releasing a fair lock hands it to the
 // live head waiter, which alone is woken. Releasing a queued token drops
 // its place.
-func (s *Store) Release(ctx context.Context, req dlock.Request) error {
+func (s *Store) Release(ctx context.Context, req store.Request) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -52,15 +52,15 @@ func (s *Store) Release(ctx context.Context, req dlock.Request) error {
 	k := keyOf(req.Name, req.Mode)
 	lk := s.live(k, now)
 	if lk == nil {
-		return dlock.ErrNotHeld
+		return store.ErrNotHeld
 	}
 	if i := slices.IndexFunc(lk.holders, func(h *holder) bool { return h.token == req.Token }); i >= 0 {
 		// Wake waiters when someone may now get in: the lock is free, a
 		// writer left readers behind after a downgrade, or a permit freed.
-		wake := lk.holders[i].write || k.mode == dlock.ModeSemaphore
+		wake := lk.holders[i].write || k.mode == store.ModeSemaphore
 		lk.holders = slices.Delete(lk.holders, i, i+1)
 		free := len(lk.holders) == 0
-		if s.settle(k, lk, now) != nil && k.mode == dlock.ModeFair && len(lk.holders) > 0 {
+		if s.settle(k, lk, now) != nil && k.mode == store.ModeFair && len(lk.holders) > 0 {
 			return nil // handed over: settle woke the new holder alone
 		}
 		switch {
@@ -72,11 +72,11 @@ func (s *Store) Release(ctx context.Context, req dlock.Request) error {
 		return nil
 	}
 	if lk.dequeue(req.Token) {
-		if k.mode == dlock.ModeRead {
+		if k.mode == store.ModeRead {
 			s.wakeLocked(k) // a withdrawn writer intent may let readers in
 		}
 		s.settle(k, lk, now)
 		return nil
 	}
-	return dlock.ErrNotHeld
+	return store.ErrNotHeld
 }

@@ -4,7 +4,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 )
 
 // live returns the lock at k with expired holders and queue entries removed,
@@ -23,12 +23,12 @@ func (s *Store) live(k key, now time.Time) *lock {
 // settle hands a free fair lock to its head waiter and drops a lock with
 // nothing left. Caller holds s.mu.
 func (s *Store) settle(k key, lk *lock, now time.Time) *lock {
-	if k.mode == dlock.ModeFair && len(lk.holders) == 0 && len(lk.queue) > 0 && !s.heldByOther(k, now) {
+	if k.mode == store.ModeFair && len(lk.holders) == 0 && len(lk.queue) > 0 && !s.heldByOther(k, now) {
 		w := lk.queue[0]
 		lk.queue = lk.queue[1:]
 		f := s.issue(k.name, now)
 		lk.holders = append(lk.holders, &holder{token: w.token, expires: now.Add(w.ttl), fence: f})
-		g := dlock.Grant{Acquired: true, Fence: f, Count: 1}
+		g := store.Grant{Acquired: true, Fence: f, Count: 1}
 		if ch := s.grants[grantKey{k.name, w.token}]; ch != nil {
 			select {
 			case ch <- g:
@@ -47,16 +47,16 @@ func (s *Store) settle(k key, lk *lock, now time.Time) *lock {
 
 // heldMode is the mode of the lock's holders: ModeWrite for a read-write
 // lock while its writer holds it.
-func (lk *lock) heldMode() dlock.Mode {
-	if lk.mode == dlock.ModeRead && lk.writer() != nil {
-		return dlock.ModeWrite
+func (lk *lock) heldMode() store.Mode {
+	if lk.mode == store.ModeRead && lk.writer() != nil {
+		return store.ModeWrite
 	}
 	return lk.mode
 }
 
 // otherHold reports the hold of a pattern other than k's on k.name, if
 // any: its mode and remaining time. Caller holds s.mu.
-func (s *Store) otherHold(k key, now time.Time) (dlock.Mode, time.Duration, bool) {
+func (s *Store) otherHold(k key, now time.Time) (store.Mode, time.Duration, bool) {
 	for _, m := range modes {
 		if m == k.mode {
 			continue
@@ -72,7 +72,7 @@ func (s *Store) otherHold(k key, now time.Time) (dlock.Mode, time.Duration, bool
 // free, after serving a fair lock's queue (whose head is then the holder).
 // Caller holds s.mu.
 func (s *Store) freed(name string, now time.Time) {
-	s.live(key{dlock.ModeFair, name}, now)
+	s.live(key{store.ModeFair, name}, now)
 	for _, m := range modes {
 		s.wakeLocked(key{m, name})
 	}
@@ -107,7 +107,7 @@ func (lk *lock) queued(token string) int {
 
 // enqueue adds token to the queue or refreshes its entry, and returns its
 // position.
-func (lk *lock) enqueue(req dlock.Request, now time.Time) int {
+func (lk *lock) enqueue(req store.Request, now time.Time) int {
 	if i := lk.queued(req.Token); i >= 0 {
 		lk.queue[i].expires = now.Add(req.QueueTTL)
 		lk.queue[i].ttl = req.TTL

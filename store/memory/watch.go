@@ -5,12 +5,12 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 )
 
-// Watch implements [dlock.Store]. Releases wake watchers; expiry does not
+// Watch implements [store.Store]. Releases wake watchers; expiry does not
 // (holds expire lazily), so waiters rely on their timer at RetryAfter.
-func (s *Store) Watch(ctx context.Context, name string, mode dlock.Mode) (<-chan struct{}, func(), error) {
+func (s *Store) Watch(ctx context.Context, name string, mode store.Mode) (<-chan struct{}, func(), error) {
 	k := keyOf(name, mode)
 	ch := make(chan struct{}, 1)
 	s.mu.Lock()
@@ -36,14 +36,14 @@ func (s *Store) Watch(ctx context.Context, name string, mode dlock.Mode) (<-chan
 	return ch, stop, nil
 }
 
-// WatchGrant implements [dlock.GrantWatcher] for the fair lock: the channel
+// WatchGrant implements [store.GrantWatcher] for the fair lock: the channel
 // receives the Grant when a release or expiry hands the lock to req.Token.
-func (s *Store) WatchGrant(ctx context.Context, req dlock.Request) (<-chan dlock.Grant, func(), error) {
-	if req.Mode != dlock.ModeFair {
-		return nil, nil, fmt.Errorf("%w: memory store grant watch for mode %v", dlock.ErrNotSupported, req.Mode)
+func (s *Store) WatchGrant(ctx context.Context, req store.Request) (<-chan store.Grant, func(), error) {
+	if req.Mode != store.ModeFair {
+		return nil, nil, fmt.Errorf("%w: memory store grant watch for mode %v", store.ErrNotSupported, req.Mode)
 	}
 	gk := grantKey{req.Name, req.Token}
-	ch := make(chan dlock.Grant, 1)
+	ch := make(chan store.Grant, 1)
 	s.mu.Lock()
 	s.grants[gk] = ch
 	s.mu.Unlock()

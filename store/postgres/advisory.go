@@ -8,15 +8,15 @@ import (
 	"sync"
 	"time"
 
-	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 var (
-	_ dlock.Store     = (*Advisory)(nil)
-	_ dlock.Inspector = (*Advisory)(nil)
-	_ dlock.Pinger    = (*Advisory)(nil)
+	_ store.Store     = (*Advisory)(nil)
+	_ store.Inspector = (*Advisory)(nil)
+	_ store.Pinger    = (*Advisory)(nil)
 )
 
 // advisoryKind is the kind of the fence rows of advisory locks in
@@ -53,7 +53,7 @@ const advisoryKind = 5
 // Advisory locks have no expiry: PostgreSQL holds them until they are
 // unlocked or the session ends. The lease TTL is kept by the store on the
 // client's clock: a hold not extended within its TTL is unlocked by the next
-// operation on its name, and Extend reports [dlock.ErrNotHeld] for it. When
+// operation on its name, and Extend reports [store.ErrNotHeld] for it. When
 // the pinned session ends (the connection breaks, the server restarts or the
 // backend is terminated), PostgreSQL drops every lock it held; the store
 // notices on its next operation (Extend pings the session first), reports
@@ -63,7 +63,7 @@ const advisoryKind = 5
 // # Patterns
 //
 // Mutex and reentrant are supported. Read, write, fair and semaphore locks
-// return an error wrapping [dlock.ErrNotSupported]: advisory locks have no
+// return an error wrapping [store.ErrNotSupported]: advisory locks have no
 // queue that a try-lock could join, so neither writer intents (readers
 // would starve writers) nor FIFO order can be kept across sessions, and
 // there is no counted lock; use the lease-table [Store] for those. Fences
@@ -89,7 +89,7 @@ type Advisory struct {
 // advLock is the state of one name this store holds on its session: one
 // pg-level lock, shared by the local holders.
 type advLock struct {
-	mode    dlock.Mode // mutex or reentrant
+	mode    store.Mode // mutex or reentrant
 	fence   int64
 	owner   string               // reentrant
 	holders map[string]time.Time // token → local expiry
@@ -115,14 +115,14 @@ func (lk *advLock) pushOut(exp time.Time) {
 func NewAdvisory(ctx context.Context, url string, opts ...Option) (*Advisory, error) {
 	cc, err := pgx.ParseConfig(url)
 	if err != nil {
-		return nil, &dlock.InvalidError{Field: "postgres url", Reason: err.Error()}
+		return nil, &store.InvalidError{Field: "postgres url", Reason: err.Error()}
 	}
 	a := &Advisory{connCfg: cc, cfg: newConfig(opts), locks: make(map[string]*advLock)}
 	a.hub = newHub(cc, a.cfg.logger, nil)
 	if a.cfg.migrate {
 		pc, err := pgxpool.ParseConfig(url)
 		if err != nil {
-			return nil, &dlock.InvalidError{Field: "postgres url", Reason: err.Error()}
+			return nil, &store.InvalidError{Field: "postgres url", Reason: err.Error()}
 		}
 		pc.MaxConns = 1
 		pool, err := pgxpool.NewWithConfig(ctx, pc)
@@ -199,12 +199,12 @@ func (a *Advisory) failLocked(op string, err error) error {
 	return storeErr(op, err)
 }
 
-func advMode(m dlock.Mode) error {
+func advMode(m store.Mode) error {
 	switch m {
-	case dlock.ModeMutex, dlock.ModeReentrant:
+	case store.ModeMutex, store.ModeReentrant:
 		return nil
 	}
-	return fmt.Errorf("%w: postgres advisory locks have no %v mode", dlock.ErrNotSupported, m)
+	return fmt.Errorf("%w: postgres advisory locks have no %v mode", store.ErrNotSupported, m)
 }
 
 // pruneLocked drops the expired local holders of name and unlocks the name
@@ -253,13 +253,13 @@ INSERT INTO dlock_locks AS l (kind, name, fence) SELECT 5, $1, dlock_next_fence(
 ON CONFLICT (kind, name) DO UPDATE SET fence = dlock_next_fence(l.fence, clock_timestamp()), updated_at = clock_timestamp()
 RETURNING l.fence, pg_backend_pid()`
 
-// Acquire implements [dlock.Store]. See [Advisory] for the modes.
-func (a *Advisory) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, error) {
+// Acquire implements [store.Store]. See [Advisory] for the modes.
+func (a *Advisory) Acquire(ctx context.Context, req store.Request) (store.Grant, error) {
 	if err := advMode(req.Mode); err != nil {
-		return dlock.Grant{}, err
+		return store.Grant{}, err
 	}
 	if err := validate(req); err != nil {
-		return dlock.Grant{}, err
+		return store.Grant{}, err
 	}
 	owner := req.Owner
 	if owner == "" {
@@ -269,33 +269,33 @@ func (a *Advisory) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant,
 	defer a.mu.Unlock()
 	conn, err := a.sessionLocked(ctx)
 	if err != nil {
-		return dlock.Grant{}, a.failLocked("acquire", err)
+		return store.Grant{}, a.failLocked("acquire", err)
 	}
 	now := time.Now()
 	if err := a.pruneLocked(ctx, req.Name, now); err != nil {
-		return dlock.Grant{}, err
+		return store.Grant{}, err
 	}
 	if lk := a.locks[req.Name]; lk != nil {
 		exp := now.Add(req.TTL)
 		if _, ok := lk.holders[req.Token]; ok {
-			if lk.mode == dlock.ModeReentrant {
+			if lk.mode == store.ModeReentrant {
 				lk.pushOut(exp) // a retry shortens no acquisition, its own neither
 			} else {
 				lk.holders[req.Token] = exp
 			}
-			return dlock.Grant{Acquired: true, Fence: lk.fence, Count: len(lk.holders)}, nil
+			return store.Grant{Acquired: true, Fence: lk.fence, Count: len(lk.holders)}, nil
 		}
 		switch {
-		case lk.mode == dlock.ModeReentrant && req.Mode == dlock.ModeReentrant && lk.owner == owner:
+		case lk.mode == store.ModeReentrant && req.Mode == store.ModeReentrant && lk.owner == owner:
 			lk.holders[req.Token] = exp
 			lk.pushOut(exp)
-			return dlock.Grant{Acquired: true, Fence: lk.fence, Count: len(lk.holders)}, nil
+			return store.Grant{Acquired: true, Fence: lk.fence, Count: len(lk.holders)}, nil
 		}
 		var left time.Duration
 		for _, e := range lk.holders {
 			left = max(left, e.Sub(now))
 		}
-		return dlock.Grant{RetryAfter: left, Held: lk.mode}, nil
+		return store.Grant{RetryAfter: left, Held: lk.mode}, nil
 	}
 	var (
 		fence int64
@@ -303,25 +303,25 @@ func (a *Advisory) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant,
 	)
 	err = conn.QueryRow(ctx, advLockSQL, req.Name).Scan(&fence, &pid)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return dlock.Grant{}, nil // another session holds it
+		return store.Grant{}, nil // another session holds it
 	}
 	if err == nil && pid != a.pid {
 		err = errNotPinned
 	}
 	if err != nil {
-		return dlock.Grant{}, a.failLocked("acquire", err)
+		return store.Grant{}, a.failLocked("acquire", err)
 	}
 	a.locks[req.Name] = &advLock{
 		mode: req.Mode, fence: fence, owner: owner,
 		holders: map[string]time.Time{req.Token: now.Add(req.TTL)},
 	}
-	return dlock.Grant{Acquired: true, Fence: fence, Count: 1}, nil
+	return store.Grant{Acquired: true, Fence: fence, Count: 1}, nil
 }
 
-// Extend implements [dlock.Store]. It first checks that the pinned session
+// Extend implements [store.Store]. It first checks that the pinned session
 // is alive and still the same backend (one round trip for the batch); if it
-// is not, every hold is lost and each request gets [dlock.ErrNotHeld].
-func (a *Advisory) Extend(ctx context.Context, reqs []dlock.Request) []error {
+// is not, every hold is lost and each request gets [store.ErrNotHeld].
+func (a *Advisory) Extend(ctx context.Context, reqs []store.Request) []error {
 	errs := make([]error, len(reqs))
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -344,14 +344,14 @@ func (a *Advisory) Extend(ctx context.Context, reqs []dlock.Request) []error {
 		a.pruneLocked(ctx, req.Name, now)
 		lk := a.locks[req.Name]
 		if lk == nil {
-			errs[i] = dlock.ErrNotHeld
+			errs[i] = store.ErrNotHeld
 			continue
 		}
 		if _, ok := lk.holders[req.Token]; !ok {
-			errs[i] = dlock.ErrNotHeld
+			errs[i] = store.ErrNotHeld
 			continue
 		}
-		if lk.mode == dlock.ModeReentrant {
+		if lk.mode == store.ModeReentrant {
 			lk.pushOut(now.Add(req.TTL))
 		} else {
 			lk.holders[req.Token] = now.Add(req.TTL)
@@ -360,9 +360,9 @@ func (a *Advisory) Extend(ctx context.Context, reqs []dlock.Request) []error {
 	return errs
 }
 
-// Release implements [dlock.Store]: the last local holder of a name unlocks
+// Release implements [store.Store]: the last local holder of a name unlocks
 // it and notifies watchers.
-func (a *Advisory) Release(ctx context.Context, req dlock.Request) error {
+func (a *Advisory) Release(ctx context.Context, req store.Request) error {
 	if err := advMode(req.Mode); err != nil {
 		return err
 	}
@@ -373,10 +373,10 @@ func (a *Advisory) Release(ctx context.Context, req dlock.Request) error {
 	}
 	lk := a.locks[req.Name]
 	if lk == nil {
-		return dlock.ErrNotHeld
+		return store.ErrNotHeld
 	}
 	if _, ok := lk.holders[req.Token]; !ok {
-		return dlock.ErrNotHeld
+		return store.ErrNotHeld
 	}
 	delete(lk.holders, req.Token)
 	if len(lk.holders) > 0 {
@@ -385,16 +385,16 @@ func (a *Advisory) Release(ctx context.Context, req dlock.Request) error {
 	return a.unlockLocked(ctx, req.Name, lk)
 }
 
-// Watch implements [dlock.Store]: releases through dlock stores wake the
+// Watch implements [store.Store]: releases through dlock stores wake the
 // watchers (LISTEN/NOTIFY); see [Store.Watch].
-func (a *Advisory) Watch(ctx context.Context, name string, mode dlock.Mode) (<-chan struct{}, func(), error) {
+func (a *Advisory) Watch(ctx context.Context, name string, mode store.Mode) (<-chan struct{}, func(), error) {
 	if err := advMode(mode); err != nil {
 		return nil, nil, err
 	}
 	return a.hub.watch(ctx, name) // a release of any kind may free the name
 }
 
-// Ping implements [dlock.Pinger]: it opens the pinned session if needed and
+// Ping implements [store.Pinger]: it opens the pinned session if needed and
 // checks it answers.
 func (a *Advisory) Ping(ctx context.Context) error {
 	a.mu.Lock()
@@ -409,22 +409,22 @@ func (a *Advisory) Ping(ctx context.Context) error {
 	return nil
 }
 
-// State implements [dlock.Inspector] for the locks this store holds.
+// State implements [store.Inspector] for the locks this store holds.
 // (Advisory locks of other sessions appear in pg_locks, by key only.)
-func (a *Advisory) State(ctx context.Context, name string) (dlock.State, error) {
+func (a *Advisory) State(ctx context.Context, name string) (store.State, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.stateLocked(name, time.Now()), nil
 }
 
-func (a *Advisory) stateLocked(name string, now time.Time) dlock.State {
-	st := dlock.State{Name: name}
+func (a *Advisory) stateLocked(name string, now time.Time) store.State {
+	st := store.State{Name: name}
 	lk := a.locks[name]
 	if lk == nil {
 		return st
 	}
 	st.Mode, st.Fence, st.Holders = lk.mode, lk.fence, len(lk.holders)
-	if lk.mode == dlock.ModeReentrant {
+	if lk.mode == store.ModeReentrant {
 		st.Holders = 1
 	}
 	for _, e := range lk.holders {
@@ -433,8 +433,8 @@ func (a *Advisory) stateLocked(name string, now time.Time) dlock.State {
 	return st
 }
 
-// List implements [dlock.Inspector]: the locks this store holds, by name.
-func (a *Advisory) List(ctx context.Context) ([]dlock.State, error) {
+// List implements [store.Inspector]: the locks this store holds, by name.
+func (a *Advisory) List(ctx context.Context) ([]store.State, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	now := time.Now()
@@ -443,7 +443,7 @@ func (a *Advisory) List(ctx context.Context) ([]dlock.State, error) {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	out := make([]dlock.State, 0, len(names))
+	out := make([]store.State, 0, len(names))
 	for _, n := range names {
 		out = append(out, a.stateLocked(n, now))
 	}

@@ -7,10 +7,10 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 )
 
-var _ dlock.Broadcaster = (*Store)(nil)
+var _ store.Broadcaster = (*Store)(nil)
 
 // busChannel is the NOTIFY channel of [Store.Publish]. A payload is
 // "<topic>\n<base64 of the message>" (a topic, like a lock name, has no
@@ -21,16 +21,16 @@ const busChannel = "dlock_bus"
 // under NOTIFY's 8000 bytes with the longest topic.
 const maxMessage = 5600
 
-// Publish implements [dlock.Broadcaster] with NOTIFY on channel
+// Publish implements [store.Broadcaster] with NOTIFY on channel
 // "dlock_bus": every Store listening on the database hears it, this one
 // included. A message is at most 5600 bytes; NOTIFY delivers it when the
 // publishing transaction (here, the statement) commits.
 func (s *Store) Publish(ctx context.Context, topic string, msg []byte) error {
-	if err := dlock.ValidName(topic); err != nil {
+	if err := store.ValidName(topic); err != nil {
 		return err
 	}
 	if len(msg) > maxMessage {
-		return &dlock.InvalidError{Field: "msg", Reason: "must be at most 5600 bytes"}
+		return &store.InvalidError{Field: "msg", Reason: "must be at most 5600 bytes"}
 	}
 	payload := topic + "\n" + base64.StdEncoding.EncodeToString(msg)
 	if _, err := s.pool.Exec(ctx, "SELECT pg_notify($1, $2)", busChannel, payload); err != nil {
@@ -39,16 +39,16 @@ func (s *Store) Publish(ctx context.Context, topic string, msg []byte) error {
 	return nil
 }
 
-// Subscribe implements [dlock.Broadcaster] on the Store's listening
+// Subscribe implements [store.Broadcaster] on the Store's listening
 // session (the one that hears releases for Watch); it returns once the
 // session listens or ctx ends (the session keeps connecting). Messages
 // sent while the session reconnects are lost.
 func (s *Store) Subscribe(ctx context.Context, topic string, fn func([]byte)) (func(), error) {
-	if err := dlock.ValidName(topic); err != nil {
+	if err := store.ValidName(topic); err != nil {
 		return nil, err
 	}
 	if fn == nil {
-		return nil, &dlock.InvalidError{Field: "fn", Reason: "must not be nil"}
+		return nil, &store.InvalidError{Field: "fn", Reason: "must not be nil"}
 	}
 	h := s.hub
 	h.mu.Lock()

@@ -1,4 +1,4 @@
-// Package postgres is a [dlock.Store] on PostgreSQL, for users who want
+// Package postgres is a [store.Store] on PostgreSQL, for users who want
 // their locks where their data already is (seed 001, "Design Paths" 5, and
 // seed 003, "When NOT to use": a single database needs no Redis).
 //
@@ -13,7 +13,7 @@
 // pattern is supported: mutex, reentrant, read-write (writer intents block new
 // readers), fair (FIFO tickets from a sequence; a release hands the lock to
 // the head of the queue in the same transaction), semaphore and leader
-// election ([dlock.ModeElection], [Store.Leader]: an exclusive hold whose row
+// election ([store.ModeElection], [Store.Leader]: an exclusive hold whose row
 // keeps the leader's value; the term is its fence; a new leader is notified
 // like a release). The advisory store has no elections.
 //
@@ -58,7 +58,7 @@
 // floor keeps later fences above earlier ones only if the new primary's
 // clock is not behind. Use synchronous replication when that matters.
 //
-// A name is one lock (see [dlock.Coexist]): every acquire and release locks
+// A name is one lock (see [store.Coexist]): every acquire and release locks
 // the name's own row before its pattern's, so a hold of one pattern refuses
 // every other pattern's request on the name, and all patterns share the
 // name's fence counter.

@@ -10,15 +10,15 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 var (
-	_ dlock.Store     = (*Store)(nil)
-	_ dlock.Inspector = (*Store)(nil)
-	_ dlock.Pinger    = (*Store)(nil)
+	_ store.Store     = (*Store)(nil)
+	_ store.Inspector = (*Store)(nil)
+	_ store.Pinger    = (*Store)(nil)
 )
 
 // Schema is the SQL that creates the tables, the sequence and the functions
@@ -92,11 +92,11 @@ type Store struct {
 func New(ctx context.Context, url string, opts ...Option) (*Store, error) {
 	pc, err := pgxpool.ParseConfig(url)
 	if err != nil {
-		return nil, &dlock.InvalidError{Field: "postgres url", Reason: err.Error()}
+		return nil, &store.InvalidError{Field: "postgres url", Reason: err.Error()}
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
-		return nil, &dlock.StoreError{Op: "connect", Node: -1, Err: err}
+		return nil, &store.StoreError{Op: "connect", Node: -1, Err: err}
 	}
 	s, err := newStore(ctx, pool, true, opts)
 	if err != nil {
@@ -112,7 +112,7 @@ func New(ctx context.Context, url string, opts ...Option) (*Store, error) {
 // LISTEN needs a session that no one else uses).
 func NewWithPool(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 	if pool == nil {
-		return nil, &dlock.InvalidError{Field: "pool", Reason: "must not be nil"}
+		return nil, &store.InvalidError{Field: "pool", Reason: "must not be nil"}
 	}
 	return newStore(ctx, pool, false, opts)
 }
@@ -154,7 +154,7 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 		return err
 	})
 	if err != nil {
-		return &dlock.StoreError{Op: "migrate", Node: -1, Err: err}
+		return &store.StoreError{Op: "migrate", Node: -1, Err: err}
 	}
 	return nil
 }
@@ -175,65 +175,65 @@ func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 
 // kind is the namespace of a mode: each kind keeps its own names, as the
 // Valkey store keeps its own keys per pattern.
-func kind(m dlock.Mode) (int16, error) {
+func kind(m store.Mode) (int16, error) {
 	switch m {
-	case dlock.ModeMutex:
+	case store.ModeMutex:
 		return 0, nil
-	case dlock.ModeReentrant:
+	case store.ModeReentrant:
 		return 1, nil
-	case dlock.ModeRead, dlock.ModeWrite:
+	case store.ModeRead, store.ModeWrite:
 		return 2, nil
-	case dlock.ModeFair:
+	case store.ModeFair:
 		return 3, nil
-	case dlock.ModeSemaphore:
+	case store.ModeSemaphore:
 		return 4, nil
-	case dlock.ModeElection:
+	case store.ModeElection:
 		return 6, nil // 5 is the advisory store's
 	}
-	return 0, fmt.Errorf("%w: postgres store mode %v", dlock.ErrNotSupported, m)
+	return 0, fmt.Errorf("%w: postgres store mode %v", store.ErrNotSupported, m)
 }
 
-var kindMode = map[int16]dlock.Mode{0: dlock.ModeMutex, 1: dlock.ModeReentrant, 2: dlock.ModeRead, 3: dlock.ModeFair, 4: dlock.ModeSemaphore, 6: dlock.ModeElection}
+var kindMode = map[int16]store.Mode{0: store.ModeMutex, 1: store.ModeReentrant, 2: store.ModeRead, 3: store.ModeFair, 4: store.ModeSemaphore, 6: store.ModeElection}
 
-func validate(req dlock.Request) error {
-	if err := dlock.ValidName(req.Name); err != nil {
+func validate(req store.Request) error {
+	if err := store.ValidName(req.Name); err != nil {
 		return err
 	}
 	if req.Token == "" {
-		return &dlock.InvalidError{Field: "token", Reason: "must not be empty"}
+		return &store.InvalidError{Field: "token", Reason: "must not be empty"}
 	}
 	if req.TTL < time.Millisecond {
-		return &dlock.InvalidError{Field: "ttl", Reason: "must be at least 1ms"}
+		return &store.InvalidError{Field: "ttl", Reason: "must be at least 1ms"}
 	}
-	if req.Mode == dlock.ModeSemaphore && req.Limit < 1 {
-		return &dlock.InvalidError{Field: "limit", Reason: "must be at least 1"}
+	if req.Mode == store.ModeSemaphore && req.Limit < 1 {
+		return &store.InvalidError{Field: "limit", Reason: "must be at least 1"}
 	}
 	return nil
 }
 
 func storeErr(op string, err error) error {
-	return &dlock.StoreError{Op: op, Node: -1, Err: err}
+	return &store.StoreError{Op: op, Node: -1, Err: err}
 }
 
 // ms rounds d up to whole milliseconds.
 func ms(d time.Duration) int64 { return int64((d + time.Millisecond - 1) / time.Millisecond) }
 
-// Acquire implements [dlock.Store]: one call of the dlock_acquire function,
+// Acquire implements [store.Store]: one call of the dlock_acquire function,
 // which locks the lock's row, drops expired holders by the database's clock,
 // decides and writes in one transaction.
-func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, error) {
+func (s *Store) Acquire(ctx context.Context, req store.Request) (store.Grant, error) {
 	k, err := kind(req.Mode)
 	if err != nil {
-		return dlock.Grant{}, err
+		return store.Grant{}, err
 	}
 	if err := validate(req); err != nil {
-		return dlock.Grant{}, err
+		return store.Grant{}, err
 	}
 	qttl := req.QueueTTL
 	if req.Queue && qttl <= 0 {
 		qttl = req.TTL
 	}
-	if req.Mode == dlock.ModeElection {
+	if req.Mode == store.ModeElection {
 		req.Owner = req.Value // the leader's value is kept in owner
 	}
 	var (
@@ -245,18 +245,18 @@ func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, er
 		k, req.Name, req.Token, int16(req.Mode), req.Owner, int32(req.Limit), ms(req.TTL), req.Queue, ms(qttl),
 	).Scan(&status, &fence, &retry, &count, &pos)
 	if err != nil {
-		return dlock.Grant{}, storeErr("acquire", err)
+		return store.Grant{}, storeErr("acquire", err)
 	}
 	switch status {
 	case "acquired":
-		return dlock.Grant{Acquired: true, Fence: fence, Count: int(count), Position: 0}, nil
+		return store.Grant{Acquired: true, Fence: fence, Count: int(count), Position: 0}, nil
 	case "upgrade":
-		return dlock.Grant{}, dlock.ErrUpgrade
+		return store.Grant{}, store.ErrUpgrade
 	case "limit":
-		return dlock.Grant{}, &dlock.LimitError{Name: req.Name, Held: int(count), Asked: req.Limit}
+		return store.Grant{}, &store.LimitError{Name: req.Name, Held: int(count), Asked: req.Limit}
 	}
-	held, _ := strconv.Atoi(strings.TrimPrefix(status, "locked:")) // "locked:<dlock.Mode>"
-	return dlock.Grant{RetryAfter: time.Duration(retry) * time.Millisecond, Position: int(pos), Held: dlock.Mode(held)}, nil
+	held, _ := strconv.Atoi(strings.TrimPrefix(status, "locked:")) // "locked:<store.Mode>"
+	return store.Grant{RetryAfter: time.Duration(retry) * time.Millisecond, Position: int(pos), Held: store.Mode(held)}, nil
 }
 
 const extendSQL = `UPDATE dlock_leases SET expires_at = clock_timestamp() + $4 * interval '1 millisecond', ttl_ms = $4
@@ -268,10 +268,10 @@ const extendReentrantSQL = `UPDATE dlock_leases SET expires_at = greatest(expire
 WHERE kind = $1 AND name = $2 AND held AND expires_at > clock_timestamp() AND EXISTS (
     SELECT 1 FROM dlock_leases m WHERE m.kind = $1 AND m.name = $2 AND m.token = $3 AND m.held AND m.expires_at > clock_timestamp())`
 
-// Extend implements [dlock.Store]: one conditional UPDATE per request, all
+// Extend implements [store.Store]: one conditional UPDATE per request, all
 // sent in one pipelined batch (one round trip). A lease that has expired by
-// the database's clock is not revived: its Extend reports [dlock.ErrNotHeld].
-func (s *Store) Extend(ctx context.Context, reqs []dlock.Request) []error {
+// the database's clock is not revived: its Extend reports [store.ErrNotHeld].
+func (s *Store) Extend(ctx context.Context, reqs []store.Request) []error {
 	errs := make([]error, len(reqs))
 	b := &pgx.Batch{}
 	idx := make([]int, 0, len(reqs))
@@ -285,7 +285,7 @@ func (s *Store) Extend(ctx context.Context, reqs []dlock.Request) []error {
 			continue
 		}
 		q := extendSQL
-		if req.Mode == dlock.ModeReentrant {
+		if req.Mode == store.ModeReentrant {
 			q = extendReentrantSQL
 		}
 		b.Queue(q, k, req.Name, req.Token, ms(req.TTL))
@@ -301,7 +301,7 @@ func (s *Store) Extend(ctx context.Context, reqs []dlock.Request) []error {
 		case err != nil:
 			errs[i] = storeErr("extend", err)
 		case tag.RowsAffected() == 0:
-			errs[i] = dlock.ErrNotHeld
+			errs[i] = store.ErrNotHeld
 		}
 	}
 	if err := br.Close(); err != nil {
@@ -314,10 +314,10 @@ func (s *Store) Extend(ctx context.Context, reqs []dlock.Request) []error {
 	return errs
 }
 
-// Release implements [dlock.Store]: one call of dlock_release, which deletes
+// Release implements [store.Store]: one call of dlock_release, which deletes
 // the token's row, hands a fair lock to its head waiter, and notifies
 // watchers (on commit).
-func (s *Store) Release(ctx context.Context, req dlock.Request) error {
+func (s *Store) Release(ctx context.Context, req store.Request) error {
 	k, err := kind(req.Mode)
 	if err != nil {
 		return err
@@ -327,12 +327,12 @@ func (s *Store) Release(ctx context.Context, req dlock.Request) error {
 		return storeErr("release", err)
 	}
 	if !ok {
-		return dlock.ErrNotHeld
+		return store.ErrNotHeld
 	}
 	return nil
 }
 
-// Ping implements [dlock.Pinger].
+// Ping implements [store.Pinger].
 func (s *Store) Ping(ctx context.Context) error {
 	if err := s.pool.Ping(ctx); err != nil {
 		return storeErr("ping", err)
@@ -348,12 +348,12 @@ const stateSQL = `SELECT l.kind, l.name, l.fence, l.lim,
 FROM dlock_locks l LEFT JOIN dlock_leases s ON s.kind = l.kind AND s.name = l.name
 `
 
-func scanStates(rows pgx.Rows) ([]dlock.State, error) {
-	var out []dlock.State
+func scanStates(rows pgx.Rows) ([]store.State, error) {
+	var out []store.State
 	for rows.Next() {
 		var (
 			k              int16
-			st             dlock.State
+			st             store.State
 			lim            int32
 			holders, queue int64
 			ttl            time.Duration
@@ -364,13 +364,13 @@ func scanStates(rows pgx.Rows) ([]dlock.State, error) {
 		}
 		st.Mode = kindMode[k]
 		if writer {
-			st.Mode = dlock.ModeWrite
+			st.Mode = store.ModeWrite
 		}
 		st.Holders, st.Queue, st.TTL = int(holders), int(queue), ttl
-		if st.Mode == dlock.ModeReentrant && holders > 0 {
+		if st.Mode == store.ModeReentrant && holders > 0 {
 			st.Holders = 1 // one owner, however many acquisitions
 		}
-		if st.Mode == dlock.ModeSemaphore {
+		if st.Mode == store.ModeSemaphore {
 			st.Limit = int(lim)
 		}
 		out = append(out, st)
@@ -378,27 +378,27 @@ func scanStates(rows pgx.Rows) ([]dlock.State, error) {
 	return out, rows.Err()
 }
 
-// State implements [dlock.Inspector]. A name used by several patterns (each
+// State implements [store.Inspector]. A name used by several patterns (each
 // its own namespace) reports the one with holders, else the one used last.
-func (s *Store) State(ctx context.Context, name string) (dlock.State, error) {
+func (s *Store) State(ctx context.Context, name string) (store.State, error) {
 	rows, err := s.pool.Query(ctx, stateSQL+` WHERE l.name = $1 AND l.kind >= 0 GROUP BY l.kind, l.name, l.fence, l.lim, l.updated_at
 ORDER BY 5 DESC, 6 DESC, l.updated_at DESC`, name)
 	if err != nil {
-		return dlock.State{}, storeErr("state", err)
+		return store.State{}, storeErr("state", err)
 	}
 	sts, err := scanStates(rows)
 	if err != nil {
-		return dlock.State{}, storeErr("state", err)
+		return store.State{}, storeErr("state", err)
 	}
 	if len(sts) == 0 {
-		return dlock.State{Name: name}, nil
+		return store.State{Name: name}, nil
 	}
 	return sts[0], nil
 }
 
-// List implements [dlock.Inspector]: every lock with a live holder or queue
+// List implements [store.Inspector]: every lock with a live holder or queue
 // place, by name.
-func (s *Store) List(ctx context.Context) ([]dlock.State, error) {
+func (s *Store) List(ctx context.Context) ([]store.State, error) {
 	rows, err := s.pool.Query(ctx, stateSQL+` WHERE s.expires_at > clock_timestamp() AND l.kind >= 0 GROUP BY l.kind, l.name, l.fence, l.lim ORDER BY l.name, l.kind`)
 	if err != nil {
 		return nil, storeErr("list", err)
@@ -426,13 +426,13 @@ DELETE FROM dlock_locks l WHERE l.updated_at < clock_timestamp() - $1 * interval
 	return nil
 }
 
-// Watch implements [dlock.Store] with LISTEN/NOTIFY: Release notifies, on
+// Watch implements [store.Store] with LISTEN/NOTIFY: Release notifies, on
 // commit, everyone watching the lock. Expiry is not notified (the database
 // has no timer); waiters rely on their timer at RetryAfter. The first Watch
 // opens the store's one listening connection and returns once it listens;
 // when that connection breaks it reconnects, and wakes every watcher each
 // time it is back (notifications may have been missed).
-func (s *Store) Watch(ctx context.Context, name string, mode dlock.Mode) (<-chan struct{}, func(), error) {
+func (s *Store) Watch(ctx context.Context, name string, mode store.Mode) (<-chan struct{}, func(), error) {
 	if _, err := kind(mode); err != nil {
 		return nil, nil, err
 	}
@@ -440,9 +440,9 @@ func (s *Store) Watch(ctx context.Context, name string, mode dlock.Mode) (<-chan
 	return s.hub.watch(ctx, name)
 }
 
-var _ dlock.LockDelayer = (*Store)(nil)
+var _ store.LockDelayer = (*Store)(nil)
 
-// SupportsLockDelay implements [dlock.LockDelayer]: a hold's row expires by
+// SupportsLockDelay implements [store.LockDelayer]: a hold's row expires by
 // the database's clock. ([Advisory] does not support lock-delay: its locks
 // have no expiry on the server.)
 func (s *Store) SupportsLockDelay() bool { return true }

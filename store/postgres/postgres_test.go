@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 	"github.com/dlock-dev/dlock/store/postgres"
 	"github.com/dlock-dev/dlock/store/postgres/pgtest"
 	"github.com/dlock-dev/dlock/storetest"
@@ -66,12 +66,12 @@ func ctxT(t *testing.T) context.Context {
 func TestConformance(t *testing.T) {
 	srv := pgtest.Start(t)
 	storetest.Run(t, storetest.Harness{
-		New:     func(t *testing.T) dlock.Store { return newStore(t, srv.URL()) },
+		New:     func(t *testing.T) store.Store { return newStore(t, srv.URL()) },
 		Restart: func(t *testing.T) { srv.Restart(t) },
 	})
 	t.Run("Model", func(t *testing.T) {
 		storetest.RunModel(t, storetest.Harness{
-			New: func(t *testing.T) dlock.Store { return newStore(t, srv.URL()) },
+			New: func(t *testing.T) store.Store { return newStore(t, srv.URL()) },
 		}, storetest.ModelConfig{
 			// Each acquisition of a reentrant hold keeps its own expiry.
 			ReentrantApart: true,
@@ -81,18 +81,18 @@ func TestConformance(t *testing.T) {
 }
 
 // advisoryUnsupported are the modes Advisory documents as unsupported.
-var advisoryUnsupported = []dlock.Mode{dlock.ModeRead, dlock.ModeWrite, dlock.ModeFair, dlock.ModeSemaphore, dlock.ModeElection}
+var advisoryUnsupported = []store.Mode{store.ModeRead, store.ModeWrite, store.ModeFair, store.ModeSemaphore, store.ModeElection}
 
 func TestAdvisoryConformance(t *testing.T) {
 	srv := pgtest.Start(t)
 	storetest.Run(t, storetest.Harness{
-		New:         func(t *testing.T) dlock.Store { return newAdvisory(t, srv.URL()) },
+		New:         func(t *testing.T) store.Store { return newAdvisory(t, srv.URL()) },
 		Restart:     func(t *testing.T) { srv.Restart(t) },
 		Unsupported: advisoryUnsupported,
 	})
 	t.Run("Model", func(t *testing.T) {
 		storetest.RunModel(t, storetest.Harness{
-			New:         func(t *testing.T) dlock.Store { return newAdvisory(t, srv.URL()) },
+			New:         func(t *testing.T) store.Store { return newAdvisory(t, srv.URL()) },
 			Unsupported: advisoryUnsupported,
 		}, storetest.ModelConfig{})
 	})
@@ -107,10 +107,10 @@ func TestAdvisoryReentrantOneExpiry(t *testing.T) {
 	s := newAdvisory(t, srv.URL())
 	ctx := t.Context()
 	const short = 150 * time.Millisecond
-	req := func(tok string, ttl time.Duration) dlock.Request {
-		return dlock.Request{Name: "adv-one-expiry", Token: tok, TTL: ttl, Mode: dlock.ModeReentrant, Owner: "o"}
+	req := func(tok string, ttl time.Duration) store.Request {
+		return store.Request{Name: "adv-one-expiry", Token: tok, TTL: ttl, Mode: store.ModeReentrant, Owner: "o"}
 	}
-	for _, r := range []dlock.Request{req("a", time.Minute), req("b", short), req("a", short)} {
+	for _, r := range []store.Request{req("a", time.Minute), req("b", short), req("a", short)} {
 		if g, err := s.Acquire(ctx, r); err != nil || !g.Acquired {
 			t.Fatalf("Acquire(%s, ttl %v) = %+v, %v; want a grant", r.Token, r.TTL, g, err)
 		}
@@ -130,11 +130,11 @@ func TestStore(t *testing.T) {
 	t.Run("WatchWakesOnRelease", func(t *testing.T) {
 		a, b := newStore(t, url), newStore(t, url)
 		ctx := ctxT(t)
-		req := dlock.Request{Name: "watch-release", Token: "t1", TTL: time.Minute}
+		req := store.Request{Name: "watch-release", Token: "t1", TTL: time.Minute}
 		if g, err := a.Acquire(ctx, req); err != nil || !g.Acquired {
 			t.Fatalf("Acquire = %+v, %v; want a grant", g, err)
 		}
-		ch, stop, err := b.Watch(ctx, req.Name, dlock.ModeMutex)
+		ch, stop, err := b.Watch(ctx, req.Name, store.ModeMutex)
 		if err != nil {
 			t.Fatalf("Watch = %v", err)
 		}
@@ -153,11 +153,11 @@ func TestStore(t *testing.T) {
 	t.Run("RefusalReportsRemainingByDatabaseClock", func(t *testing.T) {
 		s := newStore(t, url)
 		ctx := ctxT(t)
-		req := dlock.Request{Name: "retry-after", Token: "t1", TTL: 5 * time.Second}
+		req := store.Request{Name: "retry-after", Token: "t1", TTL: 5 * time.Second}
 		if g, err := s.Acquire(ctx, req); err != nil || !g.Acquired {
 			t.Fatalf("Acquire = %+v, %v; want a grant", g, err)
 		}
-		g, err := s.Acquire(ctx, dlock.Request{Name: req.Name, Token: "t2", TTL: time.Second})
+		g, err := s.Acquire(ctx, store.Request{Name: req.Name, Token: "t2", TTL: time.Second})
 		if err != nil || g.Acquired || g.RetryAfter <= 0 || g.RetryAfter > 5*time.Second {
 			t.Errorf("Acquire(other) = %+v, %v; want a refusal with 0 < RetryAfter <= 5s", g, err)
 		}
@@ -167,13 +167,13 @@ func TestStore(t *testing.T) {
 		s := newStore(t, url)
 		ctx := ctxT(t)
 		for _, tok := range []string{"a", "b"} {
-			req := dlock.Request{Name: "sem-state", Token: tok, TTL: time.Minute, Mode: dlock.ModeSemaphore, Limit: 3}
+			req := store.Request{Name: "sem-state", Token: tok, TTL: time.Minute, Mode: store.ModeSemaphore, Limit: 3}
 			if g, err := s.Acquire(ctx, req); err != nil || !g.Acquired {
 				t.Fatalf("Acquire = %+v, %v; want a grant", g, err)
 			}
 		}
 		st, err := s.State(ctx, "sem-state")
-		if err != nil || st.Holders != 2 || st.Limit != 3 || st.Mode != dlock.ModeSemaphore || st.Fence <= 0 || st.TTL <= 0 {
+		if err != nil || st.Holders != 2 || st.Limit != 3 || st.Mode != store.ModeSemaphore || st.Fence <= 0 || st.TTL <= 0 {
 			t.Errorf("State = %+v, %v; want 2 holders of a semaphore of 3", st, err)
 		}
 		list, err := s.List(ctx)
@@ -257,7 +257,7 @@ INSERT INTO inventory_item VALUES (1, 10, 0)`); err != nil {
 		if _, err := c.Exec(ctx, "SELECT pg_advisory_lock(hashtext('resource-1'))"); err != nil {
 			t.Fatal(err)
 		}
-		req := dlock.Request{Name: "resource-1", Token: "t1", TTL: time.Minute}
+		req := store.Request{Name: "resource-1", Token: "t1", TTL: time.Minute}
 		if g, err := a.Acquire(ctx, req); err != nil || g.Acquired {
 			t.Fatalf("Acquire while held by plain pg_advisory_lock = %+v, %v; want a refusal", g, err)
 		}
@@ -278,7 +278,7 @@ INSERT INTO inventory_item VALUES (1, 10, 0)`); err != nil {
 		a, b := newAdvisory(t, url), newAdvisory(t, url)
 		c := connect(t, url)
 		ctx := ctxT(t)
-		req := dlock.Request{Name: "session-loss", Token: "t1", TTL: time.Minute}
+		req := store.Request{Name: "session-loss", Token: "t1", TTL: time.Minute}
 		if g, err := a.Acquire(ctx, req); err != nil || !g.Acquired {
 			t.Fatalf("Acquire = %+v, %v; want a grant", g, err)
 		}
@@ -290,10 +290,10 @@ WHERE locktype = 'advisory' AND granted AND pid <> pg_backend_pid() AND objid = 
 		if err != nil || !killed {
 			t.Fatalf("terminate the holder's backend = %v, %v", killed, err)
 		}
-		if errs := a.Extend(ctx, []dlock.Request{req}); !errors.Is(errs[0], dlock.ErrNotHeld) {
+		if errs := a.Extend(ctx, []store.Request{req}); !errors.Is(errs[0], store.ErrNotHeld) {
 			t.Errorf("Extend after the session ended = %v, want ErrNotHeld", errs[0])
 		}
-		other := dlock.Request{Name: req.Name, Token: "t2", TTL: time.Minute}
+		other := store.Request{Name: req.Name, Token: "t2", TTL: time.Minute}
 		deadline := time.Now().Add(10 * time.Second)
 		for {
 			g, err := b.Acquire(ctx, other)
@@ -315,7 +315,7 @@ func TestWatchAcrossRestart(t *testing.T) {
 	srv := pgtest.Start(t)
 	s := newStore(t, srv.URL())
 	ctx := ctxT(t)
-	ch, stop, err := s.Watch(ctx, "restart", dlock.ModeMutex)
+	ch, stop, err := s.Watch(ctx, "restart", store.ModeMutex)
 	if err != nil {
 		t.Fatalf("Watch = %v", err)
 	}
@@ -327,7 +327,7 @@ func TestWatchAcrossRestart(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("no wake-up within 30s of the server's restart")
 	}
-	req := dlock.Request{Name: "restart", Token: "t", TTL: time.Minute}
+	req := store.Request{Name: "restart", Token: "t", TTL: time.Minute}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		g, err := s.Acquire(ctx, req)

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 )
 
 // TestFencesAgreeOnReusedName checks that nodes which saw the same grants
@@ -24,7 +24,7 @@ func TestFencesAgreeOnReusedName(t *testing.T) {
 	var last int64
 	grant := func(i int) {
 		t.Helper()
-		req := dlock.Request{Name: "reused", Token: "t" + strconv.Itoa(i), TTL: 10 * time.Second, Mode: dlock.ModeMutex}
+		req := store.Request{Name: "reused", Token: "t" + strconv.Itoa(i), TTL: 10 * time.Second, Mode: store.ModeMutex}
 		g, err := s.Acquire(ctx, req)
 		if err != nil || !g.Acquired || g.Fence <= last {
 			t.Fatalf("grant %d = %+v, %v; want a fence above %d", i, g, err, last)
@@ -93,7 +93,7 @@ func TestFencesAgreeOnFreshNames(t *testing.T) {
 	defer cancel()
 	grant := func(i int) {
 		t.Helper()
-		req := dlock.Request{Name: "fresh-" + strconv.Itoa(i), Token: "t", TTL: 10 * time.Second, Mode: dlock.ModeMutex}
+		req := store.Request{Name: "fresh-" + strconv.Itoa(i), Token: "t", TTL: 10 * time.Second, Mode: store.ModeMutex}
 		if g, err := s.Acquire(ctx, req); err != nil || !g.Acquired {
 			t.Fatalf("grant %d = %+v, %v", i, g, err)
 		}

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 	"github.com/dlock-dev/dlock/store/memory"
 )
 
@@ -58,16 +58,16 @@ var (
 	sameName bool // benchReq names every request "bench"
 )
 
-func benchReq() dlock.Request {
+func benchReq() store.Request {
 	n := strconv.FormatInt(benchSeq.Add(1), 10)
 	name := "bench-" + n
 	if sameName {
 		name = "bench"
 	}
-	return dlock.Request{Name: name, Token: "token-" + n, TTL: 30 * time.Second, Mode: dlock.ModeMutex}
+	return store.Request{Name: name, Token: "token-" + n, TTL: 30 * time.Second, Mode: store.ModeMutex}
 }
 
-func acquireRelease(ctx context.Context, s dlock.Store) error {
+func acquireRelease(ctx context.Context, s store.Store) error {
 	req := benchReq()
 	g, err := s.Acquire(ctx, req)
 	if err != nil || !g.Acquired {
@@ -80,7 +80,7 @@ func acquireRelease(ctx context.Context, s dlock.Store) error {
 }
 
 // benchSerial reports CPU per op as benchParallel does when c is not nil.
-func benchSerial(b *testing.B, c *cluster, s dlock.Store) {
+func benchSerial(b *testing.B, c *cluster, s store.Store) {
 	ctx := context.Background()
 	for range 200 { // warm up connections and script caches
 		if err := acquireRelease(ctx, s); err != nil {
@@ -111,7 +111,7 @@ func benchSerial(b *testing.B, c *cluster, s dlock.Store) {
 // benchParallel also reports the CPU per op of this process (client-µs/op)
 // and of c's servers together (server-µs/op): on a small machine, where
 // they share the cores, ops/s follows their sum.
-func benchParallel(b *testing.B, c *cluster, s dlock.Store) {
+func benchParallel(b *testing.B, c *cluster, s store.Store) {
 	ctx := context.Background()
 	for range 200 {
 		if err := acquireRelease(ctx, s); err != nil {
@@ -264,7 +264,7 @@ func BenchmarkAcquireRelease1NodeRTT500us(b *testing.B) {
 }
 
 func BenchmarkAcquireRelease5NodesRTT500us(b *testing.B) {
-	nodes := make([]dlock.Store, 5)
+	nodes := make([]store.Store, 5)
 	for i := range nodes {
 		nodes[i] = rttStore{memory.New(), 500 * time.Microsecond}
 	}
@@ -277,22 +277,22 @@ type rttStore struct {
 	rtt time.Duration
 }
 
-func (s rttStore) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, error) {
+func (s rttStore) Acquire(ctx context.Context, req store.Request) (store.Grant, error) {
 	time.Sleep(s.rtt)
 	return s.Store.Acquire(ctx, req)
 }
 
-func (s rttStore) Extend(ctx context.Context, reqs []dlock.Request) []error {
+func (s rttStore) Extend(ctx context.Context, reqs []store.Request) []error {
 	time.Sleep(s.rtt)
 	return s.Store.Extend(ctx, reqs)
 }
 
-func (s rttStore) Release(ctx context.Context, req dlock.Request) error {
+func (s rttStore) Release(ctx context.Context, req store.Request) error {
 	time.Sleep(s.rtt)
 	return s.Store.Release(ctx, req)
 }
 
-func (s rttStore) RaiseFence(ctx context.Context, req dlock.Request, fence int64) error {
+func (s rttStore) RaiseFence(ctx context.Context, req store.Request, fence int64) error {
 	time.Sleep(s.rtt)
 	return s.Store.RaiseFence(ctx, req, fence)
 }

@@ -7,10 +7,10 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 )
 
-var _ dlock.Broadcaster = (*Store)(nil)
+var _ store.Broadcaster = (*Store)(nil)
 
 // msgIDLen is the length of the random ID that Publish puts before each
 // message, so that a subscriber hearing it from several nodes passes it on
@@ -20,14 +20,14 @@ const msgIDLen = 16
 // dedupeWindow is how many recent message IDs a subscription remembers.
 const dedupeWindow = 4096
 
-// Publish implements [dlock.Broadcaster]: msg goes to every node that is a
+// Publish implements [store.Broadcaster]: msg goes to every node that is a
 // Broadcaster, in parallel, behind a random message ID. It succeeds when
 // at least one node took it; it returns an error wrapping
-// [dlock.ErrNotSupported] when no node is a Broadcaster.
+// [store.ErrNotSupported] when no node is a Broadcaster.
 func (s *Store) Publish(ctx context.Context, topic string, msg []byte) error {
 	bs := s.broadcasters()
 	if len(bs) == 0 {
-		return fmt.Errorf("%w: no redlock node can broadcast", dlock.ErrNotSupported)
+		return fmt.Errorf("%w: no redlock node can broadcast", store.ErrNotSupported)
 	}
 	if err := s.enter(); err != nil {
 		return err
@@ -50,16 +50,16 @@ func (s *Store) Publish(ctx context.Context, topic string, msg []byte) error {
 	return fmt.Errorf("dlock: redlock publish: %w", errors.Join(errs...))
 }
 
-// Subscribe implements [dlock.Broadcaster]: it subscribes on every node that
+// Subscribe implements [store.Broadcaster]: it subscribes on every node that
 // is a Broadcaster and passes each message on once, however many nodes
 // carried it. It fails only when no node could subscribe.
 func (s *Store) Subscribe(ctx context.Context, topic string, fn func([]byte)) (func(), error) {
 	bs := s.broadcasters()
 	if len(bs) == 0 {
-		return nil, fmt.Errorf("%w: no redlock node can broadcast", dlock.ErrNotSupported)
+		return nil, fmt.Errorf("%w: no redlock node can broadcast", store.ErrNotSupported)
 	}
 	if fn == nil {
-		return nil, &dlock.InvalidError{Field: "fn", Reason: "must not be nil"}
+		return nil, &store.InvalidError{Field: "fn", Reason: "must not be nil"}
 	}
 	d := &dedupe{seen: make(map[[msgIDLen]byte]struct{}), fn: fn}
 	stops := make([]func(), len(bs))
@@ -86,10 +86,10 @@ func (s *Store) Subscribe(ctx context.Context, topic string, fn func([]byte)) (f
 	return nil, fmt.Errorf("dlock: redlock subscribe: %w", errors.Join(errs...))
 }
 
-func (s *Store) broadcasters() []dlock.Broadcaster {
-	var bs []dlock.Broadcaster
+func (s *Store) broadcasters() []store.Broadcaster {
+	var bs []store.Broadcaster
 	for _, n := range s.nodes {
-		if b, ok := n.(dlock.Broadcaster); ok {
+		if b, ok := n.(store.Broadcaster); ok {
 			bs = append(bs, b)
 		}
 	}

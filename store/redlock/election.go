@@ -7,16 +7,16 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 )
 
-// Elections ([dlock.ModeElection]) run over nodes that are [dlock.Elector]s.
+// Elections ([store.ModeElection]) run over nodes that are [store.Elector]s.
 // A candidate is elected as a mutex is granted: a majority of nodes grants
 // its token, and the term is the fence settled over them. Each node issues
 // a term of its own, though, and the leadership must read the same on a
 // majority, so a node is granted a pending leadership (an empty value),
 // and Acquire, once it holds a majority, writes the term F back to the
-// nodes that issued less, still pending ([dlock.FenceRaiser] in
+// nodes that issued less, still pending ([store.FenceRaiser] in
 // ModeElection). Only once the grant is decided (F is settled on a
 // majority and validity remains) does Acquire announce it: every node that
 // granted it takes F and the value settledPrefix + the leader's value.
@@ -31,13 +31,13 @@ import (
 // has announced: its term is settled and the grant was returned.
 const settledPrefix = "="
 
-var _ dlock.Elector = (*Store)(nil)
+var _ store.Elector = (*Store)(nil)
 
 // canElect reports whether every node runs elections.
 func (s *Store) canElect() error {
 	for i, n := range s.nodes {
-		if _, ok := n.(dlock.Elector); !ok {
-			return fmt.Errorf("%w: redlock elections: node %d (%T) is not a dlock.Elector", dlock.ErrNotSupported, i, n)
+		if _, ok := n.(store.Elector); !ok {
+			return fmt.Errorf("%w: redlock elections: node %d (%T) is not a store.Elector", store.ErrNotSupported, i, n)
 		}
 	}
 	return nil
@@ -46,7 +46,7 @@ func (s *Store) canElect() error {
 // leaderReply is one node's answer to Leader: settled when its term was
 // announced by the candidate's Acquire, held when it has a leader at all.
 type leaderReply struct {
-	ld      dlock.Leader
+	ld      store.Leader
 	held    bool
 	settled bool
 	err     error
@@ -56,29 +56,29 @@ type leaderReply struct {
 // candidate holds a majority but has not settled its term yet.
 const leaderPoll = 20 * time.Millisecond
 
-// Leader implements [dlock.Elector]: it asks every node and reports the
+// Leader implements [store.Elector]: it asks every node and reports the
 // leader that a majority of nodes agree on, with its value and term as
 // settled by its Acquire and, as TTL, the time for which a majority still
 // holds it by the nodes' clocks (the quorum-th longest). It returns
-// [dlock.ErrNoLeader] when no majority agrees on a leader. While a
+// [store.ErrNoLeader] when no majority agrees on a leader. While a
 // candidate holds a majority whose term is not announced yet (its Acquire
 // is writing the term back, checking validity or announcing it), Leader
 // reads again until it is, for at most twice the node timeout (500ms
 // unless set), and then reports no leader. It never reports a term that
 // the candidate's Acquire did not return.
 // It returns a [*QuorumError] when the nodes that failed or did not answer
-// within the node timeout could decide the answer, an [*dlock.InvalidError]
-// for a bad name and an error wrapping [dlock.ErrNotSupported] when a node
-// is not a [dlock.Elector].
-func (s *Store) Leader(ctx context.Context, name string) (dlock.Leader, error) {
-	if err := dlock.ValidName(name); err != nil {
-		return dlock.Leader{}, err
+// within the node timeout could decide the answer, an [*store.InvalidError]
+// for a bad name and an error wrapping [store.ErrNotSupported] when a node
+// is not a [store.Elector].
+func (s *Store) Leader(ctx context.Context, name string) (store.Leader, error) {
+	if err := store.ValidName(name); err != nil {
+		return store.Leader{}, err
 	}
 	if err := s.canElect(); err != nil {
-		return dlock.Leader{}, err
+		return store.Leader{}, err
 	}
 	if err := s.enter(); err != nil {
-		return dlock.Leader{}, err
+		return store.Leader{}, err
 	}
 	defer s.wg.Done()
 	timeout := s.readTimeout()
@@ -94,7 +94,7 @@ func (s *Store) Leader(ctx context.Context, name string) (dlock.Leader, error) {
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return dlock.Leader{}, ctx.Err()
+			return store.Leader{}, ctx.Err()
 		}
 		pause = min(2*pause, leaderPoll)
 	}
@@ -111,12 +111,12 @@ func (s *Store) readTimeout() time.Duration {
 // readLeader reads the nodes once. settling reports that no majority agrees
 // on an announced leader but a majority holds a leadership: a campaign
 // whose term is being settled or announced.
-func (s *Store) readLeader(ctx context.Context, name string, timeout time.Duration) (ld dlock.Leader, settling bool, err error) {
+func (s *Store) readLeader(ctx context.Context, name string, timeout time.Duration) (ld store.Leader, settling bool, err error) {
 	n, q := len(s.nodes), s.quorum
 	ch := fan(s, ctx, timeout, s.all, func(ctx context.Context, i int) leaderReply {
-		ld, err := s.nodes[i].(dlock.Elector).Leader(ctx, name)
+		ld, err := s.nodes[i].(store.Elector).Leader(ctx, name)
 		switch {
-		case errors.Is(err, dlock.ErrNoLeader):
+		case errors.Is(err, store.ErrNoLeader):
 			return leaderReply{}
 		case err != nil:
 			return leaderReply{err: err}
@@ -137,7 +137,7 @@ func (s *Store) readLeader(ctx context.Context, name string, timeout time.Durati
 		switch {
 		case r.val.err != nil:
 			if requestError(r.val.err) {
-				return dlock.Leader{}, false, r.val.err
+				return store.Leader{}, false, r.val.err
 			}
 			errs = append(errs, nodeErr("leader", r.node, r.val.err))
 		case r.val.held:
@@ -149,19 +149,19 @@ func (s *Store) readLeader(ctx context.Context, name string, timeout time.Durati
 			groups[k] = append(groups[k], r.val.ld.TTL)
 			if ttls := groups[k]; len(ttls) >= q {
 				// A majority agrees; no other leader can have one.
-				return dlock.Leader{Value: k.value, Term: k.term, TTL: qthHighest(ttls, q)}, false, nil
+				return store.Leader{Value: k.value, Term: k.term, TTL: qthHighest(ttls, q)}, false, nil
 			}
 			best = max(best, len(groups[k]))
 		}
 		if unknown := n - answered - 1 + len(errs); best+unknown < q && held+unknown < q {
 			// No leader could reach a majority whatever the nodes that
 			// failed or have not answered yet hold.
-			return dlock.Leader{}, false, dlock.ErrNoLeader
+			return store.Leader{}, false, store.ErrNoLeader
 		}
 	}
 	if best+len(errs) >= q || n-len(errs) < q {
 		// The nodes that failed could make or unmake a majority.
-		return dlock.Leader{}, false, &QuorumError{Op: "leader", OK: n - len(errs), Quorum: q, Nodes: errs}
+		return store.Leader{}, false, &QuorumError{Op: "leader", OK: n - len(errs), Quorum: q, Nodes: errs}
 	}
-	return dlock.Leader{}, held >= q, dlock.ErrNoLeader
+	return store.Leader{}, held >= q, store.ErrNoLeader
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 	"github.com/dlock-dev/dlock/store/memory"
 )
 
@@ -16,7 +17,7 @@ import (
 // term is settled, and then exactly the settled term.
 func TestLeaderWaitsForSettledTerm(t *testing.T) {
 	ctx := t.Context()
-	nodes := make([]dlock.Store, 5)
+	nodes := make([]store.Store, 5)
 	ms := make([]*memory.Store, 5)
 	for i := range nodes {
 		ms[i] = memory.New()
@@ -35,7 +36,7 @@ func TestLeaderWaitsForSettledTerm(t *testing.T) {
 	octx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	obs := l.Election("p").Observe(octx)
-	if ld := <-obs; ld != (dlock.Leader{}) {
+	if ld := <-obs; ld != (store.Leader{}) {
 		t.Fatalf("first observed value = %+v, want nobody", ld)
 	}
 
@@ -44,14 +45,14 @@ func TestLeaderWaitsForSettledTerm(t *testing.T) {
 	// higher term that will be settled.
 	base := time.Now().UnixMilli()*1000 + 1e12
 	for i, c := range []int64{base, base, base, base + 1e6} {
-		pre := dlock.Request{Name: "p", Token: "pre", TTL: time.Second, Mode: dlock.ModeMutex}
+		pre := store.Request{Name: "p", Token: "pre", TTL: time.Second, Mode: store.ModeMutex}
 		ms[i].Acquire(ctx, pre)
 		if err := ms[i].RaiseFence(ctx, pre, c); err != nil {
 			t.Fatal(err)
 		}
 		ms[i].Release(ctx, pre)
 	}
-	req := dlock.Request{Name: "p", Token: "tok", TTL: 10 * time.Second, Mode: dlock.ModeElection}
+	req := store.Request{Name: "p", Token: "tok", TTL: 10 * time.Second, Mode: store.ModeElection}
 	var top int64
 	for i := range 4 {
 		g, err := ms[i].Acquire(ctx, req)
@@ -63,7 +64,7 @@ func TestLeaderWaitsForSettledTerm(t *testing.T) {
 		}
 		top = max(top, g.Fence)
 	}
-	if ld, err := s.Leader(ctx, "p"); !errors.Is(err, dlock.ErrNoLeader) {
+	if ld, err := s.Leader(ctx, "p"); !errors.Is(err, store.ErrNoLeader) {
 		t.Errorf("Leader while the term is not settled = %+v, %v; want ErrNoLeader", ld, err)
 	}
 	settled := req
@@ -73,7 +74,7 @@ func TestLeaderWaitsForSettledTerm(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	want := dlock.Leader{Value: "v", Term: top}
+	want := store.Leader{Value: "v", Term: top}
 	if ld, err := s.Leader(ctx, "p"); err != nil || ld.Value != want.Value || ld.Term != want.Term {
 		t.Errorf("Leader once settled = %+v, %v; want %+v", ld, err, want)
 	}

@@ -9,19 +9,20 @@ import (
 	"time"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 	"github.com/dlock-dev/dlock/store/memory"
 	"github.com/dlock-dev/dlock/store/redlock"
 )
 
-func (f *faultyStore) Leader(ctx context.Context, name string) (dlock.Leader, error) {
+func (f *faultyStore) Leader(ctx context.Context, name string) (store.Leader, error) {
 	if f.down.Load() {
-		return dlock.Leader{}, errDown
+		return store.Leader{}, errDown
 	}
 	return f.Store.Leader(ctx, name)
 }
 
-func electionReq(name, token, value string) dlock.Request {
-	return dlock.Request{Name: name, Token: token, TTL: 10 * time.Second, Mode: dlock.ModeElection, Value: value}
+func electionReq(name, token, value string) store.Request {
+	return store.Request{Name: name, Token: token, TTL: 10 * time.Second, Mode: store.ModeElection, Value: value}
 }
 
 // TestElectionTermWriteBack is TestFenceWriteBack for elections: node 0
@@ -100,44 +101,44 @@ func TestElectionQuorum(t *testing.T) {
 	if err := e.Resign(ctx); err != nil {
 		t.Fatalf("Resign with 2 of 5 nodes down = %v", err)
 	}
-	if ld, err := e.Leader(ctx); !errors.Is(err, dlock.ErrNoLeader) {
+	if ld, err := e.Leader(ctx); !errors.Is(err, store.ErrNoLeader) {
 		t.Errorf("Leader after Resign = %+v, %v; want ErrNoLeader", ld, err)
 	}
 
 	fs[2].down.Store(true)
 	var qe *redlock.QuorumError
-	if ld, err := s.Leader(ctx, "q"); !errors.Is(err, dlock.ErrNoQuorum) || !errors.As(err, &qe) {
+	if ld, err := s.Leader(ctx, "q"); !errors.Is(err, store.ErrNoQuorum) || !errors.As(err, &qe) {
 		t.Errorf("Leader with 3 of 5 nodes down = %+v, %v; want a *QuorumError", ld, err)
 	}
 	cctx, ccancel := context.WithTimeout(ctx, time.Second)
 	defer ccancel()
-	if _, err := l.Election("q").Campaign(cctx, "w"); !errors.Is(err, dlock.ErrNoQuorum) {
+	if _, err := l.Election("q").Campaign(cctx, "w"); !errors.Is(err, store.ErrNoQuorum) {
 		t.Errorf("Campaign with 3 of 5 nodes down = %v, want ErrNoQuorum", err)
 	}
 }
 
 // notElector is a node that raises fences but runs no elections.
 type notElector struct {
-	dlock.Store
-	dlock.FenceRaiser
+	store.Store
+	store.FenceRaiser
 }
 
 func TestElectionNeedsElectors(t *testing.T) {
 	ms := memoryNodes(3)
-	s := newRedlock(t, []dlock.Store{ms[0], notElector{ms[1], ms[1]}, ms[2]})
+	s := newRedlock(t, []store.Store{ms[0], notElector{ms[1], ms[1]}, ms[2]})
 	ctx := t.Context()
-	if _, err := s.Acquire(ctx, electionReq("x", "t", "v")); !errors.Is(err, dlock.ErrNotSupported) {
+	if _, err := s.Acquire(ctx, electionReq("x", "t", "v")); !errors.Is(err, store.ErrNotSupported) {
 		t.Errorf("Acquire(election) over a node without elections = %v, want ErrNotSupported", err)
 	}
-	if _, err := s.Leader(ctx, "x"); !errors.Is(err, dlock.ErrNotSupported) {
+	if _, err := s.Leader(ctx, "x"); !errors.Is(err, store.ErrNotSupported) {
 		t.Errorf("Leader over a node without elections = %v, want ErrNotSupported", err)
 	}
-	if _, err := s.Leader(ctx, ""); !errors.Is(err, dlock.ErrInvalid) {
+	if _, err := s.Leader(ctx, ""); !errors.Is(err, store.ErrInvalid) {
 		t.Errorf("Leader(%q) = %v, want ErrInvalid", "", err)
 	}
 }
 
-var _ dlock.Elector = (*memory.Store)(nil)
+var _ store.Elector = (*memory.Store)(nil)
 
 // raiseHook is a node that calls hook after each fence raise has landed,
 // before it answers.
@@ -146,7 +147,7 @@ type raiseHook struct {
 	hook func()
 }
 
-func (r raiseHook) RaiseFence(ctx context.Context, req dlock.Request, fence int64) error {
+func (r raiseHook) RaiseFence(ctx context.Context, req store.Request, fence int64) error {
 	err := r.Store.RaiseFence(ctx, req, fence)
 	r.hook()
 	return err
@@ -179,9 +180,9 @@ func TestElectionReportsOnlyReturnedTerms(t *testing.T) {
 		defer other.Close()
 		var raises atomic.Int32
 		stalled := make(chan struct{})
-		var seen dlock.Leader
+		var seen store.Leader
 		var seenErr error
-		nodes := make([]dlock.Store, len(ms))
+		nodes := make([]store.Store, len(ms))
 		for i, m := range ms {
 			nodes[i] = raiseHook{m, func() {
 				if raises.Add(1) != 2 {
@@ -203,17 +204,17 @@ func TestElectionReportsOnlyReturnedTerms(t *testing.T) {
 		req := electionReq("e", "a", "leader-a")
 		req.TTL = ttl
 		g, err := s.Acquire(ctx, req)
-		var se *dlock.StoreError
+		var se *store.StoreError
 		if g.Acquired || !errors.As(err, &se) {
 			t.Fatalf("Acquire stalled past its TTL = %+v, %v; want a *StoreError", g, err)
 		}
 		if raises.Load() < 2 {
 			t.Fatalf("%d fence raises, want at least 2", raises.Load())
 		}
-		if !errors.Is(seenErr, dlock.ErrNoLeader) {
+		if !errors.Is(seenErr, store.ErrNoLeader) {
 			t.Errorf("Leader during a campaign that returned no grant = %+v, %v; want ErrNoLeader", seen, seenErr)
 		}
-		if ld, err := other.Leader(ctx, "e"); !errors.Is(err, dlock.ErrNoLeader) {
+		if ld, err := other.Leader(ctx, "e"); !errors.Is(err, store.ErrNoLeader) {
 			t.Errorf("Leader after the campaign = %+v, %v; want ErrNoLeader", ld, err)
 		}
 	})

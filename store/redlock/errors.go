@@ -4,12 +4,12 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 )
 
 // QuorumError reports that too few nodes answered for an operation to reach
-// a majority. It wraps [dlock.ErrNoQuorum] (and so [dlock.ErrUnavailable])
-// and every node's failure, each a [*dlock.StoreError] whose Node is the
+// a majority. It wraps [store.ErrNoQuorum] (and so [store.ErrUnavailable])
+// and every node's failure, each a [*store.StoreError] whose Node is the
 // node's index in the slice given to New.
 type QuorumError struct {
 	Op     string  // acquire, extend, release, fence, ping
@@ -32,7 +32,7 @@ func (e *QuorumError) Error() string {
 	return b.String()
 }
 
-// Unwrap returns [dlock.ErrNoQuorum] followed by the node failures.
+// Unwrap returns [store.ErrNoQuorum] followed by the node failures.
 func (e *QuorumError) Unwrap() []error {
-	return append([]error{dlock.ErrNoQuorum}, e.Nodes...)
+	return append([]error{store.ErrNoQuorum}, e.Nodes...)
 }

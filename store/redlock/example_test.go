@@ -7,6 +7,7 @@ import (
 	"log"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 	"github.com/dlock-dev/dlock/store/memory"
 	"github.com/dlock-dev/dlock/store/redlock"
 )
@@ -14,13 +15,13 @@ import (
 // A Locker over a Redlock of three nodes. In production each node is a
 // valkey.Store on its own independent server.
 func ExampleNew() {
-	nodes := []dlock.Store{memory.New(), memory.New(), memory.New()}
-	store, err := redlock.New(nodes)
+	nodes := []store.Store{memory.New(), memory.New(), memory.New()}
+	st, err := redlock.New(nodes)
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer store.Close()
-	locker, err := dlock.New(store)
+	defer st.Close()
+	locker, err := dlock.New(st)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -31,7 +32,7 @@ func ExampleNew() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Printf("held on a majority (%d of %d nodes), fenced: %v\n", store.Quorum(), store.Nodes(), lease.Fence() > 0)
+	fmt.Printf("held on a majority (%d of %d nodes), fenced: %v\n", st.Quorum(), st.Nodes(), lease.Fence() > 0)
 
 	_, err = locker.Mutex("report").TryLock(ctx)
 	fmt.Println("second TryLock:", errors.Is(err, dlock.ErrLocked))
@@ -45,13 +46,13 @@ func ExampleNew() {
 // settled on the nodes, and Leader reports what a majority of them agree
 // on.
 func ExampleStore_Leader() {
-	nodes := []dlock.Store{memory.New(), memory.New(), memory.New()}
-	store, err := redlock.New(nodes)
+	nodes := []store.Store{memory.New(), memory.New(), memory.New()}
+	st, err := redlock.New(nodes)
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer store.Close()
-	locker, err := dlock.New(store)
+	defer st.Close()
+	locker, err := dlock.New(st)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -63,13 +64,13 @@ func ExampleStore_Leader() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	ld, err := store.Leader(ctx, "scheduler")
+	ld, err := st.Leader(ctx, "scheduler")
 	if err != nil {
 		log.Fatal(err)
 	}
 	fmt.Printf("leader %s, term is the lease's fence: %v\n", ld.Value, ld.Term == lease.Fence())
 	e.Resign(ctx)
-	_, err = store.Leader(ctx, "scheduler")
+	_, err = st.Leader(ctx, "scheduler")
 	fmt.Println("after Resign:", errors.Is(err, dlock.ErrNoLeader))
 	// Output:
 	// leader host-a:8080, term is the lease's fence: true

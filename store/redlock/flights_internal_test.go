@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 	"github.com/dlock-dev/dlock/store/memory"
 )
 
@@ -15,11 +15,11 @@ type gated struct {
 	open chan struct{}
 }
 
-func (g gated) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, error) {
+func (g gated) Acquire(ctx context.Context, req store.Request) (store.Grant, error) {
 	select {
 	case <-g.open:
 	case <-ctx.Done():
-		return dlock.Grant{}, ctx.Err()
+		return store.Grant{}, ctx.Err()
 	}
 	return g.Store.Acquire(ctx, req)
 }
@@ -28,7 +28,7 @@ func (g gated) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, err
 // answers an Acquire only once its gate is opened.
 func slowThirdNode(t *testing.T) (*Store, gated) {
 	slow := gated{memory.New(), make(chan struct{})}
-	s, err := New([]dlock.Store{memory.New(), memory.New(), slow}, WithNodeTimeout(10*time.Second))
+	s, err := New([]store.Store{memory.New(), memory.New(), slow}, WithNodeTimeout(10*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +55,7 @@ func waitLanded(t *testing.T, s *Store, name string) {
 func TestFlightsLand(t *testing.T) {
 	ctx := t.Context()
 	s, slow := slowThirdNode(t)
-	req := dlock.Request{Name: "X", Token: "a", TTL: time.Minute, Mode: dlock.ModeMutex}
+	req := store.Request{Name: "X", Token: "a", TTL: time.Minute, Mode: store.ModeMutex}
 	if g, err := s.Acquire(ctx, req); err != nil || !g.Acquired {
 		t.Fatalf("Acquire with node 2 slow = %+v, %v; want a grant", g, err)
 	}
@@ -72,7 +72,7 @@ func TestFlightsLand(t *testing.T) {
 	close(slow.open)
 	waitLanded(t, s, "X")
 	// Node 2 ran the late acquire, then the release: it holds nothing.
-	if g, err := slow.Store.Acquire(ctx, dlock.Request{Name: "X", Token: "b", TTL: time.Minute, Mode: dlock.ModeMutex}); err != nil || !g.Acquired {
+	if g, err := slow.Store.Acquire(ctx, store.Request{Name: "X", Token: "b", TTL: time.Minute, Mode: store.ModeMutex}); err != nil || !g.Acquired {
 		t.Fatalf("node 2 after the flights landed: Acquire(b) = %+v, %v; want a grant (a's hold released)", g, err)
 	}
 }
@@ -98,7 +98,7 @@ func pendingOn(fls flights, i int) bool {
 // caller's context ended.
 func TestLateNodesOutliveTheCallersContext(t *testing.T) {
 	s, slow := slowThirdNode(t)
-	req := dlock.Request{Name: "X", Token: "a", TTL: time.Minute, Mode: dlock.ModeMutex}
+	req := store.Request{Name: "X", Token: "a", TTL: time.Minute, Mode: store.ModeMutex}
 	ctx, cancel := context.WithCancel(t.Context())
 	g, err := s.Acquire(ctx, req)
 	cancel()
@@ -107,7 +107,7 @@ func TestLateNodesOutliveTheCallersContext(t *testing.T) {
 	}
 	close(slow.open)
 	waitLanded(t, s, "X")
-	b := dlock.Request{Name: "X", Token: "b", TTL: time.Minute, Mode: dlock.ModeMutex}
+	b := store.Request{Name: "X", Token: "b", TTL: time.Minute, Mode: store.ModeMutex}
 	if g, err := slow.Store.Acquire(t.Context(), b); err != nil || g.Acquired {
 		t.Fatalf("node 2 after the late acquire: Acquire(b) = %+v, %v; want a refusal (a's acquire ran although the caller's context had ended)", g, err)
 	}
@@ -120,7 +120,7 @@ type deadlineSpy struct {
 	got chan time.Time
 }
 
-func (d deadlineSpy) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, error) {
+func (d deadlineSpy) Acquire(ctx context.Context, req store.Request) (store.Grant, error) {
 	dl, _ := ctx.Deadline()
 	d.got <- dl
 	return d.Store.Acquire(ctx, req)
@@ -131,7 +131,7 @@ func (d deadlineSpy) Acquire(ctx context.Context, req dlock.Request) (dlock.Gran
 // watches a deadline, not a cancellation), though the requests outlive a
 // cancellation once the operation has returned.
 func TestNodesKeepTheCallersDeadline(t *testing.T) {
-	nodes := make([]dlock.Store, 3)
+	nodes := make([]store.Store, 3)
 	got := make(chan time.Time, len(nodes))
 	for i := range nodes {
 		nodes[i] = deadlineSpy{memory.New(), got}
@@ -144,7 +144,7 @@ func TestNodesKeepTheCallersDeadline(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
 	want, _ := ctx.Deadline()
-	if g, err := s.Acquire(ctx, dlock.Request{Name: "D", Token: "a", TTL: time.Minute, Mode: dlock.ModeMutex}); err != nil || !g.Acquired {
+	if g, err := s.Acquire(ctx, store.Request{Name: "D", Token: "a", TTL: time.Minute, Mode: store.ModeMutex}); err != nil || !g.Acquired {
 		t.Fatalf("Acquire = %+v, %v; want a grant", g, err)
 	}
 	for range nodes {

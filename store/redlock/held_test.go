@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 	"github.com/dlock-dev/dlock/store/memory"
 	"github.com/dlock-dev/dlock/store/redlock"
 )
@@ -18,11 +18,11 @@ type gatedStore struct {
 	gate <-chan struct{}
 }
 
-func (g gatedStore) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, error) {
+func (g gatedStore) Acquire(ctx context.Context, req store.Request) (store.Grant, error) {
 	select {
 	case <-g.gate:
 	case <-ctx.Done():
-		return dlock.Grant{}, ctx.Err()
+		return store.Grant{}, ctx.Err()
 	}
 	return g.Store.Acquire(ctx, req)
 }
@@ -34,7 +34,7 @@ type countingStore struct {
 	done chan struct{}
 }
 
-func (c countingStore) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, error) {
+func (c countingStore) Acquire(ctx context.Context, req store.Request) (store.Grant, error) {
 	g, err := c.Store.Acquire(ctx, req)
 	if c.left.Add(-1) == 0 {
 		close(c.done)
@@ -50,23 +50,23 @@ func (c countingStore) Acquire(ctx context.Context, req dlock.Request) (dlock.Gr
 func TestRefusalHeldByMajority(t *testing.T) {
 	ms := memoryNodes(5)
 	ctx := t.Context()
-	hold := func(i int, mode dlock.Mode, token string) {
+	hold := func(i int, mode store.Mode, token string) {
 		t.Helper()
-		g, err := ms[i].Acquire(ctx, dlock.Request{Name: "x", Token: token, TTL: time.Minute, Mode: mode})
+		g, err := ms[i].Acquire(ctx, store.Request{Name: "x", Token: token, TTL: time.Minute, Mode: mode})
 		if err != nil || !g.Acquired {
 			t.Fatalf("node %d: Acquire(%v) = %+v, %v", i, mode, g, err)
 		}
 	}
-	hold(0, dlock.ModeRead, "reader")
-	hold(1, dlock.ModeRead, "reader")
+	hold(0, store.ModeRead, "reader")
+	hold(1, store.ModeRead, "reader")
 	for i := 2; i < 5; i++ {
-		hold(i, dlock.ModeWrite, "writer")
+		hold(i, store.ModeWrite, "writer")
 	}
 	// The two readers' nodes answer first; the writer's three after them.
 	var left atomic.Int32
 	left.Store(2)
 	first := make(chan struct{})
-	nodes := make([]dlock.Store, 5)
+	nodes := make([]store.Store, 5)
 	for i := range nodes {
 		if i < 2 {
 			nodes[i] = countingStore{ms[i], &left, first}
@@ -75,12 +75,12 @@ func TestRefusalHeldByMajority(t *testing.T) {
 		}
 	}
 	s := newRedlock(t, nodes)
-	g, err := s.Acquire(ctx, dlock.Request{Name: "x", Token: "mutex", TTL: time.Second, Mode: dlock.ModeMutex})
+	g, err := s.Acquire(ctx, store.Request{Name: "x", Token: "mutex", TTL: time.Second, Mode: store.ModeMutex})
 	if err != nil || g.Acquired {
 		t.Fatalf("Acquire(mutex) = %+v, %v; want a refusal", g, err)
 	}
-	if g.Held != dlock.ModeWrite {
-		t.Errorf("refusal Held = %v, want %v (3 of 5 nodes hold it for the writer)", g.Held, dlock.ModeWrite)
+	if g.Held != store.ModeWrite {
+		t.Errorf("refusal Held = %v, want %v (3 of 5 nodes hold it for the writer)", g.Held, store.ModeWrite)
 	}
 }
 
@@ -92,7 +92,7 @@ type gatedExtendStore struct {
 	extended chan struct{}
 }
 
-func (g gatedExtendStore) Extend(ctx context.Context, reqs []dlock.Request) []error {
+func (g gatedExtendStore) Extend(ctx context.Context, reqs []store.Request) []error {
 	<-g.gate
 	defer close(g.extended)
 	return g.Store.Extend(ctx, reqs)
@@ -110,13 +110,13 @@ func TestExtendReachesNodesInOrder(t *testing.T) {
 	nodes[4] = gatedExtendStore{ms[4], gate, extended}
 	s := newRedlock(t, nodes, redlock.WithNodeTimeout(time.Minute))
 	ctx := t.Context()
-	req := dlock.Request{Name: "x", Token: "holder", TTL: time.Minute, Mode: dlock.ModeMutex}
+	req := store.Request{Name: "x", Token: "holder", TTL: time.Minute, Mode: store.ModeMutex}
 	if g, err := s.Acquire(ctx, req); err != nil || !g.Acquired {
 		t.Fatalf("Acquire = %+v, %v", g, err)
 	}
 	long := req
 	long.TTL = time.Hour
-	if errs := s.Extend(ctx, []dlock.Request{long}); errs[0] != nil {
+	if errs := s.Extend(ctx, []store.Request{long}); errs[0] != nil {
 		t.Fatalf("Extend = %v (a majority answered)", errs[0])
 	}
 	short := req

@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 )
 
 // The Store keeps two small records: per lock name, the flights of its
@@ -147,7 +147,7 @@ func (s *Store) flightsOf(name string) flights {
 }
 
 // remember records the fence of req's grant, and value, an election's.
-func (s *Store) remember(req dlock.Request, fence int64, value string) {
+func (s *Store) remember(req store.Request, fence int64, value string) {
 	now := time.Now()
 	s.fmu.Lock()
 	defer s.fmu.Unlock()
@@ -164,7 +164,7 @@ func (s *Store) remember(req dlock.Request, fence int64, value string) {
 
 // prevHold returns the fence and value of req's token's current grant, or
 // 0 and "".
-func (s *Store) prevHold(req dlock.Request) (int64, string) {
+func (s *Store) prevHold(req store.Request) (int64, string) {
 	s.fmu.Lock()
 	defer s.fmu.Unlock()
 	h := s.holds[holdKey{req.Name, req.Token}]
@@ -175,7 +175,7 @@ func (s *Store) prevHold(req dlock.Request) (int64, string) {
 }
 
 // extended pushes back the expiry of the record of req's grant.
-func (s *Store) extended(req dlock.Request) {
+func (s *Store) extended(req store.Request) {
 	s.fmu.Lock()
 	defer s.fmu.Unlock()
 	if h := s.holds[holdKey{req.Name, req.Token}]; h != nil {
@@ -184,7 +184,7 @@ func (s *Store) extended(req dlock.Request) {
 }
 
 // forget drops the record of req's grant.
-func (s *Store) forget(req dlock.Request) {
+func (s *Store) forget(req store.Request) {
 	s.fmu.Lock()
 	defer s.fmu.Unlock()
 	delete(s.holds, holdKey{req.Name, req.Token})

@@ -9,26 +9,26 @@ import (
 	"sort"
 	"time"
 
-	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 )
 
-var _ dlock.Inspector = (*Store)(nil)
+var _ store.Inspector = (*Store)(nil)
 
 // inspectTimeout bounds one node's answer to State or List (List scans the
 // node's keyspace); the caller's ctx may end it sooner.
 const inspectTimeout = 5 * time.Second
 
 type stateReply struct {
-	st  dlock.State
+	st  store.State
 	err error
 }
 
 type listReply struct {
-	states []dlock.State
+	states []store.State
 	err    error
 }
 
-// State implements [dlock.Inspector]. It asks every node at once and
+// State implements [store.Inspector]. It asks every node at once and
 // combines the answers of the nodes that gave one, as Redlock sees the
 // lock: it has as many holders as a majority of nodes report (the
 // quorum-th highest count), for as long as a majority still holds it (the
@@ -39,25 +39,25 @@ type listReply struct {
 // highest any node reports. A hold on a minority of nodes (a partial
 // acquisition that is being undone, or a node that has not expired it yet)
 // does not count. It returns a [*QuorumError] when fewer than a majority
-// answer, and an error wrapping [dlock.ErrNotSupported] when a majority of
+// answer, and an error wrapping [store.ErrNotSupported] when a majority of
 // nodes are stores that cannot describe their locks.
-func (s *Store) State(ctx context.Context, name string) (dlock.State, error) {
-	if err := dlock.ValidName(name); err != nil {
-		return dlock.State{}, err
+func (s *Store) State(ctx context.Context, name string) (store.State, error) {
+	if err := store.ValidName(name); err != nil {
+		return store.State{}, err
 	}
 	if err := s.enter(); err != nil {
-		return dlock.State{}, err
+		return store.State{}, err
 	}
 	defer s.wg.Done()
 	ch := fan(s, ctx, inspectTimeout, s.all, func(ctx context.Context, i int) stateReply {
-		in, ok := s.nodes[i].(dlock.Inspector)
+		in, ok := s.nodes[i].(store.Inspector)
 		if !ok {
-			return stateReply{err: fmt.Errorf("%w: node %d cannot describe its locks", dlock.ErrNotSupported, i)}
+			return stateReply{err: fmt.Errorf("%w: node %d cannot describe its locks", store.ErrNotSupported, i)}
 		}
 		st, err := in.State(ctx, name)
 		return stateReply{st, err}
 	})
-	var states []dlock.State
+	var states []store.State
 	var errs []error
 	for r := range gather(s, ch, func() int { return len(states) }) {
 		if r.val.err != nil {
@@ -67,30 +67,30 @@ func (s *Store) State(ctx context.Context, name string) (dlock.State, error) {
 		states = append(states, r.val.st)
 	}
 	if err := s.inspectErr("state", len(states), errs); err != nil {
-		return dlock.State{}, err
+		return store.State{}, err
 	}
 	return combine(name, states, s.quorum), nil
 }
 
-// List implements [dlock.Inspector]: every lock that some node knows of,
+// List implements [store.Inspector]: every lock that some node knows of,
 // by name, combined as State combines them (a node that answered without
 // the name counts as not holding it), and kept when it has holders or
 // waiters. Each node lists its own locks, so it costs what a List of every
 // node costs; it returns a [*QuorumError] when fewer than a majority answer.
-func (s *Store) List(ctx context.Context) ([]dlock.State, error) {
+func (s *Store) List(ctx context.Context) ([]store.State, error) {
 	if err := s.enter(); err != nil {
 		return nil, err
 	}
 	defer s.wg.Done()
 	ch := fan(s, ctx, inspectTimeout, s.all, func(ctx context.Context, i int) listReply {
-		in, ok := s.nodes[i].(dlock.Inspector)
+		in, ok := s.nodes[i].(store.Inspector)
 		if !ok {
-			return listReply{err: fmt.Errorf("%w: node %d cannot list its locks", dlock.ErrNotSupported, i)}
+			return listReply{err: fmt.Errorf("%w: node %d cannot list its locks", store.ErrNotSupported, i)}
 		}
 		states, err := in.List(ctx)
 		return listReply{states, err}
 	})
-	byName := make(map[string][]dlock.State)
+	byName := make(map[string][]store.State)
 	answered := 0
 	var errs []error
 	for r := range gather(s, ch, func() int { return answered }) {
@@ -111,12 +111,12 @@ func (s *Store) List(ctx context.Context) ([]dlock.State, error) {
 		names = append(names, name)
 	}
 	sort.Strings(names)
-	out := make([]dlock.State, 0, len(names))
+	out := make([]store.State, 0, len(names))
 	for _, name := range names {
 		states := byName[name]
 		// The nodes that answered without the name do not hold it.
 		for len(states) < answered {
-			states = append(states, dlock.State{Name: name})
+			states = append(states, store.State{Name: name})
 		}
 		if st := combine(name, states, s.quorum); st.Holders > 0 || st.Queue > 0 {
 			out = append(out, st)
@@ -155,7 +155,7 @@ func (s *Store) inspectErr(op string, ok int, errs []error) error {
 		return nil
 	}
 	for _, err := range errs {
-		if errors.Is(err, dlock.ErrInvalid) {
+		if errors.Is(err, store.ErrInvalid) {
 			return err // a bad name: every node says so
 		}
 	}
@@ -166,19 +166,19 @@ func (s *Store) inspectErr(op string, ok int, errs []error) error {
 		}
 	}
 	if unsupported > len(s.nodes)-s.quorum {
-		return fmt.Errorf("%w: redlock %s: too few nodes can describe their locks", dlock.ErrNotSupported, op)
+		return fmt.Errorf("%w: redlock %s: too few nodes can describe their locks", store.ErrNotSupported, op)
 	}
 	return &QuorumError{Op: op, OK: ok, Quorum: s.quorum, Nodes: errs}
 }
 
 // combine is one lock as a quorum of nodes sees it, from the states of the
 // nodes that answered (at least a quorum).
-func combine(name string, states []dlock.State, q int) dlock.State {
-	st := dlock.State{Name: name}
+func combine(name string, states []store.State, q int) store.State {
+	st := store.State{Name: name}
 	holders := make([]int, 0, len(states))
 	fences := make([]int64, 0, len(states))
 	ttls := make([]time.Duration, 0, len(states))
-	modes := make(map[dlock.Mode]int)
+	modes := make(map[store.Mode]int)
 	for _, n := range states {
 		holders = append(holders, n.Holders)
 		fences = append(fences, n.Fence)

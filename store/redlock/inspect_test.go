@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 	"github.com/dlock-dev/dlock/store/redlock"
 )
 
@@ -17,9 +17,9 @@ func TestInspectValkey(t *testing.T) {
 	c := startNodes(t, 3)
 	s := newRedlock(t, c.nodes(), redlock.WithNodeTimeout(2*time.Second))
 	ctx := t.Context()
-	var in dlock.Inspector = s
+	var in store.Inspector = s
 
-	req := dlock.Request{Name: "held", Token: "a", TTL: time.Minute, Mode: dlock.ModeMutex}
+	req := store.Request{Name: "held", Token: "a", TTL: time.Minute, Mode: store.ModeMutex}
 	g, err := s.Acquire(ctx, req)
 	if err != nil || !g.Acquired {
 		t.Fatalf("Acquire = %+v, %v", g, err)
@@ -28,12 +28,12 @@ func TestInspectValkey(t *testing.T) {
 	if err != nil {
 		t.Fatalf("State = %v", err)
 	}
-	if st.Name != "held" || st.Holders != 1 || st.Mode != dlock.ModeMutex || st.Fence != g.Fence || st.TTL <= 50*time.Second || st.TTL > time.Minute {
+	if st.Name != "held" || st.Holders != 1 || st.Mode != store.ModeMutex || st.Fence != g.Fence || st.TTL <= 50*time.Second || st.TTL > time.Minute {
 		t.Errorf("State(held) = %+v, want 1 mutex holder, fence %d, TTL about 1m", st, g.Fence)
 	}
 
 	// A hold on one node of three: not a Redlock hold.
-	part := dlock.Request{Name: "partial", Token: "b", TTL: time.Minute, Mode: dlock.ModeMutex}
+	part := store.Request{Name: "partial", Token: "b", TTL: time.Minute, Mode: store.ModeMutex}
 	if g, err := c.stores[0].Acquire(ctx, part); err != nil || !g.Acquired {
 		t.Fatalf("node 0 Acquire = %+v, %v", g, err)
 	}
@@ -57,13 +57,13 @@ func TestInspectValkey(t *testing.T) {
 		t.Errorf("List with one node of three down = %+v, %v; want held", list, err)
 	}
 	c.srvs[1].Kill()
-	if _, err := in.State(ctx, "held"); !errors.Is(err, dlock.ErrNoQuorum) {
+	if _, err := in.State(ctx, "held"); !errors.Is(err, store.ErrNoQuorum) {
 		t.Errorf("State with two nodes of three down = %v, want ErrNoQuorum", err)
 	}
-	if _, err := in.List(ctx); !errors.Is(err, dlock.ErrNoQuorum) {
+	if _, err := in.List(ctx); !errors.Is(err, store.ErrNoQuorum) {
 		t.Errorf("List with two nodes of three down = %v, want ErrNoQuorum", err)
 	}
-	if _, err := in.State(ctx, ""); !errors.Is(err, dlock.ErrInvalid) {
+	if _, err := in.State(ctx, ""); !errors.Is(err, store.ErrInvalid) {
 		t.Errorf("State(\"\") = %v, want ErrInvalid", err)
 	}
 }
@@ -75,7 +75,7 @@ func TestInspectReleased(t *testing.T) {
 	c := startNodes(t, 3)
 	s := newRedlock(t, c.nodes(), redlock.WithNodeTimeout(2*time.Second))
 	ctx := t.Context()
-	req := dlock.Request{Name: "x", Token: "a", TTL: time.Minute, Mode: dlock.ModeMutex}
+	req := store.Request{Name: "x", Token: "a", TTL: time.Minute, Mode: store.ModeMutex}
 	g, err := s.Acquire(ctx, req)
 	if err != nil || !g.Acquired {
 		t.Fatalf("Acquire = %+v, %v", g, err)
@@ -90,20 +90,20 @@ func TestInspectReleased(t *testing.T) {
 		t.Errorf("List after release = %+v, %v; want none", list, err)
 	}
 	for _, tok := range []string{"r1", "r2"} {
-		r := dlock.Request{Name: "rw", Token: tok, TTL: time.Minute, Mode: dlock.ModeRead}
+		r := store.Request{Name: "rw", Token: tok, TTL: time.Minute, Mode: store.ModeRead}
 		if g, err := s.Acquire(ctx, r); err != nil || !g.Acquired {
 			t.Fatalf("Acquire(read %s) = %+v, %v", tok, g, err)
 		}
 	}
-	if st, err := s.State(ctx, "rw"); err != nil || st.Holders != 2 || st.Mode != dlock.ModeRead {
+	if st, err := s.State(ctx, "rw"); err != nil || st.Holders != 2 || st.Mode != store.ModeRead {
 		t.Errorf("State(rw) = %+v, %v; want 2 read holders", st, err)
 	}
 }
 
 // noInspect is a store without the Inspector methods.
 type noInspect struct {
-	dlock.Store
-	dlock.FenceRaiser
+	store.Store
+	store.FenceRaiser
 }
 
 // TestInspectNotSupported: nodes that cannot describe their locks make
@@ -112,13 +112,13 @@ func TestInspectNotSupported(t *testing.T) {
 	c := startNodes(t, 3)
 	nodes := c.nodes()
 	for i, n := range nodes {
-		nodes[i] = noInspect{n, n.(dlock.FenceRaiser)}
+		nodes[i] = noInspect{n, n.(store.FenceRaiser)}
 	}
 	s := newRedlock(t, nodes)
-	if _, err := s.State(t.Context(), "x"); !errors.Is(err, dlock.ErrNotSupported) {
+	if _, err := s.State(t.Context(), "x"); !errors.Is(err, store.ErrNotSupported) {
 		t.Errorf("State = %v, want ErrNotSupported", err)
 	}
-	if _, err := s.List(t.Context()); !errors.Is(err, dlock.ErrNotSupported) {
+	if _, err := s.List(t.Context()); !errors.Is(err, store.ErrNotSupported) {
 		t.Errorf("List = %v, want ErrNotSupported", err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 	"github.com/dlock-dev/dlock/store/memory"
 	"github.com/dlock-dev/dlock/store/redlock"
 	"github.com/dlock-dev/dlock/storetest"
@@ -18,7 +19,7 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // newRedlock returns a Store over nodes that is closed when the test ends.
-func newRedlock(t testing.TB, nodes []dlock.Store, opts ...redlock.Option) *redlock.Store {
+func newRedlock(t testing.TB, nodes []store.Store, opts ...redlock.Option) *redlock.Store {
 	t.Helper()
 	s, err := redlock.New(nodes, opts...)
 	if err != nil {
@@ -36,8 +37,8 @@ func memoryNodes(n int) []*memory.Store {
 	return ms
 }
 
-func asStores[S dlock.Store](ss []S) []dlock.Store {
-	out := make([]dlock.Store, len(ss))
+func asStores[S store.Store](ss []S) []store.Store {
+	out := make([]store.Store, len(ss))
 	for i, s := range ss {
 		out[i] = s
 	}
@@ -49,8 +50,8 @@ func TestConformanceMemory(t *testing.T) {
 	storetest.Run(t, storetest.Harness{
 		// A generous node timeout, as over redis-servers: with -race on a
 		// loaded machine a memory node can stall past the default 100ms.
-		New:         func(t *testing.T) dlock.Store { return newRedlock(t, nodes, redlock.WithNodeTimeout(2*time.Second)) },
-		Unsupported: []dlock.Mode{dlock.ModeReentrant, dlock.ModeFair, dlock.ModeSemaphore},
+		New:         func(t *testing.T) store.Store { return newRedlock(t, nodes, redlock.WithNodeTimeout(2*time.Second)) },
+		Unsupported: []store.Mode{store.ModeReentrant, store.ModeFair, store.ModeSemaphore},
 	})
 }
 
@@ -58,35 +59,35 @@ func TestNewInvalid(t *testing.T) {
 	three := asStores(memoryNodes(3))
 	tests := []struct {
 		name   string
-		stores []dlock.Store
+		stores []store.Store
 		opts   []redlock.Option
 	}{
 		{"none", nil, nil},
 		{"one", three[:1], nil},
 		{"even", append(asStores(memoryNodes(1)), three...), nil},
-		{"nil store", []dlock.Store{three[0], nil, three[2]}, nil},
-		{"not a fence raiser", []dlock.Store{three[0], plainStore{three[1]}, three[2]}, nil},
+		{"nil store", []store.Store{three[0], nil, three[2]}, nil},
+		{"not a fence raiser", []store.Store{three[0], plainStore{three[1]}, three[2]}, nil},
 		{"node timeout", three, []redlock.Option{redlock.WithNodeTimeout(0)}},
 		{"drift factor", three, []redlock.Option{redlock.WithDriftFactor(0.6)}},
 		{"logger", three, []redlock.Option{redlock.WithLogger(nil)}},
 	}
 	for _, tt := range tests {
 		s, err := redlock.New(tt.stores, tt.opts...)
-		var ie *dlock.InvalidError
+		var ie *store.InvalidError
 		if !errors.As(err, &ie) {
 			t.Errorf("New(%s) = %v, %v; want an *InvalidError", tt.name, s, err)
 		}
 	}
 }
 
-// plainStore hides every method but those of dlock.Store.
-type plainStore struct{ dlock.Store }
+// plainStore hides every method but those of store.Store.
+type plainStore struct{ store.Store }
 
 func TestUnsupportedModes(t *testing.T) {
 	s := newRedlock(t, asStores(memoryNodes(3)))
-	for _, m := range []dlock.Mode{dlock.ModeFair, dlock.ModeSemaphore, dlock.ModeReentrant} {
-		_, err := s.Acquire(t.Context(), dlock.Request{Name: "x", Token: "t", TTL: time.Second, Mode: m, Limit: 2})
-		if !errors.Is(err, dlock.ErrNotSupported) {
+	for _, m := range []store.Mode{store.ModeFair, store.ModeSemaphore, store.ModeReentrant} {
+		_, err := s.Acquire(t.Context(), store.Request{Name: "x", Token: "t", TTL: time.Second, Mode: m, Limit: 2})
+		if !errors.Is(err, store.ErrNotSupported) {
 			t.Errorf("Acquire(mode %v) = %v, want ErrNotSupported", m, err)
 		}
 	}
@@ -102,15 +103,15 @@ type faultyStore struct {
 
 var errDown = errors.New("node down")
 
-func (f *faultyStore) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, error) {
+func (f *faultyStore) Acquire(ctx context.Context, req store.Request) (store.Grant, error) {
 	if f.down.Load() {
 		f.refused.Add(1)
-		return dlock.Grant{}, errDown
+		return store.Grant{}, errDown
 	}
 	return f.Store.Acquire(ctx, req)
 }
 
-func (f *faultyStore) Extend(ctx context.Context, reqs []dlock.Request) []error {
+func (f *faultyStore) Extend(ctx context.Context, reqs []store.Request) []error {
 	if f.down.Load() {
 		errs := make([]error, len(reqs))
 		for i := range errs {
@@ -121,14 +122,14 @@ func (f *faultyStore) Extend(ctx context.Context, reqs []dlock.Request) []error 
 	return f.Store.Extend(ctx, reqs)
 }
 
-func (f *faultyStore) Release(ctx context.Context, req dlock.Request) error {
+func (f *faultyStore) Release(ctx context.Context, req store.Request) error {
 	if f.down.Load() {
 		return errDown
 	}
 	return f.Store.Release(ctx, req)
 }
 
-func (f *faultyStore) RaiseFence(ctx context.Context, req dlock.Request, fence int64) error {
+func (f *faultyStore) RaiseFence(ctx context.Context, req store.Request, fence int64) error {
 	if f.down.Load() {
 		return errDown
 	}
@@ -143,8 +144,8 @@ func faultyNodes(n int) []*faultyStore {
 	return fs
 }
 
-func mutexReq(name, token string) dlock.Request {
-	return dlock.Request{Name: name, Token: token, TTL: 10 * time.Second, Mode: dlock.ModeMutex}
+func mutexReq(name, token string) store.Request {
+	return store.Request{Name: name, Token: token, TTL: 10 * time.Second, Mode: store.ModeMutex}
 }
 
 func TestQuorumMemory(t *testing.T) {
@@ -166,10 +167,10 @@ func TestQuorumMemory(t *testing.T) {
 	fs[2].down.Store(true)
 	g, err = s.Acquire(ctx, mutexReq("q", "b"))
 	var qe *redlock.QuorumError
-	if g.Acquired || !errors.Is(err, dlock.ErrNoQuorum) || !errors.As(err, &qe) {
+	if g.Acquired || !errors.Is(err, store.ErrNoQuorum) || !errors.As(err, &qe) {
 		t.Fatalf("Acquire with 3 of 5 nodes down = %+v, %v; want a *QuorumError", g, err)
 	}
-	var se *dlock.StoreError
+	var se *store.StoreError
 	if !errors.As(err, &se) || se.Node < 0 || se.Node > 2 {
 		t.Errorf("Acquire error %v; want a *StoreError naming a down node", err)
 	}
@@ -277,7 +278,7 @@ func TestModelMemory(t *testing.T) {
 	t.Parallel()
 	nodes := asStores(memoryNodes(5))
 	storetest.RunModel(t, storetest.Harness{
-		New:         func(t *testing.T) dlock.Store { return newRedlock(t, nodes, redlock.WithNodeTimeout(2*time.Second)) },
-		Unsupported: []dlock.Mode{dlock.ModeReentrant, dlock.ModeFair, dlock.ModeSemaphore},
+		New:         func(t *testing.T) store.Store { return newRedlock(t, nodes, redlock.WithNodeTimeout(2*time.Second)) },
+		Unsupported: []store.Mode{store.ModeReentrant, store.ModeFair, store.ModeSemaphore},
 	}, storetest.ModelConfig{})
 }

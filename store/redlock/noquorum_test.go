@@ -8,15 +8,16 @@ import (
 	"time"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 	"github.com/dlock-dev/dlock/store/redlock"
 )
 
 // wantNoQuorum fails t unless g, err is a failed acquire for lack of
 // quorum.
-func wantNoQuorum(t *testing.T, what string, g dlock.Grant, err error) {
+func wantNoQuorum(t *testing.T, what string, g store.Grant, err error) {
 	t.Helper()
 	var qe *redlock.QuorumError
-	if g.Acquired || !errors.Is(err, dlock.ErrNoQuorum) || !errors.As(err, &qe) {
+	if g.Acquired || !errors.Is(err, store.ErrNoQuorum) || !errors.As(err, &qe) {
 		t.Fatalf("%s with 2 of 3 nodes dead = %+v, %v; want a *QuorumError", what, g, err)
 	}
 }
@@ -40,7 +41,7 @@ func noKeys(t *testing.T, c *cluster, dead []int, key string) {
 
 // restartAndAcquire restarts the dead nodes and waits until req is granted
 // (valkey-go reconnects in the background), then releases it.
-func restartAndAcquire(t *testing.T, c *cluster, s *redlock.Store, dead []int, req dlock.Request) {
+func restartAndAcquire(t *testing.T, c *cluster, s *redlock.Store, dead []int, req store.Request) {
 	t.Helper()
 	for _, i := range dead {
 		c.srvs[i].Restart(t)
@@ -67,11 +68,11 @@ func restartAndAcquire(t *testing.T, c *cluster, s *redlock.Store, dead []int, r
 // of quorum. The release is idempotent per token, so it is asked again
 // until the nodes answer; after a partial release, ErrNotHeld is that
 // answer.
-func releaseAfterRestart(t *testing.T, c *cluster, s *redlock.Store, req dlock.Request, deadline time.Time) {
+func releaseAfterRestart(t *testing.T, c *cluster, s *redlock.Store, req store.Request, deadline time.Time) {
 	t.Helper()
 	for attempt := 0; ; attempt++ {
 		err := s.Release(t.Context(), req)
-		if err == nil || (attempt > 0 && errors.Is(err, dlock.ErrNotHeld)) {
+		if err == nil || (attempt > 0 && errors.Is(err, store.ErrNotHeld)) {
 			break
 		}
 		var qe *redlock.QuorumError
@@ -137,7 +138,7 @@ func TestNoQuorumLockerLeavesNoHold(t *testing.T) {
 	defer l.Close()
 	for i := range 3 {
 		ls, err := l.Mutex("X").TryLock(ctx)
-		if ls != nil || !errors.Is(err, dlock.ErrNoQuorum) {
+		if ls != nil || !errors.Is(err, store.ErrNoQuorum) {
 			t.Fatalf("TryLock %d with 2 of 3 nodes dead = %v, %v; want ErrNoQuorum", i, ls, err)
 		}
 		noKeys(t, c, dead, "lock:X")

@@ -8,8 +8,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/internal/redisproto"
+	"github.com/dlock-dev/dlock/store"
 )
 
 // proposedFloorLead is how far ahead of this clock, in fence units (µs),
@@ -27,26 +27,26 @@ const (
 	failed
 )
 
-func checkMode(m dlock.Mode) error {
+func checkMode(m store.Mode) error {
 	switch m {
-	case dlock.ModeMutex, dlock.ModeRead, dlock.ModeWrite, dlock.ModeElection:
+	case store.ModeMutex, store.ModeRead, store.ModeWrite, store.ModeElection:
 		return nil
 	}
-	return fmt.Errorf("%w: redlock cannot keep mode %v consistent over a quorum", dlock.ErrNotSupported, m)
+	return fmt.Errorf("%w: redlock cannot keep mode %v consistent over a quorum", store.ErrNotSupported, m)
 }
 
 // requestError reports a node's refusal of the request itself, which no
 // other node will answer differently.
 func requestError(err error) bool {
-	return errors.Is(err, dlock.ErrNotSupported) || errors.Is(err, dlock.ErrInvalid) || errors.Is(err, dlock.ErrUpgrade)
+	return errors.Is(err, store.ErrNotSupported) || errors.Is(err, store.ErrInvalid) || errors.Is(err, store.ErrUpgrade)
 }
 
 type acquireReply struct {
-	g   dlock.Grant
+	g   store.Grant
 	err error
 }
 
-// Acquire implements [dlock.Store]. It sends req to every node at once and
+// Acquire implements [store.Store]. It sends req to every node at once and
 // returns as soon as the outcome is decided:
 //
 //   - a grant, once a majority granted, the fence was written back to a
@@ -56,15 +56,15 @@ type acquireReply struct {
 //     nodes that answered could still make a majority once it is free.
 //     RetryAfter is the time after which a majority of nodes may be free,
 //     by their clocks;
-//   - a [*QuorumError] (wrapping [dlock.ErrNoQuorum]) when too many nodes
+//   - a [*QuorumError] (wrapping [store.ErrNoQuorum]) when too many nodes
 //     failed or did not answer within the node timeout to make a majority
 //     (N−quorum+1 or more), whatever the others answered, with each node's
-//     failure as a [*dlock.StoreError] naming its index;
-//   - a [*dlock.StoreError] when a majority granted but no validity was
+//     failure as a [*store.StoreError] naming its index;
+//   - a [*store.StoreError] when a majority granted but no validity was
 //     left;
-//   - an error wrapping [dlock.ErrNotSupported] for the fair, semaphore and
+//   - an error wrapping [store.ErrNotSupported] for the fair, semaphore and
 //     reentrant modes (and elections over nodes that are not
-//     [dlock.Elector]s), or whatever request error (invalid name, ...) the
+//     [store.Elector]s), or whatever request error (invalid name, ...) the
 //     nodes return.
 //
 // A grant of the write side of a read-write lock, an election, and a
@@ -79,25 +79,25 @@ type acquireReply struct {
 // In every case but a grant, Acquire first releases req.Token on each node
 // that granted it or might have (a failed or late node), and waits for
 // those releases, so it leaves no key of its own behind.
-func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, error) {
+func (s *Store) Acquire(ctx context.Context, req store.Request) (store.Grant, error) {
 	if err := checkMode(req.Mode); err != nil {
-		return dlock.Grant{}, err
+		return store.Grant{}, err
 	}
-	if req.Mode == dlock.ModeMutex {
+	if req.Mode == store.ModeMutex {
 		// A node that handed the mutex to a registered waiter would give
 		// it a grant on that node alone, not a quorum: never register.
 		req.Queue = false
 	}
-	if req.Mode == dlock.ModeElection {
+	if req.Mode == store.ModeElection {
 		if err := s.canElect(); err != nil {
-			return dlock.Grant{}, err
+			return store.Grant{}, err
 		}
 	}
 	if err := ctx.Err(); err != nil {
-		return dlock.Grant{}, err
+		return store.Grant{}, err
 	}
 	if err := s.enter(); err != nil {
-		return dlock.Grant{}, err
+		return store.Grant{}, err
 	}
 	defer s.wg.Done()
 
@@ -110,14 +110,14 @@ func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, er
 	// with, a pending value; announce marks it settled once the grant is
 	// decided (see election.go).
 	nodeReq := req
-	if req.Mode == dlock.ModeElection {
+	if req.Mode == store.ModeElection {
 		if prev == 0 {
 			value = req.Value
 		}
 		nodeReq.Value = ""
 	}
 	nodeCtx := ctx
-	if req.Mode == dlock.ModeMutex {
+	if req.Mode == store.ModeMutex {
 		// One floor for every node: nodes with no counter for the name then
 		// issue the same fence, and the grant writes nothing back. 20 ms
 		// ahead of this clock, to be above the nodes' clocks when they run
@@ -133,7 +133,7 @@ func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, er
 	})
 	ch := f.ch
 	state := make([]uint8, n)
-	grants := make([]dlock.Grant, n)
+	grants := make([]store.Grant, n)
 	var nGranted, nRefused, nFailed int
 	var errs []error
 	var fatal error
@@ -143,7 +143,7 @@ func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, er
 	// leader's term is settled on every node that granted it (and Leader
 	// reads it there), and a repeat must find the nodes that gave the
 	// first fence.
-	all := req.Mode == dlock.ModeWrite || req.Mode == dlock.ModeElection || prev > 0
+	all := req.Mode == store.ModeWrite || req.Mode == store.ModeElection || prev > 0
 	answered := 0
 	// Once refusals and failures together deny a majority, no grant is
 	// possible, but what to report is not decided until the refusals alone
@@ -177,7 +177,7 @@ func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, er
 		if err == nil {
 			if validity := req.TTL - time.Since(start) - s.Drift(req.TTL); validity > 0 {
 				// The grant is decided: nothing undoes it from here.
-				if req.Mode == dlock.ModeElection {
+				if req.Mode == store.ModeElection {
 					s.announce(ctx, req, settledPrefix+value, timeout, use, fence)
 				}
 				late := make([]bool, n)
@@ -186,14 +186,14 @@ func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, er
 				}
 				s.remember(req, fence, value)
 				f.track([]string{req.Name}, late)
-				return dlock.Grant{Acquired: true, Fence: fence, Count: 1}, nil
+				return store.Grant{Acquired: true, Fence: fence, Count: 1}, nil
 			}
-			err = &dlock.StoreError{Op: "acquire", Node: -1, Err: errValidity}
+			err = &store.StoreError{Op: "acquire", Node: -1, Err: errValidity}
 		}
 		s.undo(ctx, req, timeout, state, ch, n-answered)
-		return dlock.Grant{}, err
+		return store.Grant{}, err
 	}
-	var refusal dlock.Grant
+	var refusal store.Grant
 	if fatal == nil && nFailed <= n-q {
 		// A refusal. Which pattern holds the name is what a majority of the
 		// nodes say: a minority may keep a hold the majority ended (a
@@ -219,32 +219,32 @@ func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, er
 	s.undo(ctx, req, timeout, state, ch, n-answered)
 	switch {
 	case fatal != nil:
-		return dlock.Grant{}, fatal
+		return store.Grant{}, fatal
 	case nFailed > n-q:
 		// Too few nodes answered to make a majority even if every holder
 		// released: no quorum, even when the nodes that answered refused.
 		s.cfg.logger.Debug("dlock: redlock acquire without quorum", "name", req.Name, "failed", nFailed)
-		return dlock.Grant{}, &QuorumError{Op: "acquire", OK: answered - nFailed, Quorum: q, Nodes: errs}
+		return store.Grant{}, &QuorumError{Op: "acquire", OK: answered - nFailed, Quorum: q, Nodes: errs}
 	}
 	return refusal, nil
 }
 
 // heldMode is the mode that most refusing nodes report holding the name.
-func heldMode(state []uint8, grants []dlock.Grant) dlock.Mode {
+func heldMode(state []uint8, grants []store.Grant) store.Mode {
 	best, _ := heldCount(state, grants)
 	return best
 }
 
 // heldByMajority reports whether q refusing nodes report one mode.
-func heldByMajority(state []uint8, grants []dlock.Grant, q int) bool {
+func heldByMajority(state []uint8, grants []store.Grant, q int) bool {
 	_, n := heldCount(state, grants)
 	return n >= q
 }
 
 // heldCount returns the mode most refusing nodes report and how many do.
-func heldCount(state []uint8, grants []dlock.Grant) (dlock.Mode, int) {
+func heldCount(state []uint8, grants []store.Grant) (store.Mode, int) {
 	var count [8]int
-	best := dlock.Mode(0)
+	best := store.Mode(0)
 	for i, st := range state {
 		if m := grants[i].Held; st == refused && int(m) < len(count) {
 			if count[m]++; count[m] > count[best] {
@@ -263,7 +263,7 @@ func heldCount(state []uint8, grants []dlock.Grant) (dlock.Mode, int) {
 // change it. A node whose hold lapsed and was granted to someone else
 // since reports a higher fence, so it is left out, and with it any chance
 // of handing out a fence that a later grant has overtaken.
-func (s *Store) settleNodes(prev int64, state []uint8, grants []dlock.Grant) []bool {
+func (s *Store) settleNodes(prev int64, state []uint8, grants []store.Grant) []bool {
 	use := make([]bool, len(state))
 	if prev > 0 {
 		k := 0
@@ -286,7 +286,7 @@ func (s *Store) settleNodes(prev int64, state []uint8, grants []dlock.Grant) []b
 // retryAfter is the time after which a majority of the nodes that answered
 // may be free: the q-th smallest of their remaining holds, counting 0 for a
 // node that granted (it has been released since).
-func retryAfter(state []uint8, grants []dlock.Grant, q int) time.Duration {
+func retryAfter(state []uint8, grants []store.Grant, q int) time.Duration {
 	var ds []time.Duration
 	for i, st := range state {
 		switch st {
@@ -310,14 +310,14 @@ func retryAfter(state []uint8, grants []dlock.Grant, q int) time.Duration {
 // (readers share the current fence). An election's nodes that issued less
 // take F as their term, their value still pending (req.Value is empty):
 // [Store.Leader] does not report it yet (see announce).
-func (s *Store) settle(ctx context.Context, req dlock.Request, timeout time.Duration, use []bool, grants []dlock.Grant) (int64, error) {
+func (s *Store) settle(ctx context.Context, req store.Request, timeout time.Duration, use []bool, grants []store.Grant) (int64, error) {
 	var v int64
 	for i, u := range use {
 		if u {
 			v = max(v, grants[i].Fence)
 		}
 	}
-	if req.Mode == dlock.ModeRead {
+	if req.Mode == store.ModeRead {
 		return v, nil
 	}
 	q := s.quorum
@@ -367,7 +367,7 @@ func (s *Store) settle(ctx context.Context, req dlock.Request, timeout time.Dura
 // that Leader reports is always one that Acquire returned. A leader
 // announced on fewer than a majority of nodes (they failed since they
 // granted it) holds the lock all the same, but Leader does not report it.
-func (s *Store) announce(ctx context.Context, req dlock.Request, value string, timeout time.Duration, use []bool, fence int64) {
+func (s *Store) announce(ctx context.Context, req store.Request, value string, timeout time.Duration, use []bool, fence int64) {
 	req.Value = value
 	var nodes []int
 	for i, u := range use {
@@ -395,7 +395,7 @@ func (s *Store) announce(ctx context.Context, req dlock.Request, value string, t
 // undo releases req on every node that granted it or might have (failed),
 // and on each node still working on the acquire once it answers, and waits
 // for those releases. It runs even when ctx has ended.
-func (s *Store) undo(ctx context.Context, req dlock.Request, timeout time.Duration, state []uint8, ch <-chan result[acquireReply], pending int) {
+func (s *Store) undo(ctx context.Context, req store.Request, timeout time.Duration, state []uint8, ch <-chan result[acquireReply], pending int) {
 	rctx := context.WithoutCancel(ctx)
 	var wg sync.WaitGroup
 	release := func(i int) {
@@ -404,7 +404,7 @@ func (s *Store) undo(ctx context.Context, req dlock.Request, timeout time.Durati
 			defer wg.Done()
 			c, cancel := context.WithTimeout(rctx, timeout)
 			defer cancel()
-			if err := s.nodes[i].Release(c, req); err != nil && !errors.Is(err, dlock.ErrNotHeld) {
+			if err := s.nodes[i].Release(c, req); err != nil && !errors.Is(err, store.ErrNotHeld) {
 				s.cfg.logger.Debug("dlock: redlock release after failed acquire", "name", req.Name, "node", i, "err", err)
 			}
 		}()
@@ -423,13 +423,13 @@ func (s *Store) undo(ctx context.Context, req dlock.Request, timeout time.Durati
 	wg.Wait()
 }
 
-// Extend implements [dlock.Store]: each request is extended on every node
+// Extend implements [store.Store]: each request is extended on every node
 // at once, in one pipelined call per node. A request's error is nil once a
-// majority extended it, [dlock.ErrNotHeld] once more than N−quorum nodes
+// majority extended it, [store.ErrNotHeld] once more than N−quorum nodes
 // report that the token no longer holds it (the lease is lost), and
 // otherwise a [*QuorumError] (the extension is unconfirmed; the lease stays
 // valid until its current validity ends).
-func (s *Store) Extend(ctx context.Context, reqs []dlock.Request) []error {
+func (s *Store) Extend(ctx context.Context, reqs []store.Request) []error {
 	out := make([]error, len(reqs))
 	if len(reqs) == 0 {
 		return out
@@ -487,7 +487,7 @@ func (s *Store) Extend(ctx context.Context, reqs []dlock.Request) []error {
 			switch {
 			case err == nil:
 				ok[j]++
-			case errors.Is(err, dlock.ErrNotHeld):
+			case errors.Is(err, store.ErrNotHeld):
 				notHeld[j]++
 			default:
 				errs[j] = append(errs[j], nodeErr("extend", r.node, err))
@@ -497,7 +497,7 @@ func (s *Store) Extend(ctx context.Context, reqs []dlock.Request) []error {
 				out[j] = nil
 				s.extended(reqs[j])
 			case notHeld[j] > n-q:
-				out[j] = dlock.ErrNotHeld
+				out[j] = store.ErrNotHeld
 			case notHeld[j]+len(errs[j]) > n-q:
 				out[j] = &QuorumError{Op: "extend", OK: ok[j], Quorum: q, Nodes: errs[j]}
 			default:
@@ -520,9 +520,9 @@ func (s *Store) Extend(ctx context.Context, reqs []dlock.Request) []error {
 	return out
 }
 
-// Release implements [dlock.Store]: it releases req on every node at once.
+// Release implements [store.Store]: it releases req on every node at once.
 // It returns nil as soon as a majority released the token;
-// [dlock.ErrNotHeld] once more than N−quorum nodes report that the token
+// [store.ErrNotHeld] once more than N−quorum nodes report that the token
 // holds nothing there (it did not hold the lock any more; it is gone from
 // the nodes that still had it); otherwise a [*QuorumError] (the nodes that
 // did not answer free the lock when its TTL runs out).
@@ -537,7 +537,7 @@ func (s *Store) Extend(ctx context.Context, reqs []dlock.Request) []error {
 // cancels its context as soon as Release returns (as a request handler
 // does) so does not leave its token holding the nodes that had not
 // answered yet.
-func (s *Store) Release(ctx context.Context, req dlock.Request) error {
+func (s *Store) Release(ctx context.Context, req store.Request) error {
 	if err := s.enter(); err != nil {
 		return err
 	}
@@ -578,7 +578,7 @@ func (s *Store) Release(ctx context.Context, req dlock.Request) error {
 		switch {
 		case r.val == nil:
 			released++
-		case errors.Is(r.val, dlock.ErrNotHeld):
+		case errors.Is(r.val, store.ErrNotHeld):
 			notHeld++
 		default:
 			errs = append(errs, nodeErr("release", r.node, r.val))
@@ -587,7 +587,7 @@ func (s *Store) Release(ctx context.Context, req dlock.Request) error {
 		switch {
 		case released >= q:
 		case notHeld > n-q:
-			err = dlock.ErrNotHeld
+			err = store.ErrNotHeld
 		default:
 			continue
 		}
@@ -598,15 +598,15 @@ func (s *Store) Release(ctx context.Context, req dlock.Request) error {
 }
 
 // trackRest tracks the nodes of a release that have not answered yet.
-func trackRest(f *fanout[error], req dlock.Request, answered []bool) {
+func trackRest(f *fanout[error], req store.Request, answered []bool) {
 	for i, a := range answered {
 		answered[i] = !a
 	}
 	f.track([]string{req.Name}, answered)
 }
 
-// Ping implements [dlock.Pinger]: nil when a majority of the nodes answer
-// (nodes that are not [dlock.Pinger]s count as answering), else a
+// Ping implements [store.Pinger]: nil when a majority of the nodes answer
+// (nodes that are not [store.Pinger]s count as answering), else a
 // [*QuorumError].
 func (s *Store) Ping(ctx context.Context) error {
 	if err := s.enter(); err != nil {
@@ -615,7 +615,7 @@ func (s *Store) Ping(ctx context.Context) error {
 	defer s.wg.Done()
 	n, q := len(s.nodes), s.quorum
 	ch := fan(s, ctx, s.nodeTimeout(time.Second), s.all, func(ctx context.Context, i int) error {
-		if p, ok := s.nodes[i].(dlock.Pinger); ok {
+		if p, ok := s.nodes[i].(store.Pinger); ok {
 			return p.Ping(ctx)
 		}
 		return ctx.Err()

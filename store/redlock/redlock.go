@@ -1,4 +1,4 @@
-// Package redlock is a [dlock.Store] over N independent stores: the Redlock
+// Package redlock is a [store.Store] over N independent stores: the Redlock
 // algorithm, with fencing tokens that stay monotonic across the nodes.
 //
 // A grant needs a majority (N/2+1) of the nodes to grant the same token, and
@@ -19,7 +19,7 @@
 //
 // Every grant carries a fence. After winning its majority, Acquire writes
 // the fence it will return back to the nodes it holds that issued a lower
-// one ([dlock.FenceRaiser]), and returns the grant only once a majority
+// one ([store.FenceRaiser]), and returns the grant only once a majority
 // holds a counter at least that high. Every later winner's majority shares
 // a node with that one, where it was granted after this holder's write, so
 // its fence is higher. docs/safety.md gives the argument and what it
@@ -44,9 +44,9 @@
 // does. The fair queue, the semaphore and the reentrant lock cannot be
 // kept consistent over a quorum (a lost reply leaves a count or a queue
 // place that a retry cannot reconcile), so they return an error wrapping
-// [dlock.ErrNotSupported].
+// [store.ErrNotSupported].
 //
-// The Store is a [dlock.Inspector] when its nodes are: State and List (what
+// The Store is a [store.Inspector] when its nodes are: State and List (what
 // `dlock status`, `dlock list` and the dashboard show) combine the nodes'
 // answers as Redlock sees the lock, counting only what a majority holds.
 package redlock
@@ -59,13 +59,13 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 )
 
 var (
-	_ dlock.Store   = (*Store)(nil)
-	_ dlock.Pinger  = (*Store)(nil)
-	_ dlock.Drifter = (*Store)(nil)
+	_ store.Store   = (*Store)(nil)
+	_ store.Pinger  = (*Store)(nil)
+	_ store.Drifter = (*Store)(nil)
 )
 
 // Store is a quorum of independent stores. It is safe for concurrent use.
@@ -74,8 +74,8 @@ var (
 // through one Store reach each node in the order they were made, even when
 // an earlier one returned before every node answered.
 type Store struct {
-	nodes   []dlock.Store
-	raisers []dlock.FenceRaiser
+	nodes   []store.Store
+	raisers []store.FenceRaiser
 	all     []int // 0..N-1
 	quorum  int
 	cfg     config
@@ -110,7 +110,7 @@ type Option func(*config)
 func WithNodeTimeout(d time.Duration) Option {
 	return func(c *config) {
 		if d < time.Millisecond {
-			c.err = &dlock.InvalidError{Field: "node timeout", Reason: "must be at least 1ms"}
+			c.err = &store.InvalidError{Field: "node timeout", Reason: "must be at least 1ms"}
 			return
 		}
 		c.nodeTimeout = d
@@ -119,13 +119,13 @@ func WithNodeTimeout(d time.Duration) Option {
 
 // WithDriftFactor sets the share of the TTL allowed for clock drift between
 // the client and the nodes; 2ms is added to it. Default 0.01; from 0 to 0.5.
-// The margin shortens every lease a [dlock.Locker] over the Store hands
+// The margin shortens every lease a dlock.Locker over the Store hands
 // out, and every extension, when it is larger than the Locker's own (see
-// [Store.Drift] and [dlock.WithDriftFactor]).
+// [Store.Drift] and dlock.WithDriftFactor).
 func WithDriftFactor(f float64) Option {
 	return func(c *config) {
 		if !(f >= 0 && f <= 0.5) {
-			c.err = &dlock.InvalidError{Field: "drift factor", Reason: "must be between 0 and 0.5"}
+			c.err = &store.InvalidError{Field: "drift factor", Reason: "must be between 0 and 0.5"}
 			return
 		}
 		c.driftFactor = f
@@ -137,7 +137,7 @@ func WithDriftFactor(f float64) Option {
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) {
 		if l == nil {
-			c.err = &dlock.InvalidError{Field: "logger", Reason: "must not be nil"}
+			c.err = &store.InvalidError{Field: "logger", Reason: "must not be nil"}
 			return
 		}
 		c.logger = l
@@ -146,13 +146,13 @@ func WithLogger(l *slog.Logger) Option {
 
 // New returns a Store over stores, which must be independent (no
 // replication between them), odd in number and at least 3, and must each
-// implement [dlock.FenceRaiser]. The Store does not own the stores: Close
-// does not close them. It returns an [*dlock.InvalidError] for a bad
+// implement [store.FenceRaiser]. The Store does not own the stores: Close
+// does not close them. It returns an [*store.InvalidError] for a bad
 // argument or option.
-func New(stores []dlock.Store, opts ...Option) (*Store, error) {
+func New(stores []store.Store, opts ...Option) (*Store, error) {
 	n := len(stores)
 	if n < 3 || n%2 == 0 {
-		return nil, &dlock.InvalidError{Field: "stores", Reason: fmt.Sprintf("need an odd number of at least 3, got %d", n)}
+		return nil, &store.InvalidError{Field: "stores", Reason: fmt.Sprintf("need an odd number of at least 3, got %d", n)}
 	}
 	cfg := config{driftFactor: 0.01, logger: slog.New(slog.DiscardHandler)}
 	for _, o := range opts {
@@ -164,8 +164,8 @@ func New(stores []dlock.Store, opts ...Option) (*Store, error) {
 		return nil, cfg.err
 	}
 	s := &Store{
-		nodes:   append([]dlock.Store(nil), stores...),
-		raisers: make([]dlock.FenceRaiser, n),
+		nodes:   append([]store.Store(nil), stores...),
+		raisers: make([]store.FenceRaiser, n),
 		all:     make([]int, n),
 		quorum:  n/2 + 1,
 		cfg:     cfg,
@@ -176,11 +176,11 @@ func New(stores []dlock.Store, opts ...Option) (*Store, error) {
 	}
 	for i, st := range stores {
 		if st == nil {
-			return nil, &dlock.InvalidError{Field: "stores", Reason: fmt.Sprintf("store %d is nil", i)}
+			return nil, &store.InvalidError{Field: "stores", Reason: fmt.Sprintf("store %d is nil", i)}
 		}
-		fr, ok := st.(dlock.FenceRaiser)
+		fr, ok := st.(store.FenceRaiser)
 		if !ok {
-			return nil, &dlock.InvalidError{Field: "stores", Reason: fmt.Sprintf("store %d (%T) cannot raise fences (dlock.FenceRaiser)", i, st)}
+			return nil, &store.InvalidError{Field: "stores", Reason: fmt.Sprintf("store %d (%T) cannot raise fences (store.FenceRaiser)", i, st)}
 		}
 		s.raisers[i] = fr
 		s.all[i] = i
@@ -196,13 +196,13 @@ func (s *Store) Quorum() int { return s.quorum }
 
 // Close waits for the requests still running on slow nodes (each bounded by
 // the node timeout; a release may first wait one node timeout for the
-// earlier requests on its node) and makes later calls fail with [dlock.ErrClosed]. It
+// earlier requests on its node) and makes later calls fail with [store.ErrClosed]. It
 // does not close the nodes.
 func (s *Store) Close() error {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		return dlock.ErrClosed
+		return store.ErrClosed
 	}
 	s.closed = true
 	s.mu.Unlock()
@@ -217,7 +217,7 @@ func (s *Store) enter() error {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
-		return fmt.Errorf("%w: redlock store", dlock.ErrClosed)
+		return fmt.Errorf("%w: redlock store", store.ErrClosed)
 	}
 	s.wg.Add(1)
 	return nil
@@ -231,9 +231,9 @@ func (s *Store) nodeTimeout(ttl time.Duration) time.Duration {
 	return min(max(ttl/10, 100*time.Millisecond), 500*time.Millisecond)
 }
 
-// Drift implements [dlock.Drifter]: the clock-drift margin of a hold of
+// Drift implements [store.Drifter]: the clock-drift margin of a hold of
 // ttl, DriftFactor × ttl + 2ms (see [WithDriftFactor]). Acquire refuses a
-// grant that leaves no validity after it, and a [dlock.Locker] over the
+// grant that leaves no validity after it, and a dlock.Locker over the
 // Store subtracts it (or its own margin, if larger) from every lease's
 // validity.
 func (s *Store) Drift(ttl time.Duration) time.Duration {
@@ -329,16 +329,16 @@ func (f *fanout[T]) answer(i int, v T) {
 }
 
 func nodeErr(op string, node int, err error) error {
-	return &dlock.StoreError{Op: op, Node: node, Err: err}
+	return &store.StoreError{Op: op, Node: node, Err: err}
 }
 
-var _ dlock.LockDelayer = (*Store)(nil)
+var _ store.LockDelayer = (*Store)(nil)
 
-// SupportsLockDelay implements [dlock.LockDelayer]: true when every node
+// SupportsLockDelay implements [store.LockDelayer]: true when every node
 // supports it, since each node ends its hold by its own clock.
 func (s *Store) SupportsLockDelay() bool {
 	for _, n := range s.nodes {
-		if !dlock.SupportsLockDelay(n) {
+		if !store.SupportsLockDelay(n) {
 			return false
 		}
 	}

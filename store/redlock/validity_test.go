@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 	"github.com/dlock-dev/dlock/store/memory"
 	"github.com/dlock-dev/dlock/store/redlock"
 )
@@ -19,7 +20,7 @@ type slowStore struct {
 	delay time.Duration
 }
 
-func (s slowStore) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, error) {
+func (s slowStore) Acquire(ctx context.Context, req store.Request) (store.Grant, error) {
 	g, err := s.Store.Acquire(ctx, req)
 	time.Sleep(s.delay)
 	return g, err
@@ -32,7 +33,7 @@ func (s slowStore) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant,
 func TestValidityUsedUpWhileAcquiring(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ms := memoryNodes(3)
-		nodes := make([]dlock.Store, len(ms))
+		nodes := make([]store.Store, len(ms))
 		for i, m := range ms {
 			nodes[i] = slowStore{m, 995 * time.Millisecond}
 		}
@@ -41,10 +42,10 @@ func TestValidityUsedUpWhileAcquiring(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer s.Close()
-		req := dlock.Request{Name: "v", Token: "a", TTL: time.Second, Mode: dlock.ModeMutex}
+		req := store.Request{Name: "v", Token: "a", TTL: time.Second, Mode: store.ModeMutex}
 		g, err := s.Acquire(t.Context(), req)
-		var se *dlock.StoreError
-		if g.Acquired || !errors.As(err, &se) || !errors.Is(err, dlock.ErrUnavailable) {
+		var se *store.StoreError
+		if g.Acquired || !errors.As(err, &se) || !errors.Is(err, store.ErrUnavailable) {
 			t.Fatalf("Acquire with replies after 995ms of a 1s TTL = %+v, %v; want a *StoreError", g, err)
 		}
 		for i, m := range ms {
@@ -64,7 +65,7 @@ func TestValidityUsedUpWhileAcquiring(t *testing.T) {
 // TestDriftFactorShortensLease: a Locker's leases over a Store with a
 // larger drift factor are shorter by the difference of the margins, 19% of
 // the TTL between factors 0.01 and 0.2, since the Locker subtracts the
-// Store's margin (dlock.Drifter) when it is larger than its own (0.01).
+// Store's margin (store.Drifter) when it is larger than its own (0.01).
 // The window from before TryLock to after TTL bounds what elapsed, so the
 // bounds hold however slow the machine is. An extension's validity takes
 // the same margin.

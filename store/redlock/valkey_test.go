@@ -10,6 +10,7 @@ import (
 
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/internal/testredis"
+	"github.com/dlock-dev/dlock/store"
 	"github.com/dlock-dev/dlock/store/redlock"
 	"github.com/dlock-dev/dlock/store/valkey"
 	"github.com/dlock-dev/dlock/storetest"
@@ -41,7 +42,7 @@ func startNodes(t testing.TB, n int) *cluster {
 	return c
 }
 
-func (c *cluster) nodes() []dlock.Store { return asStores(c.stores) }
+func (c *cluster) nodes() []store.Store { return asStores(c.stores) }
 
 // get returns the value of key on node i ("" when it has none).
 func (c *cluster) get(t *testing.T, i int, key string) string {
@@ -55,16 +56,16 @@ func (c *cluster) get(t *testing.T, i int, key string) string {
 
 // unsupportedOn lists the modes redlock over s refuses: those redlock
 // never runs, and read-write when s does not run it.
-func unsupportedOn(t *testing.T, s dlock.Store) []dlock.Mode {
-	out := []dlock.Mode{dlock.ModeReentrant, dlock.ModeFair, dlock.ModeSemaphore}
-	req := dlock.Request{Name: "probe-rw", Token: "probe", TTL: time.Second, Mode: dlock.ModeWrite}
+func unsupportedOn(t *testing.T, s store.Store) []store.Mode {
+	out := []store.Mode{store.ModeReentrant, store.ModeFair, store.ModeSemaphore}
+	req := store.Request{Name: "probe-rw", Token: "probe", TTL: time.Second, Mode: store.ModeWrite}
 	g, err := s.Acquire(t.Context(), req)
 	if g.Acquired {
 		s.Release(t.Context(), req)
 	}
-	fr := s.(dlock.FenceRaiser)
-	if errors.Is(err, dlock.ErrNotSupported) || errors.Is(fr.RaiseFence(t.Context(), req, 1), dlock.ErrNotSupported) {
-		out = append(out, dlock.ModeRead, dlock.ModeWrite)
+	fr := s.(store.FenceRaiser)
+	if errors.Is(err, store.ErrNotSupported) || errors.Is(fr.RaiseFence(t.Context(), req, 1), store.ErrNotSupported) {
+		out = append(out, store.ModeRead, store.ModeWrite)
 	}
 	return out
 }
@@ -74,7 +75,7 @@ func TestConformanceValkey(t *testing.T) {
 	storetest.Run(t, storetest.Harness{
 		// A generous node timeout: the suite checks semantics, and a
 		// loaded test machine can stall a node for tens of milliseconds.
-		New: func(t *testing.T) dlock.Store {
+		New: func(t *testing.T) store.Store {
 			return newRedlock(t, c.nodes(), redlock.WithNodeTimeout(2*time.Second))
 		},
 		// Every node restarts empty: fences stay monotonic through the
@@ -103,7 +104,7 @@ func TestKillTwoOfFive(t *testing.T) {
 		if err != nil || !g.Acquired {
 			t.Fatalf("Acquire %d with 2 of 5 nodes dead = %+v, %v; want a grant", i, g, err)
 		}
-		if errs := s.Extend(ctx, []dlock.Request{req}); errs[0] != nil {
+		if errs := s.Extend(ctx, []store.Request{req}); errs[0] != nil {
 			t.Fatalf("Extend with 2 of 5 nodes dead = %v, want nil", errs[0])
 		}
 		if err := s.Release(ctx, req); err != nil {
@@ -137,11 +138,11 @@ func TestKillThreeOfFive(t *testing.T) {
 			t.Fatalf("Acquire %d with 3 of 5 nodes dead = %+v; want no grant", i, g)
 		}
 		var qe *redlock.QuorumError
-		if !errors.Is(err, dlock.ErrNoQuorum) || !errors.As(err, &qe) {
+		if !errors.Is(err, store.ErrNoQuorum) || !errors.As(err, &qe) {
 			t.Fatalf("Acquire %d with 3 of 5 nodes dead = %v; want a *QuorumError", i, err)
 		}
 		for _, ne := range qe.Nodes {
-			var se *dlock.StoreError
+			var se *store.StoreError
 			if !errors.As(ne, &se) || (se.Node != 0 && se.Node != 2 && se.Node != 4) {
 				t.Errorf("node error %v; want a *StoreError naming a dead node", ne)
 			}
@@ -160,7 +161,7 @@ func TestKillThreeOfFive(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	if _, err := l.Mutex("k3").TryLock(ctx); !errors.Is(err, dlock.ErrNoQuorum) {
+	if _, err := l.Mutex("k3").TryLock(ctx); !errors.Is(err, store.ErrNoQuorum) {
 		t.Errorf("TryLock with 3 of 5 nodes dead = %v, want ErrNoQuorum", err)
 	}
 
@@ -253,8 +254,8 @@ func TestPausedHolder(t *testing.T) {
 		t.Errorf("a.Extend = %v, want ErrLeaseLost", err)
 	}
 	// The store itself refuses a's token on a majority.
-	stale := dlock.Request{Name: "paused", Token: a.Token(), TTL: time.Second, Mode: dlock.ModeMutex}
-	if errs := s.Extend(ctx, []dlock.Request{stale}); !errors.Is(errs[0], dlock.ErrNotHeld) {
+	stale := store.Request{Name: "paused", Token: a.Token(), TTL: time.Second, Mode: store.ModeMutex}
+	if errs := s.Extend(ctx, []store.Request{stale}); !errors.Is(errs[0], store.ErrNotHeld) {
 		t.Errorf("Store.Extend(a) = %v, want ErrNotHeld", errs[0])
 	}
 	if b.Fence() <= a.Fence() {
@@ -320,7 +321,7 @@ func TestFencedAfterClockJump(t *testing.T) {
 	c.srvs[3].Restart(t)
 	c.srvs[4].Restart(t)
 
-	var gb dlock.Grant
+	var gb store.Grant
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		gb, err = s.Acquire(ctx, mutexReq("x", "b"))
@@ -354,7 +355,7 @@ func TestModelValkey(t *testing.T) {
 	t.Parallel()
 	c := startNodes(t, 5)
 	storetest.RunModel(t, storetest.Harness{
-		New: func(t *testing.T) dlock.Store {
+		New: func(t *testing.T) store.Store {
 			return newRedlock(t, c.nodes(), redlock.WithNodeTimeout(2*time.Second))
 		},
 		Unsupported: unsupportedOn(t, c.stores[0]),

@@ -5,14 +5,14 @@ import (
 	"sync"
 	"time"
 
-	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 )
 
 // watchSetup bounds how long Watch waits for the nodes to start watching
 // when no node timeout is set.
 const watchSetup = 500 * time.Millisecond
 
-// Watch implements [dlock.Store]: it watches name on every node and merges
+// Watch implements [store.Store]: it watches name on every node and merges
 // their wake-ups into one channel (a slow receiver sees one pending
 // wake-up). It waits until every node has started watching, or for the
 // node timeout (500ms unless set); a node that fails or is late is left
@@ -20,7 +20,7 @@ const watchSetup = 500 * time.Millisecond
 // node failed. Stop ends the watches on all nodes and waits for them; the
 // watches also end with ctx. [Store.Close] waits for every watch to be
 // stopped.
-func (s *Store) Watch(ctx context.Context, name string, mode dlock.Mode) (<-chan struct{}, func(), error) {
+func (s *Store) Watch(ctx context.Context, name string, mode store.Mode) (<-chan struct{}, func(), error) {
 	if err := s.enter(); err != nil {
 		return nil, nil, err
 	}

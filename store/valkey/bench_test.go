@@ -11,6 +11,7 @@ import (
 
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/internal/testredis"
+	"github.com/dlock-dev/dlock/store"
 	vk "github.com/valkey-io/valkey-go"
 )
 
@@ -127,7 +128,7 @@ func BenchmarkStoreAcquireRelease(b *testing.B) {
 	cpu := startCPU(b, srv)
 	defer cpu.report(b)
 	for i := range b.N {
-		req := dlock.Request{Name: "bench-" + strconv.Itoa(i), Token: "token", TTL: 30 * time.Second, Mode: dlock.ModeMutex}
+		req := store.Request{Name: "bench-" + strconv.Itoa(i), Token: "token", TTL: 30 * time.Second, Mode: store.ModeMutex}
 		if g, err := s.Acquire(ctx, req); err != nil || !g.Acquired {
 			b.Fatal(g, err)
 		}

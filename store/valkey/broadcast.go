@@ -7,24 +7,24 @@ import (
 
 	vk "github.com/valkey-io/valkey-go"
 
-	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 )
 
-var _ dlock.Broadcaster = (*Store)(nil)
+var _ store.Broadcaster = (*Store)(nil)
 
-// The Store's [dlock.Broadcaster] messages on topic T travel on the channel
+// The Store's [store.Broadcaster] messages on topic T travel on the channel
 // "<prefix>bus:T", published with SPUBLISH (PUBLISH before Redis 7) and
 // heard with one subscription per channel on valkey-go's shared connection,
 // whatever the number of local subscribers (redisproto.Bus).
 
 func (s *Store) busChannel(topic string) (string, error) {
-	if err := dlock.ValidName(topic); err != nil {
+	if err := store.ValidName(topic); err != nil {
 		return "", err
 	}
 	return s.l.Prefix + "bus:" + topic, nil
 }
 
-// Publish implements [dlock.Broadcaster].
+// Publish implements [store.Broadcaster].
 func (s *Store) Publish(ctx context.Context, topic string, msg []byte) error {
 	channel, err := s.busChannel(topic)
 	if err != nil {
@@ -54,7 +54,7 @@ func unknownCommand(err error) bool {
 	return strings.Contains(strings.ToLower(err.Error()), "unknown command")
 }
 
-// Subscribe implements [dlock.Broadcaster]. It waits up to a second (or
+// Subscribe implements [store.Broadcaster]. It waits up to a second (or
 // until ctx ends) for the subscription to be confirmed; a failed
 // subscription is retried in the background until stop or Close.
 func (s *Store) Subscribe(ctx context.Context, topic string, fn func([]byte)) (func(), error) {
@@ -63,7 +63,7 @@ func (s *Store) Subscribe(ctx context.Context, topic string, fn func([]byte)) (f
 		return nil, err
 	}
 	if fn == nil {
-		return nil, &dlock.InvalidError{Field: "fn", Reason: "must not be nil"}
+		return nil, &store.InvalidError{Field: "fn", Reason: "must not be nil"}
 	}
 	stop, ok := s.bus.Subscribe(ctx, channel, fn)
 	if !ok {

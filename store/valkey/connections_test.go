@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/internal/testredis"
+	"github.com/dlock-dev/dlock/store"
 )
 
 // TestCallsOnTheirClient: a Store made by Dial runs a call with a deadline
@@ -22,7 +22,7 @@ func TestCallsOnTheirClient(t *testing.T) {
 	srv := testredis.Start(t)
 	s := dial(t, srv.URL())
 	ctx := testContext(t) // has a deadline
-	req := dlock.Request{Name: "x", Token: "t1", TTL: time.Minute, Mode: dlock.ModeMutex}
+	req := store.Request{Name: "x", Token: "t1", TTL: time.Minute, Mode: store.ModeMutex}
 	if g, err := s.Acquire(ctx, req); err != nil || !g.Acquired {
 		t.Fatalf("Acquire with a deadline = %+v, %v", g, err)
 	}
@@ -32,7 +32,7 @@ func TestCallsOnTheirClient(t *testing.T) {
 
 	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
-	req2 := dlock.Request{Name: "y", Token: "t2", TTL: time.Minute, Mode: dlock.ModeMutex}
+	req2 := store.Request{Name: "y", Token: "t2", TTL: time.Minute, Mode: store.ModeMutex}
 	if g, err := s.Acquire(cctx, req2); err != nil || !g.Acquired {
 		t.Fatalf("Acquire with a cancellable ctx = %+v, %v", g, err)
 	}
@@ -75,8 +75,8 @@ func TestCallsAfterServerRestart(t *testing.T) {
 	ctx := testContext(t) // has a deadline: the client without tracking
 	cctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel) // no deadline: the tracking client's pipeline
-	req := func(name string) dlock.Request {
-		return dlock.Request{Name: name, Token: "t", TTL: time.Minute, Mode: dlock.ModeMutex}
+	req := func(name string) store.Request {
+		return store.Request{Name: name, Token: "t", TTL: time.Minute, Mode: store.ModeMutex}
 	}
 	// Open every connection of both clients (valkey-go picks one per call).
 	for i := range 40 {
@@ -93,17 +93,17 @@ func TestCallsAfterServerRestart(t *testing.T) {
 	srv.Restart(t)
 	for _, c := range []context.Context{ctx, cctx} {
 		a, b := req("a"), req("b")
-		for _, r := range []dlock.Request{a, b} {
+		for _, r := range []store.Request{a, b} {
 			if g, err := s.Acquire(c, r); err != nil || !g.Acquired {
 				t.Fatalf("Acquire(%s) after the restart (deadline %v) = %+v, %v (%T); want a grant", r.Name, c == ctx, g, err, errors.Unwrap(err))
 			}
 		}
-		for i, err := range s.Extend(c, []dlock.Request{a, b}) {
+		for i, err := range s.Extend(c, []store.Request{a, b}) {
 			if err != nil {
 				t.Errorf("Extend [%d] after the restart = %v", i, err)
 			}
 		}
-		for _, r := range []dlock.Request{a, b} {
+		for _, r := range []store.Request{a, b} {
 			if err := s.Release(c, r); err != nil {
 				t.Errorf("Release(%s) after the restart = %v", r.Name, err)
 			}

@@ -1,12 +1,12 @@
 package valkey
 
 import (
-	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/internal/redisproto"
+	"github.com/dlock-dev/dlock/store"
 )
 
 // Supports reports whether the store runs mode m (for the tests' Harness).
-func Supports(m dlock.Mode) bool { return redisproto.Supports(m) }
+func Supports(m store.Mode) bool { return redisproto.Supports(m) }
 
 // AuxKey exposes Store.aux to the tests.
 func (s *Store) AuxKey(name, suffix string) string { return s.aux(name, suffix) }

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/internal/redisproto"
 	"github.com/dlock-dev/dlock/internal/testredis"
+	"github.com/dlock-dev/dlock/store"
 	"github.com/dlock-dev/dlock/store/valkey"
 )
 
@@ -38,7 +38,7 @@ func TestMutexFastPathCommands(t *testing.T) {
 	srv := testredis.Start(t)
 	s := dial(t, srv.URL())
 	ctx := testContext(t)
-	req := dlock.Request{Name: "warm", Token: "a", TTL: 10 * time.Second, Mode: dlock.ModeMutex}
+	req := store.Request{Name: "warm", Token: "a", TTL: 10 * time.Second, Mode: store.ModeMutex}
 	// Load the scripts first: a NOSCRIPT round costs an EVAL.
 	if g, err := s.Acquire(ctx, req); err != nil || !g.Acquired {
 		t.Fatalf("Acquire = %+v, %v", g, err)
@@ -92,7 +92,7 @@ func TestMutexFenceSameMillisecond(t *testing.T) {
 	srv := testredis.Start(t)
 	s := dial(t, srv.URL())
 	ctx := testContext(t)
-	req := dlock.Request{Name: "fast", Token: "a", TTL: 10 * time.Second, Mode: dlock.ModeMutex}
+	req := store.Request{Name: "fast", Token: "a", TTL: 10 * time.Second, Mode: store.ModeMutex}
 	var last int64
 	for i := range 300 {
 		req.Token = "t" + strconv.Itoa(i)
@@ -133,7 +133,7 @@ func TestMutexFenceCounterWrongType(t *testing.T) {
 	s := dial(t, srv.URL())
 	ctx := testContext(t)
 	mustDo(t, srv, "RPUSH", s.AuxKey("bad", "fence"), "x")
-	req := dlock.Request{Name: "bad", Token: "a", TTL: 10 * time.Second, Mode: dlock.ModeMutex}
+	req := store.Request{Name: "bad", Token: "a", TTL: 10 * time.Second, Mode: store.ModeMutex}
 	if g, err := s.Acquire(ctx, req); err == nil {
 		t.Fatalf("Acquire with a list as fence counter = %+v, want an error", g)
 	}
@@ -151,14 +151,14 @@ func TestMutexWaitersFlag(t *testing.T) {
 	s := dial(t, srv.URL())
 	ctx := testContext(t)
 	flag, wkey := s.AuxKey("flag", "waiters:flag"), s.AuxKey("flag", "waiters")
-	hold := dlock.Request{Name: "flag", Token: "holder", TTL: time.Minute}
+	hold := store.Request{Name: "flag", Token: "holder", TTL: time.Minute}
 	if g, err := s.Acquire(ctx, hold); err != nil || !g.Acquired {
 		t.Fatalf("Acquire = %+v, %v", g, err)
 	}
 	if n := mustDo(t, srv, "EXISTS", flag); n != "0" {
 		t.Fatalf("flag set by an uncontended acquire")
 	}
-	w := dlock.Request{Name: "flag", Token: "waiter", TTL: 30 * time.Second, Queue: true, QueueTTL: time.Minute}
+	w := store.Request{Name: "flag", Token: "waiter", TTL: 30 * time.Second, Queue: true, QueueTTL: time.Minute}
 	_, stop, err := s.WatchGrant(ctx, w)
 	if err != nil {
 		t.Fatal(err)
@@ -180,7 +180,7 @@ func TestMutexWaitersFlag(t *testing.T) {
 	if n := mustDo(t, srv, "EXISTS", wkey); n != "0" {
 		t.Fatalf("registration kept after the waiter's Release")
 	}
-	if err := s.Release(ctx, w); !errors.Is(err, dlock.ErrNotHeld) {
+	if err := s.Release(ctx, w); !errors.Is(err, store.ErrNotHeld) {
 		t.Fatalf("second Release by the waiter = %v, want ErrNotHeld", err)
 	}
 	if err := s.Release(ctx, hold); err != nil {
@@ -199,11 +199,11 @@ func TestFairQueueExpiryToppedUpRarely(t *testing.T) {
 	srv := testredis.Start(t)
 	s := dial(t, srv.URL())
 	ctx := testContext(t)
-	hold := dlock.Request{Name: "fq", Token: "holder", TTL: time.Minute, Mode: dlock.ModeFair}
+	hold := store.Request{Name: "fq", Token: "holder", TTL: time.Minute, Mode: store.ModeFair}
 	if g, err := s.Acquire(ctx, hold); err != nil || !g.Acquired {
 		t.Fatalf("Acquire = %+v, %v", g, err)
 	}
-	w := dlock.Request{Name: "fq", Token: "waiter", TTL: 30 * time.Second, Mode: dlock.ModeFair, Queue: true, QueueTTL: 10 * time.Second}
+	w := store.Request{Name: "fq", Token: "waiter", TTL: 30 * time.Second, Mode: store.ModeFair, Queue: true, QueueTTL: 10 * time.Second}
 	if g, err := s.Acquire(ctx, w); err != nil || g.Acquired {
 		t.Fatalf("Acquire(waiter) = %+v, %v; want refused", g, err)
 	}
@@ -240,7 +240,7 @@ func TestMutexFenceMatchesCounter(t *testing.T) {
 	ctx := testContext(t)
 	for i := range 2000 {
 		name := "m" + strconv.Itoa(i)
-		req := dlock.Request{Name: name, Token: "a", TTL: 10 * time.Second, Mode: dlock.ModeMutex}
+		req := store.Request{Name: name, Token: "a", TTL: 10 * time.Second, Mode: store.ModeMutex}
 		g, err := s.Acquire(ctx, req)
 		if err != nil || !g.Acquired {
 			t.Fatalf("Acquire %s = %+v, %v", name, g, err)
@@ -268,7 +268,7 @@ func TestMutexProposedFloor(t *testing.T) {
 	floor := sec * 1_000_000 // at or below the node's floor for the next seconds
 	acquire := func(name string, proposed int64) int64 {
 		t.Helper()
-		req := dlock.Request{Name: name, Token: "a", TTL: 10 * time.Second, Mode: dlock.ModeMutex}
+		req := store.Request{Name: name, Token: "a", TTL: 10 * time.Second, Mode: store.ModeMutex}
 		g, err := s.Acquire(redisproto.WithFenceFloor(ctx, proposed), req)
 		if err != nil || !g.Acquired {
 			t.Fatalf("Acquire(%s) = %+v, %v", name, g, err)
@@ -345,7 +345,7 @@ func TestMutexShortRelease(t *testing.T) {
 	ctx := testContext(t)
 	mustDo(t, srv, "CONFIG", "SET", "slowlog-log-slower-than", "0")
 	mustDo(t, srv, "CONFIG", "SET", "slowlog-max-len", "1000")
-	hold := dlock.Request{Name: "short", Token: "holder", TTL: time.Minute}
+	hold := store.Request{Name: "short", Token: "holder", TTL: time.Minute}
 	cycle := func() {
 		t.Helper()
 		if g, err := a.Acquire(ctx, hold); err != nil || !g.Acquired {
@@ -365,7 +365,7 @@ func TestMutexShortRelease(t *testing.T) {
 	if g, err := a.Acquire(ctx, hold); err != nil || !g.Acquired {
 		t.Fatalf("Acquire = %+v, %v", g, err)
 	}
-	w := dlock.Request{Name: "short", Token: "waiter", TTL: time.Minute, Queue: true, QueueTTL: time.Minute}
+	w := store.Request{Name: "short", Token: "waiter", TTL: time.Minute, Queue: true, QueueTTL: time.Minute}
 	grants, stop, err := b.WatchGrant(ctx, w)
 	if err != nil {
 		t.Fatal(err)
@@ -396,15 +396,15 @@ func TestMutexShortRelease(t *testing.T) {
 		t.Errorf("a release on a name that had waiters sent %v keys, want [2 5] (the full form at once)", got)
 	}
 	// A Store refused on a name sends the full form for it.
-	if err := a.Release(ctx, hold); !errors.Is(err, dlock.ErrNotHeld) {
+	if err := a.Release(ctx, hold); !errors.Is(err, store.ErrNotHeld) {
 		t.Errorf("second Release = %v, want ErrNotHeld", err)
 	}
 	evalshaKeyCounts(t, b)
-	hold2 := dlock.Request{Name: "short2", Token: "x", TTL: time.Minute}
+	hold2 := store.Request{Name: "short2", Token: "x", TTL: time.Minute}
 	if g, err := a.Acquire(ctx, hold2); err != nil || !g.Acquired {
 		t.Fatalf("Acquire = %+v, %v", g, err)
 	}
-	other := dlock.Request{Name: "short2", Token: "y", TTL: time.Minute}
+	other := store.Request{Name: "short2", Token: "y", TTL: time.Minute}
 	if g, err := b.Acquire(ctx, other); err != nil || g.Acquired {
 		t.Fatalf("Acquire(other) = %+v, %v; want refused", g, err)
 	}

@@ -8,17 +8,17 @@ import (
 
 	vk "github.com/valkey-io/valkey-go"
 
-	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/internal/redisproto"
 	"github.com/dlock-dev/dlock/internal/testredis"
+	"github.com/dlock-dev/dlock/store"
 )
 
 func TestRaiseFence(t *testing.T) {
 	srv := testredis.Start(t)
 	s := dial(t, srv.URL())
 	ctx := testContext(t)
-	req := dlock.Request{Name: "raise", Token: "a", TTL: 10 * time.Second, Mode: dlock.ModeMutex}
-	if err := s.RaiseFence(ctx, req, 5); !errors.Is(err, dlock.ErrNotHeld) {
+	req := store.Request{Name: "raise", Token: "a", TTL: 10 * time.Second, Mode: store.ModeMutex}
+	if err := s.RaiseFence(ctx, req, 5); !errors.Is(err, store.ErrNotHeld) {
 		t.Fatalf("RaiseFence on a free lock = %v, want ErrNotHeld", err)
 	}
 	g, err := s.Acquire(ctx, req)
@@ -34,7 +34,7 @@ func TestRaiseFence(t *testing.T) {
 	}
 	other := req
 	other.Token = "b"
-	if err := s.RaiseFence(ctx, other, high+5); !errors.Is(err, dlock.ErrNotHeld) {
+	if err := s.RaiseFence(ctx, other, high+5); !errors.Is(err, store.ErrNotHeld) {
 		t.Fatalf("RaiseFence by another token = %v, want ErrNotHeld", err)
 	}
 	if err := s.Release(ctx, req); err != nil {
@@ -50,7 +50,7 @@ func TestRaiseFence(t *testing.T) {
 	if ttl := mustDo(t, srv, "PTTL", s.AuxKey("raise", "fence")); ttl == "-1" {
 		t.Errorf("fence counter has no expiry after a raise")
 	}
-	if err := s.RaiseFence(ctx, dlock.Request{Name: "raise", Token: "b", TTL: time.Second, Mode: dlock.ModeFair}, 1); !errors.Is(err, dlock.ErrNotSupported) {
+	if err := s.RaiseFence(ctx, store.Request{Name: "raise", Token: "b", TTL: time.Second, Mode: store.ModeFair}, 1); !errors.Is(err, store.ErrNotSupported) {
 		t.Errorf("RaiseFence(mode fair) = %v, want ErrNotSupported", err)
 	}
 }
@@ -59,9 +59,9 @@ func TestRaiseFenceWrite(t *testing.T) {
 	srv := testredis.Start(t)
 	s := dial(t, srv.URL())
 	ctx := testContext(t)
-	w := dlock.Request{Name: "raise-rw", Token: "w", TTL: 10 * time.Second, Mode: dlock.ModeWrite}
-	r := dlock.Request{Name: "raise-rw", Token: "r", TTL: 10 * time.Second, Mode: dlock.ModeRead}
-	if err := s.RaiseFence(ctx, w, 5); !errors.Is(err, dlock.ErrNotHeld) {
+	w := store.Request{Name: "raise-rw", Token: "w", TTL: 10 * time.Second, Mode: store.ModeWrite}
+	r := store.Request{Name: "raise-rw", Token: "r", TTL: 10 * time.Second, Mode: store.ModeRead}
+	if err := s.RaiseFence(ctx, w, 5); !errors.Is(err, store.ErrNotHeld) {
 		t.Fatalf("RaiseFence on a free lock = %v, want ErrNotHeld", err)
 	}
 	g, err := s.Acquire(ctx, w)
@@ -82,7 +82,7 @@ func TestRaiseFenceWrite(t *testing.T) {
 	if gr.Fence != high {
 		t.Errorf("reader fence after RaiseFence(%d) = %d, want %d", high, gr.Fence, high)
 	}
-	if err := s.RaiseFence(ctx, dlock.Request{Name: "raise-rw", Token: "r", Mode: dlock.ModeWrite}, high+9); !errors.Is(err, dlock.ErrNotHeld) {
+	if err := s.RaiseFence(ctx, store.Request{Name: "raise-rw", Token: "r", Mode: store.ModeWrite}, high+9); !errors.Is(err, store.ErrNotHeld) {
 		t.Errorf("RaiseFence by a reader = %v, want ErrNotHeld", err)
 	}
 	s.Release(ctx, r)

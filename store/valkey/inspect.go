@@ -7,19 +7,19 @@ import (
 
 	vk "github.com/valkey-io/valkey-go"
 
-	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/internal/redisproto"
+	"github.com/dlock-dev/dlock/store"
 )
 
-// State implements [dlock.Inspector] in one round trip. A free lock has no
+// State implements [store.Inspector] in one round trip. A free lock has no
 // holders; Fence is the last fence issued (0 once the counter expired, see
 // [WithFenceRetention]). A mutex is a string key, and its Queue counts the
 // waiters registered for a handoff whose registration is live; a key of
 // another type is reported with its holder count and Mode left to the
 // pattern that owns it.
-func (s *Store) State(ctx context.Context, name string) (dlock.State, error) {
+func (s *Store) State(ctx context.Context, name string) (store.State, error) {
 	if err := s.checkName(name); err != nil {
-		return dlock.State{}, err
+		return store.State{}, err
 	}
 	keys := s.l.StateKeys(name)
 	res := s.do(ctx, 1, func(_ int, eval bool) vk.Completed {
@@ -27,9 +27,9 @@ func (s *Store) State(ctx context.Context, name string) (dlock.State, error) {
 	})
 	v, err := res[0].ToArray()
 	if err != nil {
-		return dlock.State{}, fail("state", err)
+		return store.State{}, fail("state", err)
 	}
-	st := dlock.State{Name: name}
+	st := store.State{Name: name}
 	if len(v) < 4 {
 		return st, nil
 	}
@@ -48,12 +48,12 @@ func (s *Store) State(ctx context.Context, name string) (dlock.State, error) {
 	return st, nil
 }
 
-// List implements [dlock.Inspector]: the state of every held lock whose key
+// List implements [store.Inspector]: the state of every held lock whose key
 // has the Store's prefix, by name. It SCANs every node (every primary of a
 // cluster), so it costs time in proportion to the whole keyspace; it is
 // meant for dashboards and tools, not hot paths. Locks taken or freed
 // during the scan may or may not be listed.
-func (s *Store) List(ctx context.Context) ([]dlock.State, error) {
+func (s *Store) List(ctx context.Context) ([]store.State, error) {
 	pattern := s.l.ListPattern()
 	seen := make(map[string]bool)
 	var names []string
@@ -89,7 +89,7 @@ func (s *Store) List(ctx context.Context) ([]dlock.State, error) {
 		}
 	}
 	sort.Strings(names)
-	out := make([]dlock.State, 0, len(names))
+	out := make([]store.State, 0, len(names))
 	for _, name := range names {
 		st, err := s.State(ctx, name)
 		if err != nil {
@@ -107,8 +107,8 @@ func isReplicaOnly(err error) bool {
 	return ok && strings.HasPrefix(ve.Error(), "READONLY")
 }
 
-// Ping implements [dlock.Pinger]: PING to the server (to one node of a
-// cluster). It returns a [*dlock.StoreError] when that fails.
+// Ping implements [store.Pinger]: PING to the server (to one node of a
+// cluster). It returns a [*store.StoreError] when that fails.
 func (s *Store) Ping(ctx context.Context) error {
 	if err := s.client.Do(ctx, s.client.B().Ping().Build()).Error(); err != nil {
 		return fail("ping", err)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/internal/testredis"
+	"github.com/dlock-dev/dlock/store"
 )
 
 // The de facto protocol of redsync, bsm/redislock, node-redlock and
@@ -35,11 +36,11 @@ func TestInteropForeignHolderBlocksDlock(t *testing.T) {
 	}
 
 	// A release or extend with another token leaves the foreign key alone.
-	req := dlock.Request{Name: "x", Token: "not-tok", TTL: time.Minute, Mode: dlock.ModeMutex}
-	if err := s.Release(ctx, req); !errors.Is(err, dlock.ErrNotHeld) {
+	req := store.Request{Name: "x", Token: "not-tok", TTL: time.Minute, Mode: store.ModeMutex}
+	if err := s.Release(ctx, req); !errors.Is(err, store.ErrNotHeld) {
 		t.Errorf("Release(x) with another token = %v, want ErrNotHeld", err)
 	}
-	if errs := s.Extend(ctx, []dlock.Request{req}); !errors.Is(errs[0], dlock.ErrNotHeld) {
+	if errs := s.Extend(ctx, []store.Request{req}); !errors.Is(errs[0], store.ErrNotHeld) {
 		t.Errorf("Extend(x) with another token = %v, want ErrNotHeld", errs[0])
 	}
 	if got := mustDo(t, srv, "GET", "lock:x"); got != "tok" {
@@ -107,10 +108,10 @@ func TestInteropDlockBlocksForeign(t *testing.T) {
 }
 
 // interopModes are the patterns whose holds foreign libraries must see.
-var interopModes = []dlock.Mode{dlock.ModeMutex, dlock.ModeReentrant, dlock.ModeRead, dlock.ModeWrite, dlock.ModeFair, dlock.ModeSemaphore}
+var interopModes = []store.Mode{store.ModeMutex, store.ModeReentrant, store.ModeRead, store.ModeWrite, store.ModeFair, store.ModeSemaphore}
 
-func interopReq(name string, m dlock.Mode, token string) dlock.Request {
-	return dlock.Request{Name: name, Token: token, TTL: 10 * time.Second, Mode: m, Owner: token, Limit: 2}
+func interopReq(name string, m store.Mode, token string) store.Request {
+	return store.Request{Name: name, Token: token, TTL: 10 * time.Second, Mode: m, Owner: token, Limit: 2}
 }
 
 // TestInteropEveryPattern: whatever pattern holds a name, a foreign
@@ -149,7 +150,7 @@ func TestInteropEveryPattern(t *testing.T) {
 			if err != nil || g.Acquired {
 				t.Fatalf("Acquire(%s, %v) over a foreign key = %+v, %v; want a refusal", name, m, g, err)
 			}
-			if g.Held != dlock.ModeMutex || g.RetryAfter <= 9*time.Second || g.RetryAfter > 10*time.Second {
+			if g.Held != store.ModeMutex || g.RetryAfter <= 9*time.Second || g.RetryAfter > 10*time.Second {
 				t.Errorf("refusal = %+v, want Held mutex and RetryAfter the key's PTTL, in (9s, 10s]", g)
 			}
 			if got := mustDo(t, srv, "GET", "lock:"+name); got != "foreign" {

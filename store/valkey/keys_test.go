@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/internal/testredis"
+	"github.com/dlock-dev/dlock/store"
 	"github.com/dlock-dev/dlock/store/valkey"
 )
 
@@ -122,8 +122,8 @@ func TestBraceNames(t *testing.T) {
 	s := dial(t, srv.URL())
 	ctx := testContext(t)
 	for _, name := range []string{"a}b", "{}x", "}{x"} {
-		req := dlock.Request{Name: name, Token: "t", TTL: time.Second, Mode: dlock.ModeMutex}
-		if g, err := s.Acquire(ctx, req); !errors.Is(err, dlock.ErrInvalid) {
+		req := store.Request{Name: name, Token: "t", TTL: time.Second, Mode: store.ModeMutex}
+		if g, err := s.Acquire(ctx, req); !errors.Is(err, store.ErrInvalid) {
 			t.Errorf("Acquire(%q) = %+v, %v; want ErrInvalid", name, g, err)
 		}
 	}

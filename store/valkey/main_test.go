@@ -14,6 +14,7 @@ import (
 
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/internal/testredis"
+	"github.com/dlock-dev/dlock/store"
 	"github.com/dlock-dev/dlock/store/valkey"
 )
 
@@ -52,7 +53,7 @@ func dial(t *testing.T, url string, opts ...valkey.Option) *valkey.Store {
 }
 
 // newLocker returns a Locker on s, closed when the test ends.
-func newLocker(t *testing.T, s dlock.Store, opts ...dlock.Option) *dlock.Locker {
+func newLocker(t *testing.T, s store.Store, opts ...dlock.Option) *dlock.Locker {
 	t.Helper()
 	l, err := dlock.New(s, opts...)
 	if err != nil {

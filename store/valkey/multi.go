@@ -6,16 +6,16 @@ import (
 
 	vk "github.com/valkey-io/valkey-go"
 
-	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/internal/redisproto"
+	"github.com/dlock-dev/dlock/store"
 )
 
 // The atomic multi-lock: every name of a dlock.Multi in one script (see
 // internal/redisproto, multi.go).
 
-var _ dlock.MultiStore = (*Store)(nil)
+var _ store.MultiStore = (*Store)(nil)
 
-// AtomicMulti implements [dlock.MultiStore]: true on one node (a primary
+// AtomicMulti implements [store.MultiStore]: true on one node (a primary
 // with its replicas included), and on a cluster when every name's key
 // hashes to one slot (names that share a {hash tag}). A Store with
 // [WithWaitReplicas] takes names one by one, each confirmed by WAIT.
@@ -30,24 +30,24 @@ func (s *Store) AtomicMulti(names []string) bool {
 }
 
 // checkMulti validates reqs and that their names can be taken together.
-func (s *Store) checkMulti(reqs []dlock.Request, withTTL bool) ([]string, error) {
+func (s *Store) checkMulti(reqs []store.Request, withTTL bool) ([]string, error) {
 	names, err := s.l.CheckMulti(reqs, withTTL)
 	if err == nil && !s.AtomicMulti(names) {
-		err = &dlock.InvalidError{Field: "names", Reason: "not all in one cluster slot"}
+		err = &store.InvalidError{Field: "names", Reason: "not all in one cluster slot"}
 	}
 	return names, err
 }
 
-// AcquireMulti implements [dlock.MultiStore]: one script, one round trip.
-// Errors are those of [Store.Acquire], and an [*dlock.InvalidError] for
+// AcquireMulti implements [store.MultiStore]: one script, one round trip.
+// Errors are those of [Store.Acquire], and an [*store.InvalidError] for
 // names AtomicMulti refuses.
-func (s *Store) AcquireMulti(ctx context.Context, reqs []dlock.Request) (dlock.MultiGrant, error) {
+func (s *Store) AcquireMulti(ctx context.Context, reqs []store.Request) (store.MultiGrant, error) {
 	names, err := s.checkMulti(reqs, true)
 	if err != nil {
-		return dlock.MultiGrant{}, err
+		return store.MultiGrant{}, err
 	}
 	if err := ctx.Err(); err != nil {
-		return dlock.MultiGrant{}, err
+		return store.MultiGrant{}, err
 	}
 	keys, args := s.l.MultiKeys(names), s.l.MultiArgs(reqs)
 	res := s.do(ctx, 1, func(_ int, eval bool) vk.Completed {
@@ -55,25 +55,25 @@ func (s *Store) AcquireMulti(ctx context.Context, reqs []dlock.Request) (dlock.M
 	})
 	v, err := res[0].AsIntSlice()
 	if err != nil {
-		return dlock.MultiGrant{}, fail("acquire", err)
+		return store.MultiGrant{}, fail("acquire", err)
 	}
 	mg, err := redisproto.ParseMultiGrant(v, len(names))
 	if err != nil {
-		return dlock.MultiGrant{}, fmt.Errorf("dlock: valkey acquire: %w", err)
+		return store.MultiGrant{}, fmt.Errorf("dlock: valkey acquire: %w", err)
 	}
 	return mg, nil
 }
 
-// ExtendMulti implements [dlock.MultiStore]: one script, one round trip.
-func (s *Store) ExtendMulti(ctx context.Context, reqs []dlock.Request) []error {
+// ExtendMulti implements [store.MultiStore]: one script, one round trip.
+func (s *Store) ExtendMulti(ctx context.Context, reqs []store.Request) []error {
 	return s.multiHeld(ctx, "extend", reqs, true)
 }
 
-// ReleaseMulti implements [dlock.MultiStore]: one script, one round trip;
+// ReleaseMulti implements [store.MultiStore]: one script, one round trip;
 // each name is released as [Store.Release] releases a mutex (handed over
 // to a live registered waiter, if any), and this Store's waiters on the
 // names are woken at once.
-func (s *Store) ReleaseMulti(ctx context.Context, reqs []dlock.Request) []error {
+func (s *Store) ReleaseMulti(ctx context.Context, reqs []store.Request) []error {
 	errs := s.multiHeld(ctx, "release", reqs, false)
 	for i, err := range errs {
 		if err == nil {
@@ -84,7 +84,7 @@ func (s *Store) ReleaseMulti(ctx context.Context, reqs []dlock.Request) []error 
 }
 
 // multiHeld runs the extend or release script on reqs.
-func (s *Store) multiHeld(ctx context.Context, op string, reqs []dlock.Request, extend bool) []error {
+func (s *Store) multiHeld(ctx context.Context, op string, reqs []store.Request, extend bool) []error {
 	all := func(err error) []error {
 		errs := make([]error, len(reqs))
 		for i := range errs {

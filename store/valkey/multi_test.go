@@ -9,6 +9,7 @@ import (
 
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/internal/testredis"
+	"github.com/dlock-dev/dlock/store"
 )
 
 // scriptCalls returns how many EVALSHA and EVAL calls the server has run
@@ -112,7 +113,7 @@ func TestMultiForeignHolder(t *testing.T) {
 	}
 	_, err := m.TryLock(ctx)
 	var le *dlock.LockedError
-	if !errors.As(err, &le) || le.Name != "f-b" || le.Held != dlock.ModeMutex {
+	if !errors.As(err, &le) || le.Name != "f-b" || le.Held != store.ModeMutex {
 		t.Fatalf("TryLock over a foreign hold of f-b = %v; want a *LockedError naming f-b, Held mutex", err)
 	}
 	if le.RetryAfter <= 9*time.Second || le.RetryAfter > 10*time.Second {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/internal/testredis"
+	"github.com/dlock-dev/dlock/store"
 	"github.com/dlock-dev/dlock/store/valkey"
 )
 
@@ -23,7 +24,7 @@ type handoffStore struct {
 	acquires atomic.Int64
 }
 
-func (c *handoffStore) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, error) {
+func (c *handoffStore) Acquire(ctx context.Context, req store.Request) (store.Grant, error) {
 	c.acquires.Add(1)
 	return c.Store.Acquire(ctx, req)
 }
@@ -210,11 +211,11 @@ func TestMutexHandoffStore(t *testing.T) {
 	s := dial(t, srv.URL())
 	ctx := testContext(t)
 	wkey := s.AuxKey("store", "waiters")
-	hold := dlock.Request{Name: "store", Token: "holder", TTL: time.Minute}
+	hold := store.Request{Name: "store", Token: "holder", TTL: time.Minute}
 	if g, err := s.Acquire(ctx, hold); err != nil || !g.Acquired {
 		t.Fatalf("Acquire = %+v, %v", g, err)
 	}
-	w := dlock.Request{Name: "store", Token: "waiter", TTL: 30 * time.Second, Queue: true, QueueTTL: time.Minute}
+	w := store.Request{Name: "store", Token: "waiter", TTL: 30 * time.Second, Queue: true, QueueTTL: time.Minute}
 	if g, err := s.Acquire(ctx, w); err != nil || g.Acquired {
 		t.Fatalf("Acquire(waiter) = %+v, %v; want refused", g, err)
 	}
@@ -238,7 +239,7 @@ func TestMutexHandoffStore(t *testing.T) {
 	if n := rawZcard(t, s, wkey); n != 1 {
 		t.Fatalf("%d registrations after a refresh, want 1", n)
 	}
-	if st, err := s.State(ctx, "store"); err != nil || st.Mode != dlock.ModeMutex || st.Holders != 1 || st.Queue != 1 {
+	if st, err := s.State(ctx, "store"); err != nil || st.Mode != store.ModeMutex || st.Holders != 1 || st.Queue != 1 {
 		t.Errorf("State = %+v, %v; want a held mutex with 1 waiter", st, err)
 	}
 	if err := s.Release(ctx, hold); err != nil {
@@ -276,7 +277,7 @@ func TestMutexHandoffStore(t *testing.T) {
 	if err := s.Release(ctx, w); err != nil {
 		t.Errorf("Release of a registration = %v, want nil", err)
 	}
-	if err := s.Release(ctx, w); !errors.Is(err, dlock.ErrNotHeld) {
+	if err := s.Release(ctx, w); !errors.Is(err, store.ErrNotHeld) {
 		t.Errorf("second Release of a registration = %v, want ErrNotHeld", err)
 	}
 	if n := rawZcard(t, s, wkey); n != 0 {
@@ -298,7 +299,7 @@ func TestMutexAbandonedRegistration(t *testing.T) {
 	s := dial(t, srv.URL())
 	ctx := testContext(t)
 	wkey := s.AuxKey("abandoned", "waiters")
-	hold := dlock.Request{Name: "abandoned", Token: "holder", TTL: time.Minute}
+	hold := store.Request{Name: "abandoned", Token: "holder", TTL: time.Minute}
 
 	// register makes a waiter on a Store of its own that then "dies".
 	register := func(token string) {
@@ -308,7 +309,7 @@ func TestMutexAbandonedRegistration(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer d.Close()
-		req := dlock.Request{Name: "abandoned", Token: token, TTL: time.Minute, Queue: true, QueueTTL: 200 * time.Millisecond}
+		req := store.Request{Name: "abandoned", Token: token, TTL: time.Minute, Queue: true, QueueTTL: 200 * time.Millisecond}
 		if _, _, err := d.WatchGrant(ctx, req); err != nil {
 			t.Fatal(err)
 		}
@@ -430,9 +431,9 @@ func TestMutexWaiterNotHandedOver(t *testing.T) {
 func TestMutexHandoffNotWithWaitReplicas(t *testing.T) {
 	srv := testredis.Start(t)
 	s := dial(t, srv.URL(), valkey.WithWaitReplicas(1, 100*time.Millisecond))
-	for _, m := range []dlock.Mode{dlock.ModeMutex, dlock.ModeFair} {
-		req := dlock.Request{Name: "replicated", Token: "w", TTL: time.Minute, Mode: m, Queue: true, QueueTTL: time.Minute}
-		if _, _, err := s.WatchGrant(testContext(t), req); !errors.Is(err, dlock.ErrNotSupported) {
+	for _, m := range []store.Mode{store.ModeMutex, store.ModeFair} {
+		req := store.Request{Name: "replicated", Token: "w", TTL: time.Minute, Mode: m, Queue: true, QueueTTL: time.Minute}
+		if _, _, err := s.WatchGrant(testContext(t), req); !errors.Is(err, store.ErrNotSupported) {
 			t.Errorf("WatchGrant(%v) with WithWaitReplicas = %v, want ErrNotSupported", m, err)
 		}
 	}

@@ -10,21 +10,21 @@ import (
 
 	vk "github.com/valkey-io/valkey-go"
 
-	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/internal/redisproto"
+	"github.com/dlock-dev/dlock/store"
 )
 
 // ops returns the scripts of mode m, or an error wrapping
-// [dlock.ErrNotSupported].
-func (s *Store) ops(m dlock.Mode) (*redisproto.Ops, error) {
+// [store.ErrNotSupported].
+func (s *Store) ops(m store.Mode) (*redisproto.Ops, error) {
 	return redisproto.ModeOps(m, "valkey")
 }
 
-func (s *Store) checkRequest(req dlock.Request) error { return s.l.CheckRequest(req) }
+func (s *Store) checkRequest(req store.Request) error { return s.l.CheckRequest(req) }
 
 // fail classifies an error of operation op: failures to reach the server or
-// transient server states become a [*dlock.StoreError] (wrapping
-// [dlock.ErrUnavailable], so callers retry); other error replies (a key of
+// transient server states become a [*store.StoreError] (wrapping
+// [store.ErrUnavailable], so callers retry); other error replies (a key of
 // the wrong type, a script error) and use after Close are returned wrapped,
 // not as unavailability, so that waiting callers stop.
 func fail(op string, err error) error {
@@ -33,11 +33,11 @@ func fail(op string, err error) error {
 	}
 	if ve, ok := vk.IsValkeyErr(err); ok {
 		if redisproto.Transient(ve.Error()) {
-			return &dlock.StoreError{Op: op, Node: -1, Err: err}
+			return &store.StoreError{Op: op, Node: -1, Err: err}
 		}
 		return fmt.Errorf("dlock: valkey %s: %w", op, err)
 	}
-	return &dlock.StoreError{Op: op, Node: -1, Err: err}
+	return &store.StoreError{Op: op, Node: -1, Err: err}
 }
 
 // staleRetries bounds how often a call is sent again after it met a broken
@@ -130,27 +130,27 @@ func send[T any](ctx context.Context, try func(eval bool) T, connErr, scriptErr 
 // connection fails them all.
 func firstErr(res []vk.ValkeyResult) error { return res[0].Error() }
 
-// Acquire implements [dlock.Store]: one script, one round trip (plus WAIT
+// Acquire implements [store.Store]: one script, one round trip (plus WAIT
 // in the same round trip under [WithWaitReplicas], after every attempt,
 // granted or not). It returns an error
-// wrapping [dlock.ErrNotSupported] for a mode this store does not run,
-// [dlock.ErrInvalid] for a bad request, a [*dlock.StoreError] when the
+// wrapping [store.ErrNotSupported] for a mode this store does not run,
+// [store.ErrInvalid] for a bad request, a [*store.StoreError] when the
 // server could not be reached or did not answer (the grant may or may not
 // have happened; asking again with the same token tells), and a
 // [*ReplicationError] when replicas did not confirm the grant (which was
 // released before returning).
-func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, error) {
+func (s *Store) Acquire(ctx context.Context, req store.Request) (store.Grant, error) {
 	o, err := s.ops(req.Mode)
 	if err != nil {
-		return dlock.Grant{}, err
+		return store.Grant{}, err
 	}
 	if err := s.checkRequest(req); err != nil {
-		return dlock.Grant{}, err
+		return store.Grant{}, err
 	}
 	if err := ctx.Err(); err != nil {
-		return dlock.Grant{}, err
+		return store.Grant{}, err
 	}
-	if req.Mode == dlock.ModeMutex && req.Queue && !s.watching(req.Name, req.Mode, req.Token) {
+	if req.Mode == store.ModeMutex && req.Queue && !s.watching(req.Name, req.Mode, req.Token) {
 		// Register only a waiter that listens for its handoff (WatchGrant).
 		req.Queue = false
 	}
@@ -187,17 +187,17 @@ func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, er
 		}, firstErr, func(res []vk.ValkeyResult) error { return res[at].Error() })
 	}
 	if err := res[at].Error(); err != nil {
-		return dlock.Grant{}, fail("acquire", err)
+		return store.Grant{}, fail("acquire", err)
 	}
 	g, err := parseGrant(res[at])
-	if le, ok := err.(*dlock.LimitError); ok {
+	if le, ok := err.(*store.LimitError); ok {
 		le.Name, le.Asked = req.Name, req.Limit
-		return dlock.Grant{}, le
+		return store.Grant{}, le
 	}
 	if err != nil {
-		return dlock.Grant{}, fmt.Errorf("dlock: valkey acquire: %w", err)
+		return store.Grant{}, fmt.Errorf("dlock: valkey acquire: %w", err)
 	}
-	if !g.Acquired && req.Mode == dlock.ModeMutex {
+	if !g.Acquired && req.Mode == store.ModeMutex {
 		s.l.Contend(req.Name) // its releases send the full form
 	}
 	// Only a refusal is sure to have read the key (readsWatchKey); a grant
@@ -210,20 +210,20 @@ func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, er
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), setupTimeout)
 	defer cancel()
-	if err := s.Release(rctx, req); err != nil && !errors.Is(err, dlock.ErrNotHeld) {
-		return dlock.Grant{}, errors.Join(rerr, err)
+	if err := s.Release(rctx, req); err != nil && !errors.Is(err, store.ErrNotHeld) {
+		return store.Grant{}, errors.Join(rerr, err)
 	}
-	return dlock.Grant{}, rerr
+	return store.Grant{}, rerr
 }
 
-// Extend implements [dlock.Store]: all requests go out in one pipelined
+// Extend implements [store.Store]: all requests go out in one pipelined
 // round trip (per node of a cluster; under [WithWaitReplicas], followed by
-// WAIT, per hash slot). Each error is nil, [dlock.ErrNotHeld],
-// ErrNotSupported/ErrInvalid for that request, a [*dlock.StoreError], or a
+// WAIT, per hash slot). Each error is nil, [store.ErrNotHeld],
+// ErrNotSupported/ErrInvalid for that request, a [*store.StoreError], or a
 // [*ReplicationError] when replicas did not confirm the extension: the
 // server keeps the new TTL, and the caller must count on the old one (a
-// [dlock.Lease] does: the error is not ErrNotHeld).
-func (s *Store) Extend(ctx context.Context, reqs []dlock.Request) []error {
+// dlock.Lease does: the error is not ErrNotHeld).
+func (s *Store) Extend(ctx context.Context, reqs []store.Request) []error {
 	errs := make([]error, len(reqs))
 	if err := ctx.Err(); err != nil {
 		for i := range errs {
@@ -283,20 +283,20 @@ func held(op string, r vk.ValkeyResult) error {
 	case err != nil:
 		return fail(op, err)
 	case v == 0:
-		return dlock.ErrNotHeld
+		return store.ErrNotHeld
 	}
 	return nil
 }
 
-// Release implements [dlock.Store]: one script, one round trip (a mutex
+// Release implements [store.Store]: one script, one round trip (a mutex
 // release whose short form finds waiters it did not expect sends the full
 // form: two; see [redisproto.Ops.ReleaseCall]). It returns
-// [dlock.ErrNotHeld] when req.Token holds nothing, so a foreign holder's key
+// [store.ErrNotHeld] when req.Token holds nothing, so a foreign holder's key
 // is never touched. Waiters of this Store on the lock are woken at once.
 // Releasing a mutex that has live registered waiters hands it to one of
 // them in the same script (see [Store.WatchGrant]); a Release by a
 // registered waiter's token drops its registration.
-func (s *Store) Release(ctx context.Context, req dlock.Request) error {
+func (s *Store) Release(ctx context.Context, req store.Request) error {
 	o, err := s.ops(req.Mode)
 	if err != nil {
 		return err
@@ -324,7 +324,7 @@ func (s *Store) Release(ctx context.Context, req dlock.Request) error {
 	}
 	if !s.hub.Idle() {
 		s.hub.Wake(o.WatchKey(s.l, req.Name))
-		if req.Mode != dlock.ModeMutex {
+		if req.Mode != store.ModeMutex {
 			s.hub.Wake(s.key(req.Name)) // waiters of every pattern watch the main key
 		}
 	}

@@ -4,11 +4,11 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 )
 
 // An Option configures a [Store]. Invalid values make [New], [Dial] and
-// [Open] return an error wrapping [dlock.ErrInvalid].
+// [Open] return an error wrapping [store.ErrInvalid].
 type Option func(*config)
 
 type config struct {
@@ -27,7 +27,7 @@ func defaultConfig() config {
 
 func (c *config) fail(field, reason string) {
 	if c.err == nil {
-		c.err = &dlock.InvalidError{Field: field, Reason: reason}
+		c.err = &store.InvalidError{Field: field, Reason: reason}
 	}
 }
 
@@ -76,14 +76,14 @@ func WithFenceRetention(d time.Duration) Option {
 // WithWaitReplicas makes every write a lease counts on wait, in the same
 // round trip, until n replicas acknowledged it (Redis WAIT n timeout):
 //
-//   - grants of every mode ([Store.Acquire]; a [dlock.Multi] takes its
+//   - grants of every mode ([Store.Acquire]; a dlock.Multi takes its
 //     names one by one, see [Store.AtomicMulti]): a grant fewer replicas
 //     confirmed within timeout is released, and Acquire returns a
 //     [*ReplicationError];
-//   - extensions of every mode ([Store.Extend]: [dlock.Lease.Extend] and
+//   - extensions of every mode ([Store.Extend]: dlock.Lease.Extend and
 //     renewals): an extension not confirmed is a *ReplicationError; the
 //     server keeps the new TTL, the lease keeps its old validity (Extend
-//     returns a [*dlock.StoreError], renewal tries again while the lease
+//     returns a [*store.StoreError], renewal tries again while the lease
 //     is valid);
 //   - raised fences ([Store.RaiseFence], store/redlock's write-back);
 //   - handoffs: a release still hands the fair lock to the head of its
@@ -100,7 +100,7 @@ func WithFenceRetention(d time.Duration) Option {
 // refusal takes up to timeout. Releases and queue places are not
 // confirmed: a failover that loses one delays others until the TTL runs
 // out, or costs a waiter its place, and lets no two hold at once.
-// [*ReplicationError] wraps [ErrNotReplicated] and [dlock.ErrUnavailable].
+// [*ReplicationError] wraps [ErrNotReplicated] and [store.ErrUnavailable].
 //
 // This narrows, but does not close, the window in which a failover to a
 // replica forgets a lock: WAIT is not consensus (a replica that did not

@@ -5,8 +5,8 @@ import (
 
 	vk "github.com/valkey-io/valkey-go"
 
-	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/internal/redisproto"
+	"github.com/dlock-dev/dlock/store"
 )
 
 // The reentrant, read-write, fair and semaphore locks: their key layout is
@@ -22,14 +22,14 @@ func (s *Store) AuditKey(name string) string { return s.l.AuditKey(name) }
 
 // patternState fills st (the state of a name whose mutex key is free) from
 // the keys of the other patterns, in one round trip.
-func (s *Store) patternState(ctx context.Context, name string, st dlock.State) (dlock.State, error) {
+func (s *Store) patternState(ctx context.Context, name string, st store.State) (store.State, error) {
 	keys := s.l.PatternStateKeys(name)
 	res := s.do(ctx, 1, func(_ int, eval bool) vk.Completed {
 		return cmd(s.client, redisproto.PatternStateScript, keys, nil, eval)
 	})
 	v, err := res[0].AsIntSlice()
 	if err != nil {
-		return dlock.State{}, fail("state", err)
+		return store.State{}, fail("state", err)
 	}
 	return redisproto.DecodePatternState(st, v), nil
 }

@@ -8,21 +8,21 @@ import (
 
 	vk "github.com/valkey-io/valkey-go"
 
-	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 )
 
-var _ dlock.GrantWatcher = (*Store)(nil)
+var _ store.GrantWatcher = (*Store)(nil)
 
 // Handoffs of the fair lock and of the mutex to registered waiters reach a
 // Store on its own shard channel per lock (redisproto.Handoffs). The
 // subscriptions ride on valkey-go's shared connection (RESP3 push).
 
-// WatchGrant implements [dlock.GrantWatcher] for the fair lock and the
+// WatchGrant implements [store.GrantWatcher] for the fair lock and the
 // mutex: the channel receives the Grant when a release (or, for the fair
 // lock, an acquire finding the holder's lease run out) hands the lock to
 // req.Token. It waits, up to a second or until ctx ends, for the lock's
 // subscription to be confirmed, so that a handoff right after the caller
-// queues is not missed. It returns an error wrapping [dlock.ErrNotSupported]
+// queues is not missed. It returns an error wrapping [store.ErrNotSupported]
 // for the other modes, and for both under [WithWaitReplicas]: the release
 // script announces a handoff before any WAIT could confirm it, so there a
 // waiter learns of its grant by its next Acquire, whose WAIT does (the fair
@@ -32,14 +32,14 @@ var _ dlock.GrantWatcher = (*Store)(nil)
 // A mutex Acquire with req.Queue registers its token as a waiter only while
 // a WatchGrant of this Store waits for that token; otherwise Queue is
 // ignored, so that no lock is handed to a token nobody listens for.
-func (s *Store) WatchGrant(ctx context.Context, req dlock.Request) (<-chan dlock.Grant, func(), error) {
-	if req.Mode != dlock.ModeFair && req.Mode != dlock.ModeMutex {
-		return nil, nil, fmt.Errorf("%w: valkey store grant watch for mode %v", dlock.ErrNotSupported, req.Mode)
+func (s *Store) WatchGrant(ctx context.Context, req store.Request) (<-chan store.Grant, func(), error) {
+	if req.Mode != store.ModeFair && req.Mode != store.ModeMutex {
+		return nil, nil, fmt.Errorf("%w: valkey store grant watch for mode %v", store.ErrNotSupported, req.Mode)
 	}
 	if s.cfg.waitReplicas > 0 {
 		// A handoff is announced before any WAIT: its waiter would hold a
 		// grant no replica confirmed.
-		return nil, nil, fmt.Errorf("%w: valkey store %v handoff with WithWaitReplicas", dlock.ErrNotSupported, req.Mode)
+		return nil, nil, fmt.Errorf("%w: valkey store %v handoff with WithWaitReplicas", store.ErrNotSupported, req.Mode)
 	}
 	if err := s.checkName(req.Name); err != nil {
 		return nil, nil, err
@@ -53,7 +53,7 @@ func (s *Store) WatchGrant(ctx context.Context, req dlock.Request) (<-chan dlock
 
 // watching reports whether a WatchGrant of this Store waits for a handoff
 // of lock name (mode m) to token, on a confirmed subscription.
-func (s *Store) watching(name string, m dlock.Mode, token string) bool {
+func (s *Store) watching(name string, m store.Mode, token string) bool {
 	return s.grants.Watching(s.l.GrantChannel(name, m), token)
 }
 

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/internal/testredis"
+	"github.com/dlock-dev/dlock/store"
 )
 
 // TestFairAuditStream checks that the fair lock's audit stream records each
@@ -22,7 +22,7 @@ func TestFairAuditStream(t *testing.T) {
 	var fences []int64
 	var tokens []string
 	for i := range 3 {
-		req := dlock.Request{Name: "audited", Token: "token-" + strconv.Itoa(i), TTL: time.Minute, Mode: dlock.ModeFair}
+		req := store.Request{Name: "audited", Token: "token-" + strconv.Itoa(i), TTL: time.Minute, Mode: store.ModeFair}
 		g, err := s.Acquire(ctx, req)
 		if err != nil || !g.Acquired {
 			t.Fatalf("Acquire = %+v, %v", g, err)
@@ -59,7 +59,7 @@ func TestFairAuditStream(t *testing.T) {
 
 	// Capped: 1200 more grants and releases leave about 1000 entries.
 	for i := range 600 {
-		req := dlock.Request{Name: "audited", Token: "t" + strconv.Itoa(i), TTL: time.Minute, Mode: dlock.ModeFair}
+		req := store.Request{Name: "audited", Token: "t" + strconv.Itoa(i), TTL: time.Minute, Mode: store.ModeFair}
 		if _, err := s.Acquire(ctx, req); err != nil {
 			t.Fatal(err)
 		}
@@ -77,11 +77,11 @@ func TestFairHandoffAcrossStores(t *testing.T) {
 	srv := testredis.Start(t)
 	a, b := dial(t, srv.URL()), dial(t, srv.URL())
 	ctx := testContext(t)
-	holder := dlock.Request{Name: "f", Token: "holder", TTL: time.Minute, Mode: dlock.ModeFair}
+	holder := store.Request{Name: "f", Token: "holder", TTL: time.Minute, Mode: store.ModeFair}
 	if g, err := a.Acquire(ctx, holder); err != nil || !g.Acquired {
 		t.Fatalf("Acquire = %+v, %v", g, err)
 	}
-	wa := dlock.Request{Name: "f", Token: "wa", TTL: time.Minute, Mode: dlock.ModeFair, Queue: true, QueueTTL: time.Minute}
+	wa := store.Request{Name: "f", Token: "wa", TTL: time.Minute, Mode: store.ModeFair, Queue: true, QueueTTL: time.Minute}
 	wb := wa
 	wb.Token = "wb"
 	cha, stopA, err := a.WatchGrant(ctx, wa)
@@ -96,9 +96,9 @@ func TestFairHandoffAcrossStores(t *testing.T) {
 	defer stopB()
 	for _, w := range []struct {
 		s interface {
-			Acquire(context.Context, dlock.Request) (dlock.Grant, error)
+			Acquire(context.Context, store.Request) (store.Grant, error)
 		}
-		req dlock.Request
+		req store.Request
 	}{{a, wa}, {b, wb}} {
 		if g, err := w.s.Acquire(ctx, w.req); err != nil || g.Acquired {
 			t.Fatalf("queueing Acquire = %+v, %v", g, err)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/internal/testredis"
+	"github.com/dlock-dev/dlock/store"
 	"github.com/dlock-dev/dlock/store/valkey"
 )
 
@@ -26,7 +27,7 @@ const replicaWait = 300 * time.Millisecond
 func wantNotReplicated(t *testing.T, what string, err error) {
 	t.Helper()
 	var re *valkey.ReplicationError
-	if !errors.As(err, &re) || !errors.Is(err, valkey.ErrNotReplicated) || !errors.Is(err, dlock.ErrUnavailable) {
+	if !errors.As(err, &re) || !errors.Is(err, valkey.ErrNotReplicated) || !errors.Is(err, store.ErrUnavailable) {
 		t.Errorf("%s with the replica paused = %v; want a *ReplicationError wrapping ErrNotReplicated and ErrUnavailable", what, err)
 	}
 }
@@ -59,7 +60,7 @@ func TestWaitReplicasExtend(t *testing.T) {
 	replica := testredis.StartReplica(t, primary)
 	s := dial(t, primary.URL(), valkey.WithWaitReplicas(1, replicaWait))
 	ctx := testContext(t)
-	modes := append([]dlock.Mode{dlock.ModeElection}, interopModes...)
+	modes := append([]store.Mode{store.ModeElection}, interopModes...)
 	for _, m := range modes {
 		t.Run(m.String(), func(t *testing.T) {
 			name := "extend-" + m.String()
@@ -69,12 +70,12 @@ func TestWaitReplicasExtend(t *testing.T) {
 			}
 			req.TTL = time.Minute
 			replica.Pause()
-			err := s.Extend(ctx, []dlock.Request{req})[0]
+			err := s.Extend(ctx, []store.Request{req})[0]
 			replica.Resume()
 			wantNotReplicated(t, "Extend("+name+")", err)
 
 			req.TTL = 2 * time.Minute
-			if err := s.Extend(ctx, []dlock.Request{req})[0]; err != nil {
+			if err := s.Extend(ctx, []store.Request{req})[0]; err != nil {
 				t.Fatalf("Extend(%s) to 2m with a live replica = %v, want nil", name, err)
 			}
 			if got := pttl(t, replica, "lock:"+name); got <= 110_000 {
@@ -89,7 +90,7 @@ func TestWaitReplicasExtend(t *testing.T) {
 // a confirmed one survives a failover (the promoted replica refuses the
 // lock to others after the old TTL has passed).
 func TestWaitReplicasLeaseExtend(t *testing.T) {
-	for _, m := range []dlock.Mode{dlock.ModeMutex, dlock.ModeFair} {
+	for _, m := range []store.Mode{store.ModeMutex, store.ModeFair} {
 		t.Run(m.String(), func(t *testing.T) {
 			primary := testredis.Start(t)
 			replica := testredis.StartReplica(t, primary)
@@ -97,7 +98,7 @@ func TestWaitReplicasLeaseExtend(t *testing.T) {
 			l := newLocker(t, s, dlock.WithTTL(2*time.Second))
 			ctx := testContext(t)
 			tryLock := func(l *dlock.Locker) (*dlock.Lease, error) {
-				if m == dlock.ModeFair {
+				if m == store.ModeFair {
 					return l.Fair("x").TryLock(ctx)
 				}
 				return l.Mutex("x").TryLock(ctx)
@@ -111,7 +112,7 @@ func TestWaitReplicasLeaseExtend(t *testing.T) {
 			before := ls.TTL()
 			err = ls.Extend(ctx, time.Minute)
 			replica.Resume()
-			var se *dlock.StoreError
+			var se *store.StoreError
 			if !errors.As(err, &se) || !errors.Is(err, valkey.ErrNotReplicated) {
 				t.Errorf("Extend(1m) with the replica paused = %v; want a *StoreError wrapping ErrNotReplicated", err)
 			}
@@ -212,12 +213,12 @@ func TestWaitReplicasConfirmsOthersWrites(t *testing.T) {
 	sa := dial(t, primary.URL(), valkey.WithWaitReplicas(1, replicaWait))
 	sb := dial(t, primary.URL(), valkey.WithWaitReplicas(1, replicaWait))
 	ctx := testContext(t)
-	a := dlock.Request{Name: "r", Token: "token-a", Owner: "o", TTL: 10 * time.Second, Mode: dlock.ModeReentrant}
+	a := store.Request{Name: "r", Token: "token-a", Owner: "o", TTL: 10 * time.Second, Mode: store.ModeReentrant}
 	b := a
 	b.Token = "token-b"
 	for _, x := range []struct {
 		s   *valkey.Store
-		req dlock.Request
+		req store.Request
 	}{{sa, a}, {sb, b}} {
 		if g, err := x.s.Acquire(ctx, x.req); err != nil || !g.Acquired {
 			t.Fatalf("Acquire(%s) = %+v, %v; want a grant", x.req.Token, g, err)
@@ -227,10 +228,10 @@ func TestWaitReplicasConfirmsOthersWrites(t *testing.T) {
 	replica.Pause()
 	defer replica.Resume()
 	b.TTL = 2 * time.Minute
-	wantNotReplicated(t, "Extend(b, 2m)", sb.Extend(ctx, []dlock.Request{b})[0])
+	wantNotReplicated(t, "Extend(b, 2m)", sb.Extend(ctx, []store.Request{b})[0])
 	// The primary's TTL is now 2m: a's extension to 1m writes nothing.
 	a.TTL = time.Minute
-	wantNotReplicated(t, "Extend(a, 1m) counting on b's unconfirmed TTL", sa.Extend(ctx, []dlock.Request{a})[0])
+	wantNotReplicated(t, "Extend(a, 1m) counting on b's unconfirmed TTL", sa.Extend(ctx, []store.Request{a})[0])
 }
 
 // TestWaitReplicasRaiseFence: a raised fence is confirmed by the replica,
@@ -240,7 +241,7 @@ func TestWaitReplicasRaiseFence(t *testing.T) {
 	replica := testredis.StartReplica(t, primary)
 	s := dial(t, primary.URL(), valkey.WithWaitReplicas(1, replicaWait))
 	ctx := testContext(t)
-	req := dlock.Request{Name: "f", Token: "token-a", TTL: time.Minute, Mode: dlock.ModeMutex}
+	req := store.Request{Name: "f", Token: "token-a", TTL: time.Minute, Mode: store.ModeMutex}
 	g, err := s.Acquire(ctx, req)
 	if err != nil || !g.Acquired {
 		t.Fatalf("Acquire = %+v, %v; want a grant", g, err)
@@ -267,9 +268,9 @@ func TestWaitReplicasExtendAcrossSlots(t *testing.T) {
 	plain := dial(t, url)
 	s := dial(t, url, valkey.WithWaitReplicas(1, 50*time.Millisecond))
 	ctx := testContext(t)
-	var reqs []dlock.Request
+	var reqs []store.Request
 	for i := range 8 {
-		req := dlock.Request{Name: "slot-" + strconv.Itoa(i), Token: "token-a", TTL: 10 * time.Second, Mode: dlock.ModeMutex}
+		req := store.Request{Name: "slot-" + strconv.Itoa(i), Token: "token-a", TTL: 10 * time.Second, Mode: store.ModeMutex}
 		if g, err := plain.Acquire(ctx, req); err != nil || !g.Acquired {
 			t.Fatalf("Acquire(%s) = %+v, %v; want a grant", req.Name, g, err)
 		}

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/internal/testredis"
+	"github.com/dlock-dev/dlock/store"
 	"github.com/dlock-dev/dlock/store/valkey"
 )
 
@@ -32,7 +32,7 @@ func TestFenceRetention(t *testing.T) {
 	ctx := testContext(t)
 	def := dial(t, srv.URL(), valkey.WithPrefix("def:"))
 	short := dial(t, srv.URL(), valkey.WithPrefix("short:"), valkey.WithFenceRetention(2*time.Minute))
-	modes := []dlock.Mode{dlock.ModeMutex, dlock.ModeReentrant, dlock.ModeRead, dlock.ModeWrite, dlock.ModeFair, dlock.ModeSemaphore}
+	modes := []store.Mode{store.ModeMutex, store.ModeReentrant, store.ModeRead, store.ModeWrite, store.ModeFair, store.ModeSemaphore}
 	for _, m := range modes {
 		for _, tt := range []struct {
 			s    *valkey.Store
@@ -44,7 +44,7 @@ func TestFenceRetention(t *testing.T) {
 			{short, 90 * time.Second, 150_000}, // the hold outlasts the retention
 		} {
 			name := m.String() + "-" + strconv.Itoa(int(tt.ttl/time.Second))
-			req := dlock.Request{Name: name, Token: "a", TTL: tt.ttl, Mode: m, Limit: 2}
+			req := store.Request{Name: name, Token: "a", TTL: tt.ttl, Mode: m, Limit: 2}
 			if g, err := tt.s.Acquire(ctx, req); err != nil || !g.Acquired {
 				t.Fatalf("%v: Acquire = %+v, %v", m, g, err)
 			}
@@ -63,11 +63,11 @@ func TestFenceRetentionMutexPaths(t *testing.T) {
 	ctx := testContext(t)
 	s := dial(t, srv.URL(), valkey.WithFenceRetention(2*time.Minute))
 
-	hold := dlock.Request{Name: "m", Token: "holder", TTL: 10 * time.Second}
+	hold := store.Request{Name: "m", Token: "holder", TTL: 10 * time.Second}
 	if g, err := s.Acquire(ctx, hold); err != nil || !g.Acquired {
 		t.Fatalf("Acquire = %+v, %v", g, err)
 	}
-	w := dlock.Request{Name: "m", Token: "waiter", TTL: 100 * time.Second, Queue: true, QueueTTL: time.Minute}
+	w := store.Request{Name: "m", Token: "waiter", TTL: 100 * time.Second, Queue: true, QueueTTL: time.Minute}
 	grants, stop, err := s.WatchGrant(ctx, w)
 	if err != nil {
 		t.Fatal(err)
@@ -95,7 +95,7 @@ func TestFenceRetentionMutexPaths(t *testing.T) {
 	// An extension tops the counter up once it is below TTL + 1 min.
 	mustDo(t, srv, "PEXPIRE", s.AuxKey("m", "fence"), "30000")
 	w.TTL = 30 * time.Second
-	if errs := s.Extend(ctx, []dlock.Request{w}); errs[0] != nil {
+	if errs := s.Extend(ctx, []store.Request{w}); errs[0] != nil {
 		t.Fatalf("Extend = %v", errs[0])
 	}
 	if got := counterTTL(t, srv, s, "m"); !within(got, 120_000) {
@@ -121,12 +121,12 @@ func TestFenceRetentionFromCreation(t *testing.T) {
 	srv := testredis.Start(t)
 	ctx := testContext(t)
 	s := dial(t, srv.URL(), valkey.WithFenceRetention(2*time.Minute))
-	modes := []dlock.Mode{dlock.ModeMutex, dlock.ModeReentrant, dlock.ModeWrite, dlock.ModeFair, dlock.ModeSemaphore}
+	modes := []store.Mode{store.ModeMutex, store.ModeReentrant, store.ModeWrite, store.ModeFair, store.ModeSemaphore}
 	for _, m := range modes {
 		name := "created-" + m.String()
 		var last int64
 		for i := range 2 {
-			req := dlock.Request{Name: name, Token: "t" + strconv.Itoa(i), TTL: 10 * time.Second, Mode: m, Limit: 1}
+			req := store.Request{Name: name, Token: "t" + strconv.Itoa(i), TTL: 10 * time.Second, Mode: m, Limit: 1}
 			g, err := s.Acquire(ctx, req)
 			if err != nil || !g.Acquired || g.Fence <= last {
 				t.Fatalf("%v: grant %d = %+v, %v; want a fence above %d", m, i, g, err, last)
@@ -155,7 +155,7 @@ func TestFenceRetentionExpiredCounter(t *testing.T) {
 	s := dial(t, srv.URL(), valkey.WithFenceRetention(time.Second))
 	var last int64
 	for i := range 3 {
-		req := dlock.Request{Name: "x", Token: "t" + strconv.Itoa(i), TTL: time.Second}
+		req := store.Request{Name: "x", Token: "t" + strconv.Itoa(i), TTL: time.Second}
 		g, err := s.Acquire(ctx, req)
 		if err != nil || !g.Acquired || g.Fence <= last {
 			t.Fatalf("grant %d = %+v, %v; want a fence above %d", i, g, err, last)
@@ -171,7 +171,7 @@ func TestFenceRetentionExpiredCounter(t *testing.T) {
 
 func TestFenceRetentionValidated(t *testing.T) {
 	for _, d := range []time.Duration{0, -time.Second, 999 * time.Millisecond} {
-		if _, err := valkey.Dial(testContext(t), "redis://127.0.0.1:1", valkey.WithFenceRetention(d)); !errors.Is(err, dlock.ErrInvalid) {
+		if _, err := valkey.Dial(testContext(t), "redis://127.0.0.1:1", valkey.WithFenceRetention(d)); !errors.Is(err, store.ErrInvalid) {
 			t.Errorf("WithFenceRetention(%v) = %v, want ErrInvalid", d, err)
 		}
 	}

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/internal/testredis"
+	"github.com/dlock-dev/dlock/store"
 	"github.com/dlock-dev/dlock/store/valkey"
 )
 
@@ -61,7 +61,7 @@ func TestWaitReplicas(t *testing.T) {
 	s := dial(t, primary.URL(), valkey.WithWaitReplicas(1, 200*time.Millisecond))
 	ctx := testContext(t)
 
-	a := dlock.Request{Name: "x", Token: "token-a", TTL: time.Minute, Mode: dlock.ModeMutex}
+	a := store.Request{Name: "x", Token: "token-a", TTL: time.Minute, Mode: store.ModeMutex}
 	g, err := s.Acquire(ctx, a)
 	if err != nil || !g.Acquired {
 		t.Fatalf("Acquire(x) with a live replica = %+v, %v; want a grant", g, err)
@@ -70,17 +70,17 @@ func TestWaitReplicas(t *testing.T) {
 		t.Errorf("replica's GET lock:x right after the grant = %q, want %q", got, "token-a")
 	}
 	// A refusal is not a grant: nothing to confirm or release.
-	b := dlock.Request{Name: "x", Token: "token-b", TTL: time.Minute, Mode: dlock.ModeMutex}
+	b := store.Request{Name: "x", Token: "token-b", TTL: time.Minute, Mode: store.ModeMutex}
 	if g, err := s.Acquire(ctx, b); err != nil || g.Acquired {
 		t.Errorf("Acquire(x) by another token = %+v, %v; want a refusal", g, err)
 	}
 
 	replica.Pause()
 	t.Cleanup(replica.Resume)
-	c := dlock.Request{Name: "y", Token: "token-c", TTL: time.Minute, Mode: dlock.ModeMutex}
+	c := store.Request{Name: "y", Token: "token-c", TTL: time.Minute, Mode: store.ModeMutex}
 	g, err = s.Acquire(ctx, c)
 	var re *valkey.ReplicationError
-	if !errors.As(err, &re) || !errors.Is(err, valkey.ErrNotReplicated) || !errors.Is(err, dlock.ErrUnavailable) {
+	if !errors.As(err, &re) || !errors.Is(err, valkey.ErrNotReplicated) || !errors.Is(err, store.ErrUnavailable) {
 		t.Fatalf("Acquire(y) with the replica paused = %+v, %v; want a *ReplicationError wrapping ErrNotReplicated and ErrUnavailable", g, err)
 	}
 	if g.Acquired || re.Want != 1 || re.Acked != 0 {
@@ -109,9 +109,9 @@ func TestAmbiguousAcquire(t *testing.T) {
 	srv := testredis.Start(t)
 	s := dial(t, srv.URL())
 	ctx := testContext(t)
-	req := dlock.Request{Name: "x", Token: "token-a", TTL: time.Minute, Mode: dlock.ModeMutex}
+	req := store.Request{Name: "x", Token: "token-a", TTL: time.Minute, Mode: store.ModeMutex}
 	// Warm up: the script is loaded, so the lost call is a single EVALSHA.
-	warm := dlock.Request{Name: "warm", Token: "w", TTL: time.Minute, Mode: dlock.ModeMutex}
+	warm := store.Request{Name: "warm", Token: "w", TTL: time.Minute, Mode: store.ModeMutex}
 	if _, err := s.Acquire(ctx, warm); err != nil {
 		t.Fatalf("Acquire(warm) = %v", err)
 	}
@@ -136,7 +136,7 @@ func TestAmbiguousAcquire(t *testing.T) {
 	if err == nil {
 		t.Fatalf("Acquire(x) with writes paused = %+v, nil; want an error", g)
 	}
-	if !errors.Is(err, dlock.ErrUnavailable) || !errors.Is(err, context.Canceled) {
+	if !errors.Is(err, store.ErrUnavailable) || !errors.Is(err, context.Canceled) {
 		t.Errorf("Acquire(x) with writes paused = %v; want a *StoreError wrapping the cancellation", err)
 	}
 	// The server runs the lost call once resumed.

@@ -3,8 +3,8 @@ package valkey
 import (
 	vk "github.com/valkey-io/valkey-go"
 
-	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/internal/redisproto"
+	"github.com/dlock-dev/dlock/store"
 )
 
 // The Lua scripts, the key layout and the reply formats are those of package
@@ -24,14 +24,14 @@ func isNoScript(err error) bool {
 }
 
 // parseGrant decodes the reply of an acquire script.
-func parseGrant(r vk.ValkeyResult) (dlock.Grant, error) {
+func parseGrant(r vk.ValkeyResult) (store.Grant, error) {
 	if m, err := r.ToMessage(); err == nil && m.IsInt64() {
 		f, _ := m.AsInt64()
 		return redisproto.Granted(f)
 	}
 	v, err := r.AsIntSlice()
 	if err != nil {
-		return dlock.Grant{}, err
+		return store.Grant{}, err
 	}
 	return redisproto.ParseGrant(v)
 }

@@ -7,9 +7,9 @@ import (
 
 	vk "github.com/valkey-io/valkey-go"
 
-	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/internal/redisproto"
 	"github.com/dlock-dev/dlock/internal/testredis"
+	"github.com/dlock-dev/dlock/store"
 )
 
 // BenchmarkServerCPU measures the server's CPU per uncontended acquire +
@@ -42,7 +42,7 @@ func benchServerCPU(b *testing.B, kind string) {
 		b.Fatal(err)
 	}
 	defer c.Close()
-	ops, err := redisproto.ModeOps(dlock.ModeMutex, "valkey")
+	ops, err := redisproto.ModeOps(store.ModeMutex, "valkey")
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -85,7 +85,7 @@ func benchServerCPU(b *testing.B, kind string) {
 				rels = append(rels, evalsha(rawRel, []string{l.Key(name)}, []string{"token"}))
 				continue
 			}
-			req := dlock.Request{Name: name, Token: "token", TTL: 30 * time.Second, Mode: dlock.ModeMutex}
+			req := store.Request{Name: name, Token: "token", TTL: 30 * time.Second, Mode: store.ModeMutex}
 			acqs = append(acqs, evalsha(acq, ops.AcquireKeys(l, req), ops.AcquireArgs(ctx, l, req)))
 			rk, ra, _ := ops.ReleaseCall(l, req)
 			rels = append(rels, evalsha(rel, rk, ra))

@@ -5,16 +5,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/internal/testredis"
+	"github.com/dlock-dev/dlock/store"
 	"github.com/dlock-dev/dlock/store/valkey"
 	"github.com/dlock-dev/dlock/storetest"
 )
 
 // unsupported lists the modes this store does not run yet.
-var unsupported = func() []dlock.Mode {
-	var out []dlock.Mode
-	for _, m := range []dlock.Mode{dlock.ModeReentrant, dlock.ModeRead, dlock.ModeWrite, dlock.ModeFair, dlock.ModeSemaphore, dlock.ModeElection} {
+var unsupported = func() []store.Mode {
+	var out []store.Mode
+	for _, m := range []store.Mode{store.ModeReentrant, store.ModeRead, store.ModeWrite, store.ModeFair, store.ModeSemaphore, store.ModeElection} {
 		if !valkey.Supports(m) {
 			out = append(out, m)
 		}
@@ -27,7 +27,7 @@ var unsupported = func() []dlock.Mode {
 func TestConformance(t *testing.T) {
 	srv := testredis.Start(t)
 	storetest.Run(t, storetest.Harness{
-		New:         func(t *testing.T) dlock.Store { return dial(t, srv.URL()) },
+		New:         func(t *testing.T) store.Store { return dial(t, srv.URL()) },
 		Restart:     func(t *testing.T) { srv.Restart(t) },
 		Unsupported: unsupported,
 	})
@@ -41,7 +41,7 @@ func TestConformanceWaitReplicas(t *testing.T) {
 	primary := testredis.Start(t)
 	testredis.StartReplica(t, primary)
 	storetest.Run(t, storetest.Harness{
-		New:         func(t *testing.T) dlock.Store { return dial(t, primary.URL(), valkey.WithWaitReplicas(1, time.Second)) },
+		New:         func(t *testing.T) store.Store { return dial(t, primary.URL(), valkey.WithWaitReplicas(1, time.Second)) },
 		Unsupported: unsupported,
 	})
 }
@@ -52,7 +52,7 @@ func TestConformanceCluster(t *testing.T) {
 	c := testredis.StartCluster(t, 3)
 	url := "redis://" + strings.Join(c.Addrs(), ",")
 	storetest.Run(t, storetest.Harness{
-		New:         func(t *testing.T) dlock.Store { return dial(t, url) },
+		New:         func(t *testing.T) store.Store { return dial(t, url) },
 		Unsupported: unsupported,
 	})
 }
@@ -63,7 +63,7 @@ func TestModel(t *testing.T) {
 	t.Parallel()
 	srv := testredis.Start(t)
 	storetest.RunModel(t, storetest.Harness{
-		New:         func(t *testing.T) dlock.Store { return dial(t, srv.URL()) },
+		New:         func(t *testing.T) store.Store { return dial(t, srv.URL()) },
 		Unsupported: unsupported,
 	}, storetest.ModelConfig{})
 }
@@ -75,7 +75,7 @@ func TestModelCluster(t *testing.T) {
 	c := testredis.StartCluster(t, 3)
 	url := "redis://" + strings.Join(c.Addrs(), ",")
 	storetest.RunModel(t, storetest.Harness{
-		New:         func(t *testing.T) dlock.Store { return dial(t, url) },
+		New:         func(t *testing.T) store.Store { return dial(t, url) },
 		Unsupported: unsupported,
 	}, storetest.ModelConfig{})
 }

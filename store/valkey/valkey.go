@@ -1,4 +1,4 @@
-// Package valkey is the [dlock.Store] on Valkey or Redis (6.2 or later): one
+// Package valkey is the [store.Store] on Valkey or Redis (6.2 or later): one
 // node, a primary with replicas, or a Redis Cluster, through valkey-go.
 //
 // # Keys
@@ -31,7 +31,7 @@
 // renewal also wakes waiters, who find the lock still held.
 //
 // A contended mutex or fair lock is handed over instead: a refused waiter of
-// [dlock.Mutex.Lock] registers its token in the sorted set
+// dlock.Mutex.Lock registers its token in the sorted set
 // "{lock:<name>}:waiters" (a lease of its queue TTL, judged by the server's
 // clock; a string "{lock:<name>}:waiters:flag" outlives the set, so that a
 // release learns whether to look for waiters from the read that compares
@@ -46,7 +46,7 @@
 // registered waiter is not woken by the server's push when another
 // library's client releases the key (its DEL hands nothing over): it finds
 // the lock free when it refreshes its registration, every third of its
-// queue TTL ([dlock.WithQueueTTL]), or at the holder's expiry. A waiter
+// queue TTL (dlock.WithQueueTTL), or at the holder's expiry. A waiter
 // whose process dies keeps its registration until its queue TTL runs out;
 // a release within that time may hand it the lock, which then stays taken
 // until the lease TTL it asked for runs out.
@@ -78,7 +78,7 @@
 // The Store sends a call that met a broken connection again, up to four
 // times while ctx lasts: every script is idempotent per token, so a
 // repeated acquire or extend gets the answer the first would have, and a
-// release repeated after the first took effect reports [dlock.ErrNotHeld].
+// release repeated after the first took effect reports [store.ErrNotHeld].
 // A server that stays down fails the call with the connection error.
 //
 // # What it does not guarantee
@@ -101,14 +101,14 @@ import (
 
 	vk "github.com/valkey-io/valkey-go"
 
-	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/internal/redisproto"
+	"github.com/dlock-dev/dlock/store"
 )
 
 var (
-	_ dlock.Store     = (*Store)(nil)
-	_ dlock.Inspector = (*Store)(nil)
-	_ dlock.Pinger    = (*Store)(nil)
+	_ store.Store     = (*Store)(nil)
+	_ store.Inspector = (*Store)(nil)
+	_ store.Pinger    = (*Store)(nil)
 )
 
 var (
@@ -116,9 +116,9 @@ var (
 	// [WithWaitReplicas] asked for confirmed in time: a grant (released
 	// before returning), an extension or a raised fence (kept by the
 	// server; the caller counts on what it had before). It wraps
-	// [dlock.ErrUnavailable], so a Locker's Lock retries and a lease's
+	// [store.ErrUnavailable], so a Locker's Lock retries and a lease's
 	// renewal tries again while the lease is valid.
-	ErrNotReplicated = fmt.Errorf("%w: write not confirmed by replicas", dlock.ErrUnavailable)
+	ErrNotReplicated = fmt.Errorf("%w: write not confirmed by replicas", store.ErrUnavailable)
 	// ErrEvictionPolicy reports, under [WithStrictEviction], a node whose
 	// maxmemory-policy may evict lock keys.
 	ErrEvictionPolicy = errors.New("dlock: maxmemory-policy may evict lock keys")
@@ -152,7 +152,7 @@ func (e *ReplicationError) Unwrap() []error {
 	return []error{ErrNotReplicated}
 }
 
-// Store is a [dlock.Store] on Valkey or Redis. It is safe for concurrent use.
+// Store is a [store.Store] on Valkey or Redis. It is safe for concurrent use.
 // Make one with [New], [Dial] or [Open]; Close it when done.
 type Store struct {
 	client vk.Client
@@ -182,11 +182,11 @@ const setupTimeout = 5 * time.Second
 // [WithStrictEviction]). Waiters on a Store made by New are not woken by the
 // server (see the package doc, "Wake-ups"); prefer [Dial] or [Open].
 //
-// It returns an error wrapping [dlock.ErrInvalid] for a nil client or a bad
+// It returns an error wrapping [store.ErrInvalid] for a nil client or a bad
 // option, and [ErrEvictionPolicy] under WithStrictEviction.
 func New(client vk.Client, opts ...Option) (*Store, error) {
 	if client == nil {
-		return nil, &dlock.InvalidError{Field: "client", Reason: "must not be nil"}
+		return nil, &store.InvalidError{Field: "client", Reason: "must not be nil"}
 	}
 	s, err := newStore(opts)
 	if err != nil {
@@ -212,13 +212,13 @@ func New(client vk.Client, opts ...Option) (*Store, error) {
 // A single address that serves a cluster is detected too.
 //
 // ctx bounds the checks made at start. Dial returns an error wrapping
-// [dlock.ErrInvalid] for a bad URL or option, a [*dlock.StoreError] when the
+// [store.ErrInvalid] for a bad URL or option, a [*store.StoreError] when the
 // server cannot be reached, and [ErrEvictionPolicy] under
 // [WithStrictEviction].
 func Dial(ctx context.Context, url string, opts ...Option) (*Store, error) {
 	opt, err := parseURL(url)
 	if err != nil {
-		return nil, &dlock.InvalidError{Field: "url", Reason: err.Error()}
+		return nil, &store.InvalidError{Field: "url", Reason: err.Error()}
 	}
 	return Open(ctx, opt, opts...)
 }
@@ -252,7 +252,7 @@ func Open(ctx context.Context, opt vk.ClientOption, opts ...Option) (*Store, err
 		client, err = vk.NewClient(opt)
 	}
 	if err != nil {
-		return nil, &dlock.StoreError{Op: "dial", Node: -1, Err: err}
+		return nil, &store.StoreError{Op: "dial", Node: -1, Err: err}
 	}
 	s.client, s.own = client, true
 	s.setSubscriber()
@@ -265,7 +265,7 @@ func Open(ctx context.Context, opt vk.ClientOption, opts ...Option) (*Store, err
 		popt.DisableCache, popt.OnInvalidations, popt.ClientTrackingOptions = true, nil, nil
 		if s.plain, err = vk.NewClient(popt); err != nil {
 			client.Close()
-			return nil, &dlock.StoreError{Op: "dial", Node: -1, Err: err}
+			return nil, &store.StoreError{Op: "dial", Node: -1, Err: err}
 		}
 	}
 	if err := s.start(ctx, tracking); err != nil {

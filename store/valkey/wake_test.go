@@ -15,22 +15,23 @@ import (
 
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/internal/testredis"
+	"github.com/dlock-dev/dlock/store"
 	"github.com/dlock-dev/dlock/store/valkey"
 )
 
 // countingStore counts Acquire calls and signals the first refusal.
 type countingStore struct {
-	dlock.Store
+	store.Store
 	calls   atomic.Int32
 	once    sync.Once
 	refused chan struct{}
 }
 
-func newCountingStore(s dlock.Store) *countingStore {
+func newCountingStore(s store.Store) *countingStore {
 	return &countingStore{Store: s, refused: make(chan struct{})}
 }
 
-func (c *countingStore) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, error) {
+func (c *countingStore) Acquire(ctx context.Context, req store.Request) (store.Grant, error) {
 	c.calls.Add(1)
 	g, err := c.Store.Acquire(ctx, req)
 	if err == nil && !g.Acquired {
@@ -64,7 +65,7 @@ type waiterResult struct {
 // are far too long to matter (uniform in [0, 30s)), so that a quick grant
 // can only come from a server wake-up. It returns once the waiter's first
 // attempt was refused.
-func startWaiter(t *testing.T, s dlock.Store, name string) (*countingStore, <-chan waiterResult) {
+func startWaiter(t *testing.T, s store.Store, name string) (*countingStore, <-chan waiterResult) {
 	cs := newCountingStore(s)
 	l := newLocker(t, cs, dlock.WithBackoff(30*time.Second, time.Minute))
 	res := make(chan waiterResult, 1)
@@ -183,7 +184,7 @@ func TestWatchWokenOnExpiry(t *testing.T) {
 	ctx := testContext(t)
 	set := time.Now()
 	mustDo(t, srv, "SET", "lock:x", "foreign", "NX", "PX", "300")
-	wake, stop, err := s.Watch(ctx, "x", dlock.ModeMutex)
+	wake, stop, err := s.Watch(ctx, "x", store.ModeMutex)
 	if err != nil {
 		t.Fatalf("Watch = %v", err)
 	}
@@ -206,7 +207,7 @@ func TestWatchRearms(t *testing.T) {
 	s := dial(t, srv.URL())
 	ctx := testContext(t)
 	mustDo(t, srv, "SET", "lock:x", "a", "PX", "60000")
-	wake, stop, err := s.Watch(ctx, "x", dlock.ModeMutex)
+	wake, stop, err := s.Watch(ctx, "x", store.ModeMutex)
 	if err != nil {
 		t.Fatalf("Watch = %v", err)
 	}
@@ -310,12 +311,12 @@ func TestNewWithoutHookObserve(t *testing.T) {
 	}
 	t.Cleanup(func() { s.Close() })
 	ctx := testContext(t)
-	if _, _, err := s.Watch(ctx, "e", dlock.ModeElection); !errors.Is(err, dlock.ErrNotSupported) {
+	if _, _, err := s.Watch(ctx, "e", store.ModeElection); !errors.Is(err, store.ErrNotSupported) {
 		t.Errorf("Watch(election) without pushes = %v, want ErrNotSupported", err)
 	}
 	obs := newLocker(t, s, dlock.WithBackoff(time.Millisecond, 50*time.Millisecond)).Election("e").Observe(ctx)
-	var seen []dlock.Leader
-	next := func(want func(dlock.Leader) bool) {
+	var seen []store.Leader
+	next := func(want func(store.Leader) bool) {
 		t.Helper()
 		timer := time.NewTimer(10 * time.Second)
 		defer timer.Stop()
@@ -334,17 +335,17 @@ func TestNewWithoutHookObserve(t *testing.T) {
 			}
 		}
 	}
-	next(func(ld dlock.Leader) bool { return ld.Term == 0 })
+	next(func(ld store.Leader) bool { return ld.Term == 0 })
 	e := newLocker(t, dial(t, srv.URL())).Election("e")
 	lease, err := e.Campaign(ctx, "a")
 	if err != nil {
 		t.Fatalf("Campaign = %v", err)
 	}
-	next(func(ld dlock.Leader) bool { return ld.Term == lease.Fence() && ld.Value == "a" })
+	next(func(ld store.Leader) bool { return ld.Term == lease.Fence() && ld.Value == "a" })
 	if err := e.Resign(ctx); err != nil {
 		t.Fatalf("Resign = %v", err)
 	}
-	next(func(ld dlock.Leader) bool { return ld.Term == 0 })
+	next(func(ld store.Leader) bool { return ld.Term == 0 })
 }
 
 // TestTrackedAcquireRearms: a Lock waiter is woken by every change of the

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 	"github.com/dlock-dev/dlock/store/zookeeper/zktest"
 )
 
@@ -20,10 +20,10 @@ func TestBesideAnchorGone(t *testing.T) {
 	defer s.Close()
 	for _, tc := range []struct {
 		name         string
-		anchor, next dlock.Request
+		anchor, next store.Request
 	}{
-		{"Reentry", dlock.Request{Name: "gone-r", Token: "a", Owner: "x", Mode: dlock.ModeReentrant}, dlock.Request{Name: "gone-r", Token: "b", Owner: "x", Mode: dlock.ModeReentrant}},
-		{"Downgrade", dlock.Request{Name: "gone-w", Token: "w", Mode: dlock.ModeWrite}, dlock.Request{Name: "gone-w", Token: "r", Owner: "w", Mode: dlock.ModeRead}},
+		{"Reentry", store.Request{Name: "gone-r", Token: "a", Owner: "x", Mode: store.ModeReentrant}, store.Request{Name: "gone-r", Token: "b", Owner: "x", Mode: store.ModeReentrant}},
+		{"Downgrade", store.Request{Name: "gone-w", Token: "w", Mode: store.ModeWrite}, store.Request{Name: "gone-w", Token: "r", Owner: "w", Mode: store.ModeRead}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.anchor.TTL, tc.next.TTL = 10*time.Second, 10*time.Second

@@ -1,4 +1,4 @@
-// Package zookeeper is a [dlock.Store] on Apache ZooKeeper
+// Package zookeeper is a [store.Store] on Apache ZooKeeper
 // (github.com/go-zookeeper/zk; tested against Debian's zookeeper 3.8), for
 // users who already run ZooKeeper (Kafka, HBase) and want the consensus
 // store's guarantees (seed 001, "Design Paths" 3; seed 002, "ZooKeeper-Based
@@ -20,7 +20,7 @@
 // plainly cannot be had is refused after the listing alone, without a write.
 // Fair waiters watch only the node just before their own
 // ([Store.WatchGrant]): one release wakes one waiter, no herd. A leader
-// election ([dlock.ModeElection], [Store.Leader]) is an exclusive pattern of
+// election ([store.ModeElection], [Store.Leader]) is an exclusive pattern of
 // its own (letter e) whose node keeps the leader's value in its data; the
 // term is the node's czxid. Every pattern is supported.
 //
@@ -38,12 +38,12 @@
 // Ephemeral nodes live as long as the session. While the process lives, the
 // store keeps each hold's TTL to the millisecond on its monotonic clock: a
 // node not renewed through this store within its TTL is deleted by the
-// store's reaper, and Extend reports [dlock.ErrNotHeld]. When the process
+// store's reaper, and Extend reports [store.ErrNotHeld]. When the process
 // dies or is cut off, ZooKeeper expires the session after the session
 // timeout and deletes its nodes: a lost hold, which Extend reports as
-// [dlock.ErrNotHeld] once the client is back. Because the server may end a
+// [store.ErrNotHeld] once the client is back. Because the server may end a
 // hold as soon as a session timeout after it last heard from the client,
-// Acquire rejects (with [dlock.ErrInvalid]) a TTL longer than the session
+// Acquire rejects (with [store.ErrInvalid]) a TTL longer than the session
 // timeout the server granted ([Store.SessionTimeout]; the store asks for 40s
 // unless [WithSessionTimeout] says otherwise, and ZooKeeper grants at most
 // 20 ticks, 40s with the default 2s tick): so a lease the Locker still
@@ -62,7 +62,7 @@
 // the protected resource. Without a quorum of the ensemble no lock can be
 // taken, renewed or released.
 //
-// A name is one lock (see [dlock.Coexist]): the nodes of every pattern of a
+// A name is one lock (see [store.Coexist]): the nodes of every pattern of a
 // name queue under the name's one znode, and a node holds only when no node
 // of another pattern is ahead of it, so a hold of one pattern refuses every
 // other pattern's request on the name. Fences are czxids, shared by all

@@ -5,13 +5,13 @@ import (
 	"errors"
 	"strconv"
 
-	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 )
 
 // fenceOf returns the fence of held node i: its czxid; for a re-entry the
 // hold's (see holdFence); for a reader the current fence (recorded in the
 // lock's znode data by every other grant), or its own when there is none.
-func (s *Store) fenceOf(kind string, mode dlock.Mode, dir, path string, es []entry, i int) (int64, error) {
+func (s *Store) fenceOf(kind string, mode store.Mode, dir, path string, es []entry, i int) (int64, error) {
 	if f := s.cached(path); f != 0 {
 		return f, nil
 	}
@@ -23,7 +23,7 @@ func (s *Store) fenceOf(kind string, mode dlock.Mode, dir, path string, es []ent
 		}
 		fence = f
 	} else {
-		if mode == dlock.ModeRead {
+		if mode == store.ModeRead {
 			b, _, err := s.conn.Get(dir)
 			if err != nil {
 				return 0, err
@@ -41,7 +41,7 @@ func (s *Store) fenceOf(kind string, mode dlock.Mode, dir, path string, es []ent
 		}
 		fence = st.Czxid
 	}
-	if mode != dlock.ModeRead {
+	if mode != store.ModeRead {
 		// Readers after this grant, of any kind, get its fence.
 		if _, err := s.conn.Set(dir, []byte(strconv.FormatInt(fence, 10)), -1); err != nil {
 			return 0, err

@@ -8,13 +8,13 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 	"github.com/go-zookeeper/zk"
 )
 
-func (s *Store) state(kind, name string, es []entry) dlock.State {
+func (s *Store) state(kind, name string, es []entry) store.State {
 	dir := s.dir(kind, name)
-	st := dlock.State{Name: name, Mode: kindMode[kind]}
+	st := store.State{Name: name, Mode: kindMode[kind]}
 	limit := 0
 	if kind == "s" && len(es) > 0 {
 		if b, _, err := s.conn.Get(dir + "/" + es[0].name); err == nil {
@@ -32,7 +32,7 @@ func (s *Store) state(kind, name string, es []entry) dlock.State {
 		}
 		st.Holders++
 		if e.mode == 'w' {
-			st.Mode = dlock.ModeWrite
+			st.Mode = store.ModeWrite
 		}
 		path := dir + "/" + e.name
 		if r, ok := s.remaining(path); ok {
@@ -72,22 +72,22 @@ func holderKind(es []entry) string {
 	return string(es[0].kind)
 }
 
-// State implements [dlock.Inspector]: the pattern holding name.
+// State implements [store.Inspector]: the pattern holding name.
 // TTL is known only for holds of this store.
-func (s *Store) State(ctx context.Context, name string) (dlock.State, error) {
+func (s *Store) State(ctx context.Context, name string) (store.State, error) {
 	es, err := s.list(s.dir("", name))
 	if err != nil {
-		return dlock.State{}, storeErr("state", err)
+		return store.State{}, storeErr("state", err)
 	}
 	if len(es) > 0 {
 		return s.state(holderKind(es), name, es), nil
 	}
-	return dlock.State{Name: name}, nil
+	return store.State{Name: name}, nil
 }
 
-// List implements [dlock.Inspector]: every lock with a node, by name.
-func (s *Store) List(ctx context.Context) ([]dlock.State, error) {
-	var out []dlock.State
+// List implements [store.Inspector]: every lock with a node, by name.
+func (s *Store) List(ctx context.Context) ([]store.State, error) {
+	var out []store.State
 	dirs, _, err := s.conn.Children(s.root + "/" + namesDir)
 	if errors.Is(err, zk.ErrNoNode) {
 		return nil, nil

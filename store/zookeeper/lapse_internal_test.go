@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 	"github.com/dlock-dev/dlock/store/zookeeper/zktest"
 )
 
@@ -22,8 +22,8 @@ func TestExtendRacingReaper(t *testing.T) {
 	}
 	defer s.Close()
 	ctx := context.Background()
-	for _, m := range []dlock.Mode{dlock.ModeMutex, dlock.ModeReentrant} {
-		req := dlock.Request{Name: "reaper-race-" + m.String(), Token: "t1", TTL: 20 * time.Second, Mode: m}
+	for _, m := range []store.Mode{store.ModeMutex, store.ModeReentrant} {
+		req := store.Request{Name: "reaper-race-" + m.String(), Token: "t1", TTL: 20 * time.Second, Mode: m}
 		first, err := s.Acquire(ctx, req)
 		if err != nil || !first.Acquired {
 			t.Fatalf("%v: Acquire = %+v, %v", m, first, err)
@@ -39,7 +39,7 @@ func TestExtendRacingReaper(t *testing.T) {
 		s.mu.Lock()
 		s.lapseLocked(path)
 		s.mu.Unlock()
-		if err := s.Extend(ctx, []dlock.Request{req})[0]; !errors.Is(err, dlock.ErrNotHeld) {
+		if err := s.Extend(ctx, []store.Request{req})[0]; !errors.Is(err, store.ErrNotHeld) {
 			t.Errorf("%v: Extend of a hold being deleted = %v, want ErrNotHeld", m, err)
 		}
 		// A retried Acquire no longer sees the lapsed node: a new grant.
@@ -65,7 +65,7 @@ func TestReentryBesideLapsedHold(t *testing.T) {
 	}
 	defer s.Close()
 	ctx := context.Background()
-	a := dlock.Request{Name: "reentry-lapsed", Token: "a", TTL: 20 * time.Second, Mode: dlock.ModeReentrant, Owner: "o"}
+	a := store.Request{Name: "reentry-lapsed", Token: "a", TTL: 20 * time.Second, Mode: store.ModeReentrant, Owner: "o"}
 	first, err := s.Acquire(ctx, a)
 	if err != nil || !first.Acquired {
 		t.Fatalf("Acquire(a) = %+v, %v", first, err)

@@ -8,29 +8,29 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 	"github.com/go-zookeeper/zk"
 )
 
-func kindOf(m dlock.Mode) (string, error) {
+func kindOf(m store.Mode) (string, error) {
 	switch m {
-	case dlock.ModeMutex:
+	case store.ModeMutex:
 		return "m", nil
-	case dlock.ModeReentrant:
+	case store.ModeReentrant:
 		return "r", nil
-	case dlock.ModeRead, dlock.ModeWrite:
+	case store.ModeRead, store.ModeWrite:
 		return "w", nil
-	case dlock.ModeFair:
+	case store.ModeFair:
 		return "f", nil
-	case dlock.ModeSemaphore:
+	case store.ModeSemaphore:
 		return "s", nil
-	case dlock.ModeElection:
+	case store.ModeElection:
 		return "e", nil
 	}
-	return "", fmt.Errorf("%w: zookeeper store mode %v", dlock.ErrNotSupported, m)
+	return "", fmt.Errorf("%w: zookeeper store mode %v", store.ErrNotSupported, m)
 }
 
-var kindMode = map[string]dlock.Mode{"m": dlock.ModeMutex, "r": dlock.ModeReentrant, "w": dlock.ModeRead, "f": dlock.ModeFair, "s": dlock.ModeSemaphore, "e": dlock.ModeElection}
+var kindMode = map[string]store.Mode{"m": store.ModeMutex, "r": store.ModeReentrant, "w": store.ModeRead, "f": store.ModeFair, "s": store.ModeSemaphore, "e": store.ModeElection}
 
 var b64 = base64.RawURLEncoding
 
@@ -47,13 +47,13 @@ func (s *Store) dir(_, name string) string {
 // sequence suffix: <k><m>[b]~<owner>~<token>-, k being the kind letter, m r
 // (reader), w (writer) or x, b marking a node that entered beside its
 // owner's hold (see holds), owner and token base64url-encoded.
-func nodePrefix(req dlock.Request, beside bool) string {
+func nodePrefix(req store.Request, beside bool) string {
 	k, _ := kindOf(req.Mode)
 	m := "x"
 	switch req.Mode {
-	case dlock.ModeRead:
+	case store.ModeRead:
 		m = "r"
-	case dlock.ModeWrite:
+	case store.ModeWrite:
 		m = "w"
 	}
 	if beside {
@@ -72,10 +72,10 @@ type entry struct {
 	seq    int64
 }
 
-// heldMode is the dlock.Mode of node e's hold.
-func (e entry) heldMode() dlock.Mode {
+// heldMode is the store.Mode of node e's hold.
+func (e entry) heldMode() store.Mode {
 	if e.mode == 'w' {
-		return dlock.ModeWrite
+		return store.ModeWrite
 	}
 	return kindMode[string(e.kind)]
 }
@@ -204,13 +204,13 @@ func besideOK(b, e entry) bool {
 // owner enters beside: a holding node of the same owner (a re-entry), or
 // the holding writer whose token is a reader's owner (a downgrade); -1 if
 // none.
-func anchorOf(es []entry, m dlock.Mode, owner string) int {
-	if owner == "" || m != dlock.ModeReentrant && m != dlock.ModeRead {
+func anchorOf(es []entry, m store.Mode, owner string) int {
+	if owner == "" || m != store.ModeReentrant && m != store.ModeRead {
 		return -1
 	}
 	for j, p := range es {
-		re := m == dlock.ModeReentrant && p.kind == 'r' && p.owner == owner
-		down := m == dlock.ModeRead && p.kind == 'w' && p.mode == 'w' && p.token == owner
+		re := m == store.ModeReentrant && p.kind == 'r' && p.owner == owner
+		down := m == store.ModeRead && p.kind == 'w' && p.mode == 'w' && p.token == owner
 		if (re || down) && holds("", es, j, 0) {
 			return j
 		}

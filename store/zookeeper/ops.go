@@ -7,45 +7,45 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 	"github.com/go-zookeeper/zk"
 )
 
-func validate(req dlock.Request, timeout time.Duration) error {
-	if err := dlock.ValidName(req.Name); err != nil {
+func validate(req store.Request, timeout time.Duration) error {
+	if err := store.ValidName(req.Name); err != nil {
 		return err
 	}
 	if req.Token == "" {
-		return &dlock.InvalidError{Field: "token", Reason: "must not be empty"}
+		return &store.InvalidError{Field: "token", Reason: "must not be empty"}
 	}
 	if req.TTL <= 0 {
-		return &dlock.InvalidError{Field: "ttl", Reason: "must be positive"}
+		return &store.InvalidError{Field: "ttl", Reason: "must be positive"}
 	}
 	if req.TTL > timeout {
-		return &dlock.InvalidError{Field: "ttl", Reason: fmt.Sprintf("longer than the ZooKeeper session timeout (%v): the server could end the hold before the lease runs out", timeout)}
+		return &store.InvalidError{Field: "ttl", Reason: fmt.Sprintf("longer than the ZooKeeper session timeout (%v): the server could end the hold before the lease runs out", timeout)}
 	}
-	if req.Mode == dlock.ModeSemaphore && req.Limit < 1 {
-		return &dlock.InvalidError{Field: "limit", Reason: "must be at least 1"}
+	if req.Mode == store.ModeSemaphore && req.Limit < 1 {
+		return &store.InvalidError{Field: "limit", Reason: "must be at least 1"}
 	}
 	return nil
 }
 
-// Acquire implements [dlock.Store] with the ephemeral-sequential recipe:
+// Acquire implements [store.Store] with the ephemeral-sequential recipe:
 // the caller's node is created under the lock's znode, the children are
 // listed, and the node holds when the rules of the mode say so (the first
 // node for an exclusive lock). A node that does not hold is deleted again,
 // unless the caller queues (fair waiter, writer intent). The fence is the
 // node's czxid.
-func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, error) {
+func (s *Store) Acquire(ctx context.Context, req store.Request) (store.Grant, error) {
 	kind, err := kindOf(req.Mode)
 	if err != nil {
-		return dlock.Grant{}, err
+		return store.Grant{}, err
 	}
 	if err := validate(req, s.SessionTimeout()); err != nil {
-		return dlock.Grant{}, err
+		return store.Grant{}, err
 	}
 	if err := ctx.Err(); err != nil {
-		return dlock.Grant{}, storeErr("acquire", err)
+		return store.Grant{}, storeErr("acquire", err)
 	}
 	if kind == "r" && req.Owner == "" {
 		req.Owner = req.Token
@@ -54,8 +54,8 @@ func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, er
 	for n := 0; errors.Is(err, errAnchorGone) && n < 3; n++ {
 		g, err = s.acquire(kind, req) // the owner's hold went meanwhile
 	}
-	if err != nil && !errors.Is(err, dlock.ErrUpgrade) && !errors.Is(err, dlock.ErrInvalid) {
-		return dlock.Grant{}, storeErr("acquire", err)
+	if err != nil && !errors.Is(err, store.ErrUpgrade) && !errors.Is(err, store.ErrInvalid) {
+		return store.Grant{}, storeErr("acquire", err)
 	}
 	return g, err
 }
@@ -64,13 +64,13 @@ func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, er
 // beside went before its node was created.
 var errAnchorGone = errors.New("the hold to enter beside is gone")
 
-func (s *Store) acquire(kind string, req dlock.Request) (dlock.Grant, error) {
+func (s *Store) acquire(kind string, req store.Request) (store.Grant, error) {
 	dir := s.dir(kind, req.Name)
 	es, err := s.list(dir)
 	if err != nil {
-		return dlock.Grant{}, err
+		return store.Grant{}, err
 	}
-	queueable := req.Queue && (kind == "f" || req.Mode == dlock.ModeWrite)
+	queueable := req.Queue && (kind == "f" || req.Mode == store.ModeWrite)
 	qttl := req.QueueTTL
 	if qttl <= 0 {
 		qttl = req.TTL
@@ -88,10 +88,10 @@ func (s *Store) acquire(kind string, req dlock.Request) (dlock.Grant, error) {
 		}
 		return s.grant(kind, req, dir, path, es, i)
 	}
-	if req.Mode == dlock.ModeWrite && req.Owner != "" {
+	if req.Mode == store.ModeWrite && req.Owner != "" {
 		for i, e := range es {
 			if e.token == req.Owner && e.mode == 'r' && holds(kind, es, i, 0) {
-				return dlock.Grant{}, dlock.ErrUpgrade
+				return store.Grant{}, store.ErrUpgrade
 			}
 		}
 	}
@@ -103,7 +103,7 @@ func (s *Store) acquire(kind string, req dlock.Request) (dlock.Grant, error) {
 	me := entry{kind: kind[0], mode: nodePrefix(req, false)[1], owner: req.Owner, token: req.Token, seq: 1 << 62}
 	if kind == "s" && len(es) > 0 && es[0].kind == 's' {
 		if held := s.limitOf(dir, es[0]); held != 0 && held != req.Limit {
-			return dlock.Grant{}, &dlock.LimitError{Name: req.Name, Held: held, Asked: req.Limit}
+			return store.Grant{}, &store.LimitError{Name: req.Name, Held: held, Asked: req.Limit}
 		}
 	}
 	if !holds(kind, append(es[:len(es):len(es)], me), len(es), req.Limit) && !queueable {
@@ -117,15 +117,15 @@ func (s *Store) acquire(kind string, req dlock.Request) (dlock.Grant, error) {
 		}
 	}
 	if err != nil {
-		return dlock.Grant{}, err
+		return store.Grant{}, err
 	}
 	if es, err = s.list(dir); err != nil {
 		s.conn.Delete(path, -1)
-		return dlock.Grant{}, err
+		return store.Grant{}, err
 	}
 	i := find(es, req.Token)
 	if i < 0 {
-		return dlock.Grant{}, errors.New("own node vanished")
+		return store.Grant{}, errors.New("own node vanished")
 	}
 	if holds(kind, es, i, req.Limit) {
 		return s.grant(kind, req, dir, path, es, i)
@@ -135,7 +135,7 @@ func (s *Store) acquire(kind string, req dlock.Request) (dlock.Grant, error) {
 		return s.refusal(kind, dir, es, i, req.Limit), nil
 	}
 	if err := s.conn.Delete(path, -1); err != nil && !errors.Is(err, zk.ErrNoNode) {
-		return dlock.Grant{}, err
+		return store.Grant{}, err
 	}
 	es = append(es[:i], es[i+1:]...)
 	return s.refusal(kind, dir, es, -1, req.Limit), nil
@@ -147,15 +147,15 @@ func (s *Store) acquire(kind string, req dlock.Request) (dlock.Grant, error) {
 // the new node is created only while its owner holds; it then holds
 // whatever is queued ahead of it (see holds). A re-entry's node carries the
 // hold's fence, which outlives the first acquisition's node.
-func (s *Store) acquireBeside(kind string, req dlock.Request, dir string, es []entry, a int) (dlock.Grant, error) {
+func (s *Store) acquireBeside(kind string, req store.Request, dir string, es []entry, a int) (store.Grant, error) {
 	d := nodeData{TTL: req.TTL.Milliseconds()}
 	if kind == "r" {
 		f, err := s.holdFence(dir, es[ownerFirst(es, req.Owner)])
 		if errors.Is(err, zk.ErrNoNode) {
-			return dlock.Grant{}, errAnchorGone
+			return store.Grant{}, errAnchorGone
 		}
 		if err != nil {
-			return dlock.Grant{}, err
+			return store.Grant{}, err
 		}
 		d.Fence = f
 	}
@@ -173,35 +173,35 @@ func (s *Store) acquireBeside(kind string, req dlock.Request, dir string, es []e
 		}
 	}
 	if errors.Is(err, zk.ErrNoNode) {
-		return dlock.Grant{}, errAnchorGone
+		return store.Grant{}, errAnchorGone
 	}
 	if err != nil {
-		return dlock.Grant{}, err
+		return store.Grant{}, err
 	}
 	path := res[1].String
 	anchor := es[a].token
 	if es, err = s.list(dir); err != nil {
 		s.conn.Delete(path, -1)
-		return dlock.Grant{}, err
+		return store.Grant{}, err
 	}
 	if find(es, anchor) < 0 {
 		// The anchor lapsed (or went) before the new node was listed: not
 		// a re-entry of a live hold; the caller asks again.
 		s.conn.Delete(path, -1)
-		return dlock.Grant{}, errAnchorGone
+		return store.Grant{}, errAnchorGone
 	}
 	i := find(es, req.Token)
 	if i < 0 {
-		return dlock.Grant{}, errors.New("own node vanished")
+		return store.Grant{}, errors.New("own node vanished")
 	}
 	return s.grant(kind, req, dir, path, es, i)
 }
 
 // grant reports node i (path) as held by req, starting its TTL.
-func (s *Store) grant(kind string, req dlock.Request, dir, path string, es []entry, i int) (dlock.Grant, error) {
+func (s *Store) grant(kind string, req store.Request, dir, path string, es []entry, i int) (store.Grant, error) {
 	fence, err := s.fenceOf(kind, req.Mode, dir, path, es, i)
 	if err != nil {
-		return dlock.Grant{}, err
+		return store.Grant{}, err
 	}
 	if !s.track(path, req.TTL, fence) {
 		return s.refusal(kind, dir, es, -1, req.Limit), nil // lapsed meanwhile
@@ -221,7 +221,7 @@ func (s *Store) grant(kind string, req dlock.Request, dir, path string, es []ent
 			}
 		}
 	}
-	return dlock.Grant{Acquired: true, Fence: fence, Count: count}, nil
+	return store.Grant{Acquired: true, Fence: fence, Count: count}, nil
 }
 
 // limitOf is the limit semaphore node e was granted with (0: unknown).
@@ -241,8 +241,8 @@ func (s *Store) limitOf(dir string, e entry) int {
 // first holder: exact for a hold of this store, else the TTL it asked for
 // (an upper bound). Position is the caller's place among the waiters (i its
 // index, or -1: their number).
-func (s *Store) refusal(kind, dir string, es []entry, i, limit int) dlock.Grant {
-	g := dlock.Grant{Held: kindMode[kind]}
+func (s *Store) refusal(kind, dir string, es []entry, i, limit int) store.Grant {
+	g := store.Grant{Held: kindMode[kind]}
 	if h := firstHolder(es); h >= 0 {
 		g.Held = es[h].heldMode()
 	}
@@ -273,12 +273,12 @@ func (s *Store) refusal(kind, dir string, es []entry, i, limit int) dlock.Grant 
 	return g
 }
 
-// Extend implements [dlock.Store]: it lists each lock's nodes once (the
+// Extend implements [store.Store]: it lists each lock's nodes once (the
 // lists are fetched concurrently, pipelined on the session) and renews the
 // TTL of every request whose node still holds. A node gone with an expired
-// session, or a queue place, reports [dlock.ErrNotHeld]; so does a hold of
+// session, or a queue place, reports [store.ErrNotHeld]; so does a hold of
 // this store whose TTL passed.
-func (s *Store) Extend(ctx context.Context, reqs []dlock.Request) []error {
+func (s *Store) Extend(ctx context.Context, reqs []store.Request) []error {
 	errs := make([]error, len(reqs))
 	type job struct {
 		dir  string
@@ -321,16 +321,16 @@ func (s *Store) Extend(ctx context.Context, reqs []dlock.Request) []error {
 		}
 		k := find(j.es, req.Token)
 		if k < 0 {
-			errs[i] = dlock.ErrNotHeld
+			errs[i] = store.ErrNotHeld
 			continue
 		}
 		path := j.dir + "/" + j.es[k].name
 		if s.lapsed(path) || !holds(kind, j.es, k, req.Limit) {
-			errs[i] = dlock.ErrNotHeld
+			errs[i] = store.ErrNotHeld
 			continue
 		}
 		if !s.push(path, req.TTL) {
-			errs[i] = dlock.ErrNotHeld // lapsed meanwhile
+			errs[i] = store.ErrNotHeld // lapsed meanwhile
 			continue
 		}
 		if kind == "r" {
@@ -344,10 +344,10 @@ func (s *Store) Extend(ctx context.Context, reqs []dlock.Request) []error {
 	return errs
 }
 
-// Release implements [dlock.Store]: it deletes the token's node. The next
+// Release implements [store.Store]: it deletes the token's node. The next
 // node's watcher (the fair queue's head, or a waiter's Watch) wakes and
 // holds by the recipe's rule.
-func (s *Store) Release(ctx context.Context, req dlock.Request) error {
+func (s *Store) Release(ctx context.Context, req store.Request) error {
 	kind, err := kindOf(req.Mode)
 	if err != nil {
 		return err
@@ -359,16 +359,16 @@ func (s *Store) Release(ctx context.Context, req dlock.Request) error {
 	}
 	i := find(es, req.Token)
 	if i < 0 {
-		return dlock.ErrNotHeld
+		return store.ErrNotHeld
 	}
 	path := dir + "/" + es[i].name
 	if s.lapsed(path) {
-		return dlock.ErrNotHeld
+		return store.ErrNotHeld
 	}
 	s.untrack(path)
 	if err := s.conn.Delete(path, -1); err != nil {
 		if errors.Is(err, zk.ErrNoNode) {
-			return dlock.ErrNotHeld
+			return store.ErrNotHeld
 		}
 		return storeErr("release", err)
 	}

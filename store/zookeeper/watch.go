@@ -8,15 +8,15 @@ import (
 	"sync"
 	"time"
 
-	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 	"github.com/go-zookeeper/zk"
 )
 
-// Watch implements [dlock.Store]: a ZooKeeper child watch on the lock's
+// Watch implements [store.Store]: a ZooKeeper child watch on the lock's
 // znode, set again after each event, wakes the caller when a node goes
 // (release, reaped TTL or expired session). The fair lock's waiters use
 // [Store.WatchGrant] instead, which watches only their predecessor.
-func (s *Store) Watch(ctx context.Context, name string, mode dlock.Mode) (<-chan struct{}, func(), error) {
+func (s *Store) Watch(ctx context.Context, name string, mode store.Mode) (<-chan struct{}, func(), error) {
 	kind, err := kindOf(mode)
 	if err != nil {
 		return nil, nil, err
@@ -109,17 +109,17 @@ func sleep(stop <-chan struct{}, d time.Duration) bool {
 	}
 }
 
-// WatchGrant implements [dlock.GrantWatcher] for the fair lock with the
+// WatchGrant implements [store.GrantWatcher] for the fair lock with the
 // recipe of seeds 001 and 002: the waiter watches only the node just
 // before its own (one release wakes one waiter, no herd), looks again when
 // it goes, and delivers the grant once its node holds (the first, with no
 // node of another pattern beside a hold behind it; the first waits on the
 // children then).
-func (s *Store) WatchGrant(ctx context.Context, req dlock.Request) (<-chan dlock.Grant, func(), error) {
-	if req.Mode != dlock.ModeFair {
-		return nil, nil, fmt.Errorf("%w: zookeeper store grant watch for mode %v", dlock.ErrNotSupported, req.Mode)
+func (s *Store) WatchGrant(ctx context.Context, req store.Request) (<-chan store.Grant, func(), error) {
+	if req.Mode != store.ModeFair {
+		return nil, nil, fmt.Errorf("%w: zookeeper store grant watch for mode %v", store.ErrNotSupported, req.Mode)
 	}
-	gch := make(chan dlock.Grant, 1)
+	gch := make(chan store.Grant, 1)
 	dir := s.dir("f", req.Name)
 	_, stop, err := s.spawn(func(stop <-chan struct{}) {
 		for {

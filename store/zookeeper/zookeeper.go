@@ -8,18 +8,18 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 	"github.com/go-zookeeper/zk"
 )
 
 var (
-	_ dlock.Store        = (*Store)(nil)
-	_ dlock.Inspector    = (*Store)(nil)
-	_ dlock.Pinger       = (*Store)(nil)
-	_ dlock.GrantWatcher = (*Store)(nil)
+	_ store.Store        = (*Store)(nil)
+	_ store.Inspector    = (*Store)(nil)
+	_ store.Pinger       = (*Store)(nil)
+	_ store.GrantWatcher = (*Store)(nil)
 )
 
-// Store is a [dlock.Store] on ZooKeeper. The zero value is not usable; call
+// Store is a [store.Store] on ZooKeeper. The zero value is not usable; call
 // [New]. A Store is safe for concurrent use.
 type Store struct {
 	conn       *zk.Conn
@@ -102,7 +102,7 @@ func (s *Store) dial(network, addr string, timeout time.Duration) (net.Conn, err
 // deletes every node of the store at once.
 func New(ctx context.Context, servers []string, opts ...Option) (*Store, error) {
 	if len(servers) == 0 {
-		return nil, &dlock.InvalidError{Field: "zookeeper servers", Reason: "none given"}
+		return nil, &store.InvalidError{Field: "zookeeper servers", Reason: "none given"}
 	}
 	s := &Store{
 		root: DefaultRoot, askTimeout: DefaultSessionTimeout, acl: zk.WorldACL(zk.PermAll),
@@ -201,9 +201,9 @@ func (s *Store) SessionTimeout() time.Duration {
 	return s.timeout
 }
 
-func storeErr(op string, err error) error { return &dlock.StoreError{Op: op, Node: -1, Err: err} }
+func storeErr(op string, err error) error { return &store.StoreError{Op: op, Node: -1, Err: err} }
 
-// Ping implements [dlock.Pinger].
+// Ping implements [store.Pinger].
 func (s *Store) Ping(ctx context.Context) error {
 	if _, _, err := s.conn.Exists("/"); err != nil {
 		return storeErr("ping", err)

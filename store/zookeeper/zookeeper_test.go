@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 	"github.com/dlock-dev/dlock/store/zookeeper"
 	"github.com/dlock-dev/dlock/store/zookeeper/zktest"
 	"github.com/dlock-dev/dlock/storetest"
@@ -30,14 +30,14 @@ func newStore(t *testing.T, addr string, opts ...zookeeper.Option) *zookeeper.St
 func TestConformance(t *testing.T) {
 	srv := zktest.Start(t)
 	storetest.Run(t, storetest.Harness{
-		New:     func(t *testing.T) dlock.Store { return newStore(t, srv.Addr()) },
+		New:     func(t *testing.T) store.Store { return newStore(t, srv.Addr()) },
 		Restart: func(t *testing.T) { srv.Restart(t) },
 		// The head of the one queue holds, a writer's intent too.
 		QueuedWriterHolds: true,
 	})
 	t.Run("Model", func(t *testing.T) {
 		storetest.RunModel(t, storetest.Harness{
-			New: func(t *testing.T) dlock.Store { return newStore(t, srv.Addr()) },
+			New: func(t *testing.T) store.Store { return newStore(t, srv.Addr()) },
 		}, storetest.ModelConfig{
 			// TTLs end when this store's reaper deletes the node, late on
 			// a loaded machine.
@@ -58,8 +58,8 @@ func TestStore(t *testing.T) {
 
 	t.Run("TTLLongerThanSessionRefused", func(t *testing.T) {
 		s := newStore(t, srv.Addr(), zookeeper.WithSessionTimeout(2*time.Second))
-		_, err := s.Acquire(t.Context(), dlock.Request{Name: "long", Token: "a", TTL: time.Minute})
-		if !errors.Is(err, dlock.ErrInvalid) {
+		_, err := s.Acquire(t.Context(), store.Request{Name: "long", Token: "a", TTL: time.Minute})
+		if !errors.Is(err, store.ErrInvalid) {
 			t.Errorf("Acquire with a TTL over the session timeout = %v, want ErrInvalid", err)
 		}
 	})
@@ -71,12 +71,12 @@ func TestStore(t *testing.T) {
 		}
 		b := newStore(t, srv.Addr())
 		ctx := t.Context()
-		held := dlock.Request{Name: "closed", Token: "a", TTL: 30 * time.Second}
+		held := store.Request{Name: "closed", Token: "a", TTL: 30 * time.Second}
 		if g, err := a.Acquire(ctx, held); err != nil || !g.Acquired {
 			t.Fatalf("Acquire = %+v, %v; want a grant", g, err)
 		}
 		a.Close()
-		if g, err := b.Acquire(ctx, dlock.Request{Name: "closed", Token: "b", TTL: 30 * time.Second}); err != nil || !g.Acquired {
+		if g, err := b.Acquire(ctx, store.Request{Name: "closed", Token: "b", TTL: 30 * time.Second}); err != nil || !g.Acquired {
 			t.Errorf("Acquire after the holder's session closed = %+v, %v; want a grant", g, err)
 		}
 	})
@@ -88,7 +88,7 @@ func TestSessionExpiryLosesHolds(t *testing.T) {
 	s := newStore(t, px.addr(), zookeeper.WithSessionTimeout(time.Second))
 	other := newStore(t, srv.Addr())
 	ctx := t.Context()
-	req := dlock.Request{Name: "expiry", Token: "a", TTL: time.Second}
+	req := store.Request{Name: "expiry", Token: "a", TTL: time.Second}
 	if g, err := s.Acquire(ctx, req); err != nil || !g.Acquired {
 		t.Fatalf("Acquire = %+v, %v; want a grant", g, err)
 	}
@@ -97,7 +97,7 @@ func TestSessionExpiryLosesHolds(t *testing.T) {
 	px.cut(true)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		g, err := other.Acquire(ctx, dlock.Request{Name: "expiry", Token: "b", TTL: time.Second})
+		g, err := other.Acquire(ctx, store.Request{Name: "expiry", Token: "b", TTL: time.Second})
 		if err == nil && g.Acquired {
 			break
 		}
@@ -108,8 +108,8 @@ func TestSessionExpiryLosesHolds(t *testing.T) {
 	}
 	px.cut(false)
 	for {
-		errs := s.Extend(ctx, []dlock.Request{req})
-		if errors.Is(errs[0], dlock.ErrNotHeld) {
+		errs := s.Extend(ctx, []store.Request{req})
+		if errors.Is(errs[0], store.ErrNotHeld) {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -28,6 +28,7 @@ import (
 
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/e2e/faults/wire"
+	"github.com/dlock-dev/dlock/store"
 	"github.com/dlock-dev/dlock/store/redlock"
 	"github.com/dlock-dev/dlock/store/valkey"
 )
@@ -128,7 +129,7 @@ func errString(err error) string {
 	return err.Error()
 }
 
-func openStore(ctx context.Context, c config) (dlock.Store, func(), error) {
+func openStore(ctx context.Context, c config) (store.Store, func(), error) {
 	switch c.store {
 	case "valkey":
 		if len(c.addrs) != 1 {
@@ -140,7 +141,7 @@ func openStore(ctx context.Context, c config) (dlock.Store, func(), error) {
 		}
 		return s, func() { s.Close() }, nil
 	case "redlock":
-		var nodes []dlock.Store
+		var nodes []store.Store
 		var closers []func() error
 		closeAll := func() {
 			for _, f := range closers {
@@ -176,8 +177,8 @@ func openStore(ctx context.Context, c config) (dlock.Store, func(), error) {
 // deadStore stands for a node that could not be dialled at start.
 type deadStore struct{ err error }
 
-func (d deadStore) Acquire(context.Context, dlock.Request) (dlock.Grant, error) {
-	return dlock.Grant{}, &dlock.StoreError{Op: "acquire", Node: -1, Err: d.err}
+func (d deadStore) Acquire(context.Context, dlock.Request) (store.Grant, error) {
+	return store.Grant{}, &dlock.StoreError{Op: "acquire", Node: -1, Err: d.err}
 }
 
 func (d deadStore) Extend(_ context.Context, reqs []dlock.Request) []error {
@@ -231,7 +232,7 @@ func run(c config) error {
 	lg := &logger{enc: json.NewEncoder(os.Stdout), id: c.id}
 	ctx := context.Background()
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	store, closeStore, err := openStore(dctx, c)
+	st, closeStore, err := openStore(dctx, c)
 	cancel()
 	if err != nil {
 		return err
@@ -273,7 +274,7 @@ func run(c config) error {
 	if c.wait > 0 {
 		opts = append(opts, dlock.WithBackoff(5*time.Millisecond, 50*time.Millisecond))
 	}
-	locker, err := dlock.New(store, opts...)
+	locker, err := dlock.New(st, opts...)
 	if err != nil {
 		return err
 	}
@@ -299,7 +300,7 @@ func run(c config) error {
 
 	reg := &register{base: c.register, client: &http.Client{Timeout: 30 * time.Second}, lg: lg}
 	lg.log(wire.Event{Kind: wire.KindStart})
-	return loop(ctx, c, lg, store, reg, lk)
+	return loop(ctx, c, lg, st, reg, lk)
 }
 
 // runMulti takes the multi-lock on c.names -iters times (waiting up to
@@ -328,7 +329,7 @@ func runMulti(ctx context.Context, c config, lg *logger, locker *dlock.Locker) e
 
 // loop is the worker's life with one lock: -iters grants, each with its
 // critical section.
-func loop(ctx context.Context, c config, lg *logger, store dlock.Store, reg *register, lk acquirer) error {
+func loop(ctx context.Context, c config, lg *logger, st store.Store, reg *register, lk acquirer) error {
 	var err error
 	time.Sleep(c.startAfter)
 	deadline := time.Now().Add(c.duration)
@@ -364,7 +365,7 @@ func loop(ctx context.Context, c config, lg *logger, store dlock.Store, reg *reg
 		err = lease.Release(ctx)
 		lg.log(wire.Event{Kind: wire.KindRelease, Iter: i, Fence: lease.Fence(), Err: errString(err)})
 		if c.staleRaw {
-			staleOps(ctx, c, lg, store, lease, i)
+			staleOps(ctx, c, lg, st, lease, i)
 		}
 	}
 	lg.log(wire.Event{Kind: wire.KindDone})
@@ -441,14 +442,14 @@ func critical(c config, lg *logger, reg *register, lease *dlock.Lease, i int) {
 // staleOps calls the store directly with a token that has been released (or
 // whose lease was lost): both calls must find nothing to release or extend,
 // whoever holds the lock now.
-func staleOps(ctx context.Context, c config, lg *logger, store dlock.Store, lease *dlock.Lease, i int) {
+func staleOps(ctx context.Context, c config, lg *logger, st store.Store, lease *dlock.Lease, i int) {
 	mode := lease.Mode()
 	req := dlock.Request{Name: c.key, Token: lease.Token(), Mode: mode, TTL: time.Minute}
 	octx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	err := store.Extend(octx, []dlock.Request{req})[0]
+	err := st.Extend(octx, []dlock.Request{req})[0]
 	lg.log(wire.Event{Kind: wire.KindRaw, Iter: i, Op: "extend", Fence: lease.Fence(), Err: errString(err), Accepted: err == nil})
-	err = store.Release(octx, req)
+	err = st.Release(octx, req)
 	lg.log(wire.Event{Kind: wire.KindRaw, Iter: i, Op: "release", Fence: lease.Fence(), Err: errString(err), Accepted: err == nil})
 }
 

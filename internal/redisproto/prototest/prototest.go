@@ -14,14 +14,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/internal/redisproto"
 	"github.com/dlock-dev/dlock/internal/testredis"
+	"github.com/dlock-dev/dlock/store"
 )
 
 // Run runs every check on s, a Store on srv with the default key prefix
 // "lock:". The checks use lock names starting with "prototest-".
-func Run(t *testing.T, srv *testredis.Server, s dlock.Store) {
+func Run(t *testing.T, srv *testredis.Server, s store.Store) {
 	t.Run("ForeignMainKeyRefresh", func(t *testing.T) { foreignMainKeyRefresh(t, srv, s) })
 	t.Run("ForeignMainKeyRelease", func(t *testing.T) { foreignMainKeyRelease(t, srv, s) })
 	t.Run("MarkerToken", func(t *testing.T) { markerToken(t, srv, s) })
@@ -55,7 +55,7 @@ func pttl(t *testing.T, srv *testredis.Server, key string) int {
 	return n
 }
 
-func grant(t *testing.T, s dlock.Store, req dlock.Request) dlock.Grant {
+func grant(t *testing.T, s store.Store, req store.Request) store.Grant {
 	t.Helper()
 	g, err := s.Acquire(testContext(t), req)
 	if err != nil || !g.Acquired {
@@ -69,26 +69,26 @@ func grant(t *testing.T, s dlock.Store, req dlock.Request) dlock.Grant {
 // client's. The holder's refresh, a repeated Acquire or an Extend, is refused
 // as by a foreign mutex (Held ModeMutex, RetryAfter the foreign key's PTTL)
 // or gets ErrNotHeld, and the foreign value and its TTL stay as they were.
-func foreignMainKeyRefresh(t *testing.T, srv *testredis.Server, s dlock.Store) {
-	modes := []dlock.Mode{dlock.ModeReentrant, dlock.ModeRead, dlock.ModeWrite, dlock.ModeFair, dlock.ModeSemaphore, dlock.ModeElection}
+func foreignMainKeyRefresh(t *testing.T, srv *testredis.Server, s store.Store) {
+	modes := []store.Mode{store.ModeReentrant, store.ModeRead, store.ModeWrite, store.ModeFair, store.ModeSemaphore, store.ModeElection}
 	for _, m := range modes {
 		for _, op := range []string{"Acquire", "Extend"} {
 			t.Run(m.String()+"/"+op, func(t *testing.T) {
 				ctx := testContext(t)
 				name := "prototest-refresh-" + m.String() + "-" + op
-				req := dlock.Request{Name: name, Token: "holder", TTL: time.Minute, Mode: m, Limit: 2}
+				req := store.Request{Name: name, Token: "holder", TTL: time.Minute, Mode: m, Limit: 2}
 				grant(t, s, req)
 				main := layout.Key(name)
 				do(t, srv, "SET", main, "foreign", "PX", "10000")
 				switch op {
 				case "Acquire":
 					g, err := s.Acquire(ctx, req)
-					if err != nil || g.Acquired || g.Held != dlock.ModeMutex ||
+					if err != nil || g.Acquired || g.Held != store.ModeMutex ||
 						g.RetryAfter <= 9*time.Second || g.RetryAfter > 10*time.Second {
 						t.Errorf("repeated Acquire(%v) with a foreign main key = %+v, %v; want refused, Held mutex, RetryAfter in (9s, 10s]", m, g, err)
 					}
 				case "Extend":
-					if err := s.Extend(ctx, []dlock.Request{req})[0]; !errors.Is(err, dlock.ErrNotHeld) {
+					if err := s.Extend(ctx, []store.Request{req})[0]; !errors.Is(err, store.ErrNotHeld) {
 						t.Errorf("Extend(%v) with a foreign main key = %v, want ErrNotHeld", m, err)
 					}
 				}
@@ -105,12 +105,12 @@ func foreignMainKeyRefresh(t *testing.T, srv *testredis.Server, s dlock.Store) {
 
 // foreignMainKeyRelease: releasing one of several shared holders of a name
 // whose main key a foreign client took leaves the foreign value alone.
-func foreignMainKeyRelease(t *testing.T, srv *testredis.Server, s dlock.Store) {
-	for _, m := range []dlock.Mode{dlock.ModeRead, dlock.ModeSemaphore} {
+func foreignMainKeyRelease(t *testing.T, srv *testredis.Server, s store.Store) {
+	for _, m := range []store.Mode{store.ModeRead, store.ModeSemaphore} {
 		t.Run(m.String(), func(t *testing.T) {
 			ctx := testContext(t)
 			name := "prototest-release-" + m.String()
-			a := dlock.Request{Name: name, Token: "a", TTL: time.Minute, Mode: m, Limit: 2}
+			a := store.Request{Name: name, Token: "a", TTL: time.Minute, Mode: m, Limit: 2}
 			b := a
 			b.Token = "b"
 			grant(t, s, a)
@@ -134,18 +134,18 @@ func foreignMainKeyRelease(t *testing.T, srv *testredis.Server, s dlock.Store) {
 // is refused before any script runs: a mutex acquire would make readers take
 // its key for theirs, and a mutex release or extend compares the main key
 // with the token, so it would delete or extend the readers' marker.
-func markerToken(t *testing.T, srv *testredis.Server, s dlock.Store) {
+func markerToken(t *testing.T, srv *testredis.Server, s store.Store) {
 	ctx := testContext(t)
 	name := "prototest-marker"
 	main := layout.Key(name)
-	reader := dlock.Request{Name: name, Token: "reader", TTL: time.Minute, Mode: dlock.ModeRead}
+	reader := store.Request{Name: name, Token: "reader", TTL: time.Minute, Mode: store.ModeRead}
 	grant(t, s, reader)
-	bad := dlock.Request{Name: name, Token: "dlock:read", TTL: time.Second, Mode: dlock.ModeMutex}
-	var inv *dlock.InvalidError
+	bad := store.Request{Name: name, Token: "dlock:read", TTL: time.Second, Mode: store.ModeMutex}
+	var inv *store.InvalidError
 	if err := s.Release(ctx, bad); !errors.As(err, &inv) || inv.Field != "token" {
 		t.Errorf("Release(mutex, token %q) = %v, want an *InvalidError naming token", bad.Token, err)
 	}
-	if err := s.Extend(ctx, []dlock.Request{bad})[0]; !errors.As(err, &inv) || inv.Field != "token" {
+	if err := s.Extend(ctx, []store.Request{bad})[0]; !errors.As(err, &inv) || inv.Field != "token" {
 		t.Errorf("Extend(mutex, token %q) = %v, want an *InvalidError naming token", bad.Token, err)
 	}
 	if got := do(t, srv, "GET", main); got != "dlock:read" {
@@ -155,8 +155,8 @@ func markerToken(t *testing.T, srv *testredis.Server, s dlock.Store) {
 		t.Errorf("PTTL %s = %d, want the reader's, in (50000, 60000]", main, ms)
 	}
 	s.Release(ctx, reader)
-	for _, m := range []dlock.Mode{dlock.ModeMutex, dlock.ModeRead, dlock.ModeSemaphore} {
-		req := dlock.Request{Name: name, Token: "dlock:semaphore:2", TTL: time.Minute, Mode: m, Limit: 2}
+	for _, m := range []store.Mode{store.ModeMutex, store.ModeRead, store.ModeSemaphore} {
+		req := store.Request{Name: name, Token: "dlock:semaphore:2", TTL: time.Minute, Mode: m, Limit: 2}
 		if g, err := s.Acquire(ctx, req); !errors.As(err, &inv) || inv.Field != "token" {
 			t.Errorf("Acquire(%v, token %q) = %+v, %v; want an *InvalidError naming token", m, req.Token, g, err)
 		}
@@ -169,12 +169,12 @@ func markerToken(t *testing.T, srv *testredis.Server, s dlock.Store) {
 // fairAuditTTL: every write to the fair lock's audit stream leaves it with a
 // TTL, also a release's that recreates the stream (its day ran out while the
 // lock was held, renewed).
-func fairAuditTTL(t *testing.T, srv *testredis.Server, s dlock.Store) {
+func fairAuditTTL(t *testing.T, srv *testredis.Server, s store.Store) {
 	ctx := testContext(t)
 	name := "prototest-audit"
 	audit := layout.Aux(name, "fair:audit")
-	holder := dlock.Request{Name: name, Token: "holder", TTL: time.Minute, Mode: dlock.ModeFair}
-	waiter := dlock.Request{Name: name, Token: "waiter", TTL: time.Minute, Mode: dlock.ModeFair, Queue: true, QueueTTL: 10 * time.Second}
+	holder := store.Request{Name: name, Token: "holder", TTL: time.Minute, Mode: store.ModeFair}
+	waiter := store.Request{Name: name, Token: "waiter", TTL: time.Minute, Mode: store.ModeFair, Queue: true, QueueTTL: 10 * time.Second}
 	check := func(what string) {
 		t.Helper()
 		if ms := pttl(t, srv, audit); ms <= 0 || ms > 86400000 {
@@ -206,7 +206,7 @@ func fairAuditTTL(t *testing.T, srv *testredis.Server, s dlock.Store) {
 // (its key lost, or written by another version of the scripts) is handed a
 // hold that ends at its queue deadline, when it would have been dropped
 // from the queue had it not come back.
-func fairHandoffTTL(t *testing.T, srv *testredis.Server, s dlock.Store) {
+func fairHandoffTTL(t *testing.T, srv *testredis.Server, s store.Store) {
 	for _, c := range []struct {
 		name     string
 		entry    func(name string) // what happens to the waiter's entry
@@ -219,8 +219,8 @@ func fairHandoffTTL(t *testing.T, srv *testredis.Server, s dlock.Store) {
 		t.Run(c.name, func(t *testing.T) {
 			ctx := testContext(t)
 			name := "prototest-handoff-" + c.name
-			holder := dlock.Request{Name: name, Token: "holder", TTL: time.Minute, Mode: dlock.ModeFair}
-			waiter := dlock.Request{Name: name, Token: "waiter", TTL: 20 * time.Second, Mode: dlock.ModeFair, Queue: true, QueueTTL: 5 * time.Second}
+			holder := store.Request{Name: name, Token: "holder", TTL: time.Minute, Mode: store.ModeFair}
+			waiter := store.Request{Name: name, Token: "waiter", TTL: 20 * time.Second, Mode: store.ModeFair, Queue: true, QueueTTL: 5 * time.Second}
 			grant(t, s, holder)
 			if g, err := s.Acquire(ctx, waiter); err != nil || g.Acquired || g.Position != 0 {
 				t.Fatalf("Acquire(waiter) = %+v, %v; want queued at 0", g, err)

@@ -21,8 +21,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/internal/testredis"
+	"github.com/dlock-dev/dlock/store"
 	"github.com/dlock-dev/dlock/store/etcd"
 	"github.com/dlock-dev/dlock/store/etcd/etcdtest"
 	"github.com/dlock-dev/dlock/store/memory"
@@ -42,7 +42,7 @@ func TestMain(m *testing.M) {
 
 type backend struct {
 	name string
-	open func(b *testing.B) dlock.Store
+	open func(b *testing.B) store.Store
 }
 
 func closer(b *testing.B, c interface{ Close() error }) { b.Cleanup(func() { c.Close() }) }
@@ -55,16 +55,16 @@ func check(b *testing.B, err error) {
 }
 
 var backends = []backend{
-	{"memory", func(b *testing.B) dlock.Store { return memory.New() }},
-	{"valkey", func(b *testing.B) dlock.Store {
+	{"memory", func(b *testing.B) store.Store { return memory.New() }},
+	{"valkey", func(b *testing.B) store.Store {
 		srv := testredis.Start(b)
 		s, err := valkey.Dial(b.Context(), srv.URL())
 		check(b, err)
 		closer(b, s)
 		return s
 	}},
-	{"redlock-5", func(b *testing.B) dlock.Store {
-		var nodes []dlock.Store
+	{"redlock-5", func(b *testing.B) store.Store {
+		var nodes []store.Store
 		for range 5 {
 			srv := testredis.Start(b)
 			s, err := valkey.Dial(b.Context(), srv.URL())
@@ -77,28 +77,28 @@ var backends = []backend{
 		closer(b, s)
 		return s
 	}},
-	{"etcd", func(b *testing.B) dlock.Store {
+	{"etcd", func(b *testing.B) store.Store {
 		srv := etcdtest.Start(b)
 		s, err := etcd.New(b.Context(), []string{srv.Endpoint()})
 		check(b, err)
 		closer(b, s)
 		return s
 	}},
-	{"postgres", func(b *testing.B) dlock.Store {
+	{"postgres", func(b *testing.B) store.Store {
 		srv := pgtest.Start(b, pgtest.WithFsync())
 		s, err := postgres.New(b.Context(), srv.URL()+"&pool_max_conns=32")
 		check(b, err)
 		closer(b, s)
 		return s
 	}},
-	{"postgres-advisory", func(b *testing.B) dlock.Store {
+	{"postgres-advisory", func(b *testing.B) store.Store {
 		srv := pgtest.Start(b, pgtest.WithFsync())
 		s, err := postgres.NewAdvisory(b.Context(), srv.URL())
 		check(b, err)
 		closer(b, s)
 		return s
 	}},
-	{"zookeeper", func(b *testing.B) dlock.Store {
+	{"zookeeper", func(b *testing.B) store.Store {
 		srv := zktest.Start(b, zktest.WithSync())
 		s, err := zookeeper.New(b.Context(), []string{srv.Addr()})
 		check(b, err)
@@ -109,9 +109,9 @@ var backends = []backend{
 
 var seq atomic.Int64
 
-func acquireRelease(ctx context.Context, s dlock.Store) error {
+func acquireRelease(ctx context.Context, s store.Store) error {
 	n := strconv.FormatInt(seq.Add(1), 10)
-	req := dlock.Request{Name: "bench-" + n, Token: "token-" + n, TTL: 30 * time.Second, Mode: dlock.ModeMutex}
+	req := store.Request{Name: "bench-" + n, Token: "token-" + n, TTL: 30 * time.Second, Mode: store.ModeMutex}
 	g, err := s.Acquire(ctx, req)
 	if err != nil || !g.Acquired {
 		return fmt.Errorf("Acquire = %+v, %v", g, err)

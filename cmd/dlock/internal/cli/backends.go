@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 	"github.com/dlock-dev/dlock/store/redlock"
 	"github.com/dlock-dev/dlock/store/valkey"
 )
@@ -22,7 +23,7 @@ func (s *storeFlags) valkeyOptions(log *slog.Logger) []valkey.Option {
 }
 
 // dialValkey opens a store/valkey Store on url.
-func (s *storeFlags) dialValkey(ctx context.Context, url string, log *slog.Logger) (dlock.Store, func(), error) {
+func (s *storeFlags) dialValkey(ctx context.Context, url string, log *slog.Logger) (store.Store, func(), error) {
 	ctx, cancel := context.WithTimeout(ctx, dialTimeout)
 	defer cancel()
 	st, err := valkey.Dial(ctx, url, s.valkeyOptions(log)...)
@@ -35,11 +36,11 @@ func (s *storeFlags) dialValkey(ctx context.Context, url string, log *slog.Logge
 // openRedlock opens a store/redlock Store over one valkey Store per URL.
 // Nodes that cannot be reached now are dialled again later (see
 // lazyNode), as long as a majority answers at start.
-func (s *storeFlags) openRedlock(ctx context.Context, urls []string, log *slog.Logger) (dlock.Store, func(), error) {
+func (s *storeFlags) openRedlock(ctx context.Context, urls []string, log *slog.Logger) (store.Store, func(), error) {
 	ctx, cancel := context.WithTimeout(ctx, dialTimeout)
 	defer cancel()
 	var closers []io.Closer
-	nodes := make([]dlock.Store, len(urls))
+	nodes := make([]store.Store, len(urls))
 	var failed []error
 	for i, u := range urls {
 		n := &lazyNode{url: u, opts: s.valkeyOptions(log), log: log}

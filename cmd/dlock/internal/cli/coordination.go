@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 	"github.com/dlock-dev/dlock/store/etcd"
 	"github.com/dlock-dev/dlock/store/postgres"
 	"github.com/dlock-dev/dlock/store/zookeeper"
@@ -21,7 +22,7 @@ func (s *storeFlags) openCoordination(ctx context.Context, kind, value string, l
 	defer cancel()
 	var (
 		st interface {
-			dlock.Store
+			store.Store
 			Close() error
 		}
 		err  error

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 )
 
 var statusCmd = &command{
@@ -64,7 +65,7 @@ type stateJSON struct {
 	Limit   int    `json:"limit,omitempty"`
 }
 
-func toJSON(st dlock.State) stateJSON {
+func toJSON(st store.State) stateJSON {
 	j := stateJSON{Name: st.Name, Held: st.Holders > 0, Holders: st.Holders, TTLMs: st.TTL.Milliseconds(),
 		Fence: st.Fence, Queue: st.Queue, Limit: st.Limit}
 	if st.Holders > 0 || st.Queue > 0 {
@@ -73,12 +74,12 @@ func toJSON(st dlock.State) stateJSON {
 	return j
 }
 
-func (x *cmd) inspector(ctx context.Context) (dlock.Inspector, *backend, int) {
+func (x *cmd) inspector(ctx context.Context) (store.Inspector, *backend, int) {
 	b, code := x.openClient(ctx)
 	if b == nil {
 		return nil, nil, code
 	}
-	in, ok := b.store.(dlock.Inspector)
+	in, ok := b.store.(store.Inspector)
 	if !ok {
 		b.close()
 		return nil, nil, x.fail(fmt.Errorf("dlock: the %s store cannot describe its locks: %w", b.name, dlock.ErrNotSupported))
@@ -113,7 +114,7 @@ func runStatus(ctx context.Context, x *cmd, pos, _ []string) int {
 }
 
 // describe is one human line about a lock.
-func describe(st dlock.State) string {
+func describe(st store.State) string {
 	s := st.Name + ": "
 	switch {
 	case st.Holders == 0:
@@ -170,7 +171,7 @@ func runList(ctx context.Context, x *cmd, _, _ []string) int {
 	return 0
 }
 
-func writeTable(w io.Writer, states []dlock.State) {
+func writeTable(w io.Writer, states []store.State) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tMODE\tHOLDERS\tTTL\tQUEUE\tFENCE")
 	for _, st := range states {

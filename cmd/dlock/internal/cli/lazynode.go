@@ -8,15 +8,16 @@ import (
 	"time"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 	"github.com/dlock-dev/dlock/store/valkey"
 )
 
 var (
-	_ dlock.Store       = (*lazyNode)(nil)
-	_ dlock.FenceRaiser = (*lazyNode)(nil)
-	_ dlock.Pinger      = (*lazyNode)(nil)
-	_ dlock.Inspector   = (*lazyNode)(nil)
-	_ dlock.Elector     = (*lazyNode)(nil)
+	_ store.Store       = (*lazyNode)(nil)
+	_ store.FenceRaiser = (*lazyNode)(nil)
+	_ store.Pinger      = (*lazyNode)(nil)
+	_ store.Inspector   = (*lazyNode)(nil)
+	_ store.Elector     = (*lazyNode)(nil)
 )
 
 // redialEvery is how often a Redlock node that could not be reached is
@@ -66,10 +67,10 @@ func (n *lazyNode) get(ctx context.Context) (*valkey.Store, error) {
 	return st, nil
 }
 
-func (n *lazyNode) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, error) {
+func (n *lazyNode) Acquire(ctx context.Context, req dlock.Request) (store.Grant, error) {
 	st, err := n.get(ctx)
 	if err != nil {
-		return dlock.Grant{}, err
+		return store.Grant{}, err
 	}
 	return st.Acquire(ctx, req)
 }
@@ -110,15 +111,15 @@ func (n *lazyNode) RaiseFence(ctx context.Context, req dlock.Request, fence int6
 	return st.RaiseFence(ctx, req, fence)
 }
 
-func (n *lazyNode) State(ctx context.Context, name string) (dlock.State, error) {
+func (n *lazyNode) State(ctx context.Context, name string) (store.State, error) {
 	st, err := n.get(ctx)
 	if err != nil {
-		return dlock.State{}, err
+		return store.State{}, err
 	}
 	return st.State(ctx, name)
 }
 
-func (n *lazyNode) List(ctx context.Context) ([]dlock.State, error) {
+func (n *lazyNode) List(ctx context.Context) ([]store.State, error) {
 	st, err := n.get(ctx)
 	if err != nil {
 		return nil, err

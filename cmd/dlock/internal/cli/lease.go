@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 )
 
 const sharedNote = `
@@ -198,7 +199,7 @@ func runAcquire(ctx context.Context, x *cmd, pos, _ []string) int {
 // backoff with jitter. A reply lost to a store error is resolved by asking
 // again with the same token (Acquire is idempotent per token); if that
 // fails too, the token's hold is released so nothing is left behind.
-func acquireOnStore(ctx context.Context, st dlock.Store, req dlock.Request, wait time.Duration) (dlock.Grant, error) {
+func acquireOnStore(ctx context.Context, st store.Store, req dlock.Request, wait time.Duration) (store.Grant, error) {
 	const opTimeout = 10 * time.Second
 	deadline := time.Now().Add(wait)
 	var wake <-chan struct{}

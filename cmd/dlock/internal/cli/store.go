@@ -10,6 +10,7 @@ import (
 
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/cmd/dlock/internal/httpstore"
+	"github.com/dlock-dev/dlock/store"
 	"github.com/dlock-dev/dlock/store/valkey"
 )
 
@@ -61,7 +62,7 @@ var errNoStore = errors.New("needs a shared store: set --redis-url, --redlock-ur
 
 // backend is an open store.
 type backend struct {
-	store dlock.Store
+	store store.Store
 	name  string // memory, valkey, redlock or server: for logs and metrics
 	desc  string // where it is, without credentials
 	close func()

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 )
 
 func token() string {
@@ -33,7 +33,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		name := fmt.Sprintf("bench-%d", n.Add(1))
 		for pb.Next() {
-			req := dlock.Request{Name: name, Token: token(), TTL: 10 * time.Second}
+			req := store.Request{Name: name, Token: token(), TTL: 10 * time.Second}
 			g, err := st.Acquire(ctx, req)
 			if err != nil || !g.Acquired {
 				b.Errorf("Acquire = %+v, %v", g, err)

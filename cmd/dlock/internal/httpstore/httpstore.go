@@ -1,6 +1,6 @@
-// Package httpstore is a [dlock.Store] that talks to a remote `dlock serve`
+// Package httpstore is a [store.Store] that talks to a remote `dlock serve`
 // over its /v1 lease API, so that `dlock run --server URL` uses the same
-// [dlock.Locker] code (renewal scheduler, lease loss, waiting) as a direct
+// dlock.Locker code (renewal scheduler, lease loss, waiting) as a direct
 // Redis connection.
 //
 // Every Store method is one HTTP request (Extend sends one per lease, in
@@ -12,7 +12,7 @@
 //     holder's remaining time.
 //
 //   - Extend and Release: POST .../extend and .../release; 410 means the
-//     token no longer holds the lock ([dlock.ErrNotHeld]).
+//     token no longer holds the lock ([store.ErrNotHeld]).
 //
 //   - State and List: GET /v1/locks/{name} and GET /v1/locks.
 //
@@ -22,8 +22,8 @@
 //     the lock's release and loss events and to snapshots in which the
 //     lock is free.
 //
-// Only exclusive locks ([dlock.ModeMutex]) are supported; other modes return
-// an error wrapping [dlock.ErrNotSupported].
+// Only exclusive locks ([store.ModeMutex]) are supported; other modes return
+// an error wrapping [store.ErrNotSupported].
 package httpstore
 
 import (
@@ -40,13 +40,13 @@ import (
 	"sync"
 	"time"
 
-	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 )
 
 var (
-	_ dlock.Store     = (*Store)(nil)
-	_ dlock.Inspector = (*Store)(nil)
-	_ dlock.Pinger    = (*Store)(nil)
+	_ store.Store     = (*Store)(nil)
+	_ store.Inspector = (*Store)(nil)
+	_ store.Pinger    = (*Store)(nil)
 )
 
 // maxReply bounds the size of a reply body the client reads.
@@ -90,16 +90,16 @@ func WithUserAgent(ua string) Option {
 }
 
 // New returns a Store for the server at baseURL (for example
-// "http://127.0.0.1:3009"). It returns an [*dlock.InvalidError] when baseURL
+// "http://127.0.0.1:3009"). It returns an [*store.InvalidError] when baseURL
 // is not an absolute http or https URL. It does not contact the server; see
 // [Store.Ping].
 func New(baseURL string, opts ...Option) (*Store, error) {
 	u, err := url.Parse(baseURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, &dlock.InvalidError{Field: "server", Reason: "must be an http:// or https:// URL"}
+		return nil, &store.InvalidError{Field: "server", Reason: "must be an http:// or https:// URL"}
 	}
 	if u.User != nil {
-		return nil, &dlock.InvalidError{Field: "server", Reason: "must not carry credentials; use the auth token"}
+		return nil, &store.InvalidError{Field: "server", Reason: "must not carry credentials; use the auth token"}
 	}
 	u.Path = strings.TrimRight(u.Path, "/")
 	u.RawQuery, u.Fragment = "", ""
@@ -165,38 +165,38 @@ type tokenBody struct {
 	TTLMs int64  `json:"ttlMs,omitempty"`
 }
 
-func checkMode(m dlock.Mode) error {
-	if m != dlock.ModeMutex {
-		return fmt.Errorf("%w: remote store mode %v", dlock.ErrNotSupported, m)
+func checkMode(m store.Mode) error {
+	if m != store.ModeMutex {
+		return fmt.Errorf("%w: remote store mode %v", store.ErrNotSupported, m)
 	}
 	return nil
 }
 
-// Acquire implements [dlock.Store]: one attempt, never waiting on the server.
-func (s *Store) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, error) {
+// Acquire implements [store.Store]: one attempt, never waiting on the server.
+func (s *Store) Acquire(ctx context.Context, req store.Request) (store.Grant, error) {
 	if err := checkMode(req.Mode); err != nil {
-		return dlock.Grant{}, err
+		return store.Grant{}, err
 	}
 	body := acquireBody{TTLMs: req.TTL.Milliseconds(), Mode: "exclusive", Token: req.Token}
 	var g grantReply
 	status, er, hdr, err := s.do(ctx, http.MethodPost, lockPath(req.Name, "acquire"), body, &g)
 	if err != nil {
-		return dlock.Grant{}, &dlock.StoreError{Op: "acquire", Node: -1, Err: err}
+		return store.Grant{}, &store.StoreError{Op: "acquire", Node: -1, Err: err}
 	}
 	switch status {
 	case http.StatusOK, http.StatusCreated:
 		if g.Token != "" && g.Token != req.Token {
 			// The server chose its own token: give that hold back and fail
 			// rather than hold a lock the Locker cannot renew.
-			s.Release(context.WithoutCancel(ctx), dlock.Request{Name: req.Name, Token: g.Token})
-			return dlock.Grant{}, &dlock.StoreError{Op: "acquire", Node: -1, Err: errors.New("server ignored the client's token")}
+			s.Release(context.WithoutCancel(ctx), store.Request{Name: req.Name, Token: g.Token})
+			return store.Grant{}, &store.StoreError{Op: "acquire", Node: -1, Err: errors.New("server ignored the client's token")}
 		}
-		return dlock.Grant{Acquired: true, Fence: g.Fence, Count: 1}, nil
+		return store.Grant{Acquired: true, Fence: g.Fence, Count: 1}, nil
 	case http.StatusConflict, http.StatusLocked:
-		held, _ := dlock.ParseMode(er.HeldMode) // a mutex when the server does not say
-		return dlock.Grant{RetryAfter: retryAfter(er, hdr), Held: held}, nil
+		held, _ := store.ParseMode(er.HeldMode) // a mutex when the server does not say
+		return store.Grant{RetryAfter: retryAfter(er, hdr), Held: held}, nil
 	}
-	return dlock.Grant{}, s.statusError("acquire", status, er)
+	return store.Grant{}, s.statusError("acquire", status, er)
 }
 
 // retryAfter reads the holder's remaining time from a refusal: the body's
@@ -211,8 +211,8 @@ func retryAfter(er errorReply, hdr http.Header) time.Duration {
 	return 0
 }
 
-// Extend implements [dlock.Store], with one request per lease in parallel.
-func (s *Store) Extend(ctx context.Context, reqs []dlock.Request) []error {
+// Extend implements [store.Store], with one request per lease in parallel.
+func (s *Store) Extend(ctx context.Context, reqs []store.Request) []error {
 	errs := make([]error, len(reqs))
 	var wg sync.WaitGroup
 	for i, r := range reqs {
@@ -222,12 +222,12 @@ func (s *Store) Extend(ctx context.Context, reqs []dlock.Request) []error {
 	return errs
 }
 
-// Release implements [dlock.Store].
-func (s *Store) Release(ctx context.Context, req dlock.Request) error {
+// Release implements [store.Store].
+func (s *Store) Release(ctx context.Context, req store.Request) error {
 	return s.tokenOp(ctx, "release", req, false)
 }
 
-func (s *Store) tokenOp(ctx context.Context, op string, req dlock.Request, ttl bool) error {
+func (s *Store) tokenOp(ctx context.Context, op string, req store.Request, ttl bool) error {
 	if err := checkMode(req.Mode); err != nil {
 		return err
 	}
@@ -237,13 +237,13 @@ func (s *Store) tokenOp(ctx context.Context, op string, req dlock.Request, ttl b
 	}
 	status, er, _, err := s.do(ctx, http.MethodPost, lockPath(req.Name, op), body, nil)
 	if err != nil {
-		return &dlock.StoreError{Op: op, Node: -1, Err: err}
+		return &store.StoreError{Op: op, Node: -1, Err: err}
 	}
 	switch status {
 	case http.StatusOK, http.StatusNoContent:
 		return nil
 	case http.StatusGone, http.StatusNotFound, http.StatusConflict:
-		return dlock.ErrNotHeld
+		return store.ErrNotHeld
 	}
 	return s.statusError(op, status, er)
 }
@@ -258,29 +258,29 @@ type stateReply struct {
 	Limit   int    `json:"limit"`
 }
 
-func (r stateReply) state() dlock.State {
-	m, ok := dlock.ParseMode(r.Mode)
+func (r stateReply) state() store.State {
+	m, ok := store.ParseMode(r.Mode)
 	if !ok {
 		switch r.Mode {
 		case "exclusive":
-			m = dlock.ModeMutex
+			m = store.ModeMutex
 		case "shared":
-			m = dlock.ModeSemaphore
+			m = store.ModeSemaphore
 		}
 	}
-	return dlock.State{Name: r.Name, Mode: m, Holders: r.Holders, TTL: time.Duration(r.TTLMs) * time.Millisecond,
+	return store.State{Name: r.Name, Mode: m, Holders: r.Holders, TTL: time.Duration(r.TTLMs) * time.Millisecond,
 		Fence: r.Fence, Queue: r.Queue, Limit: r.Limit}
 }
 
-// State implements [dlock.Inspector].
-func (s *Store) State(ctx context.Context, name string) (dlock.State, error) {
+// State implements [store.Inspector].
+func (s *Store) State(ctx context.Context, name string) (store.State, error) {
 	var r stateReply
 	status, er, _, err := s.do(ctx, http.MethodGet, lockPath(name, ""), nil, &r)
 	if err != nil {
-		return dlock.State{}, &dlock.StoreError{Op: "state", Node: -1, Err: err}
+		return store.State{}, &store.StoreError{Op: "state", Node: -1, Err: err}
 	}
 	if status != http.StatusOK {
-		return dlock.State{}, s.statusError("state", status, er)
+		return store.State{}, s.statusError("state", status, er)
 	}
 	st := r.state()
 	if st.Name == "" {
@@ -289,13 +289,13 @@ func (s *Store) State(ctx context.Context, name string) (dlock.State, error) {
 	return st, nil
 }
 
-// List implements [dlock.Inspector]. It accepts either a JSON array of
+// List implements [store.Inspector]. It accepts either a JSON array of
 // states or an object with a "locks" array.
-func (s *Store) List(ctx context.Context) ([]dlock.State, error) {
+func (s *Store) List(ctx context.Context) ([]store.State, error) {
 	var raw json.RawMessage
 	status, er, _, err := s.do(ctx, http.MethodGet, "/v1/locks", nil, &raw)
 	if err != nil {
-		return nil, &dlock.StoreError{Op: "list", Node: -1, Err: err}
+		return nil, &store.StoreError{Op: "list", Node: -1, Err: err}
 	}
 	if status != http.StatusOK {
 		return nil, s.statusError("list", status, er)
@@ -306,22 +306,22 @@ func (s *Store) List(ctx context.Context) ([]dlock.State, error) {
 			Locks []stateReply `json:"locks"`
 		}
 		if err := json.Unmarshal(raw, &wrapped); err != nil {
-			return nil, &dlock.StoreError{Op: "list", Node: -1, Err: fmt.Errorf("bad reply: %v", err)}
+			return nil, &store.StoreError{Op: "list", Node: -1, Err: fmt.Errorf("bad reply: %v", err)}
 		}
 		rs = wrapped.Locks
 	}
-	out := make([]dlock.State, 0, len(rs))
+	out := make([]store.State, 0, len(rs))
 	for _, r := range rs {
 		out = append(out, r.state())
 	}
 	return out, nil
 }
 
-// Ping implements [dlock.Pinger]: GET /health must answer 200.
+// Ping implements [store.Pinger]: GET /health must answer 200.
 func (s *Store) Ping(ctx context.Context) error {
 	status, er, _, err := s.do(ctx, http.MethodGet, "/health", nil, nil)
 	if err != nil {
-		return &dlock.StoreError{Op: "ping", Node: -1, Err: err}
+		return &store.StoreError{Op: "ping", Node: -1, Err: err}
 	}
 	if status != http.StatusOK {
 		return s.statusError("ping", status, er)
@@ -330,10 +330,10 @@ func (s *Store) Ping(ctx context.Context) error {
 }
 
 // statusError turns an unexpected status into an error: 400 is an
-// [*dlock.InvalidError], 401 and 403 an [*dlock.InvalidError] about the
-// auth token, 501 wraps [dlock.ErrNotSupported] (the server's store cannot
-// do it), anything else is a [*dlock.StoreError] (wrapping
-// [dlock.ErrNoQuorum] when the server says so).
+// [*store.InvalidError], 401 and 403 an [*store.InvalidError] about the
+// auth token, 501 wraps [store.ErrNotSupported] (the server's store cannot
+// do it), anything else is a [*store.StoreError] (wrapping
+// [store.ErrNoQuorum] when the server says so).
 func (s *Store) statusError(op string, status int, er errorReply) error {
 	msg := er.Error
 	if er.Message != "" {
@@ -348,15 +348,15 @@ func (s *Store) statusError(op string, status int, er errorReply) error {
 		if field == "" {
 			field = "request"
 		}
-		return &dlock.InvalidError{Field: field, Reason: fmt.Sprintf("server said %d %s", status, msg)}
+		return &store.InvalidError{Field: field, Reason: fmt.Sprintf("server said %d %s", status, msg)}
 	case status == http.StatusUnauthorized || status == http.StatusForbidden:
-		return &dlock.InvalidError{Field: "auth token", Reason: fmt.Sprintf("server said %d %s", status, msg)}
+		return &store.InvalidError{Field: "auth token", Reason: fmt.Sprintf("server said %d %s", status, msg)}
 	case status == http.StatusNotImplemented:
-		return fmt.Errorf("%w: server said %d %s", dlock.ErrNotSupported, status, msg)
+		return fmt.Errorf("%w: server said %d %s", store.ErrNotSupported, status, msg)
 	case status == http.StatusServiceUnavailable && strings.Contains(strings.ToLower(msg), "quorum"):
-		return &dlock.StoreError{Op: op, Node: -1, Err: fmt.Errorf("%w: server said %d %s", dlock.ErrNoQuorum, status, msg)}
+		return &store.StoreError{Op: op, Node: -1, Err: fmt.Errorf("%w: server said %d %s", store.ErrNoQuorum, status, msg)}
 	}
-	return &dlock.StoreError{Op: op, Node: -1, Err: fmt.Errorf("server said %d %s", status, msg)}
+	return &store.StoreError{Op: op, Node: -1, Err: fmt.Errorf("server said %d %s", status, msg)}
 }
 
 // url returns the URL of path, an escaped path below the base URL.

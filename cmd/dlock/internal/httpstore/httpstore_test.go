@@ -11,6 +11,7 @@ import (
 	"github.com/dlock-dev/dlock/cmd/dlock/internal/httpstore"
 	"github.com/dlock-dev/dlock/cmd/dlock/internal/server"
 	"github.com/dlock-dev/dlock/dlockprom"
+	"github.com/dlock-dev/dlock/store"
 	"github.com/dlock-dev/dlock/store/memory"
 	"github.com/dlock-dev/dlock/storetest"
 	"go.uber.org/goleak"
@@ -20,7 +21,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // serve runs a dlock server on backend until the test ends and returns its
 // URL.
-func serve(t testing.TB, backend dlock.Store, authToken string) string {
+func serve(t testing.TB, backend store.Store, authToken string) string {
 	t.Helper()
 	m := dlockprom.New()
 	locker, err := dlock.New(backend, dlock.WithObserver(m.Observe))
@@ -63,15 +64,15 @@ func newStore(t *testing.T, url string, opts ...httpstore.Option) *httpstore.Sto
 func TestConformance(t *testing.T) {
 	url := serve(t, memory.New(), "tok")
 	storetest.Run(t, storetest.Harness{
-		New: func(t *testing.T) dlock.Store { return newStore(t, url, httpstore.WithAuthToken("tok")) },
-		Unsupported: []dlock.Mode{dlock.ModeReentrant, dlock.ModeRead, dlock.ModeWrite,
-			dlock.ModeFair, dlock.ModeSemaphore, dlock.ModeElection},
+		New: func(t *testing.T) store.Store { return newStore(t, url, httpstore.WithAuthToken("tok")) },
+		Unsupported: []store.Mode{store.ModeReentrant, store.ModeRead, store.ModeWrite,
+			store.ModeFair, store.ModeSemaphore, store.ModeElection},
 	})
 }
 
 func TestNewRejectsBadURLs(t *testing.T) {
 	for _, u := range []string{"", "localhost:3009", "ftp://x", "http://", "http://user:pw@host"} {
-		if _, err := httpstore.New(u); !errors.Is(err, dlock.ErrInvalid) {
+		if _, err := httpstore.New(u); !errors.Is(err, store.ErrInvalid) {
 			t.Errorf("New(%q) = %v, want ErrInvalid", u, err)
 		}
 	}
@@ -80,17 +81,17 @@ func TestNewRejectsBadURLs(t *testing.T) {
 func TestErrors(t *testing.T) {
 	url := serve(t, memory.New(), "tok")
 	ctx := context.Background()
-	req := dlock.Request{Name: "x", Token: "0123456789abcdef0123456789abcdef", TTL: time.Second}
+	req := store.Request{Name: "x", Token: "0123456789abcdef0123456789abcdef", TTL: time.Second}
 
 	wrong := newStore(t, url, httpstore.WithAuthToken("nope"))
-	if _, err := wrong.Acquire(ctx, req); !errors.Is(err, dlock.ErrInvalid) {
+	if _, err := wrong.Acquire(ctx, req); !errors.Is(err, store.ErrInvalid) {
 		t.Errorf("Acquire with a wrong auth token = %v, want ErrInvalid", err)
 	}
 
 	st := newStore(t, url, httpstore.WithAuthToken("tok"))
 	bad := req
 	bad.Token = "not hex"
-	if _, err := st.Acquire(ctx, bad); !errors.Is(err, dlock.ErrInvalid) {
+	if _, err := st.Acquire(ctx, bad); !errors.Is(err, store.ErrInvalid) {
 		t.Errorf("Acquire with a bad token = %v, want ErrInvalid", err)
 	}
 	if err := st.Ping(ctx); err != nil {
@@ -116,10 +117,10 @@ func TestErrors(t *testing.T) {
 	closed := "http://" + ln.Addr().String()
 	ln.Close()
 	down := newStore(t, closed)
-	if _, err := down.Acquire(ctx, req); !errors.Is(err, dlock.ErrUnavailable) {
+	if _, err := down.Acquire(ctx, req); !errors.Is(err, store.ErrUnavailable) {
 		t.Errorf("Acquire on a closed port = %v, want ErrUnavailable", err)
 	}
-	if err := down.Ping(ctx); !errors.Is(err, dlock.ErrUnavailable) {
+	if err := down.Ping(ctx); !errors.Is(err, store.ErrUnavailable) {
 		t.Errorf("Ping on a closed port = %v, want ErrUnavailable", err)
 	}
 }

@@ -10,14 +10,14 @@ import (
 	"net/http"
 	"sync"
 
-	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 )
 
 // maxEventLine bounds one line of the event stream (a snapshot lists every
 // lock the server sees).
 const maxEventLine = 16 << 20
 
-// Watch implements [dlock.Store] on the server's event stream (GET
+// Watch implements [store.Store] on the server's event stream (GET
 // /v1/events): the channel receives a value when the server reports a
 // release or loss of the lock, when a periodic snapshot shows it free, and
 // once when the stream ends (the caller's timers take over from there).
@@ -26,7 +26,7 @@ const maxEventLine = 16 << 20
 // closed when the last stops. Watch returns once the server has subscribed
 // the stream, so a release after it returns is seen. stop waits for the
 // stream to close when it was the last watch on it.
-func (s *Store) Watch(ctx context.Context, name string, mode dlock.Mode) (<-chan struct{}, func(), error) {
+func (s *Store) Watch(ctx context.Context, name string, mode store.Mode) (<-chan struct{}, func(), error) {
 	if err := checkMode(mode); err != nil {
 		return nil, nil, err
 	}
@@ -89,7 +89,7 @@ func (s *Store) openStream(ctx context.Context) (*eventStream, error) {
 	abort()
 	if err != nil {
 		cancel()
-		return nil, &dlock.StoreError{Op: "watch", Node: -1, Err: errors.Join(s.redact(err), ctx.Err())}
+		return nil, &store.StoreError{Op: "watch", Node: -1, Err: errors.Join(s.redact(err), ctx.Err())}
 	}
 	if resp.StatusCode != http.StatusOK {
 		resp.Body.Close()

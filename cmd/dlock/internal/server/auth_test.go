@@ -17,6 +17,7 @@ import (
 
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/internal/testredis"
+	"github.com/dlock-dev/dlock/store"
 	"github.com/dlock-dev/dlock/store/memory"
 )
 
@@ -52,8 +53,8 @@ func bearerOf(tok string) []string { return []string{"Authorization", "Bearer " 
 // the event stream show it only names in scope; a read-only token reads
 // everything and writes nothing; unknown tokens get 401.
 func TestScopedTokens(t *testing.T) {
-	forEachStore(t, func(t *testing.T, store dlock.Store) {
-		e := newEnv(t, store, Config{AuthFile: writeAuthFile(t, t.TempDir(), scopedFile()), SnapshotInterval: time.Hour})
+	forEachStore(t, func(t *testing.T, st store.Store) {
+		e := newEnv(t, st, Config{AuthFile: writeAuthFile(t, t.TempDir(), scopedFile()), SnapshotInterval: time.Hour})
 		a, b, reader := bearerOf(tokA), bearerOf(tokB), bearerOf(tokReader)
 
 		r := e.post("/v1/locks/team-b%2Fx/acquire", `{"ttlMs":60000}`, b...)

@@ -17,6 +17,7 @@ import (
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/dlockprom"
 	"github.com/dlock-dev/dlock/internal/testredis"
+	"github.com/dlock-dev/dlock/store"
 	"github.com/dlock-dev/dlock/store/memory"
 	"github.com/dlock-dev/dlock/store/valkey"
 )
@@ -25,7 +26,7 @@ import (
 // benchmarks, each on its own keep-alive connection.
 const benchClients = 64
 
-func benchStores(b *testing.B, fn func(b *testing.B, store dlock.Store)) {
+func benchStores(b *testing.B, fn func(b *testing.B, st store.Store)) {
 	b.Run("memory", func(b *testing.B) { fn(b, memory.New()) })
 	b.Run("valkey", func(b *testing.B) {
 		srv := testredis.Start(b)
@@ -61,9 +62,9 @@ func parallel(b *testing.B, body func(id int, pb *testing.PB)) {
 // BenchmarkV1AcquireRelease measures acquire+release pairs through the /v1
 // API over loopback HTTP with 64 keep-alive clients, each on its own locks.
 func BenchmarkV1AcquireRelease(b *testing.B) {
-	benchStores(b, func(b *testing.B, store dlock.Store) {
+	benchStores(b, func(b *testing.B, st store.Store) {
 		m := dlockprom.New()
-		l, err := dlock.New(store, dlock.WithObserver(m.Observe))
+		l, err := dlock.New(st, dlock.WithObserver(m.Observe))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -116,8 +117,8 @@ func BenchmarkV1AcquireRelease(b *testing.B) {
 // BenchmarkLibraryAcquireRelease is the same work through the library
 // directly, for comparison.
 func BenchmarkLibraryAcquireRelease(b *testing.B) {
-	benchStores(b, func(b *testing.B, store dlock.Store) {
-		l, err := dlock.New(store, dlock.WithObserver(dlockprom.New().Observe))
+	benchStores(b, func(b *testing.B, st store.Store) {
+		l, err := dlock.New(st, dlock.WithObserver(dlockprom.New().Observe))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -148,9 +149,9 @@ func BenchmarkLibraryAcquireRelease(b *testing.B) {
 // the server's handler called directly, which is what the server spends
 // per request on top of net/http.
 func BenchmarkV1Handler(b *testing.B) {
-	benchStores(b, func(b *testing.B, store dlock.Store) {
+	benchStores(b, func(b *testing.B, st store.Store) {
 		m := dlockprom.New()
-		l, err := dlock.New(store, dlock.WithObserver(m.Observe))
+		l, err := dlock.New(st, dlock.WithObserver(m.Observe))
 		if err != nil {
 			b.Fatal(err)
 		}

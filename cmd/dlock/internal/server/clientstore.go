@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 )
 
 // The /v1 leases belong to their clients: a client extends and releases
@@ -26,9 +27,9 @@ func requestContext(ctx context.Context) context.Context {
 	return context.WithValue(ctx, forRequest{}, true)
 }
 
-type clientStore struct{ dlock.Store }
+type clientStore struct{ store.Store }
 
-// Release implements [dlock.Store]: see above.
+// Release implements [store.Store]: see above.
 func (s clientStore) Release(ctx context.Context, req dlock.Request) error {
 	if ctx.Value(forRequest{}) == nil {
 		return nil // the lease's client decides
@@ -36,45 +37,45 @@ func (s clientStore) Release(ctx context.Context, req dlock.Request) error {
 	return s.Store.Release(ctx, req)
 }
 
-// AtomicMulti implements [dlock.MultiStore] as the store does: false when
+// AtomicMulti implements [store.MultiStore] as the store does: false when
 // it takes multi-locks name by name, so the other MultiStore methods are
 // called only on a store that has them.
 func (s clientStore) AtomicMulti(names []string) bool {
-	ms, ok := s.Store.(dlock.MultiStore)
+	ms, ok := s.Store.(store.MultiStore)
 	return ok && ms.AtomicMulti(names)
 }
 
-func (s clientStore) AcquireMulti(ctx context.Context, reqs []dlock.Request) (dlock.MultiGrant, error) {
-	return s.Store.(dlock.MultiStore).AcquireMulti(ctx, reqs)
+func (s clientStore) AcquireMulti(ctx context.Context, reqs []dlock.Request) (store.MultiGrant, error) {
+	return s.Store.(store.MultiStore).AcquireMulti(ctx, reqs)
 }
 
 func (s clientStore) ExtendMulti(ctx context.Context, reqs []dlock.Request) []error {
-	return s.Store.(dlock.MultiStore).ExtendMulti(ctx, reqs)
+	return s.Store.(store.MultiStore).ExtendMulti(ctx, reqs)
 }
 
-// ReleaseMulti implements [dlock.MultiStore] as Release does.
+// ReleaseMulti implements [store.MultiStore] as Release does.
 func (s clientStore) ReleaseMulti(ctx context.Context, reqs []dlock.Request) []error {
 	if ctx.Value(forRequest{}) == nil {
 		return make([]error, len(reqs)) // the lease's client decides
 	}
-	return s.Store.(dlock.MultiStore).ReleaseMulti(ctx, reqs)
+	return s.Store.(store.MultiStore).ReleaseMulti(ctx, reqs)
 }
 
 // grantWatchingStore is a clientStore that keeps the store's
-// [dlock.GrantWatcher], with which fair waiters are handed the lock.
+// [store.GrantWatcher], with which fair waiters are handed the lock.
 type grantWatchingStore struct {
 	clientStore
-	gw dlock.GrantWatcher
+	gw store.GrantWatcher
 }
 
-func (s grantWatchingStore) WatchGrant(ctx context.Context, req dlock.Request) (<-chan dlock.Grant, func(), error) {
+func (s grantWatchingStore) WatchGrant(ctx context.Context, req dlock.Request) (<-chan store.Grant, func(), error) {
 	return s.gw.WatchGrant(ctx, req)
 }
 
-// electingStore adds the store's [dlock.Elector] to a client store.
+// electingStore adds the store's [store.Elector] to a client store.
 type electingStore struct {
 	clientStore
-	el dlock.Elector
+	el store.Elector
 }
 
 func (s electingStore) Leader(ctx context.Context, name string) (dlock.Leader, error) {
@@ -84,7 +85,7 @@ func (s electingStore) Leader(ctx context.Context, name string) (dlock.Leader, e
 // grantElectingStore is a grantWatchingStore with the store's Elector.
 type grantElectingStore struct {
 	grantWatchingStore
-	el dlock.Elector
+	el store.Elector
 }
 
 func (s grantElectingStore) Leader(ctx context.Context, name string) (dlock.Leader, error) {
@@ -93,10 +94,10 @@ func (s grantElectingStore) Leader(ctx context.Context, name string) (dlock.Lead
 
 // newClientStore wraps store, keeping the optional interfaces the Locker
 // uses.
-func newClientStore(store dlock.Store) dlock.Store {
-	cs := clientStore{store}
-	gw, grants := store.(dlock.GrantWatcher)
-	el, elects := store.(dlock.Elector)
+func newClientStore(st store.Store) store.Store {
+	cs := clientStore{st}
+	gw, grants := st.(store.GrantWatcher)
+	el, elects := st.(store.Elector)
 	switch {
 	case grants && elects:
 		return grantElectingStore{grantWatchingStore{cs, gw}, el}
@@ -108,5 +109,5 @@ func newClientStore(store dlock.Store) dlock.Store {
 	return cs
 }
 
-// SupportsLockDelay implements [dlock.LockDelayer] as the store does.
-func (s clientStore) SupportsLockDelay() bool { return dlock.SupportsLockDelay(s.Store) }
+// SupportsLockDelay implements [store.LockDelayer] as the store does.
+func (s clientStore) SupportsLockDelay() bool { return store.SupportsLockDelay(s.Store) }

@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 )
 
 // The election API: /v1/elections/{name}/campaign, resign, extend, the
@@ -88,9 +89,9 @@ func msField(field string, v *int64, lo, hi int64) (time.Duration, *apiError) {
 }
 
 // lockDelayError is the 400 for a lock-delay on a store that cannot keep
-// one (dlock.LockDelayer), or nil.
+// one (store.LockDelayer), or nil.
 func (s *Server) lockDelayError(delay time.Duration) *apiError {
-	if delay == 0 || dlock.SupportsLockDelay(s.locker.Store()) {
+	if delay == 0 || store.SupportsLockDelay(s.locker.Store()) {
 		return nil
 	}
 	return &apiError{Status: http.StatusBadRequest, Error: "not supported", Field: "lockDelayMs",
@@ -267,7 +268,7 @@ func (s *Server) election(w http.ResponseWriter, r *http.Request) (*dlock.Electi
 		writeAPIError(w, lockError(r.Context(), name, err))
 		return nil, name, false
 	}
-	if _, ok := s.locker.Store().(dlock.Elector); !ok {
+	if _, ok := s.locker.Store().(store.Elector); !ok {
 		writeAPIError(w, &apiError{Status: http.StatusBadRequest, Error: "not supported", Field: "mode",
 			Message: "the store cannot provide this mode: elections"})
 		return nil, name, false

@@ -12,6 +12,7 @@ import (
 
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/internal/testredis"
+	"github.com/dlock-dev/dlock/store"
 	"github.com/dlock-dev/dlock/store/memory"
 	"github.com/dlock-dev/dlock/store/redlock"
 	"github.com/dlock-dev/dlock/store/valkey"
@@ -28,7 +29,7 @@ func TestElections(t *testing.T) {
 // TestElectionsRedlock walks the election API on a Redlock store over three
 // redis-servers.
 func TestElectionsRedlock(t *testing.T) {
-	var stores []dlock.Store
+	var stores []store.Store
 	for range 3 {
 		srv := testredis.Start(t)
 		s, err := valkey.Dial(t.Context(), srv.URL())
@@ -47,8 +48,8 @@ func TestElectionsRedlock(t *testing.T) {
 }
 
 // electionWalk is the walk of TestElections on store.
-func electionWalk(t *testing.T, store dlock.Store) {
-	e := newEnv(t, store, Config{})
+func electionWalk(t *testing.T, st store.Store) {
+	e := newEnv(t, st, Config{})
 	r := e.get("/v1/elections/jobs")
 	wantCode(t, "leader before any campaign", r, http.StatusOK)
 	if strings.TrimSpace(string(r.body)) != `{"name":"jobs","leader":null}` {
@@ -212,8 +213,8 @@ func TestElectionObserve(t *testing.T) {
 // 409 names the held name and leaves the others free), fences per name,
 // extend, release, 410 for a released token.
 func TestMulti(t *testing.T) {
-	forEachStore(t, func(t *testing.T, store dlock.Store) {
-		e := newEnv(t, store, Config{})
+	forEachStore(t, func(t *testing.T, st store.Store) {
+		e := newEnv(t, st, Config{})
 		r := e.post("/v1/locks/acct-2/acquire", `{}`)
 		wantCode(t, "acquire acct-2", r, http.StatusOK)
 		held := r.json(t)["token"].(string)

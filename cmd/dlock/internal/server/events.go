@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 )
 
 // historySeconds is how much per-second history the dashboard gets when it
@@ -220,7 +221,7 @@ func (s *Server) snapshot(ctx context.Context, first bool) snapshotBody {
 	now := time.Now()
 	snap := snapshotBody{Time: now.UnixMilli(), Store: s.cfg.StoreName, Totals: s.history.total(), Held: s.leases.len(),
 		Replica: s.rep.id, Replicas: s.rep.count(now)}
-	if in, ok := s.locker.Store().(dlock.Inspector); ok {
+	if in, ok := s.locker.Store().(store.Inspector); ok {
 		snap.Inspect = true
 		lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		lb, err := s.list(lctx, in)

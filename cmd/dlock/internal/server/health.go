@@ -7,8 +7,8 @@ import (
 	"path"
 	"time"
 
-	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/cmd/dlock/internal/dashboard"
+	"github.com/dlock-dev/dlock/store"
 )
 
 type healthBody struct {
@@ -29,9 +29,9 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	var err error
 	switch st := s.locker.Store().(type) {
-	case dlock.Pinger:
+	case store.Pinger:
 		err = st.Ping(ctx)
-	case dlock.Inspector:
+	case store.Inspector:
 		_, err = st.State(ctx, "dlock-health")
 	}
 	b := healthBody{Status: "ok", Service: "distributed-lock", Store: s.cfg.StoreName, Version: s.cfg.Version,

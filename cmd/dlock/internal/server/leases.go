@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 )
 
 // acquireBody is the JSON body of POST /v1/locks/{name}/acquire.
@@ -544,13 +545,13 @@ type stateBody struct {
 	Limit   int    `json:"limit,omitempty"`
 }
 
-func toState(st dlock.State) stateBody {
+func toState(st store.State) stateBody {
 	return stateBody{Name: st.Name, Mode: modeName(st.Mode), Held: st.Holders > 0, Holders: st.Holders,
 		TTLMs: durationMs(st.TTL), Fence: st.Fence, Queue: st.Queue, Limit: st.Limit}
 }
 
-func (s *Server) inspector(w http.ResponseWriter) (dlock.Inspector, bool) {
-	in, ok := s.locker.Store().(dlock.Inspector)
+func (s *Server) inspector(w http.ResponseWriter) (store.Inspector, bool) {
+	in, ok := s.locker.Store().(store.Inspector)
 	if !ok {
 		writeError(w, http.StatusNotImplemented, "not supported", "the store cannot list or describe its locks")
 	}
@@ -597,7 +598,7 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, lb)
 }
 
-func (s *Server) list(ctx context.Context, in dlock.Inspector) (listBody, error) {
+func (s *Server) list(ctx context.Context, in store.Inspector) (listBody, error) {
 	states, err := in.List(ctx)
 	if err != nil {
 		return listBody{}, err

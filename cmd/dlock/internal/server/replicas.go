@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 )
 
 // Replicas. Any number of servers on one store act as one service: a /v1
@@ -21,7 +22,7 @@ import (
 // locally is a cache: the Leases it granted, for their metrics and events.
 //
 // Lock events are shared through the store when it is a
-// [dlock.Broadcaster]: each instance tags its events with a random replica
+// [store.Broadcaster]: each instance tags its events with a random replica
 // ID and publishes them in batches on the topic "events"; every instance
 // streams and counts the events of the others next to its own, and skips
 // its own when they come back. A batch also names the leases an instance
@@ -38,7 +39,7 @@ const (
 	// publishDelay is how long events wait to be published together.
 	publishDelay = 50 * time.Millisecond
 	// publishBytes is the batch size that is published at once.
-	publishBytes = dlock.MaxBroadcast - 600
+	publishBytes = store.MaxBroadcast - 600
 	// replicaHeartbeat is how often an idle instance says it is there.
 	replicaHeartbeat = 5 * time.Second
 	// replicaSeen is how long an instance counts in the snapshot's
@@ -65,7 +66,7 @@ type pubItem struct {
 type replicaState struct {
 	id   string
 	self []byte            // how this instance's batches start
-	bus  dlock.Broadcaster // nil when the store cannot broadcast
+	bus  store.Broadcaster // nil when the store cannot broadcast
 	feed feed
 
 	pub    chan pubItem
@@ -98,7 +99,7 @@ func (s *Server) startReplicas() {
 	r.seen = make(map[string]time.Time)
 	r.ids = make(map[string]leaseKey)
 	r.silenced = make(map[silenceKey]int)
-	r.bus, _ = s.locker.Store().(dlock.Broadcaster)
+	r.bus, _ = s.locker.Store().(store.Broadcaster)
 	if r.bus == nil {
 		return
 	}
@@ -409,11 +410,11 @@ func (f *feed) send(ev eventBody) {
 // request carries the name's limit, read from its state. It returns the
 // mode that worked.
 func (s *Server) byToken(ctx context.Context, req dlock.Request, known bool, op func(dlock.Request) error) (dlock.Mode, error) {
-	in, inspect := s.locker.Store().(dlock.Inspector)
-	var st dlock.State
+	in, inspect := s.locker.Store().(store.Inspector)
+	var st store.State
 	var stateErr error
 	stated := false
-	state := func() (dlock.State, error) {
+	state := func() (store.State, error) {
 		if !stated && inspect {
 			st, stateErr = in.State(ctx, req.Name)
 			stated = true

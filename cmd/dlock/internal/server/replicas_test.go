@@ -11,6 +11,7 @@ import (
 
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/internal/testredis"
+	"github.com/dlock-dev/dlock/store"
 	"github.com/dlock-dev/dlock/store/etcd"
 	"github.com/dlock-dev/dlock/store/etcd/etcdtest"
 	"github.com/dlock-dev/dlock/store/memory"
@@ -27,24 +28,24 @@ import (
 // clients of one server.
 var pairs = []struct {
 	name string
-	new  func(t *testing.T) (a, b dlock.Store)
+	new  func(t *testing.T) (a, b store.Store)
 }{
-	{"memory", func(t *testing.T) (dlock.Store, dlock.Store) {
+	{"memory", func(t *testing.T) (store.Store, store.Store) {
 		s := memory.New()
 		return s, s
 	}},
-	{"valkey", func(t *testing.T) (dlock.Store, dlock.Store) {
+	{"valkey", func(t *testing.T) (store.Store, store.Store) {
 		srv := testredis.Start(t)
 		return dialValkey(t, srv.URL()), dialValkey(t, srv.URL())
 	}},
-	{"redlock", func(t *testing.T) (dlock.Store, dlock.Store) {
+	{"redlock", func(t *testing.T) (store.Store, store.Store) {
 		var urls []string
 		for range 3 {
 			urls = append(urls, testredis.Start(t).URL())
 		}
-		var h [2]dlock.Store
+		var h [2]store.Store
 		for i := range h {
-			var nodes []dlock.Store
+			var nodes []store.Store
 			for _, u := range urls {
 				nodes = append(nodes, dialValkey(t, u))
 			}
@@ -57,9 +58,9 @@ var pairs = []struct {
 		}
 		return h[0], h[1]
 	}},
-	{"postgres", func(t *testing.T) (dlock.Store, dlock.Store) {
+	{"postgres", func(t *testing.T) (store.Store, store.Store) {
 		srv := pgtest.Start(t)
-		var h [2]dlock.Store
+		var h [2]store.Store
 		for i := range h {
 			s, err := postgres.New(t.Context(), srv.URL())
 			if err != nil {
@@ -70,9 +71,9 @@ var pairs = []struct {
 		}
 		return h[0], h[1]
 	}},
-	{"etcd", func(t *testing.T) (dlock.Store, dlock.Store) {
+	{"etcd", func(t *testing.T) (store.Store, store.Store) {
 		srv := etcdtest.Start(t)
-		var h [2]dlock.Store
+		var h [2]store.Store
 		for i := range h {
 			s, err := etcd.New(t.Context(), []string{srv.Endpoint()})
 			if err != nil {
@@ -96,7 +97,7 @@ func dialValkey(t *testing.T, url string) *valkey.Store {
 }
 
 // forEachPair runs fn on each of pairs.
-func forEachPair(t *testing.T, fn func(t *testing.T, a, b dlock.Store)) {
+func forEachPair(t *testing.T, fn func(t *testing.T, a, b store.Store)) {
 	for _, p := range pairs {
 		t.Run(p.name, func(t *testing.T) {
 			a, b := p.new(t)
@@ -110,7 +111,7 @@ func forEachPair(t *testing.T, fn func(t *testing.T, a, b dlock.Store)) {
 // client naming the mode; and through the replica that granted it after
 // that replica's own count of the lease ran out.
 func TestReplicasLeaseAnywhere(t *testing.T) {
-	forEachPair(t, func(t *testing.T, sa, sb dlock.Store) {
+	forEachPair(t, func(t *testing.T, sa, sb store.Store) {
 		a, b := newEnv(t, sa, Config{}), newEnv(t, sb, Config{})
 		token := func(r response) string { return r.json(t)["token"].(string) }
 		body := func(tok string) string { return `{"token":"` + tok + `"}` }
@@ -175,7 +176,7 @@ func TestReplicasLeaseAnywhere(t *testing.T) {
 // TestReplicasWake: a waiting acquire on one replica gets the lock when
 // the holder releases it through another.
 func TestReplicasWake(t *testing.T) {
-	forEachPair(t, func(t *testing.T, sa, sb dlock.Store) {
+	forEachPair(t, func(t *testing.T, sa, sb store.Store) {
 		a, b := newEnv(t, sa, Config{}), newEnv(t, sb, Config{})
 		waiting := make(chan struct{}, 1)
 		testHookWaiting = func(string) { waiting <- struct{}{} }
@@ -270,15 +271,15 @@ func (s *stream) until(what string, pred func(event string, data []byte) bool) {
 // through the store; a lease released through another replica is reported
 // once, by that replica.
 func TestReplicasEvents(t *testing.T) {
-	forEachPair(t, func(t *testing.T, ha, hb dlock.Store) {
-		if _, ok := ha.(dlock.Broadcaster); !ok {
+	forEachPair(t, func(t *testing.T, ha, hb store.Store) {
+		if _, ok := ha.(store.Broadcaster); !ok {
 			t.Skip("a store of one process: nothing to share")
 		}
 		testReplicasEvents(t, ha, hb)
 	})
 }
 
-func testReplicasEvents(t *testing.T, ha, hb dlock.Store) {
+func testReplicasEvents(t *testing.T, ha, hb store.Store) {
 	a := newEnv(t, ha, Config{SnapshotInterval: 100 * time.Millisecond})
 	b := newEnv(t, hb, Config{SnapshotInterval: 100 * time.Millisecond})
 	sa, sb := openStream(t, a), openStream(t, b)

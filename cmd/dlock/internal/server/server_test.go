@@ -21,6 +21,7 @@ import (
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/dlockprom"
 	"github.com/dlock-dev/dlock/internal/testredis"
+	"github.com/dlock-dev/dlock/store"
 	"github.com/dlock-dev/dlock/store/memory"
 	"github.com/dlock-dev/dlock/store/postgres/pgtest"
 	"github.com/dlock-dev/dlock/store/redlock"
@@ -37,10 +38,10 @@ func TestMain(m *testing.M) {
 // stores are the stores every handler test runs against.
 var stores = []struct {
 	name string
-	new  func(t *testing.T) dlock.Store
+	new  func(t *testing.T) store.Store
 }{
-	{"memory", func(t *testing.T) dlock.Store { return memory.New() }},
-	{"valkey", func(t *testing.T) dlock.Store {
+	{"memory", func(t *testing.T) store.Store { return memory.New() }},
+	{"valkey", func(t *testing.T) store.Store {
 		srv := testredis.Start(t)
 		s, err := valkey.Dial(t.Context(), srv.URL())
 		if err != nil {
@@ -51,7 +52,7 @@ var stores = []struct {
 	}},
 }
 
-func forEachStore(t *testing.T, fn func(t *testing.T, store dlock.Store)) {
+func forEachStore(t *testing.T, fn func(t *testing.T, st store.Store)) {
 	for _, st := range stores {
 		t.Run(st.name, func(t *testing.T) { fn(t, st.new(t)) })
 	}
@@ -60,7 +61,7 @@ func forEachStore(t *testing.T, fn func(t *testing.T, store dlock.Store)) {
 // env is a running server on a store, with an event tap.
 type env struct {
 	t       *testing.T
-	store   dlock.Store
+	store   store.Store
 	locker  *dlock.Locker
 	metrics *dlockprom.Metrics
 	srv     *Server
@@ -68,10 +69,10 @@ type env struct {
 	events  chan dlock.Event
 }
 
-func newEnv(t *testing.T, store dlock.Store, cfg Config) *env {
+func newEnv(t *testing.T, st store.Store, cfg Config) *env {
 	t.Helper()
 	m := dlockprom.New()
-	l, err := dlock.New(store, dlock.WithObserver(m.Observe))
+	l, err := dlock.New(st, dlock.WithObserver(m.Observe))
 	if err != nil {
 		t.Fatalf("dlock.New = %v", err)
 	}
@@ -83,7 +84,7 @@ func newEnv(t *testing.T, store dlock.Store, cfg Config) *env {
 	if err != nil {
 		t.Fatalf("New = %v", err)
 	}
-	e := &env{t: t, store: store, locker: l, metrics: m, srv: srv, events: make(chan dlock.Event, 4096)}
+	e := &env{t: t, store: st, locker: l, metrics: m, srv: srv, events: make(chan dlock.Event, 4096)}
 	unsub := m.Subscribe(func(ev dlock.Event) {
 		select {
 		case e.events <- ev:
@@ -192,10 +193,10 @@ func wantCode(t *testing.T, what string, r response, code int) {
 // a held resource answers 409 with Retry-After and retryAfterMs, another
 // resource succeeds at once; for the simple and the redlock pattern.
 func TestSeedWalkthrough(t *testing.T) {
-	forEachStore(t, func(t *testing.T, store dlock.Store) {
+	forEachStore(t, func(t *testing.T, st store.Store) {
 		for _, pattern := range []string{"simple", "redlock"} {
 			t.Run(pattern, func(t *testing.T) {
-				e := newEnv(t, store, Config{})
+				e := newEnv(t, st, Config{})
 				res1 := pattern + "-resource1"
 				// Terminal 1: acquire and hold for the default 15 s.
 				ctx, cancel := context.WithCancel(t.Context())
@@ -261,8 +262,8 @@ func TestSeedWalkthrough(t *testing.T) {
 
 // TestDemoCompletes runs a short operation to its end for every pattern.
 func TestDemoCompletes(t *testing.T) {
-	forEachStore(t, func(t *testing.T, store dlock.Store) {
-		e := newEnv(t, store, Config{})
+	forEachStore(t, func(t *testing.T, st store.Store) {
+		e := newEnv(t, st, Config{})
 		for _, p := range demoPatterns {
 			r := e.post("/api/locks/"+p+"/done-"+p+"?durationMs=10", "")
 			wantCode(t, p, r, http.StatusOK)
@@ -281,8 +282,8 @@ func TestDemoCompletes(t *testing.T) {
 // TestDemoShared: read locks and semaphore permits are shared, a write
 // lock is refused while readers hold.
 func TestDemoShared(t *testing.T) {
-	forEachStore(t, func(t *testing.T, store dlock.Store) {
-		e := newEnv(t, store, Config{})
+	forEachStore(t, func(t *testing.T, st store.Store) {
+		e := newEnv(t, st, Config{})
 		ctx, cancel := context.WithCancel(t.Context())
 		defer cancel()
 		done := make(chan struct{}, 4)
@@ -310,8 +311,8 @@ func TestDemoShared(t *testing.T) {
 // lease answer 410 whatever the token's shape (docs/http.md), and leave the
 // holder's lease untouched.
 func TestV1TokenShapes(t *testing.T) {
-	forEachStore(t, func(t *testing.T, store dlock.Store) {
-		e := newEnv(t, store, Config{})
+	forEachStore(t, func(t *testing.T, st store.Store) {
+		e := newEnv(t, st, Config{})
 		r := e.post("/v1/locks/shapes/acquire", `{"ttlMs":5000}`)
 		wantCode(t, "acquire", r, http.StatusOK)
 		token := r.json(t)["token"].(string)
@@ -333,8 +334,8 @@ func TestV1TokenShapes(t *testing.T) {
 // another pattern is refused with 409 naming the held mode; a semaphore
 // limit mismatch is a 400 naming limit.
 func TestV1OneNameOneLock(t *testing.T) {
-	forEachStore(t, func(t *testing.T, store dlock.Store) {
-		e := newEnv(t, store, Config{})
+	forEachStore(t, func(t *testing.T, st store.Store) {
+		e := newEnv(t, st, Config{})
 		conflict := func(what, path, body, held string) {
 			t.Helper()
 			r := e.post(path, body)
@@ -372,8 +373,8 @@ func TestV1OneNameOneLock(t *testing.T) {
 // TestV1Lifecycle: acquire, state, conflict, extend, wrong-token release,
 // release, and the 410s after it.
 func TestV1Lifecycle(t *testing.T) {
-	forEachStore(t, func(t *testing.T, store dlock.Store) {
-		e := newEnv(t, store, Config{})
+	forEachStore(t, func(t *testing.T, backend store.Store) {
+		e := newEnv(t, backend, Config{})
 		r := e.post("/v1/locks/orders/acquire", `{"ttlMs":5000}`)
 		wantCode(t, "acquire", r, http.StatusOK)
 		g := r.json(t)
@@ -436,8 +437,8 @@ func TestV1Lifecycle(t *testing.T) {
 // TestV1ClientToken: a retried acquire with the client's token is
 // idempotent and returns the same fence; another token is refused.
 func TestV1ClientToken(t *testing.T) {
-	forEachStore(t, func(t *testing.T, store dlock.Store) {
-		e := newEnv(t, store, Config{})
+	forEachStore(t, func(t *testing.T, st store.Store) {
+		e := newEnv(t, st, Config{})
 		token := strings.Repeat("0123456789abcdef", 2)
 		body := `{"ttlMs":3000,"token":"` + token + `"}`
 		r1 := e.post("/v1/locks/idem/acquire", body)
@@ -457,9 +458,9 @@ func TestV1ClientToken(t *testing.T) {
 // TestV1UnknownToken: a lease granted by one server instance can be
 // extended and released through another on the same store.
 func TestV1UnknownToken(t *testing.T) {
-	forEachStore(t, func(t *testing.T, store dlock.Store) {
-		a := newEnv(t, store, Config{})
-		b := newEnv(t, store, Config{})
+	forEachStore(t, func(t *testing.T, st store.Store) {
+		a := newEnv(t, st, Config{})
+		b := newEnv(t, st, Config{})
 		r := a.post("/v1/locks/moved/acquire", `{"ttlMs":5000}`)
 		wantCode(t, "acquire on a", r, http.StatusOK)
 		token := r.json(t)["token"].(string)
@@ -475,9 +476,9 @@ func TestV1UnknownToken(t *testing.T) {
 // measured (the client extended it through another instance), nor when it
 // shuts down.
 func TestV1LeasesBelongToClients(t *testing.T) {
-	forEachStore(t, func(t *testing.T, store dlock.Store) {
-		a := newEnv(t, store, Config{})
-		b := newEnv(t, store, Config{})
+	forEachStore(t, func(t *testing.T, backend store.Store) {
+		a := newEnv(t, backend, Config{})
+		b := newEnv(t, backend, Config{})
 		r := a.post("/v1/locks/roaming/acquire", `{"ttlMs":300}`)
 		wantCode(t, "acquire on a", r, http.StatusOK)
 		token := r.json(t)["token"].(string)
@@ -495,11 +496,11 @@ func TestV1LeasesBelongToClients(t *testing.T) {
 		r = b.post("/v1/locks/kept/acquire", `{"ttlMs":60000}`)
 		wantCode(t, "acquire on b", r, http.StatusOK)
 		b.srv.Close()
-		st, err := store.(dlock.Inspector).State(t.Context(), "kept")
+		st, err := backend.(store.Inspector).State(t.Context(), "kept")
 		if err != nil || st.Holders != 1 {
 			t.Fatalf("after b closed, State(kept) = %+v, %v; want the client's lease kept", st, err)
 		}
-		if err := store.Release(t.Context(), dlock.Request{Name: "kept", Token: r.json(t)["token"].(string)}); err != nil {
+		if err := backend.Release(t.Context(), dlock.Request{Name: "kept", Token: r.json(t)["token"].(string)}); err != nil {
 			t.Errorf("releasing the kept lease by its token: %v", err)
 		}
 	})
@@ -508,8 +509,8 @@ func TestV1LeasesBelongToClients(t *testing.T) {
 // TestV1Wait: an acquire with waitMs gets the lock when the holder
 // releases it.
 func TestV1Wait(t *testing.T) {
-	forEachStore(t, func(t *testing.T, store dlock.Store) {
-		e := newEnv(t, store, Config{})
+	forEachStore(t, func(t *testing.T, st store.Store) {
+		e := newEnv(t, st, Config{})
 		token := e.post("/v1/locks/w/acquire", `{"ttlMs":60000}`).json(t)["token"].(string)
 		got := make(chan response, 1)
 		go func() {
@@ -532,8 +533,8 @@ func TestV1Wait(t *testing.T) {
 // TestV1Modes: shared locks, semaphores, fair and reentrant locks through
 // the /v1 API.
 func TestV1Modes(t *testing.T) {
-	forEachStore(t, func(t *testing.T, store dlock.Store) {
-		e := newEnv(t, store, Config{})
+	forEachStore(t, func(t *testing.T, st store.Store) {
+		e := newEnv(t, st, Config{})
 		wantCode(t, "read 1", e.post("/v1/locks/rw/acquire", `{"mode":"shared"}`), http.StatusOK)
 		wantCode(t, "read 2", e.post("/v1/locks/rw/acquire", `{"mode":"read"}`), http.StatusOK)
 		wantCode(t, "write", e.post("/v1/locks/rw/acquire", `{"mode":"write"}`), http.StatusConflict)
@@ -594,7 +595,7 @@ func TestHealth(t *testing.T) {
 // quorum".
 func TestRedlockNoQuorum(t *testing.T) {
 	var nodes []*testredis.Server
-	var stores []dlock.Store
+	var stores []store.Store
 	for range 3 {
 		srv := testredis.Start(t)
 		s, err := valkey.Dial(t.Context(), srv.URL())
@@ -784,8 +785,8 @@ func TestAuth(t *testing.T) {
 
 // TestBadInput: every bad input is a JSON 4xx naming the field.
 func TestBadInput(t *testing.T) {
-	forEachStore(t, func(t *testing.T, store dlock.Store) {
-		e := newEnv(t, store, Config{})
+	forEachStore(t, func(t *testing.T, st store.Store) {
+		e := newEnv(t, st, Config{})
 		long := strings.Repeat("n", 257)
 		tok := strings.Repeat("a", 32)
 		for _, tc := range []struct {
@@ -908,9 +909,9 @@ func TestEscapedName(t *testing.T) {
 // its lock after shutdown begins; new connections are refused; an event
 // stream ends.
 func TestGracefulShutdown(t *testing.T) {
-	store := memory.New()
+	backend := memory.New()
 	m := dlockprom.New()
-	l, err := dlock.New(store, dlock.WithObserver(m.Observe))
+	l, err := dlock.New(backend, dlock.WithObserver(m.Observe))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1003,7 +1004,7 @@ func TestGracefulShutdown(t *testing.T) {
 	if _, err := io.ReadAll(stream.Body); err != nil {
 		t.Logf("event stream ended with %v", err)
 	}
-	st, _ := store.State(t.Context(), "inflight")
+	st, _ := backend.State(t.Context(), "inflight")
 	if st.Holders != 0 {
 		t.Errorf("after shutdown the demo lock has %d holders, want 0", st.Holders)
 	}
