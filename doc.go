@@ -52,4 +52,10 @@
 // N independent nodes and survives the loss of a minority of them. store/memory
 // keeps locks in the process, for tests and a single-process service. Every
 // store passes the same conformance suite, package storetest.
+//
+// What a store implements (the [store.Store] interface, the requests and
+// grants it exchanges with a Locker, its optional capabilities such as
+// [store.Inspector]) is package store, for store implementers. A lock user
+// needs it only to name a store's type: a slice of nodes for store/redlock,
+// or a type assertion on [Locker.Store].
 package dlock

@@ -1,6 +1,10 @@
 package dlock_test
 
 import (
+	"go/ast"
+	"go/build"
+	"go/parser"
+	"go/token"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -80,4 +84,91 @@ func main() {
 		}
 	}
 	t.Logf("go list -m all: %d modules\n%s", strings.Count(strings.TrimSpace(graph), "\n")+1, graph)
+}
+
+// TestStoreDependencyDirection checks the dependency direction of
+// DESIGN.md §1 within this module: package store imports nothing of this
+// repository, and no store (nor what a store builds on) imports the root
+// package, directly or through another package of the module. Stores in
+// other modules are checked by their own go list -deps (see
+// docs/migrating.md).
+func TestStoreDependencyDirection(t *testing.T) {
+	const mod = "github.com/dlock-dev/dlock"
+	// deps returns the packages of this module that path imports,
+	// transitively (non-test files only), path included.
+	deps := func(path string) map[string]bool {
+		seen := map[string]bool{}
+		var walk func(string)
+		walk = func(p string) {
+			if seen[p] {
+				return
+			}
+			seen[p] = true
+			dir := "." + strings.TrimPrefix(p, mod)
+			bp, err := build.ImportDir(dir, 0)
+			if err != nil {
+				t.Fatalf("%s: %v", p, err)
+			}
+			for _, imp := range bp.Imports {
+				if imp == mod || strings.HasPrefix(imp, mod+"/") {
+					walk(imp)
+				}
+			}
+		}
+		walk(path)
+		return seen
+	}
+	if d := deps(mod + "/store"); len(d) != 1 {
+		t.Errorf("package store imports packages of this repository: %v", d)
+	}
+	for _, p := range []string{"store/memory", "store/valkey", "store/redlock", "internal/redisproto"} {
+		if deps(mod + "/" + p)[mod] {
+			t.Errorf("%s imports the root package %s; stores import package store only", p, mod)
+		}
+	}
+}
+
+// TestRootHasNoStoreAPI checks that the root package shows lock users no
+// name that only a store implementer needs: those are package store's.
+func TestRootHasNoStoreAPI(t *testing.T) {
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	declared := map[string]bool{}
+	fset := token.NewFileSet()
+	for _, name := range files {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, name, nil, parser.SkipObjectResolution)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range f.Decls {
+			switch d := d.(type) {
+			case *ast.FuncDecl:
+				if d.Recv == nil {
+					declared[d.Name.Name] = true
+				}
+			case *ast.GenDecl:
+				for _, spec := range d.Specs {
+					switch s := spec.(type) {
+					case *ast.TypeSpec:
+						declared[s.Name.Name] = true
+					case *ast.ValueSpec:
+						for _, n := range s.Names {
+							declared[n.Name] = true
+						}
+					}
+				}
+			}
+		}
+	}
+	for _, name := range []string{"Store", "Grant", "MultiStore", "MultiGrant", "GrantWatcher", "FenceRaiser", "Inspector",
+		"State", "LockDelayer", "SupportsLockDelay", "Drifter", "Elector", "Pinger", "Broadcaster", "MaxBroadcast", "Coexist"} {
+		if declared[name] {
+			t.Errorf("package dlock declares %s; it belongs to package store only", name)
+		}
+	}
 }

@@ -12,13 +12,13 @@ type Mode = store.Mode
 
 // The modes, one per pattern; see [store.Mode].
 const (
-	ModeMutex     Mode = store.ModeMutex     // exclusive: [Mutex], each name of a [Multi]
-	ModeReentrant Mode = store.ModeReentrant // exclusive, re-entered by its owner: [Reentrant]
-	ModeRead      Mode = store.ModeRead      // shared with other readers: [RWMutex.RLock]
-	ModeWrite     Mode = store.ModeWrite     // exclusive: [RWMutex.Lock]
-	ModeFair      Mode = store.ModeFair      // exclusive, in arrival order: [Fair]
-	ModeSemaphore Mode = store.ModeSemaphore // shared by up to n holders: [Semaphore]
-	ModeElection  Mode = store.ModeElection  // exclusive, with the leader's value: [Election]
+	ModeMutex     Mode = store.ModeMutex     // exclusive: Mutex, each name of a Multi
+	ModeReentrant Mode = store.ModeReentrant // exclusive, re-entered by its owner: Reentrant
+	ModeRead      Mode = store.ModeRead      // shared with other readers: RWMutex.RLock
+	ModeWrite     Mode = store.ModeWrite     // exclusive: RWMutex.Lock
+	ModeFair      Mode = store.ModeFair      // exclusive, in arrival order: Fair
+	ModeSemaphore Mode = store.ModeSemaphore // shared by up to n holders: Semaphore
+	ModeElection  Mode = store.ModeElection  // exclusive, with the leader's value: Election
 )
 
 // ParseMode returns the Mode whose String is s ("mutex", "read", ...).

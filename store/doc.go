@@ -49,7 +49,9 @@
 // must stay monotonic across a restart that loses the counter: issue
 // max(counter+1, store time in ms × 1000).
 //
-// Holds end at their TTL by the store's clock. Errors say what failed:
+// A hold that is not extended ends after its TTL; a store that ends every
+// hold at exactly its TTL by its own clock, whatever the holder does, says
+// so by implementing [LockDelayer]. Errors say what failed:
 // [ErrNotHeld] when a token holds nothing, a [*StoreError] (which wraps
 // [ErrUnavailable]) when the backend failed, an [*InvalidError] for a bad
 // request (check names with [ValidName]), a [*LimitError] for a semaphore
