@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"github.com/dlock-dev/dlock/store"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -13,7 +14,7 @@ import (
 // scheduler goroutine for all its leases. A Locker is safe for concurrent
 // use; Close stops it.
 type Locker struct {
-	store Store
+	store store.Store
 	cfg   config
 
 	mu     sync.Mutex
@@ -33,15 +34,15 @@ type Locker struct {
 // New returns a Locker over store. Options set the defaults of every lock it
 // hands out; see each option for its default. It returns an
 // [*InvalidError] for a nil store or a bad option.
-func New(store Store, opts ...Option) (*Locker, error) {
-	if store == nil {
+func New(s store.Store, opts ...Option) (*Locker, error) {
+	if s == nil {
 		return nil, invalid("store", "must not be nil")
 	}
 	cfg := defaultConfig()
 	if err := cfg.apply(opts); err != nil {
 		return nil, err
 	}
-	l := &Locker{store: store, cfg: cfg, stop: make(chan struct{})}
+	l := &Locker{store: s, cfg: cfg, stop: make(chan struct{})}
 	l.sched = scheduler{l: l, timer: time.NewTimer(time.Hour), wakeAt: time.Now().Add(time.Hour)}
 	l.wg.Add(1)
 	go func() {
@@ -52,7 +53,7 @@ func New(store Store, opts ...Option) (*Locker, error) {
 }
 
 // Store returns the store the Locker was created with.
-func (l *Locker) Store() Store { return l.store }
+func (l *Locker) Store() store.Store { return l.store }
 
 // Close releases every lease the Locker still holds (their Done closes and
 // Err reports [ErrLeaseLost] wrapping [ErrClosed]; a lease whose validity
@@ -184,7 +185,7 @@ func (l *Locker) acquire(ctx context.Context, c *config, req Request, wait bool)
 	if err := ValidName(req.Name); err != nil {
 		return nil, err
 	}
-	if c.lockDelay > 0 && !SupportsLockDelay(l.store) {
+	if c.lockDelay > 0 && !store.SupportsLockDelay(l.store) {
 		return nil, notSupported("lock-delay (the store does not end holds by its own clock)")
 	}
 	req.TTL = c.ttl + c.lockDelay // the store's hold; the lease is valid for c.ttl
@@ -312,9 +313,9 @@ func (l *Locker) waitWatched(ctx context.Context, c *config, req Request) (*Leas
 // sends the two on different ones) and re-create what the Release removed:
 // a queue place or write intent that keeps others out until its queue TTL,
 // or a grant that nobody knows of.
-func (l *Locker) tryOnce(ctx context.Context, c *config, req Request, keep bool) (*Lease, Grant, error) {
+func (l *Locker) tryOnce(ctx context.Context, c *config, req Request, keep bool) (*Lease, store.Grant, error) {
 	if l.isClosed.Load() {
-		return nil, Grant{}, ErrClosed
+		return nil, store.Grant{}, ErrClosed
 	}
 	g, sent, err := l.ask(ctx, c, req)
 	if err == nil && g.Acquired {
@@ -329,13 +330,13 @@ func (l *Locker) tryOnce(ctx context.Context, c *config, req Request, keep bool)
 	if !keep || ctx.Err() != nil || errors.Is(err, ErrClosed) {
 		l.releaseBehind(ctx, c, req)
 	}
-	return nil, Grant{}, err
+	return nil, store.Grant{}, err
 }
 
 // ask sends req's Acquire, and asks once more with the same token when the
 // reply was lost and ctx has not ended. It returns the grant and when the
 // request that got it was sent.
-func (l *Locker) ask(ctx context.Context, c *config, req Request) (Grant, time.Time, error) {
+func (l *Locker) ask(ctx context.Context, c *config, req Request) (store.Grant, time.Time, error) {
 	sent := time.Now()
 	actx, acancel := l.expiries.attemptContext(ctx, c.opTimeout)
 	g, err := l.store.Acquire(actx, req)
@@ -352,14 +353,14 @@ func (l *Locker) ask(ctx context.Context, c *config, req Request) (Grant, time.T
 			return g, sent, nil
 		}
 	}
-	return Grant{}, sent, errors.Join(&StoreError{Op: "acquire", Node: -1, Err: err}, ctx.Err())
+	return store.Grant{}, sent, errors.Join(&StoreError{Op: "acquire", Node: -1, Err: err}, ctx.Err())
 }
 
 // newLease turns grant g of req, asked for at sent, into a held Lease and
 // hands it to the scheduler. A grant that came too late, after ctx ended or
 // after Close is refused with an error, and the caller must release it (or
 // ask again with the same token).
-func (l *Locker) newLease(ctx context.Context, c *config, req Request, g Grant, sent time.Time) (*Lease, error) {
+func (l *Locker) newLease(ctx context.Context, c *config, req Request, g store.Grant, sent time.Time) (*Lease, error) {
 	ttl := req.TTL - c.lockDelay
 	validUntil := sent.Add(ttl - l.driftFor(c.driftFactor, ttl))
 	if ctx.Err() != nil || !time.Now().Before(validUntil) {

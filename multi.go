@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/dlock-dev/dlock/store"
 	"slices"
 	"sync"
 	"time"
@@ -144,7 +145,7 @@ func (m *Multi) check() error {
 	if m.err != nil {
 		return m.err
 	}
-	if m.cfg.lockDelay > 0 && !SupportsLockDelay(m.l.store) {
+	if m.cfg.lockDelay > 0 && !store.SupportsLockDelay(m.l.store) {
 		return notSupported("lock-delay (the store does not end holds by its own clock)")
 	}
 	return nil
@@ -154,8 +155,8 @@ func (m *Multi) check() error {
 // store (see [MultiStore]) rather than name by name.
 func (m *Multi) Atomic() bool { return m.atomic() != nil }
 
-func (m *Multi) atomic() MultiStore {
-	if ms, ok := m.l.store.(MultiStore); ok && m.err == nil && ms.AtomicMulti(m.names) {
+func (m *Multi) atomic() store.MultiStore {
+	if ms, ok := m.l.store.(store.MultiStore); ok && m.err == nil && ms.AtomicMulti(m.names) {
 		return ms
 	}
 	return nil
@@ -164,7 +165,7 @@ func (m *Multi) atomic() MultiStore {
 // attempt takes every name with token: in one operation of the store when
 // it can, otherwise in order. On a refusal or an error nothing is left held
 // and it returns the refusing name with its grant.
-func (m *Multi) attempt(ctx context.Context, token string) (*MultiLease, Grant, string, error) {
+func (m *Multi) attempt(ctx context.Context, token string) (*MultiLease, store.Grant, string, error) {
 	if ms := m.atomic(); ms != nil {
 		return m.attemptAtomic(ctx, ms, token)
 	}
@@ -193,27 +194,27 @@ func (m *Multi) attempt(ctx context.Context, token string) (*MultiLease, Grant, 
 // held returns ml once it is known that none of its leases ran out while
 // the others were taken; otherwise it releases every name and returns a
 // [*StoreError], and the caller may try again.
-func (m *Multi) held(ctx context.Context, ml *MultiLease) (*MultiLease, Grant, string, error) {
+func (m *Multi) held(ctx context.Context, ml *MultiLease) (*MultiLease, store.Grant, string, error) {
 	for _, ls := range ml.leases {
 		ls.notifyLoss(ml.lost)
 	}
 	if err := ml.Err(); err != nil {
 		ml.Release(ctx)
-		return nil, Grant{}, "", &StoreError{Op: "acquire", Node: -1, Err: fmt.Errorf("a name's lease ran out while the others were taken: %w", err)}
+		return nil, store.Grant{}, "", &StoreError{Op: "acquire", Node: -1, Err: fmt.Errorf("a name's lease ran out while the others were taken: %w", err)}
 	}
-	return ml, Grant{}, "", nil
+	return ml, store.Grant{}, "", nil
 }
 
 // attemptAtomic takes every name with one AcquireMulti of ms. A reply lost
 // to a network error is asked for again with the same token (the store
 // answers idempotently), and released when that fails too, as tryOnce does.
-func (m *Multi) attemptAtomic(ctx context.Context, ms MultiStore, token string) (*MultiLease, Grant, string, error) {
+func (m *Multi) attemptAtomic(ctx context.Context, ms store.MultiStore, token string) (*MultiLease, store.Grant, string, error) {
 	c, l := &m.cfg, m.l
 	l.mu.Lock()
 	closed := l.closed
 	l.mu.Unlock()
 	if closed {
-		return nil, Grant{}, "", ErrClosed
+		return nil, store.Grant{}, "", ErrClosed
 	}
 	reqs := make([]Request, len(m.names))
 	for i, name := range m.names {
@@ -225,26 +226,26 @@ func (m *Multi) attemptAtomic(ctx context.Context, ms MultiStore, token string) 
 	acancel()
 	if err != nil {
 		if errors.Is(err, ErrInvalid) || errors.Is(err, ErrNotSupported) {
-			return nil, Grant{}, "", err
+			return nil, store.Grant{}, "", err
 		}
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opTimeout)
 		defer cancel()
 		sent = time.Now()
 		if mg, err = ms.AcquireMulti(rctx, reqs); err != nil {
 			ms.ReleaseMulti(rctx, reqs)
-			return nil, Grant{}, "", errors.Join(&StoreError{Op: "acquire", Node: -1, Err: err}, ctx.Err())
+			return nil, store.Grant{}, "", errors.Join(&StoreError{Op: "acquire", Node: -1, Err: err}, ctx.Err())
 		}
 	}
 	if !mg.Acquired {
 		return nil, mg.Refusal, reqs[mg.Refused].Name, nil
 	}
 	if len(mg.Fences) != len(reqs) {
-		return nil, Grant{}, "", &StoreError{Op: "acquire", Node: -1, Err: fmt.Errorf("%d fences for %d names", len(mg.Fences), len(reqs))}
+		return nil, store.Grant{}, "", &StoreError{Op: "acquire", Node: -1, Err: fmt.Errorf("%d fences for %d names", len(mg.Fences), len(reqs))}
 	}
 	took := time.Since(sent)
 	leases := make([]*Lease, 0, len(reqs))
 	for i, req := range reqs {
-		ls, err := l.newLease(ctx, c, req, Grant{Acquired: true, Fence: mg.Fences[i]}, sent)
+		ls, err := l.newLease(ctx, c, req, store.Grant{Acquired: true, Fence: mg.Fences[i]}, sent)
 		if err != nil {
 			// Give up every name.
 			rest := make([]Request, 0, len(reqs))
@@ -258,7 +259,7 @@ func (m *Multi) attemptAtomic(ctx context.Context, ms MultiStore, token string) 
 				ms.ReleaseMulti(rctx, rest)
 				cancel()
 			}
-			return nil, Grant{}, "", err
+			return nil, store.Grant{}, "", err
 		}
 		m.l.emit(Event{Kind: EventAcquire, Mode: ModeMutex, Name: req.Name, Result: "acquired", Fence: ls.fence, Duration: took})
 		leases = append(leases, ls)
@@ -291,7 +292,7 @@ type MultiLease struct {
 	names  []string
 	leases []*Lease // in names order
 	// ms, when set, extends and releases every name in one operation.
-	ms        MultiStore
+	ms        store.MultiStore
 	opTimeout time.Duration
 
 	once sync.Once
