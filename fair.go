@@ -89,15 +89,19 @@ func (l *Locker) waitFair(ctx context.Context, c *config, req Request, own bool)
 // A grant pushed on the watch counts only when it was issued after the
 // current round's Acquire reached the store, so that its lease can be
 // dated from that round's send. A refused round proves that no grant to
-// the token was alive when it reached the store; a grant issued before then
-// can only have died by running out its TTL, so it is stale only when more
-// than a TTL (less drift) passed between the previous refused round's send
-// and this round's answer, with no release by this waiter in between. In
-// that case a pushed grant is confirmed by the next round's own Acquire
-// (idempotent per token: it reports a hold the token was handed) rather
-// than taken as it is.
+// the token was alive when it reached the store; a grant issued before
+// then can only have died by running out its TTL (the wait releases
+// nothing while it goes on). So as long as every refused round was sent
+// less than a TTL (less drift) after the previous one answered, since the
+// watch began, no grant issued before a round can have died before it, and
+// a pushed grant that follows a refused round was issued after it. Once a
+// longer gap occurred (the waiter was paused, the store slow) a dead grant
+// may still be on its way, however late: from then on every pushed grant
+// is confirmed by the next round's own Acquire (idempotent per token: it
+// reports a hold the token was handed) rather than taken as it is. Rounds
+// are at most half that apart while nothing stalls.
 func (l *Locker) waitGrant(ctx context.Context, c *config, req Request, since time.Time, w *waiter) (*Lease, error) {
-	q := queueWait{c: c, req: req, since: since, lastPos: -1}
+	q := queueWait{c: c, req: req, since: since, doubt: since.IsZero(), lastPos: -1}
 	q.fresh = c.ttl - l.driftFor(c.driftFactor, c.ttl)
 	for {
 		sent := time.Now()
@@ -105,15 +109,9 @@ func (l *Locker) waitGrant(ctx context.Context, c *config, req Request, since ti
 		if ls != nil {
 			return ls, nil
 		}
-		if err != nil && ctx.Err() != nil {
-			return nil, err // it matches ctx.Err(); tryOnce released behind the caller
-		}
-		if err != nil && !errors.Is(err, ErrUnavailable) {
-			l.releaseBehind(ctx, c, req)
-			if ctx.Err() != nil && !errors.Is(err, ErrLocked) {
-				err = errors.Join(&LockedError{Name: req.Name}, err)
-			}
-			return nil, err
+		if err != nil && (ctx.Err() != nil || !errors.Is(err, ErrUnavailable)) {
+			l.releaseBehind(ctx, c, req) // its place, or what the attempt may hold
+			return nil, err              // after ctx ended, it matches ctx.Err()
 		}
 		delay, trusted := q.round(l, w, sent, g, err)
 		if err != nil && !w.watching() && !w.handOver(ctx, req) {
@@ -134,6 +132,7 @@ func (l *Locker) waitGrant(ctx context.Context, c *config, req Request, since ti
 			}
 			// The grant came too late to be used: the next round asks
 			// again with the same token, which renews what is still held.
+			q.doubt = true
 		case wokeEnded:
 			l.releaseBehind(ctx, c, req)
 			return nil, ended(ctx, q.last, req.Name)
@@ -145,7 +144,8 @@ func (l *Locker) waitGrant(ctx context.Context, c *config, req Request, since ti
 type queueWait struct {
 	c       *config
 	req     Request
-	since   time.Time     // the send of the last refused round; zero when nothing is known
+	since   time.Time     // the send of the last refused round (at first, when the watch began)
+	doubt   bool          // pushed grants need confirming: see waitGrant
 	fresh   time.Duration // the TTL less drift: see waitGrant
 	lastPos int           // the fair queue place last reported
 	last    error         // the last round's refusal or failure
@@ -158,15 +158,15 @@ func (q *queueWait) round(l *Locker, w *waiter, sent time.Time, g store.Grant, e
 	c, req := q.c, q.req
 	delay := req.QueueTTL / 3
 	if err != nil {
-		// tryOnce may have released the token's place or hold, so a
-		// grant pushed before that release is dead: nothing is known of
-		// the token until its next refused round.
+		// The gap to the next refused round covers this one.
 		c.logger.Debug("dlock: acquire failed; retrying", "name", req.Name, "err", err)
-		q.last, q.since = err, time.Time{}
+		q.last = err
 		return min(delay, w.bo.next()), false
 	}
 	q.last = &LockedError{Name: req.Name, RetryAfter: g.RetryAfter, Held: g.Held}
-	trusted := !q.since.IsZero() && time.Since(q.since) < q.fresh
+	if time.Since(q.since) >= q.fresh {
+		q.doubt = true
+	}
 	q.since = sent
 	w.bo.reset()
 	if req.Mode == ModeMutex {
@@ -183,5 +183,5 @@ func (q *queueWait) round(l *Locker, w *waiter, sent time.Time, g store.Grant, e
 	if (g.Position == 0 || req.Mode == ModeMutex) && g.RetryAfter > 0 {
 		delay = min(delay, g.RetryAfter+time.Millisecond)
 	}
-	return delay, trusted
+	return min(delay, q.fresh/2), !q.doubt
 }

@@ -240,10 +240,23 @@ func (l *Locker) take(ctx context.Context, c *config, req Request, wait, own boo
 	// A refused caller watches, then tries again at once (the loop of
 	// waitWatched), so a release between the refusal and the watch is not
 	// missed.
-	if ls, _, err := l.tryOnce(ctx, c, req, true); ls != nil {
+	ls, g, err := l.tryOnce(ctx, c, req, true)
+	switch {
+	case ls != nil:
 		return ls, nil
-	} else if err != nil && (!errors.Is(err, ErrUnavailable) || ctx.Err() != nil) {
-		return nil, err // tryOnce released behind a caller whose ctx ended
+	case ctx.Err() != nil:
+		if err != nil || req.Queue {
+			l.releaseBehind(ctx, c, req) // what the attempt may hold, or its place
+		}
+		if err == nil {
+			err = &LockedError{Name: req.Name, RetryAfter: g.RetryAfter, Held: g.Held}
+		}
+		return nil, ended(ctx, err, req.Name)
+	case err != nil && !errors.Is(err, ErrUnavailable):
+		if errors.Is(err, ErrClosed) {
+			l.releaseBehind(ctx, c, req)
+		}
+		return nil, err
 	}
 	if req.Mode == ModeMutex && own {
 		if ls, err, ok := l.waitHandoff(ctx, c, req); ok {
@@ -267,7 +280,8 @@ func (l *Locker) waitWatched(ctx context.Context, c *config, req Request) (*Leas
 			return ls, nil
 		}
 		if err != nil && (!errors.Is(err, ErrUnavailable) || ctx.Err() != nil) {
-			return nil, err // tryOnce released behind a caller whose ctx ended
+			l.releaseBehind(ctx, c, req) // what the attempt may hold, or its place
+			return nil, err
 		}
 		last := err
 		if err != nil {
@@ -301,10 +315,11 @@ func (l *Locker) waitWatched(ctx context.Context, c *config, req Request) (*Leas
 // came too late to be used, the token may hold the lock without anyone
 // knowing: with keep unset (a single attempt) tryOnce releases it behind
 // the caller; with keep set (a wait) it leaves that to the wait, which asks
-// again with the same token or releases when it ends: a release sent while
-// the wait goes on could reach the store after the wait's next grant and
-// free it. A caller whose ctx ends gets its answer at most twice the op
-// timeout later: one for the call in flight, one for the release.
+// again with the same token or releases once when it ends: a release sent
+// while the wait goes on could reach the store after the wait's next grant
+// and free it. Nothing is sent once ctx has ended, so a caller whose ctx
+// ends gets its answer at most twice the op timeout later: one for the call
+// in flight, one for the release.
 //
 // The attempt is not abandoned when ctx ends: it gets its reply, or is cut
 // short opTimeout later (see attemptContext). A call abandoned to ctx can
@@ -317,6 +332,9 @@ func (l *Locker) tryOnce(ctx context.Context, c *config, req Request, keep bool)
 	if l.isClosed.Load() {
 		return nil, store.Grant{}, ErrClosed
 	}
+	if ctx.Err() != nil {
+		return nil, store.Grant{}, ended(ctx, nil, req.Name) // nothing sent
+	}
 	g, sent, err := l.ask(ctx, c, req)
 	if err == nil && g.Acquired {
 		var ls *Lease
@@ -327,7 +345,7 @@ func (l *Locker) tryOnce(ctx context.Context, c *config, req Request, keep bool)
 	if err == nil || errors.Is(err, ErrInvalid) || errors.Is(err, ErrNotSupported) || errors.Is(err, ErrUpgrade) {
 		return nil, g, err
 	}
-	if !keep || ctx.Err() != nil || errors.Is(err, ErrClosed) {
+	if !keep {
 		l.releaseBehind(ctx, c, req)
 	}
 	return nil, store.Grant{}, err

@@ -176,8 +176,8 @@ func (m *Multi) attempt(ctx context.Context, token string) (*MultiLease, store.G
 		sent := time.Now()
 		ls, g, err := m.l.tryOnce(ctx, c, req, true)
 		if ls == nil {
-			var unresolved []Request            // what the failed attempt may hold
-			if err != nil && ctx.Err() == nil { // (tryOnce released it if ctx ended)
+			var unresolved []Request // what the failed attempt may hold
+			if err != nil {
 				unresolved = append(unresolved, req)
 			}
 			m.undo(ctx, leases, unresolved)
