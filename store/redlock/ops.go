@@ -46,6 +46,26 @@ type acquireReply struct {
 	err error
 }
 
+// acquisition is one Acquire in progress: the request as made and as sent
+// to the nodes, what the nodes answered so far, and the fan-out that
+// delivers the rest.
+type acquisition struct {
+	req     store.Request // as the caller made it (a mutex's Queue cleared)
+	nodeReq store.Request // as sent to the nodes (an election's value pending)
+	value   string        // to remember with the grant; an election's to announce
+	prev    int64         // the fence of the token's current grant, or 0
+	start   time.Time     // before the first request: validity counts from it
+	timeout time.Duration // the node timeout
+	f       *fanout[acquireReply]
+
+	state                       []uint8
+	grants                      []store.Grant
+	nGranted, nRefused, nFailed int
+	answered                    int
+	errs                        []error // one *store.StoreError per failed node
+	fatal                       error   // the first request error (see requestError)
+}
+
 // Acquire implements [store.Store]. It sends req to every node at once and
 // returns as soon as the outcome is decided:
 //
@@ -80,8 +100,30 @@ type acquireReply struct {
 // that granted it or might have (a failed or late node), and waits for
 // those releases, so it leaves no key of its own behind.
 func (s *Store) Acquire(ctx context.Context, req store.Request) (store.Grant, error) {
-	if err := checkMode(req.Mode); err != nil {
+	req, err := s.acquireRequest(ctx, req)
+	if err != nil {
 		return store.Grant{}, err
+	}
+	if err := s.enter(); err != nil {
+		return store.Grant{}, err
+	}
+	defer s.wg.Done()
+
+	a := s.startAcquire(ctx, req)
+	s.collect(a)
+	if a.fatal == nil && a.nGranted >= s.quorum {
+		return s.grant(ctx, a)
+	}
+	return s.refuse(ctx, a)
+}
+
+// acquireRequest decides whether Acquire may send req at all: it returns
+// req as the nodes should see it (a mutex never registered as a waiter),
+// or an error for a mode redlock cannot keep, an election over nodes that
+// are not electors, or a ctx that has already ended.
+func (s *Store) acquireRequest(ctx context.Context, req store.Request) (store.Request, error) {
+	if err := checkMode(req.Mode); err != nil {
+		return req, err
 	}
 	if req.Mode == store.ModeMutex {
 		// A node that handed the mutex to a registered waiter would give
@@ -90,32 +132,37 @@ func (s *Store) Acquire(ctx context.Context, req store.Request) (store.Grant, er
 	}
 	if req.Mode == store.ModeElection {
 		if err := s.canElect(); err != nil {
-			return store.Grant{}, err
+			return req, err
 		}
 	}
 	if err := ctx.Err(); err != nil {
-		return store.Grant{}, err
+		return req, err
 	}
-	if err := s.enter(); err != nil {
-		return store.Grant{}, err
-	}
-	defer s.wg.Done()
+	return req, nil
+}
 
-	start := time.Now()
-	n, q := len(s.nodes), s.quorum
-	timeout := s.nodeTimeout(req.TTL)
+// startAcquire sends req to every node at once (the fan-out), each node's
+// request after this Store's earlier operations on the lock reached that
+// node, and returns the acquisition in progress, with no answer read yet.
+// It decides what the nodes are sent: an election's value stays pending
+// there, and a mutex carries one fence floor proposed to every node.
+func (s *Store) startAcquire(ctx context.Context, req store.Request) *acquisition {
+	n := len(s.nodes)
+	a := &acquisition{req: req, start: time.Now()}
+	a.timeout = s.nodeTimeout(req.TTL)
 	fl := s.flightsOf(req.Name)
-	prev, value := s.prevHold(req)
+	a.prev, a.value = s.prevHold(req)
 	// An election's nodes are granted, and have the term written back
 	// with, a pending value; announce marks it settled once the grant is
 	// decided (see election.go).
 	nodeReq := req
 	if req.Mode == store.ModeElection {
-		if prev == 0 {
-			value = req.Value
+		if a.prev == 0 {
+			a.value = req.Value
 		}
 		nodeReq.Value = ""
 	}
+	a.nodeReq = nodeReq
 	nodeCtx := ctx
 	if req.Mode == store.ModeMutex {
 		// One floor for every node: nodes with no counter for the name then
@@ -124,109 +171,150 @@ func (s *Store) Acquire(ctx context.Context, req store.Request) (store.Grant, er
 		// the script (see redisproto.WithFenceFloor; other stores ignore it).
 		nodeCtx = redisproto.WithFenceFloor(ctx, time.Now().UnixMilli()*1000+proposedFloorLead)
 	}
-	f := fanOut(s, nodeCtx, timeout, s.all, func(ctx context.Context, i int) acquireReply {
+	a.f = fanOut(s, nodeCtx, a.timeout, s.all, func(ctx context.Context, i int) acquireReply {
 		if err := fl.wait(ctx, i); err != nil {
 			return acquireReply{err: err}
 		}
 		g, err := s.nodes[i].Acquire(ctx, nodeReq)
 		return acquireReply{g, err}
 	})
-	ch := f.ch
-	state := make([]uint8, n)
-	grants := make([]store.Grant, n)
-	var nGranted, nRefused, nFailed int
-	var errs []error
-	var fatal error
+	a.state = make([]uint8, n)
+	a.grants = make([]store.Grant, n)
+	return a
+}
+
+// collect reads the nodes' answers, counting grants, refusals and failures
+// (the quorum count), until a grant is possible (a majority granted) or
+// ruled out by the refusals or the failures alone, or every node answered.
+// A write grant, an election and a repeat by the holder read on to the last
+// node (or its node timeout).
+func (s *Store) collect(a *acquisition) {
+	n, q := len(s.nodes), s.quorum
 	// A write grant, an election, and a repeated Acquire by the holder,
 	// wait for every node (see settleNodes): readers take the highest
 	// counter of their nodes and must find the writer's fence there, a
 	// leader's term is settled on every node that granted it (and Leader
 	// reads it there), and a repeat must find the nodes that gave the
 	// first fence.
-	all := req.Mode == store.ModeWrite || req.Mode == store.ModeElection || prev > 0
-	answered := 0
+	all := a.req.Mode == store.ModeWrite || a.req.Mode == store.ModeElection || a.prev > 0
 	// Once refusals and failures together deny a majority, no grant is
 	// possible, but what to report is not decided until the refusals alone
 	// deny a majority (the lock is held: a refusal) or the failures do (no
 	// quorum, whatever the holders do): read on until one of them does or
-	// every node answered (see the end of Acquire).
-	for answered < n && (nGranted < q || all) && nRefused <= n-q && nFailed <= n-q {
-		r := <-ch
-		answered++
+	// every node answered (see refuse).
+	for a.answered < n && (a.nGranted < q || all) && a.nRefused <= n-q && a.nFailed <= n-q {
+		r := <-a.f.ch
+		a.answered++
 		switch {
 		case r.val.err != nil:
-			state[r.node] = failed
-			nFailed++
-			errs = append(errs, nodeErr("acquire", r.node, r.val.err))
-			if fatal == nil && requestError(r.val.err) {
-				fatal = r.val.err
+			a.state[r.node] = failed
+			a.nFailed++
+			a.errs = append(a.errs, nodeErr("acquire", r.node, r.val.err))
+			if a.fatal == nil && requestError(r.val.err) {
+				a.fatal = r.val.err
 			}
 		case r.val.g.Acquired:
-			state[r.node] = granted
-			grants[r.node] = r.val.g
-			nGranted++
+			a.state[r.node] = granted
+			a.grants[r.node] = r.val.g
+			a.nGranted++
 		default:
-			state[r.node] = refused
-			grants[r.node] = r.val.g
-			nRefused++
+			a.state[r.node] = refused
+			a.grants[r.node] = r.val.g
+			a.nRefused++
 		}
 	}
-	if fatal == nil && nGranted >= q {
-		use := s.settleNodes(prev, state, grants)
-		fence, err := s.settle(ctx, nodeReq, timeout, use, grants)
-		if err == nil {
-			if validity := req.TTL - time.Since(start) - s.Drift(req.TTL); validity > 0 {
-				// The grant is decided: nothing undoes it from here.
-				if req.Mode == store.ModeElection {
-					s.announce(ctx, req, settledPrefix+value, timeout, use, fence)
-				}
-				late := make([]bool, n)
-				for i, st := range state {
-					late[i] = st == pending
-				}
-				s.remember(req, fence, value)
-				f.track([]string{req.Name}, late)
-				return store.Grant{Acquired: true, Fence: fence, Count: 1}, nil
-			}
-			err = &store.StoreError{Op: "acquire", Node: -1, Err: errValidity}
-		}
-		s.undo(ctx, req, timeout, state, ch, n-answered)
+}
+
+// grant finishes an acquisition that a majority granted: it settles the
+// fence over the granted nodes (the fence write-back), checks that validity
+// remains, and only then, the grant being decided, announces an election's
+// leader, remembers the grant and tracks the nodes still answering. It
+// returns the grant, or, having undone the acquisition, the settlement's
+// error or a [*store.StoreError] wrapping errValidity.
+func (s *Store) grant(ctx context.Context, a *acquisition) (store.Grant, error) {
+	use := s.settleNodes(a.prev, a.state, a.grants)
+	fence, err := s.settle(ctx, a.nodeReq, a.timeout, use, a.grants)
+	if err == nil {
+		err = s.checkValidity(a)
+	}
+	if err != nil {
+		s.undo(ctx, a.req, a.timeout, a.state, a.f.ch, len(s.nodes)-a.answered)
 		return store.Grant{}, err
 	}
-	var refusal store.Grant
-	if fatal == nil && nFailed <= n-q {
-		// A refusal. Which pattern holds the name is what a majority of the
-		// nodes say: a minority may keep a hold the majority ended (a
-		// renewal that reached it after a shorter re-acquire), so read on
-		// while the refusals so far do not agree by a majority. undo waits
-		// for every node anyway.
-		refusal.RetryAfter = retryAfter(state, grants, q)
-		for answered < n && !heldByMajority(state, grants, q) {
-			r := <-ch
-			answered++
-			switch {
-			case r.val.err != nil:
-				state[r.node] = failed
-			case r.val.g.Acquired:
-				state[r.node] = granted
-			default:
-				state[r.node] = refused
-				grants[r.node] = r.val.g
-			}
-		}
-		refusal.Held = heldMode(state, grants)
+	// The grant is decided: nothing undoes it from here.
+	if a.req.Mode == store.ModeElection {
+		s.announce(ctx, a.req, settledPrefix+a.value, a.timeout, use, fence)
 	}
-	s.undo(ctx, req, timeout, state, ch, n-answered)
+	late := make([]bool, len(a.state))
+	for i, st := range a.state {
+		late[i] = st == pending
+	}
+	s.remember(a.req, fence, a.value)
+	a.f.track([]string{a.req.Name}, late)
+	return store.Grant{Acquired: true, Fence: fence, Count: 1}, nil
+}
+
+// checkValidity returns nil while the grant still has validity
+// (TTL − elapsed since the first request − drift), and otherwise a
+// [*store.StoreError] wrapping errValidity.
+func (s *Store) checkValidity(a *acquisition) error {
+	if validity := a.req.TTL - time.Since(a.start) - s.Drift(a.req.TTL); validity > 0 {
+		return nil
+	}
+	return &store.StoreError{Op: "acquire", Node: -1, Err: errValidity}
+}
+
+// refuse finishes an acquisition that no majority granted: it undoes it on
+// the nodes and returns the first request error a node returned, a
+// [*QuorumError] when too many nodes failed to make a majority, or else a
+// refusal, its RetryAfter and Held read from the refusing nodes (see
+// refusal).
+func (s *Store) refuse(ctx context.Context, a *acquisition) (store.Grant, error) {
+	n, q := len(s.nodes), s.quorum
+	var g store.Grant
+	if a.fatal == nil && a.nFailed <= n-q {
+		g = s.refusal(a)
+	}
+	s.undo(ctx, a.req, a.timeout, a.state, a.f.ch, n-a.answered)
 	switch {
-	case fatal != nil:
-		return store.Grant{}, fatal
-	case nFailed > n-q:
+	case a.fatal != nil:
+		return store.Grant{}, a.fatal
+	case a.nFailed > n-q:
 		// Too few nodes answered to make a majority even if every holder
 		// released: no quorum, even when the nodes that answered refused.
-		s.cfg.logger.Debug("dlock: redlock acquire without quorum", "name", req.Name, "failed", nFailed)
-		return store.Grant{}, &QuorumError{Op: "acquire", OK: answered - nFailed, Quorum: q, Nodes: errs}
+		s.cfg.logger.Debug("dlock: redlock acquire without quorum", "name", a.req.Name, "failed", a.nFailed)
+		return store.Grant{}, &QuorumError{Op: "acquire", OK: a.answered - a.nFailed, Quorum: q, Nodes: a.errs}
 	}
-	return refusal, nil
+	return g, nil
+}
+
+// refusal returns the refusal of an acquisition that the lock's holders
+// deny: RetryAfter from the nodes read so far, and Held, the mode that
+// most refusing nodes report, reading on until a majority of the nodes
+// report one mode or every node answered.
+func (s *Store) refusal(a *acquisition) store.Grant {
+	n, q := len(s.nodes), s.quorum
+	// Which pattern holds the name is what a majority of the nodes say: a
+	// minority may keep a hold the majority ended (a renewal that reached
+	// it after a shorter re-acquire), so read on while the refusals so far
+	// do not agree by a majority. undo waits for every node anyway.
+	var g store.Grant
+	g.RetryAfter = retryAfter(a.state, a.grants, q)
+	for a.answered < n && !heldByMajority(a.state, a.grants, q) {
+		r := <-a.f.ch
+		a.answered++
+		switch {
+		case r.val.err != nil:
+			a.state[r.node] = failed
+		case r.val.g.Acquired:
+			a.state[r.node] = granted
+		default:
+			a.state[r.node] = refused
+			a.grants[r.node] = r.val.g
+		}
+	}
+	g.Held = heldMode(a.state, a.grants)
+	return g
 }
 
 // heldMode is the mode that most refusing nodes report holding the name.
