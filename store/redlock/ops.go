@@ -518,82 +518,19 @@ func (s *Store) undo(ctx context.Context, req store.Request, timeout time.Durati
 // otherwise a [*QuorumError] (the extension is unconfirmed; the lease stays
 // valid until its current validity ends).
 func (s *Store) Extend(ctx context.Context, reqs []store.Request) []error {
-	out := make([]error, len(reqs))
 	if len(reqs) == 0 {
-		return out
+		return make([]error, 0)
 	}
 	if err := s.enter(); err != nil {
-		for j := range out {
-			out[j] = err
-		}
-		return out
+		return repeatErr(len(reqs), err)
 	}
 	defer s.wg.Done()
-	ttl := reqs[0].TTL
-	for _, r := range reqs {
-		ttl = min(ttl, r.TTL)
-	}
-	n, q := len(s.nodes), s.quorum
-	var fls flights
-	for _, r := range reqs {
-		fls = append(fls, s.flightsOf(r.Name)...)
-	}
-	f := fanOut(s, ctx, s.nodeTimeout(ttl), s.all, func(ctx context.Context, i int) []error {
-		if err := fls.wait(ctx, i); err != nil {
-			errs := make([]error, len(reqs))
-			for j := range errs {
-				errs[j] = err
-			}
-			return errs
-		}
-		return s.nodes[i].Extend(ctx, reqs)
-	})
-	ch := f.ch
-	ok := make([]int, len(reqs))
-	notHeld := make([]int, len(reqs))
-	errs := make([][]error, len(reqs))
-	decided := make([]bool, len(reqs))
-	undecided := len(reqs)
-	late := make([]bool, n) // nodes that have not answered
-	for i := range late {
-		late[i] = true
-	}
+	n := len(s.nodes)
+	f := s.startExtend(ctx, reqs)
+	e := newExtension(reqs, n)
 	answered := 0
-	for ; answered < n && undecided > 0; answered++ {
-		r := <-ch
-		late[r.node] = false
-		for j := range reqs {
-			if decided[j] {
-				continue
-			}
-			var err error
-			if j < len(r.val) {
-				err = r.val[j]
-			} else {
-				err = errors.New("redlock: node returned too few results")
-			}
-			switch {
-			case err == nil:
-				ok[j]++
-			case errors.Is(err, store.ErrNotHeld):
-				notHeld[j]++
-			default:
-				errs[j] = append(errs[j], nodeErr("extend", r.node, err))
-			}
-			switch {
-			case ok[j] >= q:
-				out[j] = nil
-				s.extended(reqs[j])
-			case notHeld[j] > n-q:
-				out[j] = store.ErrNotHeld
-			case notHeld[j]+len(errs[j]) > n-q:
-				out[j] = &QuorumError{Op: "extend", OK: ok[j], Quorum: q, Nodes: errs[j]}
-			default:
-				continue
-			}
-			decided[j] = true
-			undecided--
-		}
+	for ; answered < n && e.undecided > 0; answered++ {
+		s.countExtend(e, <-f.ch)
 	}
 	// Later operations on these names wait for the nodes still renewing
 	// them, so that a renewal cannot land after them (a re-acquire with a
@@ -603,9 +540,122 @@ func (s *Store) Extend(ctx context.Context, reqs []store.Request) []error {
 		for _, r := range reqs {
 			names = append(names, r.Name)
 		}
-		f.track(names, late)
+		f.track(names, e.late)
 	}
-	return out
+	return e.out
+}
+
+// repeatErr returns n copies of err, one per request.
+func repeatErr(n int, err error) []error {
+	errs := make([]error, n)
+	for j := range errs {
+		errs[j] = err
+	}
+	return errs
+}
+
+// startExtend sends reqs to every node at once (the fan-out), in one call
+// per node made after this Store's earlier operations on every name of
+// reqs reached that node, under the node timeout of the shortest TTL, and
+// returns the fan-out, with no answer read yet.
+func (s *Store) startExtend(ctx context.Context, reqs []store.Request) *fanout[[]error] {
+	ttl := reqs[0].TTL
+	for _, r := range reqs {
+		ttl = min(ttl, r.TTL)
+	}
+	var fls flights
+	for _, r := range reqs {
+		fls = append(fls, s.flightsOf(r.Name)...)
+	}
+	return fanOut(s, ctx, s.nodeTimeout(ttl), s.all, func(ctx context.Context, i int) []error {
+		if err := fls.wait(ctx, i); err != nil {
+			return repeatErr(len(reqs), err)
+		}
+		return s.nodes[i].Extend(ctx, reqs)
+	})
+}
+
+// extension is one Extend in progress: per request, how the nodes that
+// answered so far replied and whether its outcome is decided (out).
+type extension struct {
+	reqs      []store.Request
+	out       []error
+	ok        []int     // nodes that extended the request
+	notHeld   []int     // nodes that report the token does not hold it
+	errs      [][]error // nodes that failed, as *store.StoreError
+	decided   []bool
+	undecided int
+	late      []bool // nodes that have not answered
+}
+
+func newExtension(reqs []store.Request, n int) *extension {
+	e := &extension{
+		reqs:      reqs,
+		out:       make([]error, len(reqs)),
+		ok:        make([]int, len(reqs)),
+		notHeld:   make([]int, len(reqs)),
+		errs:      make([][]error, len(reqs)),
+		decided:   make([]bool, len(reqs)),
+		undecided: len(reqs),
+		late:      make([]bool, n),
+	}
+	for i := range e.late {
+		e.late[i] = true
+	}
+	return e
+}
+
+// countExtend counts one node's answer r towards every request still
+// undecided (the quorum count) and decides each one that answer decides,
+// pushing back the record of each grant a majority extended.
+func (s *Store) countExtend(e *extension, r result[[]error]) {
+	e.late[r.node] = false
+	for j := range e.reqs {
+		if e.decided[j] {
+			continue
+		}
+		var err error
+		if j < len(r.val) {
+			err = r.val[j]
+		} else {
+			err = errors.New("redlock: node returned too few results")
+		}
+		switch {
+		case err == nil:
+			e.ok[j]++
+		case errors.Is(err, store.ErrNotHeld):
+			e.notHeld[j]++
+		default:
+			e.errs[j] = append(e.errs[j], nodeErr("extend", r.node, err))
+		}
+		done, verdict := e.outcome(j, len(s.nodes), s.quorum)
+		if !done {
+			continue
+		}
+		e.out[j] = verdict
+		if verdict == nil {
+			s.extended(e.reqs[j])
+		}
+		e.decided[j] = true
+		e.undecided--
+	}
+}
+
+// outcome reports whether the answers counted so far decide request j
+// over n nodes with quorum q, and its error if so: nil once a majority
+// extended it, [store.ErrNotHeld] once more than n−q nodes report the token
+// does not hold it, a [*QuorumError] once refusals and failures together
+// leave no majority.
+func (e *extension) outcome(j, n, q int) (bool, error) {
+	switch {
+	case e.ok[j] >= q:
+		return true, nil
+	case e.notHeld[j] > n-q:
+		return true, store.ErrNotHeld
+	case e.notHeld[j]+len(e.errs[j]) > n-q:
+		return true, &QuorumError{Op: "extend", OK: e.ok[j], Quorum: q, Nodes: e.errs[j]}
+	}
+	return false, nil
 }
 
 // Release implements [store.Store]: it releases req on every node at once.
