@@ -35,26 +35,7 @@ func (s *Store) Watch(ctx context.Context, name string, mode store.Mode) (<-chan
 		go func() {
 			defer s.wg.Done()
 			defer wg.Done()
-			ch, stop, err := s.nodes[i].Watch(wctx, name, mode)
-			ready <- result[error]{i, err}
-			if err != nil {
-				return
-			}
-			defer stop()
-			for {
-				select {
-				case _, ok := <-ch:
-					if !ok {
-						return
-					}
-					select {
-					case out <- struct{}{}:
-					default:
-					}
-				case <-wctx.Done():
-					return
-				}
-			}
+			s.watchNode(wctx, i, name, mode, out, ready)
 		}()
 	}
 	s.wg.Done() // the watch goroutines now keep s.wg above zero
@@ -66,6 +47,46 @@ func (s *Store) Watch(ctx context.Context, name string, mode store.Mode) (<-chan
 		})
 	}
 
+	errs := s.awaitWatches(ctx, name, ready)
+	if len(errs) == n {
+		stop()
+		return nil, nil, &QuorumError{Op: "watch", Quorum: s.quorum, Nodes: errs}
+	}
+	return out, stop, nil
+}
+
+// watchNode watches name on node i, reports on ready whether that watch
+// started, and then passes the node's wake-ups on to out (dropped when one
+// is already pending there) until the node's watch or wctx ends; it stops
+// the node's watch before it returns.
+func (s *Store) watchNode(wctx context.Context, i int, name string, mode store.Mode, out chan<- struct{}, ready chan<- result[error]) {
+	ch, stop, err := s.nodes[i].Watch(wctx, name, mode)
+	ready <- result[error]{i, err}
+	if err != nil {
+		return
+	}
+	defer stop()
+	for {
+		select {
+		case _, ok := <-ch:
+			if !ok {
+				return
+			}
+			select {
+			case out <- struct{}{}:
+			default:
+			}
+		case <-wctx.Done():
+			return
+		}
+	}
+}
+
+// awaitWatches waits until every node reported on ready whether its watch
+// started, the node timeout (watchSetup unless set) passed, or ctx ended,
+// whichever comes first, and returns the failures reported meanwhile, one
+// [*store.StoreError] per failed node.
+func (s *Store) awaitWatches(ctx context.Context, name string, ready <-chan result[error]) []error {
 	setup := watchSetup
 	if s.cfg.nodeTimeout > 0 {
 		setup = s.cfg.nodeTimeout
@@ -73,7 +94,7 @@ func (s *Store) Watch(ctx context.Context, name string, mode store.Mode) (<-chan
 	timer := time.NewTimer(setup)
 	defer timer.Stop()
 	var errs []error
-	for range n {
+	for range len(s.nodes) {
 		select {
 		case r := <-ready:
 			if r.val != nil {
@@ -86,9 +107,5 @@ func (s *Store) Watch(ctx context.Context, name string, mode store.Mode) (<-chan
 		}
 		break
 	}
-	if len(errs) == n {
-		stop()
-		return nil, nil, &QuorumError{Op: "watch", Quorum: s.quorum, Nodes: errs}
-	}
-	return out, stop, nil
+	return errs
 }
