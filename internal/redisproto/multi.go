@@ -111,16 +111,6 @@ func ParseMultiHeld(v []int64, n int) ([]error, error) {
 	return errs, nil
 }
 
-// NamesInOneSlot reports whether the main keys of every name hash to one
-// Redis Cluster slot (and so every key of theirs: see KeySet).
-func (l *Layout) NamesInOneSlot(names []string) bool {
-	keys := make([]string, len(names))
-	for i, n := range names {
-		keys[i] = l.Key(n)
-	}
-	return SameSlot(keys)
-}
-
 // SameSlot reports whether every key hashes to one Redis Cluster slot.
 func SameSlot(keys []string) bool {
 	for _, k := range keys[1:] {

@@ -1,9 +1,11 @@
 // Package redisproto is the protocol dlock speaks on Valkey and Redis, apart
 // from any client library: the Lua scripts (one operation each), the key
 // layout of a lock name, the keys and arguments each script is called with,
-// and the decoding of its replies. store/valkey (valkey-go) and
-// store/goredis (go-redis) run the same scripts with the same keys, so a
-// lock taken through one is held for the other.
+// the decoding of its replies, and the operations of a store.Store written
+// once over them ([Store]) on a small client seam ([Client]). store/valkey
+// (valkey-go) and store/goredis (go-redis) each adapt their client to the
+// seam and run the same Store, so a lock taken through one is held for the
+// other, and a change to an operation is made once.
 package redisproto
 
 import (

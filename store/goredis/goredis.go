@@ -4,12 +4,13 @@
 // *redis.ClusterClient, as a redis.UniversalClient. Teams that already run
 // go-redis use dlock without a second Redis client.
 //
-// It runs the same Lua scripts, on the same keys, as package
-// github.com/dlock-dev/dlock/store/valkey: a lock taken through one is held
-// for the other, and for every library that speaks "SET key token NX PX"
-// with compare-and-delete (redsync, bsm/redislock, node-redlock). Every
-// pattern, fencing (monotonic across a restart of a node that kept nothing,
-// see [WithFenceRetention]), and retries idempotent per token work as that
+// It runs the operations of package github.com/dlock-dev/dlock/store/valkey
+// (one implementation of them over either client), with the same Lua
+// scripts on the same keys: a lock taken through one is held for the other,
+// and for every library that speaks "SET key token NX PX" with
+// compare-and-delete (redsync, bsm/redislock, node-redlock). Every pattern,
+// fencing (monotonic across a restart of a node that kept nothing, see
+// [WithFenceRetention]), and retries idempotent per token work as that
 // package documents them.
 //
 // # Wake-ups
@@ -48,8 +49,6 @@ package goredis
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -60,107 +59,66 @@ import (
 	"github.com/dlock-dev/dlock/store"
 )
 
-var (
-	_ store.Store        = (*Store)(nil)
-	_ store.Inspector    = (*Store)(nil)
-	_ store.Pinger       = (*Store)(nil)
-	_ store.GrantWatcher = (*Store)(nil)
-	_ store.FenceRaiser  = (*Store)(nil)
-)
-
 // ErrEvictionPolicy reports, under [WithStrictEviction], a node whose
 // maxmemory-policy may evict lock keys.
-var ErrEvictionPolicy = errors.New("dlock: maxmemory-policy may evict lock keys")
+var ErrEvictionPolicy = redisproto.ErrEvictionPolicy
 
 // EvictionError is returned under [WithStrictEviction] when a node's
-// maxmemory-policy may evict lock keys. It wraps [ErrEvictionPolicy].
-type EvictionError struct {
-	Node   string // address of the node
-	Policy string // its maxmemory-policy
-}
-
-func (e *EvictionError) Error() string {
-	return "dlock: maxmemory-policy " + e.Policy + " on " + e.Node + " may evict lock keys"
-}
-
-func (e *EvictionError) Unwrap() error { return ErrEvictionPolicy }
+// maxmemory-policy may evict lock keys: Node is the node's address, Policy
+// its maxmemory-policy. It wraps [ErrEvictionPolicy].
+type EvictionError = redisproto.EvictionError
 
 // Store is a [store.Store] on a go-redis client. It is safe for concurrent
 // use. Make one with [New]; Close it when done (the client stays open).
 type Store struct {
 	client redis.UniversalClient
+	d      *driver // the client as redisproto.Client
+	core   *redisproto.Store
 	cfg    config
 	l      *redisproto.Layout
-	hub    *redisproto.Hub     // wakes this Store's waiters (Watch)
-	track  tracker             // server-side tracking of the watched keys
-	grants redisproto.Handoffs // handoffs to this Store's waiters (WatchGrant)
-	bus    redisproto.Bus      // store.Broadcaster messages
+	hub    *redisproto.Hub // wakes this Store's waiters (Watch)
+	track  tracker         // server-side tracking of the watched keys
 
 	closeOnce sync.Once
-	closed    chan struct{}
 }
 
 // An Option configures a [Store]. Invalid values make [New] return an error
 // wrapping [store.ErrInvalid].
 type Option func(*config)
 
-type config struct {
-	prefix         string
-	fenceRetention time.Duration
-	strictEvict    bool
-	logger         *slog.Logger
-	err            error
-}
-
-func (c *config) fail(field, reason string) {
-	if c.err == nil {
-		c.err = &store.InvalidError{Field: field, Reason: reason}
-	}
-}
+type config struct{ redisproto.Options }
 
 // DefaultPrefix is [WithPrefix]'s default, as store/valkey's.
-const DefaultPrefix = "lock:"
+const DefaultPrefix = redisproto.DefaultPrefix
 
 // DefaultFenceRetention is [WithFenceRetention]'s default.
-const DefaultFenceRetention = 24 * time.Hour
+const DefaultFenceRetention = redisproto.DefaultFenceRetention
 
 // WithPrefix sets the prefix of every lock key: the mutex on name is the
 // string key prefix+name. Default "lock:". Use the same prefix as the
 // store/valkey Stores and foreign libraries that share the locks. With an
 // empty prefix, or one that starts with "{", a name whose key would have the
 // form of another name's auxiliary key ("{x}:fence") is refused.
-func WithPrefix(p string) Option { return func(c *config) { c.prefix = p } }
+func WithPrefix(p string) Option { return func(c *config) { c.Prefix = p } }
 
 // WithFenceRetention sets how long a lock name's fence counter is kept after
 // the grant that created it: d, but never less than that grant's TTL plus a
 // minute (as store/valkey's option of the same name).
 // Default a day; at least a second. See store/valkey's WithFenceRetention.
 func WithFenceRetention(d time.Duration) Option {
-	return func(c *config) {
-		if d < time.Second {
-			c.fail("fence retention", "must be at least 1s")
-			return
-		}
-		c.fenceRetention = d
-	}
+	return func(c *config) { c.SetFenceRetention(d) }
 }
 
 // WithStrictEviction makes New fail with an [*EvictionError] when a node's
 // maxmemory-policy may evict lock keys; without it such a policy is logged
 // as a warning. A node that does not answer CONFIG GET is logged, not an
 // error.
-func WithStrictEviction() Option { return func(c *config) { c.strictEvict = true } }
+func WithStrictEviction() Option { return func(c *config) { c.StrictEviction = true } }
 
 // WithLogger sets the logger for warnings and debug messages. Default:
 // discard.
 func WithLogger(l *slog.Logger) Option {
-	return func(c *config) {
-		if l == nil {
-			c.fail("logger", "must not be nil")
-			return
-		}
-		c.logger = l
-	}
+	return func(c *config) { c.SetLogger(l) }
 }
 
 // setupTimeout bounds the checks New makes at start (CONFIG GET).
@@ -177,32 +135,36 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	if client == nil {
 		return nil, &store.InvalidError{Field: "client", Reason: "must not be nil"}
 	}
-	cfg := config{prefix: DefaultPrefix, fenceRetention: DefaultFenceRetention, logger: slog.New(slog.DiscardHandler)}
+	cfg := config{redisproto.DefaultOptions()}
 	for _, o := range opts {
 		if o != nil {
 			o(&cfg)
 		}
 	}
-	if cfg.err != nil {
-		return nil, cfg.err
+	if cfg.Err != nil {
+		return nil, cfg.Err
 	}
 	s := &Store{
 		client: client,
+		d:      &driver{c: client},
 		cfg:    cfg,
-		l:      redisproto.NewLayout(cfg.prefix, cfg.fenceRetention),
-		closed: make(chan struct{}),
+		l:      redisproto.NewLayout(cfg.Prefix, cfg.FenceRetention),
 	}
-	sub := &subscriber{c: client}
-	s.grants.Sub, s.grants.Log = sub, cfg.logger
-	s.bus.Sub, s.bus.Log = sub, cfg.logger
 	s.track.s = s
-	s.hub = redisproto.NewHub(s.track.arm, cfg.logger)
+	s.hub = redisproto.NewHub(s.track.arm, cfg.Logger)
 	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
 	defer cancel()
-	if err := s.checkEviction(ctx); err != nil {
+	core, err := redisproto.NewStore(ctx, s.d, redisproto.Config{
+		Name:    "goredis",
+		Layout:  s.l,
+		Hub:     s.hub,
+		Pushes:  true,
+		Options: cfg.Options,
+	})
+	if err != nil {
 		return nil, err
 	}
-	s.hub.Start()
+	s.core = core
 	return s, nil
 }
 
@@ -215,42 +177,8 @@ func (s *Store) Client() redis.UniversalClient { return s.client }
 // and returns nil.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
-		close(s.closed)
-		s.grants.Close()
-		s.bus.Close()
-		s.hub.Stop()
+		s.core.Close()
 		s.track.close()
 	})
 	return nil
-}
-
-// errClosed is returned by operations after Close.
-var errClosed = errors.New("dlock: goredis store closed")
-
-func (s *Store) isClosed() bool {
-	select {
-	case <-s.closed:
-		return true
-	default:
-		return false
-	}
-}
-
-// fail classifies an error of operation op: failures to reach the server or
-// transient server states become a [*store.StoreError] (wrapping
-// [store.ErrUnavailable], so callers retry); other error replies (a key of
-// the wrong type, a script error) and use of a closed client are returned
-// wrapped, not as unavailability, so that waiting callers stop.
-func fail(op string, err error) error {
-	if errors.Is(err, redis.ErrClosed) {
-		return fmt.Errorf("dlock: goredis %s: client closed: %w", op, err)
-	}
-	var re redis.Error
-	if errors.As(err, &re) && !errors.Is(err, redis.Nil) {
-		if redisproto.Transient(re.Error()) {
-			return &store.StoreError{Op: op, Node: -1, Err: err}
-		}
-		return fmt.Errorf("dlock: goredis %s: %w", op, err)
-	}
-	return &store.StoreError{Op: op, Node: -1, Err: err}
 }

@@ -2,232 +2,143 @@ package goredis
 
 import (
 	"context"
-	"errors"
-	"fmt"
 
-	"github.com/redis/go-redis/v9"
-
-	"github.com/dlock-dev/dlock/internal/redisproto"
 	"github.com/dlock-dev/dlock/store"
 )
 
-func (s *Store) ops(m store.Mode) (*redisproto.Ops, error) {
-	return redisproto.ModeOps(m, "goredis")
-}
+// The operations are internal/redisproto's Store, shared with store/valkey
+// and run here over go-redis (client.go): what each returns, and what it
+// does not guarantee, is documented there too.
 
-// run runs sc by EVALSHA, and by EVAL when the server does not know it.
-func (s *Store) run(ctx context.Context, sc *redisproto.Script, keys, args []string) *redis.Cmd {
-	argv := anys(args)
-	cmd := s.client.EvalSha(ctx, sc.SHA, keys, argv...)
-	if isNoScript(cmd.Err()) {
-		cmd = s.client.Eval(ctx, sc.Src, keys, argv...)
-	}
-	return cmd
-}
+var (
+	_ store.Store        = (*Store)(nil)
+	_ store.Inspector    = (*Store)(nil)
+	_ store.Pinger       = (*Store)(nil)
+	_ store.GrantWatcher = (*Store)(nil)
+	_ store.FenceRaiser  = (*Store)(nil)
+	_ store.MultiStore   = (*Store)(nil)
+	_ store.Elector      = (*Store)(nil)
+	_ store.LockDelayer  = (*Store)(nil)
+	_ store.Broadcaster  = (*Store)(nil)
+)
 
-// anys returns args as go-redis takes arguments.
-func anys(args []string) []any {
-	out := make([]any, len(args))
-	for i, a := range args {
-		out[i] = a
-	}
-	return out
-}
-
-func isNoScript(err error) bool {
-	var re redis.Error
-	return errors.As(err, &re) && redisproto.NoScript(re.Error())
-}
-
-// Acquire implements [store.Store]: one script, one round trip. It returns
-// an error wrapping [store.ErrNotSupported] for a mode this store does not
-// run, [store.ErrInvalid] for a bad request, and a [*store.StoreError] when
-// the server could not be reached or did not answer (the grant may or may
-// not have happened; asking again with the same token tells).
+// Acquire implements [store.Store] in one script, one round trip. Errors:
+// [store.ErrNotSupported] or [store.ErrInvalid] (wrapped) for the request,
+// or a [*store.StoreError] when the server could not be reached or did not
+// answer, in which case the grant may or may not have happened; asking
+// again with the same token tells.
 func (s *Store) Acquire(ctx context.Context, req store.Request) (store.Grant, error) {
-	o, err := s.ops(req.Mode)
-	if err != nil {
-		return store.Grant{}, err
-	}
-	if err := s.l.CheckRequest(req); err != nil {
-		return store.Grant{}, err
-	}
-	if err := ctx.Err(); err != nil {
-		return store.Grant{}, err
-	}
-	if s.isClosed() {
-		return store.Grant{}, errClosed
-	}
-	if req.Mode == store.ModeMutex && req.Queue && !s.grants.Watching(s.l.GrantChannel(req.Name, req.Mode), req.Token) {
-		// Register only a waiter that listens for its handoff (WatchGrant).
-		req.Queue = false
-	}
-	c := s.run(ctx, o.Acquire, o.AcquireKeys(s.l, req), o.AcquireArgs(ctx, s.l, req))
-	if f, ok := c.Val().(int64); ok {
-		return redisproto.Granted(f)
-	}
-	v, err := c.Int64Slice()
-	if err != nil {
-		return store.Grant{}, fail("acquire", err)
-	}
-	g, err := redisproto.ParseGrant(v)
-	if le, ok := err.(*store.LimitError); ok {
-		le.Name, le.Asked = req.Name, req.Limit
-		return store.Grant{}, le
-	}
-	if err != nil {
-		return store.Grant{}, fmt.Errorf("dlock: goredis acquire: %w", err)
-	}
-	if !g.Acquired && req.Mode == store.ModeMutex {
-		s.l.Contend(req.Name) // its releases send the full form
-	}
-	return g, nil
+	return s.core.Acquire(ctx, req)
 }
 
-// Extend implements [store.Store]: all requests go out in one pipeline (one
-// round trip per node of a cluster). Each error is nil, [store.ErrNotHeld],
-// ErrNotSupported/ErrInvalid for that request, or a [*store.StoreError].
+// Extend implements [store.Store] with one pipeline for all of reqs (one
+// round trip per node of a cluster); each request's error is nil,
+// [store.ErrNotHeld], its own invalid or unsupported mode, or a
+// [*store.StoreError].
 func (s *Store) Extend(ctx context.Context, reqs []store.Request) []error {
-	errs := make([]error, len(reqs))
-	if err := ctx.Err(); err != nil {
-		for i := range errs {
-			errs[i] = err
-		}
-		return errs
-	}
-	type call struct {
-		i          int
-		sc         *redisproto.Script
-		keys, args []string
-	}
-	calls := make([]call, 0, len(reqs))
-	for i, req := range reqs {
-		o, err := s.ops(req.Mode)
-		if err == nil {
-			err = s.l.CheckRequest(req)
-		}
-		if err == nil && s.isClosed() {
-			err = errClosed
-		}
-		if err != nil {
-			errs[i] = err
-			continue
-		}
-		calls = append(calls, call{i: i, sc: o.Extend, keys: o.ExtendKeys(s.l, req.Name), args: o.Args(s.l, req)})
-	}
-	if len(calls) == 0 {
-		return errs
-	}
-	if len(calls) == 1 {
-		c := calls[0]
-		errs[c.i] = held("extend", s.run(ctx, c.sc, c.keys, c.args))
-		return errs
-	}
-	cmds := make([]*redis.Cmd, len(calls))
-	pipe := func(again []int, eval bool) {
-		p := s.client.Pipeline()
-		for _, j := range again {
-			c := calls[j]
-			if eval {
-				cmds[j] = p.Eval(ctx, c.sc.Src, c.keys, anys(c.args)...)
-			} else {
-				cmds[j] = p.EvalSha(ctx, c.sc.SHA, c.keys, anys(c.args)...)
-			}
-		}
-		p.Exec(ctx) // errors are per command
-	}
-	all := make([]int, len(calls))
-	for j := range all {
-		all[j] = j
-	}
-	pipe(all, false)
-	var again []int
-	for j, c := range cmds {
-		if isNoScript(c.Err()) {
-			again = append(again, j)
-		}
-	}
-	if len(again) > 0 {
-		pipe(again, true)
-	}
-	for j, c := range cmds {
-		errs[calls[j].i] = held("extend", c)
-	}
-	return errs
+	return s.core.Extend(ctx, reqs)
 }
 
-// held decodes the 1/0 reply of an extend or release script.
-func held(op string, c *redis.Cmd) error {
-	v, err := c.Int64()
-	switch {
-	case err != nil:
-		return fail(op, err)
-	case v == 0:
-		return store.ErrNotHeld
-	}
-	return nil
-}
-
-// Release implements [store.Store]: one script, one round trip (a mutex
-// release whose short form finds waiters it did not expect sends the full
-// form: two; see [redisproto.Ops.ReleaseCall]). It returns
-// [store.ErrNotHeld] when req.Token holds nothing, so a foreign holder's key
-// is never touched. Waiters of this Store on the lock are woken at once.
-// Releasing a mutex that has live registered waiters hands it to one of
-// them in the same script (see [Store.WatchGrant]).
+// Release implements [store.Store] in one script (two when a mutex has
+// waiters the Store did not expect). A token that holds nothing gets
+// [store.ErrNotHeld] and never touches a foreign holder's key. The Store's
+// waiters on the lock wake at once; a mutex with live registered waiters
+// is handed to one of them inside the script (see [Store.WatchGrant]).
 func (s *Store) Release(ctx context.Context, req store.Request) error {
-	o, err := s.ops(req.Mode)
-	if err != nil {
-		return err
-	}
-	if err := s.l.CheckToken(req); err != nil {
-		return err
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if s.isClosed() {
-		return errClosed
-	}
-	keys, args, short := o.ReleaseCall(s.l, req)
-	c := s.run(ctx, o.Release, keys, args)
-	if n, err := c.Int64(); short && err == nil && n == redisproto.ReleaseWaiters {
-		// The name may have waiters: the full form hands over to them.
-		s.l.Contend(req.Name)
-		c = s.run(ctx, o.Release, o.Keys(s.l, req.Name), o.Args(s.l, req))
-	}
-	if err := held("release", c); err != nil {
-		return err
-	}
-	if !s.hub.Idle() {
-		s.hub.Wake(o.WatchKey(s.l, req.Name))
-		if req.Mode != store.ModeMutex {
-			s.hub.Wake(s.l.Key(req.Name)) // waiters of every pattern watch the main key
-		}
-	}
-	return nil
+	return s.core.Release(ctx, req)
 }
 
-// RaiseFence implements [store.FenceRaiser] in one script, one round trip:
-// while req.Token holds the lock, the lock's fence counter becomes
-// max(counter, fence). It returns [store.ErrNotHeld] when the token holds
-// nothing, an error wrapping [store.ErrNotSupported] for a mode without a
-// write-back script (the mutex, the write side of the read-write lock
-// and the election have one), [store.ErrInvalid] for a bad request, and a
-// [*store.StoreError] when the server did not answer.
+// RaiseFence implements [store.FenceRaiser] for the mutex, the write side
+// of the read-write lock and the election: in one script, while req.Token
+// holds the lock, its fence counter becomes max(counter, fence).
+// [store.ErrNotHeld] says the token holds nothing.
 func (s *Store) RaiseFence(ctx context.Context, req store.Request, fence int64) error {
-	o, err := s.ops(req.Mode)
-	if err != nil || o.Raise == nil {
-		return fmt.Errorf("%w: goredis store cannot raise the fence of mode %v", store.ErrNotSupported, req.Mode)
-	}
-	if err := s.l.CheckToken(req); err != nil {
-		return err
-	}
-	if fence <= 0 || fence >= redisproto.MaxFence {
-		return &store.InvalidError{Field: "fence", Reason: "must be positive and below 2^53"}
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	return held("fence", s.run(ctx, o.Raise, o.Keys(s.l, req.Name), o.RaiseArgs(s.l, req, fence)))
+	return s.core.RaiseFence(ctx, req, fence)
+}
+
+// Watch implements [store.Store] by the server's invalidations of the keys
+// of lock name, pushed to the Store's tracking connections (see the package
+// doc, "Wake-ups"): the channel receives whenever any process writes,
+// deletes or expires them, a holder's renewal included. For
+// [store.ModeElection] it also receives each time the server tracks the
+// election anew, so an observer that reads the leader on every wake-up
+// misses no change. Watch does not block.
+func (s *Store) Watch(ctx context.Context, name string, mode store.Mode) (<-chan struct{}, func(), error) {
+	return s.core.Watch(ctx, name, mode)
+}
+
+// WatchGrant implements [store.GrantWatcher] for the fair lock and the
+// mutex with an SSUBSCRIBE of the lock's handoff channel for this Store:
+// the Grant arrives when any process's release (or, for the fair lock, an
+// acquire that finds the holder expired) hands the lock to req.Token. It
+// waits up to a second, or until ctx ends, for the subscription. A mutex
+// Acquire registers a Queue request as a waiter only while such a watch
+// waits for its token.
+func (s *Store) WatchGrant(ctx context.Context, req store.Request) (<-chan store.Grant, func(), error) {
+	return s.core.WatchGrant(ctx, req)
+}
+
+// State implements [store.Inspector] in one round trip, two for a pattern
+// other than the mutex, without revealing tokens; a free lock has no
+// holders, and Fence is the last fence issued (0 once its counter expired).
+func (s *Store) State(ctx context.Context, name string) (store.State, error) {
+	return s.core.State(ctx, name)
+}
+
+// List implements [store.Inspector] by SCANning every master for the
+// Store's keys: a cost in proportion to the whole keyspace, for dashboards
+// and tools rather than hot paths.
+func (s *Store) List(ctx context.Context) ([]store.State, error) {
+	return s.core.List(ctx)
+}
+
+// Ping implements [store.Pinger] with a PING (to one node of a cluster);
+// failure is a [*store.StoreError].
+func (s *Store) Ping(ctx context.Context) error { return s.core.Ping(ctx) }
+
+// Leader implements [store.Elector] in one round trip.
+func (s *Store) Leader(ctx context.Context, name string) (store.Leader, error) {
+	return s.core.Leader(ctx, name)
+}
+
+// SupportsLockDelay implements [store.LockDelayer]: the server expires
+// every hold at its TTL by its own clock.
+func (s *Store) SupportsLockDelay() bool { return true }
+
+// AtomicMulti implements [store.MultiStore]: true on a *redis.Client (one
+// node, or a Sentinel failover client), and on a *redis.ClusterClient when
+// every name's key hashes to one slot (names that share a {hash tag});
+// false for other clients (a Ring spreads keys over nodes).
+func (s *Store) AtomicMulti(names []string) bool { return s.core.AtomicMulti(names) }
+
+// AcquireMulti implements [store.MultiStore] in one script; names that
+// AtomicMulti refuses are a [*store.InvalidError].
+func (s *Store) AcquireMulti(ctx context.Context, reqs []store.Request) (store.MultiGrant, error) {
+	return s.core.AcquireMulti(ctx, reqs)
+}
+
+// ExtendMulti implements [store.MultiStore] in one script.
+func (s *Store) ExtendMulti(ctx context.Context, reqs []store.Request) []error {
+	return s.core.ExtendMulti(ctx, reqs)
+}
+
+// ReleaseMulti implements [store.MultiStore] in one script, each name
+// released (or handed over) as by [Store.Release].
+func (s *Store) ReleaseMulti(ctx context.Context, reqs []store.Request) []error {
+	return s.core.ReleaseMulti(ctx, reqs)
+}
+
+// Publish implements [store.Broadcaster] on the shard channel
+// "<prefix>bus:<topic>", the one store/valkey Stores with the same prefix
+// use, so both stores' processes hear each other.
+func (s *Store) Publish(ctx context.Context, topic string, msg []byte) error {
+	return s.core.Publish(ctx, topic, msg)
+}
+
+// Subscribe implements [store.Broadcaster] with one pub/sub connection per
+// topic that has local subscribers. Like WatchGrant it waits up to a second
+// for the subscription; one that fails is retried in the background until
+// stop or Close.
+func (s *Store) Subscribe(ctx context.Context, topic string, fn func([]byte)) (func(), error) {
+	return s.core.Subscribe(ctx, topic, fn)
 }

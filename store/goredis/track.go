@@ -44,8 +44,12 @@ type trackNode struct {
 	broken    atomic.Bool
 }
 
-// errNoTracking: the client is of a kind the tracker cannot follow.
-var errNoTracking = errors.New("dlock: goredis: no tracking for this client type")
+var (
+	// errNoTracking: the client is of a kind the tracker cannot follow.
+	errNoTracking = errors.New("dlock: goredis: no tracking for this client type")
+	// errClosed: the Store was closed.
+	errClosed = errors.New("dlock: goredis store closed")
+)
 
 // arm is the Store's redisproto.ArmFunc.
 func (t *tracker) arm(ctx context.Context, keys []string) []redisproto.ArmResult {
@@ -167,7 +171,7 @@ func (t *tracker) receive(n *trackNode) {
 		m, err := n.ps.Receive(context.Background())
 		if err != nil {
 			if !n.broken.Load() {
-				t.s.cfg.logger.Debug("dlock: tracking connection failed; waking every waiter", "node", n.addr, "err", err)
+				t.s.cfg.Logger.Debug("dlock: tracking connection failed; waking every waiter", "node", n.addr, "err", err)
 			}
 			t.drop(n)
 			t.s.hub.Invalidate(nil) // every key: wake all, arm anew

@@ -8,13 +8,13 @@ import (
 // Supports reports whether the store runs mode m (for the tests' Harness).
 func Supports(m store.Mode) bool { return redisproto.Supports(m) }
 
-// AuxKey exposes Store.aux to the tests.
-func (s *Store) AuxKey(name, suffix string) string { return s.aux(name, suffix) }
+// AuxKey exposes the Store's auxiliary keys to the tests.
+func (s *Store) AuxKey(name, suffix string) string { return s.l.Aux(name, suffix) }
 
 // ParseURL exposes parseURL to the tests.
 var ParseURL = parseURL
 
-// KeySet exposes Store.keySet to the tests.
+// KeySet exposes the Store's key sets to the tests.
 func (s *Store) KeySet(withMain bool, name string, suffixes ...string) []string {
-	return s.keySet(withMain, name, suffixes...)
+	return s.l.KeySet(withMain, name, suffixes...)
 }

@@ -2,133 +2,25 @@ package valkey
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"io"
-	"net"
-	"syscall"
 
-	vk "github.com/valkey-io/valkey-go"
-
-	"github.com/dlock-dev/dlock/internal/redisproto"
 	"github.com/dlock-dev/dlock/store"
 )
 
-// ops returns the scripts of mode m, or an error wrapping
-// [store.ErrNotSupported].
-func (s *Store) ops(m store.Mode) (*redisproto.Ops, error) {
-	return redisproto.ModeOps(m, "valkey")
-}
+// The operations are internal/redisproto's Store, shared with store/goredis
+// and run here over valkey-go (client.go); these document them for this
+// store.
 
-func (s *Store) checkRequest(req store.Request) error { return s.l.CheckRequest(req) }
-
-// fail classifies an error of operation op: failures to reach the server or
-// transient server states become a [*store.StoreError] (wrapping
-// [store.ErrUnavailable], so callers retry); other error replies (a key of
-// the wrong type, a script error) and use after Close are returned wrapped,
-// not as unavailability, so that waiting callers stop.
-func fail(op string, err error) error {
-	if errors.Is(err, vk.ErrClosing) {
-		return fmt.Errorf("dlock: valkey %s: store closed: %w", op, err)
-	}
-	if ve, ok := vk.IsValkeyErr(err); ok {
-		if redisproto.Transient(ve.Error()) {
-			return &store.StoreError{Op: op, Node: -1, Err: err}
-		}
-		return fmt.Errorf("dlock: valkey %s: %w", op, err)
-	}
-	return &store.StoreError{Op: op, Node: -1, Err: err}
-}
-
-// staleRetries bounds how often a call is sent again after it met a broken
-// connection (see stale).
-const staleRetries = 4
-
-// stale reports whether err is a connection that broke under the call: the
-// server closed it, restarted or failed over. valkey-go keeps several
-// connections per server (two on 2 cores, four from 4) and picks one per
-// call; one that was idle when the server went away fails its next call so,
-// once, and is replaced. Every script is idempotent per token, so the call
-// is sent again: a repeated acquire or extend gets the answer the first
-// would have, and a release repeated after the first took effect reports
-// that the token holds nothing.
-func stale(err error) bool {
-	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, net.ErrClosed)
-}
-
-// do runs cmds (built by build, with EVAL instead of EVALSHA when eval is
-// set) in one round trip, and again with EVAL for those that the server
-// did not know by SHA. A batch that met a broken connection is sent again
-// (see stale).
-func (s *Store) do(ctx context.Context, n int, build func(i int, eval bool) vk.Completed) []vk.ValkeyResult {
-	if n == 1 {
-		return []vk.ValkeyResult{s.do1(ctx, s.direct(ctx), func(eval bool) vk.Completed { return build(0, eval) })}
-	}
-	c := s.direct(ctx)
-	all := make([]int, n)
-	for i := range all {
-		all[i] = i
-	}
-	res := doMulti(ctx, c, all, build, false)
-	var again []int
-	for i, r := range res {
-		if isNoScript(r.Error()) {
-			again = append(again, i)
-		}
-	}
-	if len(again) == 0 {
-		return res
-	}
-	for j, r := range doMulti(ctx, c, again, build, true) {
-		res[again[j]] = r
-	}
-	return res
-}
-
-// doMulti sends the calls which (built by build) in one round trip on c,
-// again while they meet a broken connection (see stale).
-func doMulti(ctx context.Context, c vk.Client, which []int, build func(i int, eval bool) vk.Completed, eval bool) []vk.ValkeyResult {
-	cmds := make(vk.Commands, len(which))
-	return send(ctx, func(bool) []vk.ValkeyResult {
-		for j, i := range which {
-			cmds[j] = build(i, eval)
-		}
-		return c.DoMulti(ctx, cmds...)
-	}, firstErr, nil)
-}
-
-// do1 is do for one command on c: Do, which costs less than a DoMulti of
-// one.
-func (s *Store) do1(ctx context.Context, c vk.Client, build func(eval bool) vk.Completed) vk.ValkeyResult {
-	return send(ctx, func(eval bool) vk.ValkeyResult {
-		return c.Do(ctx, build(eval))
-	}, vk.ValkeyResult.Error, vk.ValkeyResult.Error)
-}
-
-// send makes a call with try (by EVALSHA, or EVAL when eval is set) and
-// makes it again while connErr of the answer is a broken connection (see
-// stale; at most staleRetries more times, while ctx lasts), and once with
-// EVAL when scriptErr of the answer says the server did not know the
-// script by SHA (scriptErr nil: never).
-func send[T any](ctx context.Context, try func(eval bool) T, connErr, scriptErr func(T) error) T {
-	eval, tries := false, 0
-	for {
-		r := try(eval)
-		switch {
-		case stale(connErr(r)) && tries < staleRetries && ctx.Err() == nil:
-			tries++
-		case scriptErr != nil && !eval && isNoScript(scriptErr(r)):
-			eval = true
-		default:
-			return r
-		}
-	}
-}
-
-// firstErr is the error of the first answer of a round trip: a broken
-// connection fails them all.
-func firstErr(res []vk.ValkeyResult) error { return res[0].Error() }
+var (
+	_ store.Store        = (*Store)(nil)
+	_ store.Inspector    = (*Store)(nil)
+	_ store.Pinger       = (*Store)(nil)
+	_ store.GrantWatcher = (*Store)(nil)
+	_ store.FenceRaiser  = (*Store)(nil)
+	_ store.MultiStore   = (*Store)(nil)
+	_ store.Elector      = (*Store)(nil)
+	_ store.LockDelayer  = (*Store)(nil)
+	_ store.Broadcaster  = (*Store)(nil)
+)
 
 // Acquire implements [store.Store]: one script, one round trip (plus WAIT
 // in the same round trip under [WithWaitReplicas], after every attempt,
@@ -140,80 +32,7 @@ func firstErr(res []vk.ValkeyResult) error { return res[0].Error() }
 // [*ReplicationError] when replicas did not confirm the grant (which was
 // released before returning).
 func (s *Store) Acquire(ctx context.Context, req store.Request) (store.Grant, error) {
-	o, err := s.ops(req.Mode)
-	if err != nil {
-		return store.Grant{}, err
-	}
-	if err := s.checkRequest(req); err != nil {
-		return store.Grant{}, err
-	}
-	if err := ctx.Err(); err != nil {
-		return store.Grant{}, err
-	}
-	if req.Mode == store.ModeMutex && req.Queue && !s.watching(req.Name, req.Mode, req.Token) {
-		// Register only a waiter that listens for its handoff (WatchGrant).
-		req.Queue = false
-	}
-	keys, args := o.AcquireKeys(s.l, req), o.AcquireArgs(ctx, s.l, req)
-	// While this Store has waiters on the lock, the attempt is a tracked
-	// read of the watch key (see hub): CLIENT CACHING YES just before the
-	// script, on the same connection, in the same round trip.
-	var watchKey string
-	var watchGen uint64
-	if s.trackAcquire && o.ReadsWatchKey && !s.hub.Idle() {
-		k := o.WatchKey(s.l, req.Name)
-		if gen, ok := s.hub.Tracked(k); ok {
-			watchKey, watchGen = k, gen
-		}
-	}
-	var (
-		res  []vk.ValkeyResult
-		rerr error // under WithWaitReplicas: nil, or the grant is not confirmed
-		at   int   // res[at] is the script's reply
-	)
-	acquire := func(eval bool) vk.Completed { return cmd(s.client, o.Acquire, keys, args, eval) }
-	switch {
-	case s.cfg.waitReplicas > 0: // never tracked (see Open)
-		var rerrs []error
-		res, rerrs = s.confirmed(ctx, "acquire", []string{req.Name}, func(_ int, eval bool) vk.Completed { return acquire(eval) })
-		rerr = rerrs[0]
-	case watchKey == "":
-		res = []vk.ValkeyResult{s.do1(ctx, s.direct(ctx), acquire)}
-	default:
-		// A tracked read: on the connection that tracks.
-		at = 1
-		res = send(ctx, func(eval bool) []vk.ValkeyResult {
-			return s.client.DoMulti(ctx, s.client.B().ClientCaching().Yes().Build(), acquire(eval))
-		}, firstErr, func(res []vk.ValkeyResult) error { return res[at].Error() })
-	}
-	if err := res[at].Error(); err != nil {
-		return store.Grant{}, fail("acquire", err)
-	}
-	g, err := parseGrant(res[at])
-	if le, ok := err.(*store.LimitError); ok {
-		le.Name, le.Asked = req.Name, req.Limit
-		return store.Grant{}, le
-	}
-	if err != nil {
-		return store.Grant{}, fmt.Errorf("dlock: valkey acquire: %w", err)
-	}
-	if !g.Acquired && req.Mode == store.ModeMutex {
-		s.l.Contend(req.Name) // its releases send the full form
-	}
-	// Only a refusal is sure to have read the key (readsWatchKey); a grant
-	// wrote it, which ends its tracking anyway.
-	if watchKey != "" && res[0].Error() == nil && !g.Acquired {
-		s.hub.Armed(watchKey, watchGen)
-	}
-	if !g.Acquired || rerr == nil {
-		return g, nil
-	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), setupTimeout)
-	defer cancel()
-	if err := s.Release(rctx, req); err != nil && !errors.Is(err, store.ErrNotHeld) {
-		return store.Grant{}, errors.Join(rerr, err)
-	}
-	return store.Grant{}, rerr
+	return s.core.Acquire(ctx, req)
 }
 
 // Extend implements [store.Store]: all requests go out in one pipelined
@@ -224,68 +43,7 @@ func (s *Store) Acquire(ctx context.Context, req store.Request) (store.Grant, er
 // server keeps the new TTL, and the caller must count on the old one (a
 // dlock.Lease does: the error is not ErrNotHeld).
 func (s *Store) Extend(ctx context.Context, reqs []store.Request) []error {
-	errs := make([]error, len(reqs))
-	if err := ctx.Err(); err != nil {
-		for i := range errs {
-			errs[i] = err
-		}
-		return errs
-	}
-	type call struct {
-		i          int
-		o          *redisproto.Ops
-		keys, args []string
-	}
-	calls := make([]call, 0, len(reqs))
-	for i, req := range reqs {
-		o, err := s.ops(req.Mode)
-		if err == nil {
-			err = s.checkRequest(req)
-		}
-		if err != nil {
-			errs[i] = err
-			continue
-		}
-		calls = append(calls, call{i, o, o.ExtendKeys(s.l, req.Name), o.Args(s.l, req)})
-	}
-	if len(calls) == 0 {
-		return errs
-	}
-	build := func(j int, eval bool) vk.Completed {
-		c := calls[j]
-		return cmd(s.client, c.o.Extend, c.keys, c.args, eval)
-	}
-	var res []vk.ValkeyResult
-	var rerrs []error // under WithWaitReplicas: whether replicas confirmed each
-	if s.cfg.waitReplicas > 0 {
-		names := make([]string, len(calls))
-		for j, c := range calls {
-			names[j] = reqs[c.i].Name
-		}
-		res, rerrs = s.confirmed(ctx, "extend", names, build)
-	} else {
-		res = s.do(ctx, len(calls), build)
-	}
-	for j, r := range res {
-		err := held("extend", r)
-		if err == nil && rerrs != nil {
-			err = rerrs[j]
-		}
-		errs[calls[j].i] = err
-	}
-	return errs
-}
-
-// held decodes the 1/0 reply of an extend or release script.
-func held(op string, r vk.ValkeyResult) error {
-	v, err := r.AsInt64()
-	switch {
-	case err != nil:
-		return fail(op, err)
-	case v == 0:
-		return store.ErrNotHeld
-	}
-	return nil
+	return s.core.Extend(ctx, reqs)
 }
 
 // Release implements [store.Store]: one script, one round trip (a mutex
@@ -297,36 +55,138 @@ func held(op string, r vk.ValkeyResult) error {
 // them in the same script (see [Store.WatchGrant]); a Release by a
 // registered waiter's token drops its registration.
 func (s *Store) Release(ctx context.Context, req store.Request) error {
-	o, err := s.ops(req.Mode)
-	if err != nil {
-		return err
-	}
-	if err := s.l.CheckToken(req); err != nil {
-		return err
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	keys, args, short := o.ReleaseCall(s.l, req)
-	release := func(eval bool) vk.Completed {
-		return cmd(s.client, o.Release, keys, args, eval)
-	}
-	c := s.direct(ctx)
-	res := s.do1(ctx, c, release)
-	if n, err := res.AsInt64(); short && err == nil && n == redisproto.ReleaseWaiters {
-		// The name may have waiters: the full form hands over to them.
-		s.l.Contend(req.Name)
-		keys, args = o.Keys(s.l, req.Name), o.Args(s.l, req)
-		res = s.do1(ctx, c, release)
-	}
-	if err := held("release", res); err != nil {
-		return err
-	}
-	if !s.hub.Idle() {
-		s.hub.Wake(o.WatchKey(s.l, req.Name))
-		if req.Mode != store.ModeMutex {
-			s.hub.Wake(s.key(req.Name)) // waiters of every pattern watch the main key
-		}
-	}
-	return nil
+	return s.core.Release(ctx, req)
 }
+
+// RaiseFence implements [store.FenceRaiser] in one script, one round trip:
+// while req.Token holds the lock, the lock's fence counter becomes
+// max(counter, fence). It returns [store.ErrNotHeld] when the token holds
+// nothing, an error wrapping [store.ErrNotSupported] for a mode without a
+// write-back script (the mutex, the write side of the read-write lock
+// and the election have one), [store.ErrInvalid] for a bad
+// request, a [*store.StoreError] when the server did not answer, and under
+// [WithWaitReplicas] a [*ReplicationError] when replicas did not confirm
+// the raise (the server keeps it).
+// A repeated Acquire of the mutex by the holder returns the raised fence
+// afterwards; the write side keeps returning the fence it was granted.
+func (s *Store) RaiseFence(ctx context.Context, req store.Request, fence int64) error {
+	return s.core.RaiseFence(ctx, req, fence)
+}
+
+// Watch implements [store.Store]. The channel receives when the lock may have
+// become free: released through this Store, or (Stores made by Dial or Open)
+// its key written, deleted or expired on the server. A holder's renewal
+// also wakes waiters, who then find the lock still held. Expiry is noticed
+// when the server expires the key, which Redis does within about 100ms
+// of the deadline for a few keys. For [store.ModeElection] the channel
+// also receives when a leader is elected (the election's gate key is
+// written), and each time the server tracks the gate anew (after Watch and
+// after each change), so that an observer who reads the leader after each
+// wake-up misses no change. ctx is not used: Watch does not block.
+// It returns an error wrapping [store.ErrNotSupported] for a mode this store
+// does not run, and for ModeElection on a Store without server pushes
+// (made by [New]), on which a new leader would go unseen: callers then poll
+// (dlock.Election.Observe every maximum backoff).
+func (s *Store) Watch(ctx context.Context, name string, mode store.Mode) (<-chan struct{}, func(), error) {
+	return s.core.Watch(ctx, name, mode)
+}
+
+// WatchGrant implements [store.GrantWatcher] for the fair lock and the
+// mutex: the channel receives the Grant when a release (or, for the fair
+// lock, an acquire finding the holder's lease run out) hands the lock to
+// req.Token. It waits, up to a second or until ctx ends, for the lock's
+// subscription to be confirmed, so that a handoff right after the caller
+// queues is not missed. It returns an error wrapping [store.ErrNotSupported]
+// for the other modes, and for both under [WithWaitReplicas]: the release
+// script announces a handoff before any WAIT could confirm it, so there a
+// waiter learns of its grant by its next Acquire, whose WAIT does (the fair
+// lock is still handed to the head of its queue inside the release; the
+// mutex, whose waiters then do not register, is not handed over).
+//
+// A mutex Acquire with req.Queue registers its token as a waiter only while
+// a WatchGrant of this Store waits for that token; otherwise Queue is
+// ignored, so that no lock is handed to a token nobody listens for.
+func (s *Store) WatchGrant(ctx context.Context, req store.Request) (<-chan store.Grant, func(), error) {
+	return s.core.WatchGrant(ctx, req)
+}
+
+// State implements [store.Inspector] in one round trip (two for a pattern
+// other than the mutex). A free lock has no holders; Fence is the last
+// fence issued (0 once the counter expired, see [WithFenceRetention]). A
+// mutex's Queue counts the waiters registered for a handoff whose
+// registration is live. It never reveals tokens.
+func (s *Store) State(ctx context.Context, name string) (store.State, error) {
+	return s.core.State(ctx, name)
+}
+
+// List implements [store.Inspector]: the state of every held lock whose key
+// has the Store's prefix, by name. It SCANs every node (every primary of a
+// cluster), so it costs time in proportion to the whole keyspace; it is
+// meant for dashboards and tools, not hot paths. Locks taken or freed
+// during the scan may or may not be listed.
+func (s *Store) List(ctx context.Context) ([]store.State, error) {
+	return s.core.List(ctx)
+}
+
+// Ping implements [store.Pinger]: PING to the server (to one node of a
+// cluster). It returns a [*store.StoreError] when that fails.
+func (s *Store) Ping(ctx context.Context) error { return s.core.Ping(ctx) }
+
+// Leader implements [store.Elector] in one round trip.
+func (s *Store) Leader(ctx context.Context, name string) (store.Leader, error) {
+	return s.core.Leader(ctx, name)
+}
+
+// SupportsLockDelay implements [store.LockDelayer]: every hold expires at
+// its TTL by the server's clock (PX).
+func (s *Store) SupportsLockDelay() bool { return true }
+
+// AtomicMulti implements [store.MultiStore]: true on one node (a primary
+// with its replicas included), and on a cluster when every name's key
+// hashes to one slot (names that share a {hash tag}). A Store with
+// [WithWaitReplicas] takes names one by one, each confirmed by WAIT.
+func (s *Store) AtomicMulti(names []string) bool { return s.core.AtomicMulti(names) }
+
+// AcquireMulti implements [store.MultiStore]: one script, one round trip.
+// Errors are those of [Store.Acquire], and an [*store.InvalidError] for
+// names AtomicMulti refuses.
+func (s *Store) AcquireMulti(ctx context.Context, reqs []store.Request) (store.MultiGrant, error) {
+	return s.core.AcquireMulti(ctx, reqs)
+}
+
+// ExtendMulti implements [store.MultiStore]: one script, one round trip.
+func (s *Store) ExtendMulti(ctx context.Context, reqs []store.Request) []error {
+	return s.core.ExtendMulti(ctx, reqs)
+}
+
+// ReleaseMulti implements [store.MultiStore]: one script, one round trip;
+// each name is released as [Store.Release] releases a mutex (handed over
+// to a live registered waiter, if any), and this Store's waiters on the
+// names are woken at once.
+func (s *Store) ReleaseMulti(ctx context.Context, reqs []store.Request) []error {
+	return s.core.ReleaseMulti(ctx, reqs)
+}
+
+// Publish implements [store.Broadcaster]: msg goes out on the channel
+// "<prefix>bus:<topic>" by SPUBLISH (PUBLISH before Redis 7), where the
+// Stores of store/goredis with the same prefix hear it too.
+func (s *Store) Publish(ctx context.Context, topic string, msg []byte) error {
+	return s.core.Publish(ctx, topic, msg)
+}
+
+// Subscribe implements [store.Broadcaster] with one subscription per topic
+// on valkey-go's shared connection, whatever the number of local
+// subscribers. It waits up to a second (or until ctx ends) for the
+// subscription to be confirmed; a failed subscription is retried in the
+// background until stop or Close.
+func (s *Store) Subscribe(ctx context.Context, topic string, fn func([]byte)) (func(), error) {
+	return s.core.Subscribe(ctx, topic, fn)
+}
+
+// AuditKey returns the key of the fair lock's audit stream: the last 1000 or
+// so grants and releases of lock name, each with fields "event" (grant or
+// release), "fence" and "holder" (the first 12 hex digits of the SHA-1 of
+// the holder's token, enough to pair a grant with its release, useless for
+// extending or releasing the lock). Read it with XRANGE or XREVRANGE; it
+// expires a day after the last grant.
+func (s *Store) AuditKey(name string) string { return s.l.AuditKey(name) }

@@ -4,7 +4,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/dlock-dev/dlock/store"
+	"github.com/dlock-dev/dlock/internal/redisproto"
 )
 
 // An Option configures a [Store]. Invalid values make [New], [Dial] and
@@ -12,27 +12,15 @@ import (
 type Option func(*config)
 
 type config struct {
-	prefix         string
-	fenceRetention time.Duration
-	waitReplicas   int
-	waitTimeout    time.Duration
-	strictEvict    bool
-	logger         *slog.Logger
-	err            error
+	redisproto.Options
+	waitReplicas int
+	waitTimeout  time.Duration
 }
 
-func defaultConfig() config {
-	return config{prefix: DefaultPrefix, fenceRetention: DefaultFenceRetention, logger: slog.New(slog.DiscardHandler)}
-}
-
-func (c *config) fail(field, reason string) {
-	if c.err == nil {
-		c.err = &store.InvalidError{Field: field, Reason: reason}
-	}
-}
+func defaultConfig() config { return config{Options: redisproto.DefaultOptions()} }
 
 // DefaultPrefix is the key prefix of [WithPrefix]'s default.
-const DefaultPrefix = "lock:"
+const DefaultPrefix = redisproto.DefaultPrefix
 
 // WithPrefix sets the prefix of every lock key: the mutex on name is the
 // string key prefix+name. Default "lock:", the key other Redis lock
@@ -41,11 +29,11 @@ const DefaultPrefix = "lock:"
 // With an empty prefix, or one that starts with "{", a name whose key would
 // have the form of another name's auxiliary key ("{x}:fence") is refused.
 func WithPrefix(p string) Option {
-	return func(c *config) { c.prefix = p }
+	return func(c *config) { c.Prefix = p }
 }
 
 // DefaultFenceRetention is [WithFenceRetention]'s default.
-const DefaultFenceRetention = 24 * time.Hour
+const DefaultFenceRetention = redisproto.DefaultFenceRetention
 
 // WithFenceRetention sets how long a lock name's fence counter is kept after
 // the grant that created it: d, but never less than that grant's TTL plus a
@@ -64,23 +52,17 @@ const DefaultFenceRetention = 24 * time.Hour
 // protection, after the counter is gone, for memory. d must be at least a
 // second (rounded up to whole milliseconds).
 func WithFenceRetention(d time.Duration) Option {
-	return func(c *config) {
-		if d < time.Second {
-			c.fail("fence retention", "must be at least 1s")
-			return
-		}
-		c.fenceRetention = d
-	}
+	return func(c *config) { c.SetFenceRetention(d) }
 }
 
 // WithWaitReplicas makes every write a lease counts on wait, in the same
 // round trip, until n replicas acknowledged it (Redis WAIT n timeout):
 //
-//   - grants of every mode ([Store.Acquire]; a dlock.Multi takes its
+//   - grants of every mode ([Store.Acquire]; a [dlock.Multi] takes its
 //     names one by one, see [Store.AtomicMulti]): a grant fewer replicas
 //     confirmed within timeout is released, and Acquire returns a
 //     [*ReplicationError];
-//   - extensions of every mode ([Store.Extend]: dlock.Lease.Extend and
+//   - extensions of every mode ([Store.Extend]: [dlock.Lease.Extend] and
 //     renewals): an extension not confirmed is a *ReplicationError; the
 //     server keeps the new TTL, the lease keeps its old validity (Extend
 //     returns a [*store.StoreError], renewal tries again while the lease
@@ -110,11 +92,11 @@ func WithFenceRetention(d time.Duration) Option {
 func WithWaitReplicas(n int, timeout time.Duration) Option {
 	return func(c *config) {
 		if n < 1 {
-			c.fail("wait replicas", "must be at least 1")
+			c.Invalid("wait replicas", "must be at least 1")
 			return
 		}
 		if timeout <= 0 {
-			c.fail("wait timeout", "must be positive")
+			c.Invalid("wait timeout", "must be positive")
 			return
 		}
 		c.waitReplicas, c.waitTimeout = n, timeout
@@ -127,17 +109,11 @@ func WithWaitReplicas(n int, timeout time.Duration) Option {
 // logged as a warning. A node that does not answer CONFIG GET (disabled or
 // renamed, as on some managed services) is logged and not an error.
 func WithStrictEviction() Option {
-	return func(c *config) { c.strictEvict = true }
+	return func(c *config) { c.StrictEviction = true }
 }
 
 // WithLogger sets the logger for warnings (evicting maxmemory-policy) and
 // debug messages. Default: discard.
 func WithLogger(l *slog.Logger) Option {
-	return func(c *config) {
-		if l == nil {
-			c.fail("logger", "must not be nil")
-			return
-		}
-		c.logger = l
-	}
+	return func(c *config) { c.SetLogger(l) }
 }

@@ -5,6 +5,8 @@ import (
 	"sync"
 
 	vk "github.com/valkey-io/valkey-go"
+
+	"github.com/dlock-dev/dlock/internal/redisproto"
 )
 
 // Under [WithWaitReplicas] every call whose success a client counts on (a
@@ -28,44 +30,43 @@ import (
 // millisecond, and no script reads it.
 const syncSuffix = "sync"
 
-// confirmed runs the calls built by build (by EVAL when eval is set) on
-// lock names (one per call), each round trip followed by the scratch write
-// and WAIT, and returns their replies and, for each, nil or the
+// EvalConfirmed implements redisproto.Confirmer: the calls, each round trip
+// followed by the scratch write and WAIT, and for each call nil or the
 // [*ReplicationError] of operation op. A cluster gets one round trip per
-// hash slot of the calls, at once. A call the server did not know by SHA is
-// sent again by EVAL in a round trip of its own, with its own WAIT.
-func (s *Store) confirmed(ctx context.Context, op string, names []string, build func(i int, eval bool) vk.Completed) ([]vk.ValkeyResult, []error) {
-	res := make([]vk.ValkeyResult, len(names))
-	errs := make([]error, len(names))
-	c := s.direct(ctx)
-	groups := s.bySlot(len(names), build)
+// hash slot of the calls, at once. A call the server did not know by SHA
+// is sent again by EVAL in a round trip of its own, with its own WAIT.
+func (d *driver) EvalConfirmed(ctx context.Context, op string, calls []redisproto.Call) ([]redisproto.Reply, []error) {
+	res := make([]redisproto.Reply, len(calls))
+	errs := make([]error, len(calls))
+	c := d.direct(ctx)
+	groups := d.bySlot(calls)
 	if len(groups) == 1 {
-		s.confirmSlot(ctx, c, op, names, groups[0], build, res, errs)
+		d.confirmSlot(ctx, c, op, calls, groups[0], res, errs)
 		return res, errs
 	}
 	var wg sync.WaitGroup
 	for _, which := range groups {
-		wg.Go(func() { s.confirmSlot(ctx, c, op, names, which, build, res, errs) })
+		wg.Go(func() { d.confirmSlot(ctx, c, op, calls, which, res, errs) })
 	}
 	wg.Wait()
 	return res, errs
 }
 
-// bySlot groups the indexes of n calls by the cluster hash slot of their
+// bySlot groups the indexes of calls by the cluster hash slot of their
 // keys: WAIT has no key, and valkey-go sends it with the commands of one
 // slot. Off a cluster all calls are one group.
-func (s *Store) bySlot(n int, build func(i int, eval bool) vk.Completed) [][]int {
-	all := make([]int, n)
+func (d *driver) bySlot(calls []redisproto.Call) [][]int {
+	all := make([]int, len(calls))
 	for i := range all {
 		all[i] = i
 	}
-	if n == 1 || s.client.Mode() != vk.ClientModeCluster {
+	if len(calls) == 1 || d.c.Mode() != vk.ClientModeCluster {
 		return [][]int{all}
 	}
 	at := make(map[uint16]int) // slot -> index in groups
 	var groups [][]int
 	for _, i := range all {
-		c := build(i, false)
+		c := d.cmd(calls[i], false)
 		slot := c.Slot()
 		g, ok := at[slot]
 		if !ok {
@@ -78,19 +79,19 @@ func (s *Store) bySlot(n int, build func(i int, eval bool) vk.Completed) [][]int
 	return groups
 }
 
-// confirmSlot is confirmed for the calls which, all of one hash slot: it
-// fills their entries of res and errs.
-func (s *Store) confirmSlot(ctx context.Context, c vk.Client, op string, names []string, which []int, build func(i int, eval bool) vk.Completed, res []vk.ValkeyResult, errs []error) {
+// confirmSlot is EvalConfirmed for the calls which, all of one hash slot:
+// it fills their entries of res and errs.
+func (d *driver) confirmSlot(ctx context.Context, c vk.Client, op string, calls []redisproto.Call, which []int, res []redisproto.Reply, errs []error) {
 	for eval := false; len(which) > 0; eval = true {
-		syncKey := s.l.Aux(names[which[0]], syncSuffix)
+		syncKey := d.l.Aux(calls[which[0]].Name, syncSuffix)
 		out := send(ctx, func(bool) []vk.ValkeyResult {
 			cmds := make(vk.Commands, 0, len(which)+2)
 			for _, i := range which {
-				cmds = append(cmds, build(i, eval))
+				cmds = append(cmds, d.cmd(calls[i], eval))
 			}
 			cmds = append(cmds,
-				s.client.B().Set().Key(syncKey).Value("").PxMilliseconds(1).Build(),
-				s.client.B().Wait().Numreplicas(int64(s.cfg.waitReplicas)).Timeout(s.cfg.waitTimeout.Milliseconds()).Build())
+				d.c.B().Set().Key(syncKey).Value("").PxMilliseconds(1).Build(),
+				d.c.B().Wait().Numreplicas(int64(d.waitReplicas)).Timeout(d.waitTimeout.Milliseconds()).Build())
 			return c.DoMulti(ctx, cmds...)
 		}, firstErr, nil)
 		scratch, ack := out[len(which)], out[len(which)+1]
@@ -100,7 +101,7 @@ func (s *Store) confirmSlot(ctx context.Context, c vk.Client, op string, names [
 				again = append(again, i)
 				continue
 			}
-			res[i], errs[i] = out[j], s.replicated(op, names[i], scratch, ack)
+			res[i], errs[i] = reply(out[j]), d.replicated(op, calls[i].Name, scratch, ack)
 		}
 		which = again
 	}
@@ -109,14 +110,14 @@ func (s *Store) confirmSlot(ctx context.Context, c vk.Client, op string, names [
 // replicated returns nil when the answers to the scratch write and WAIT
 // say that enough replicas have it, and otherwise the [*ReplicationError]
 // of operation op on lock name.
-func (s *Store) replicated(op, name string, scratch, ack vk.ValkeyResult) error {
+func (d *driver) replicated(op, name string, scratch, ack vk.ValkeyResult) error {
 	err := scratch.Error()
 	var acked int64
 	if err == nil {
 		acked, err = ack.AsInt64()
 	}
-	if err == nil && acked >= int64(s.cfg.waitReplicas) {
+	if err == nil && acked >= int64(d.waitReplicas) {
 		return nil
 	}
-	return &ReplicationError{Op: op, Name: name, Want: s.cfg.waitReplicas, Acked: int(acked), Err: err}
+	return &ReplicationError{Op: op, Name: name, Want: d.waitReplicas, Acked: int(acked), Err: err}
 }

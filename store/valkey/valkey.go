@@ -106,12 +106,6 @@ import (
 )
 
 var (
-	_ store.Store     = (*Store)(nil)
-	_ store.Inspector = (*Store)(nil)
-	_ store.Pinger    = (*Store)(nil)
-)
-
-var (
 	// ErrNotReplicated reports a write that fewer replicas than
 	// [WithWaitReplicas] asked for confirmed in time: a grant (released
 	// before returning), an extension or a raised fence (kept by the
@@ -121,8 +115,13 @@ var (
 	ErrNotReplicated = fmt.Errorf("%w: write not confirmed by replicas", store.ErrUnavailable)
 	// ErrEvictionPolicy reports, under [WithStrictEviction], a node whose
 	// maxmemory-policy may evict lock keys.
-	ErrEvictionPolicy = errors.New("dlock: maxmemory-policy may evict lock keys")
+	ErrEvictionPolicy = redisproto.ErrEvictionPolicy
 )
+
+// EvictionError is returned under [WithStrictEviction] when a node's
+// maxmemory-policy may evict lock keys: Node is the node's address, Policy
+// its maxmemory-policy. It wraps [ErrEvictionPolicy].
+type EvictionError = redisproto.EvictionError
 
 // ReplicationError is returned, under [WithWaitReplicas], by Acquire when
 // a grant was not confirmed by enough replicas in time (the grant was
@@ -156,20 +155,12 @@ func (e *ReplicationError) Unwrap() []error {
 // Make one with [New], [Dial] or [Open]; Close it when done.
 type Store struct {
 	client vk.Client
-	// plain runs the scripts that need no tracked read: a client of the
-	// same options without client-side caching, whose connections a lone
-	// caller uses directly (a client with an invalidation hook sends every
-	// command through its pipeline goroutines). Nil: client runs them.
-	plain vk.Client
-	own   bool // Close closes client
-	cfg   config
-	l     *redisproto.Layout // key layout, fence retention, handoff channels
-	hub   *redisproto.Hub
-	// trackAcquire: the client tracks keys in OPTIN mode with this Store's
-	// hook, so acquire attempts can be tracked reads (see hub).
-	trackAcquire bool
-	grants       redisproto.Handoffs // handoffs to waiters (patterns_fair.go)
-	bus          redisproto.Bus      // Publish and Subscribe (broadcast.go)
+	d      *driver // the client (and its twin) as redisproto.Client
+	core   *redisproto.Store
+	own    bool // Close closes client
+	cfg    config
+	l      *redisproto.Layout // key layout, fence retention, handoff channels
+	hub    *redisproto.Hub    // wakes waiters; the client's invalidations feed it (watch.go)
 
 	closeOnce sync.Once
 }
@@ -192,11 +183,10 @@ func New(client vk.Client, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.client = client
-	s.setSubscriber()
+	s.client, s.d.c = client, client
 	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
 	defer cancel()
-	if err := s.start(ctx, false); err != nil {
+	if err := s.start(ctx, false, false); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -246,7 +236,7 @@ func Open(ctx context.Context, opt vk.ClientOption, opts ...Option) (*Store, err
 	}
 	client, err := vk.NewClient(opt)
 	if tracking && errors.Is(err, vk.ErrNoCache) {
-		s.cfg.logger.Info("dlock: server lacks RESP3 client-side caching; waiters are not woken by the server")
+		s.cfg.Logger.Info("dlock: server lacks RESP3 client-side caching; waiters are not woken by the server")
 		tracking = false
 		opt.DisableCache, opt.OnInvalidations = true, user
 		client, err = vk.NewClient(opt)
@@ -254,21 +244,20 @@ func Open(ctx context.Context, opt vk.ClientOption, opts ...Option) (*Store, err
 	if err != nil {
 		return nil, &store.StoreError{Op: "dial", Node: -1, Err: err}
 	}
-	s.client, s.own = client, true
-	s.setSubscriber()
+	s.client, s.own, s.d.c = client, true, client
 	// Tracked attempts need the default OPTIN tracking and the shared,
 	// always-read pipelined connections (WAIT and a disabled auto-pipeline
 	// use pooled ones, whose pushes wait until their next use).
-	s.trackAcquire = tracking && opt.ClientTrackingOptions == nil && !opt.DisableAutoPipelining && s.cfg.waitReplicas == 0
+	trackAcquire := tracking && opt.ClientTrackingOptions == nil && !opt.DisableAutoPipelining && s.cfg.waitReplicas == 0
 	if tracking {
 		popt := opt
 		popt.DisableCache, popt.OnInvalidations, popt.ClientTrackingOptions = true, nil, nil
-		if s.plain, err = vk.NewClient(popt); err != nil {
+		if s.d.plain, err = vk.NewClient(popt); err != nil {
 			client.Close()
 			return nil, &store.StoreError{Op: "dial", Node: -1, Err: err}
 		}
 	}
-	if err := s.start(ctx, tracking); err != nil {
+	if err := s.start(ctx, tracking, trackAcquire); err != nil {
 		s.closeClients()
 		return nil, err
 	}
@@ -282,25 +271,36 @@ func newStore(opts []Option) (*Store, error) {
 			o(&cfg)
 		}
 	}
-	if cfg.err != nil {
-		return nil, cfg.err
+	if cfg.Err != nil {
+		return nil, cfg.Err
 	}
-	s := &Store{cfg: cfg, l: redisproto.NewLayout(cfg.prefix, cfg.fenceRetention)}
-	s.grants.Log, s.bus.Log = cfg.logger, cfg.logger
-	s.hub = redisproto.NewHub(s.armKeys, cfg.logger)
+	l := redisproto.NewLayout(cfg.Prefix, cfg.FenceRetention)
+	s := &Store{cfg: cfg, l: l, d: &driver{l: l, waitReplicas: cfg.waitReplicas, waitTimeout: cfg.waitTimeout}}
+	s.hub = redisproto.NewHub(s.armKeys, cfg.Logger)
 	return s, nil
 }
 
-// start checks the eviction policy and, with tracking, starts the goroutine
-// that arms server-side tracking for watched keys.
-func (s *Store) start(ctx context.Context, tracking bool) error {
-	if err := s.checkEviction(ctx); err != nil {
-		return err
+// start makes the Store's redisproto.Store, which checks the eviction
+// policy and, with tracking (the client's invalidations reach the hub),
+// starts the goroutine that arms server-side tracking for watched keys;
+// with trackAcquire, acquire attempts are tracked reads too.
+func (s *Store) start(ctx context.Context, tracking, trackAcquire bool) error {
+	cfg := redisproto.Config{
+		Name:    "valkey",
+		Layout:  s.l,
+		Hub:     s.hub,
+		Pushes:  tracking,
+		Options: s.cfg.Options,
 	}
-	if tracking {
-		s.hub.Start()
+	if trackAcquire {
+		cfg.Tracker = s.d
 	}
-	return nil
+	if s.cfg.waitReplicas > 0 {
+		cfg.Confirmer = s.d
+	}
+	core, err := redisproto.NewStore(ctx, s.d, cfg)
+	s.core = core
+	return err
 }
 
 // Client returns the valkey-go client the Store runs on.
@@ -312,9 +312,7 @@ func (s *Store) Client() vk.Client { return s.client }
 // nil.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
-		s.bus.Close()
-		s.grants.Close()
-		s.hub.Stop()
+		s.core.Close()
 		if s.own {
 			s.closeClients()
 		}
@@ -324,24 +322,9 @@ func (s *Store) Close() error {
 
 func (s *Store) closeClients() {
 	s.client.Close()
-	if s.plain != nil {
-		s.plain.Close()
+	if s.d.plain != nil {
+		s.d.plain.Close()
 	}
-}
-
-// direct returns the client for a call for ctx that needs no tracked read:
-// plain when ctx has a deadline or never ends. valkey-go runs a lone call
-// on plain's connection directly, bounded by its deadline; a call that
-// ctx may cancel without one goes through client's pipeline, which gives
-// it up at once when ctx ends.
-func (s *Store) direct(ctx context.Context) vk.Client {
-	if s.plain == nil {
-		return s.client
-	}
-	if _, ok := ctx.Deadline(); ok || ctx.Done() == nil {
-		return s.plain
-	}
-	return s.client
 }
 
 // parseURL turns a URL, possibly with several comma-separated seeds, into a

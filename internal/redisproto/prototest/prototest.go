@@ -19,14 +19,18 @@ import (
 	"github.com/dlock-dev/dlock/store"
 )
 
-// Run runs every check on s, a Store on srv with the default key prefix
-// "lock:". The checks use lock names starting with "prototest-".
+// Run runs every check on s, a Store on srv (one node) with the default key
+// prefix "lock:". The checks use lock names starting with "prototest-",
+// and count the scripts srv runs (CONFIG RESETSTAT): nothing else may run
+// scripts on srv meanwhile.
 func Run(t *testing.T, srv *testredis.Server, s store.Store) {
 	t.Run("ForeignMainKeyRefresh", func(t *testing.T) { foreignMainKeyRefresh(t, srv, s) })
 	t.Run("ForeignMainKeyRelease", func(t *testing.T) { foreignMainKeyRelease(t, srv, s) })
 	t.Run("MarkerToken", func(t *testing.T) { markerToken(t, srv, s) })
 	t.Run("FairAuditTTL", func(t *testing.T) { fairAuditTTL(t, srv, s) })
 	t.Run("FairHandoffTTL", func(t *testing.T) { fairHandoffTTL(t, srv, s) })
+	t.Run("MultiOneScript", func(t *testing.T) { multiOneScript(t, srv, s) })
+	t.Run("MultiForeignHolder", func(t *testing.T) { multiForeignHolder(t, srv, s) })
 }
 
 var layout = redisproto.NewLayout("lock:", 24*time.Hour)

@@ -1,0 +1,56 @@
+package redisproto
+
+import (
+	"log/slog"
+	"time"
+
+	"github.com/dlock-dev/dlock/store"
+)
+
+// Options are what the options of both Redis stores set: the key prefix,
+// the fence retention, strict eviction and the logger. Start from
+// DefaultOptions; the setters record the first invalid value in Err.
+type Options struct {
+	Prefix         string
+	FenceRetention time.Duration
+	StrictEviction bool
+	Logger         *slog.Logger
+	Err            error // the first invalid option, a *store.InvalidError
+}
+
+// The defaults of Options.
+const (
+	DefaultPrefix         = "lock:"
+	DefaultFenceRetention = 24 * time.Hour
+)
+
+// DefaultOptions returns the defaults: prefix "lock:", a day's fence
+// retention, eviction warned about, and a logger that discards.
+func DefaultOptions() Options {
+	return Options{Prefix: DefaultPrefix, FenceRetention: DefaultFenceRetention, Logger: slog.New(slog.DiscardHandler)}
+}
+
+// Invalid records that option field is invalid, unless one was before.
+func (o *Options) Invalid(field, reason string) {
+	if o.Err == nil {
+		o.Err = &store.InvalidError{Field: field, Reason: reason}
+	}
+}
+
+// SetFenceRetention sets FenceRetention to d, at least a second.
+func (o *Options) SetFenceRetention(d time.Duration) {
+	if d < time.Second {
+		o.Invalid("fence retention", "must be at least 1s")
+		return
+	}
+	o.FenceRetention = d
+}
+
+// SetLogger sets Logger to l, not nil.
+func (o *Options) SetLogger(l *slog.Logger) {
+	if l == nil {
+		o.Invalid("logger", "must not be nil")
+		return
+	}
+	o.Logger = l
+}

@@ -1,0 +1,86 @@
+package redisproto
+
+import (
+	"context"
+	"sort"
+
+	"github.com/dlock-dev/dlock/store"
+)
+
+// State implements [store.Inspector]: one round trip for the mutex, two for
+// the other patterns.
+func (s *Store) State(ctx context.Context, name string) (store.State, error) {
+	if err := s.l.CheckName(name); err != nil {
+		return store.State{}, err
+	}
+	v, err := s.eval(ctx, StateScript, s.l.StateKeys(name), nil).Values()
+	if err != nil {
+		return store.State{}, s.fail("state", err)
+	}
+	st := store.State{Name: name}
+	if len(v) < 4 {
+		return st, nil
+	}
+	var ints [4]int64 // holders, pttl, fence, waiters
+	for i := range ints {
+		if i+1 < len(v) {
+			ints[i], _ = v[i+1].Int64()
+		}
+	}
+	st, pattern := DecodeState(st, v[0].Str(), ints[0], ints[1], ints[2], ints[3])
+	if !pattern {
+		return st, nil
+	}
+	p, err := s.eval(ctx, PatternStateScript, s.l.PatternStateKeys(name), nil).Int64s()
+	if err != nil {
+		return store.State{}, s.fail("state", err)
+	}
+	return DecodePatternState(st, p), nil
+}
+
+// List implements [store.Inspector]: it SCANs every primary for main keys
+// and for the keys of the other patterns, then reads the State of each
+// name found.
+func (s *Store) List(ctx context.Context) ([]store.State, error) {
+	seen := make(map[string]bool)
+	var names []string
+	for _, match := range []string{s.l.ListPattern(), AuxPattern} {
+		err := s.c.Scan(ctx, match, func(k string) {
+			name, ok := s.l.MainName(k)
+			if !ok {
+				name, ok = s.l.PatternName(k)
+			}
+			if ok && !seen[name] {
+				seen[name] = true
+				names = append(names, name)
+			}
+		})
+		if err != nil {
+			return nil, s.fail("list", err)
+		}
+	}
+	sort.Strings(names)
+	out := make([]store.State, 0, len(names))
+	for _, name := range names {
+		st, err := s.State(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		if st.Holders > 0 || st.Queue > 0 {
+			out = append(out, st)
+		}
+	}
+	return out, nil
+}
+
+// Leader implements [store.Elector] in one round trip.
+func (s *Store) Leader(ctx context.Context, name string) (store.Leader, error) {
+	if err := s.l.CheckName(name); err != nil {
+		return store.Leader{}, err
+	}
+	v, err := s.eval(ctx, LeaderScript, s.l.LeaderKeys(name), nil).Strings()
+	if err != nil {
+		return store.Leader{}, s.fail("leader", err)
+	}
+	return DecodeLeader(v)
+}

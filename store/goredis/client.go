@@ -1,0 +1,226 @@
+package goredis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-dev/dlock/internal/redisproto"
+)
+
+// driver is the Store's redisproto.Client on go-redis: the operations are
+// redisproto.Store's.
+type driver struct {
+	c redis.UniversalClient
+}
+
+var _ redisproto.Client = (*driver)(nil)
+
+// Eval implements redisproto.Client.
+func (d *driver) Eval(ctx context.Context, call redisproto.Call) redisproto.Reply {
+	argv := anys(call.Args)
+	cmd := d.c.EvalSha(ctx, call.Script.SHA, call.Keys, argv...)
+	if isNoScript(cmd.Err()) {
+		cmd = d.c.Eval(ctx, call.Script.Src, call.Keys, argv...)
+	}
+	return reply(cmd)
+}
+
+// EvalMulti implements redisproto.Client: one call as Eval, several in a
+// pipeline.
+func (d *driver) EvalMulti(ctx context.Context, calls []redisproto.Call) []redisproto.Reply {
+	if len(calls) == 1 {
+		return []redisproto.Reply{d.Eval(ctx, calls[0])}
+	}
+	out := make([]redisproto.Reply, len(calls))
+	cmds := make([]*redis.Cmd, len(calls))
+	pipe := func(which []int, eval bool) {
+		p := d.c.Pipeline()
+		for _, i := range which {
+			c := calls[i]
+			if eval {
+				cmds[i] = p.Eval(ctx, c.Script.Src, c.Keys, anys(c.Args)...)
+			} else {
+				cmds[i] = p.EvalSha(ctx, c.Script.SHA, c.Keys, anys(c.Args)...)
+			}
+		}
+		p.Exec(ctx) // errors are per command
+	}
+	all := make([]int, len(calls))
+	for i := range all {
+		all[i] = i
+	}
+	pipe(all, false)
+	var again []int
+	for i, c := range cmds {
+		if isNoScript(c.Err()) {
+			again = append(again, i)
+		}
+	}
+	if len(again) > 0 {
+		pipe(again, true)
+	}
+	for i, c := range cmds {
+		out[i] = reply(c)
+	}
+	return out
+}
+
+// anys returns args as go-redis takes arguments.
+func anys(args []string) []any {
+	out := make([]any, len(args))
+	for i, a := range args {
+		out[i] = a
+	}
+	return out
+}
+
+func isNoScript(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re) && redisproto.NoScript(re.Error())
+}
+
+// reply converts a go-redis command's answer to a redisproto.Reply.
+func reply(c *redis.Cmd) redisproto.Reply {
+	if err := c.Err(); err != nil {
+		return redisproto.ErrorReply(err)
+	}
+	return value(c.Val())
+}
+
+func value(v any) redisproto.Reply {
+	switch v := v.(type) {
+	case int64:
+		return redisproto.IntReply(v)
+	case string:
+		return redisproto.StringReply(v)
+	case []any:
+		out := make([]redisproto.Reply, len(v))
+		for i, e := range v {
+			out[i] = value(e)
+		}
+		return redisproto.ArrayReply(out)
+	case nil:
+		return redisproto.NilReply()
+	}
+	return redisproto.ErrorReply(fmt.Errorf("dlock: goredis: unexpected reply %T", v))
+}
+
+// Scan implements redisproto.Client on every master.
+func (d *driver) Scan(ctx context.Context, match string, fn func(key string)) error {
+	var mu sync.Mutex
+	return d.eachMaster(ctx, func(ctx context.Context, c redis.Cmdable, _ string) error {
+		it := c.Scan(ctx, 0, match, 1000).Iterator()
+		for it.Next(ctx) {
+			mu.Lock()
+			fn(it.Val())
+			mu.Unlock()
+		}
+		return it.Err()
+	})
+}
+
+// Policies implements redisproto.Client on every master.
+func (d *driver) Policies(ctx context.Context) []redisproto.NodePolicy {
+	var mu sync.Mutex
+	var out []redisproto.NodePolicy
+	d.eachMaster(ctx, func(ctx context.Context, c redis.Cmdable, addr string) error {
+		m, err := c.ConfigGet(ctx, "maxmemory-policy").Result()
+		mu.Lock()
+		out = append(out, redisproto.NodePolicy{Addr: addr, Policy: m["maxmemory-policy"], Err: err})
+		mu.Unlock()
+		return nil
+	})
+	return out
+}
+
+// eachMaster calls fn with a client of each master: every master of a
+// cluster, every shard of a ring, or the client itself.
+func (d *driver) eachMaster(ctx context.Context, fn func(ctx context.Context, c redis.Cmdable, addr string) error) error {
+	node := func(ctx context.Context, c *redis.Client) error { return fn(ctx, c, c.Options().Addr) }
+	switch c := d.c.(type) {
+	case *redis.ClusterClient:
+		return c.ForEachMaster(ctx, node)
+	case *redis.Ring:
+		return c.ForEachShard(ctx, node)
+	case *redis.Client:
+		return node(ctx, c)
+	}
+	return fn(ctx, d.c, "")
+}
+
+// Ping implements redisproto.Client.
+func (d *driver) Ping(ctx context.Context) error { return d.c.Ping(ctx).Err() }
+
+// ServerError implements redisproto.Client. A nil reply is not one: it is
+// read as a failure to reach the server.
+func (d *driver) ServerError(err error) (string, bool) {
+	var re redis.Error
+	if errors.As(err, &re) && !errors.Is(err, redis.Nil) {
+		return re.Error(), true
+	}
+	return "", false
+}
+
+// Closed implements redisproto.Client.
+func (d *driver) Closed(err error) bool { return errors.Is(err, redis.ErrClosed) }
+
+// Publish implements redisproto.Client.
+func (d *driver) Publish(ctx context.Context, channel string, msg []byte, legacy bool) error {
+	if legacy {
+		return d.c.Publish(ctx, channel, msg).Err()
+	}
+	return d.c.SPublish(ctx, channel, msg).Err()
+}
+
+// Receive implements redisproto.Client on a pub/sub connection of its own
+// (SSUBSCRIBE is routed to the channel's slot in a cluster).
+func (d *driver) Receive(ctx context.Context, channel string, legacy bool, ready func(), onMessage func(string)) error {
+	var ps *redis.PubSub
+	if legacy {
+		ps = d.c.Subscribe(ctx, channel)
+	} else {
+		ps = d.c.SSubscribe(ctx, channel)
+	}
+	// go-redis reads a pub/sub connection without watching ctx: closing
+	// it ends the read.
+	stop := context.AfterFunc(ctx, func() { ps.Close() })
+	defer func() {
+		stop()
+		ps.Close()
+	}()
+	for {
+		m, err := ps.Receive(ctx)
+		if err != nil {
+			return err
+		}
+		switch m := m.(type) {
+		case *redis.Subscription:
+			if m.Kind == "ssubscribe" || m.Kind == "subscribe" {
+				ready()
+			}
+		case *redis.Message:
+			onMessage(m.Payload)
+		}
+	}
+}
+
+// Unsubscribe has nothing to do: closing the channel's pub/sub connection,
+// which Receive does when its ctx ends, unsubscribes it.
+func (d *driver) Unsubscribe(context.Context, string, bool) {}
+
+// SameNode implements redisproto.Client: a *redis.Client (one node, or a
+// Sentinel failover client) serves every key, a *redis.ClusterClient those
+// of one slot; other clients (a Ring) may spread any keys over nodes.
+func (d *driver) SameNode(keys []string) bool {
+	switch d.c.(type) {
+	case *redis.Client:
+		return true
+	case *redis.ClusterClient:
+		return redisproto.SameSlot(keys)
+	}
+	return false
+}
