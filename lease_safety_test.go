@@ -122,30 +122,42 @@ func checkNotOutlived(t *testing.T, lease *dlock.Lease, other *dlock.Lease, err 
 	}
 }
 
+// reorderedExtends returns a store whose 10s extensions are applied at once
+// and answered 50ms later, and every other one answered after 10ms: a 1s
+// extension sent after a 10s one is applied after it and answered first.
+func reorderedExtends() *latencyStore {
+	s := &latencyStore{Store: memory.New()}
+	s.extend = func(req dlock.Request) (time.Duration, time.Duration, bool) {
+		if req.TTL == 10*time.Second {
+			return 0, 50 * time.Millisecond, false
+		}
+		return 0, 10 * time.Millisecond, false
+	}
+	return s
+}
+
+// extendTwice calls extend to 10s and, once that is in flight (in a
+// synctest bubble), to 1s, and waits for both.
+func extendTwice(ctx context.Context, extend func(context.Context, time.Duration) error) {
+	var wg sync.WaitGroup
+	wg.Go(func() { extend(ctx, 10*time.Second) })
+	synctest.Wait()
+	wg.Go(func() { extend(ctx, time.Second) })
+	wg.Wait()
+}
+
 // Two Extends in flight on one lease, applied by the store in one order and
 // answered in the other, must not leave the lease believing the longer one.
 func TestConcurrentExtendsNeverOutliveTheStore(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		s := &latencyStore{Store: memory.New()}
-		// The 10s extension is applied at once and answered late; the 1s
-		// one, sent after it, is applied at once and answered first.
-		s.extend = func(req dlock.Request) (time.Duration, time.Duration, bool) {
-			if req.TTL == 10*time.Second {
-				return 0, 50 * time.Millisecond, false
-			}
-			return 0, 10 * time.Millisecond, false
-		}
+		s := reorderedExtends()
 		l := newLocker(t, s, dlock.WithTTL(time.Second))
 		lease, err := l.Mutex("twice").TryLock(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var wg sync.WaitGroup
-		wg.Go(func() { lease.Extend(ctx, 10*time.Second) })
-		synctest.Wait() // the 10s extension is in flight
-		wg.Go(func() { lease.Extend(ctx, time.Second) })
-		wg.Wait()
+		extendTwice(ctx, lease.Extend)
 
 		time.Sleep(1200 * time.Millisecond) // past any 1s hold
 		other := newLocker(t, s.Store, dlock.WithTTL(time.Second))
@@ -396,13 +408,7 @@ func (s multiLatencyStore) ReleaseMulti(ctx context.Context, reqs []dlock.Reques
 func TestConcurrentMultiExtendsNeverOutliveTheStore(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		s := &latencyStore{Store: memory.New()}
-		s.extend = func(req dlock.Request) (time.Duration, time.Duration, bool) {
-			if req.TTL == 10*time.Second {
-				return 0, 50 * time.Millisecond, false
-			}
-			return 0, 10 * time.Millisecond, false
-		}
+		s := reorderedExtends()
 		l := newLocker(t, multiLatencyStore{s}, dlock.WithTTL(time.Second))
 		m := l.Multi([]string{"m1", "m2"})
 		if !m.Atomic() {
@@ -412,11 +418,7 @@ func TestConcurrentMultiExtendsNeverOutliveTheStore(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var wg sync.WaitGroup
-		wg.Go(func() { ml.Extend(ctx, 10*time.Second) })
-		synctest.Wait()
-		wg.Go(func() { ml.Extend(ctx, time.Second) })
-		wg.Wait()
+		extendTwice(ctx, ml.Extend)
 
 		time.Sleep(1200 * time.Millisecond)
 		other := newLocker(t, s.Store, dlock.WithTTL(time.Second))
