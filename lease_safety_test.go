@@ -474,3 +474,24 @@ func TestFairWaiterKeepsItsTokenAcrossErrors(t *testing.T) {
 		ls.Release(ctx)
 	})
 }
+
+// Release with a context that has already ended (a request's context in a
+// deferred Release) still frees the name at once.
+func TestReleaseWithACancelledContextFreesTheName(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem := memory.New()
+		l := newLocker(t, mem, dlock.WithTTL(time.Minute))
+		ctx, cancel := context.WithCancel(context.Background())
+		lease, err := l.Mutex("deferred").TryLock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+		if err := lease.Release(ctx); err != nil {
+			t.Errorf("Release(cancelled ctx) = %v, want nil", err)
+		}
+		if _, err := l.Mutex("deferred").TryLock(context.Background()); err != nil {
+			t.Errorf("TryLock right after Release(cancelled ctx) = %v, want the lock", err)
+		}
+	})
+}
