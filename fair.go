@@ -21,7 +21,9 @@ import (
 // release wakes one waiter.
 //
 // Order is arrival order at the store among waiters that stay alive; a
-// waiter whose store calls fail loses its place and queues again. Like
+// waiter whose store calls fail keeps its token, and its place if the store
+// answers again within its queue TTL (otherwise it queues again at the
+// back). Like
 // every lease, a fair lease may be lost; its [Lease.Fence] protects the
 // resource.
 type Fair struct {
