@@ -10,6 +10,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/redisproto/prototest"
 	"github.com/dlock-dev/dlock/internal/testredis"
 	"github.com/dlock-dev/dlock/store"
 	"github.com/dlock-dev/dlock/store/goredis"
@@ -25,12 +26,6 @@ func TestMain(m *testing.M) {
 		goleak.IgnoreAnyFunction("github.com/valkey-io/valkey-go.(*clusterClient)._refresh.func2"),
 		goleak.IgnoreTopFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).reaper"),
 	)
-}
-
-func testContext(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	t.Cleanup(cancel)
-	return ctx
 }
 
 // open returns a Store on a go-redis client of addrs (a cluster when there
@@ -52,24 +47,11 @@ func open(t *testing.T, addrs ...string) *goredis.Store {
 	return s
 }
 
-func newLocker(t *testing.T, s store.Store, opts ...dlock.Option) *dlock.Locker {
-	t.Helper()
-	l, err := dlock.New(s, opts...)
-	if err != nil {
-		t.Fatalf("dlock.New = %v", err)
-	}
-	t.Cleanup(func() { l.Close() })
-	return l
-}
-
-// TestConformance runs storetest on one non-persistent redis-server through
-// a *redis.Client; the restart check restarts it with all data lost.
+// TestConformance runs the conformance of a store over redisproto on one
+// non-persistent redis-server through a *redis.Client, and the model.
 func TestConformance(t *testing.T) {
 	srv := testredis.Start(t)
-	storetest.Run(t, storetest.Harness{
-		New:     func(t *testing.T) store.Store { return open(t, srv.Addr()) },
-		Restart: func(t *testing.T) { srv.Restart(t) },
-	})
+	prototest.Conformance(t, srv, func(t *testing.T) store.Store { return open(t, srv.Addr()) })
 	t.Run("Model", func(t *testing.T) {
 		storetest.RunModel(t, storetest.Harness{
 			New: func(t *testing.T) store.Store { return open(t, srv.Addr()) },
@@ -92,7 +74,7 @@ func TestConformanceCluster(t *testing.T) {
 // of one store is handed the lock by a release through the other.
 func TestInteropWithValkeyStore(t *testing.T) {
 	srv := testredis.Start(t)
-	ctx := testContext(t)
+	ctx := prototest.Context(t)
 	gs := open(t, srv.Addr())
 	vs, err := valkey.Dial(ctx, srv.URL())
 	if err != nil {
@@ -148,8 +130,8 @@ func TestInteropWithValkeyStore(t *testing.T) {
 	// through the valkey store, and the reverse.
 	for i, a := range stores {
 		b := stores[1-i]
-		holder := newLocker(t, a.s)
-		waiter := newLocker(t, b.s)
+		holder := prototest.NewLocker(t, a.s)
+		waiter := prototest.NewLocker(t, b.s)
 		name := "handoff-from-" + a.name
 		ls, err := holder.Mutex(name).TryLock(ctx)
 		if err != nil {
@@ -199,7 +181,7 @@ func waitQueued(t *testing.T, ctx context.Context, srv *testredis.Server, name s
 // go-redis store, whose RetryAfter is its PTTL, and which it never touches.
 func TestForeignHolder(t *testing.T) {
 	srv := testredis.Start(t)
-	ctx := testContext(t)
+	ctx := prototest.Context(t)
 	s := open(t, srv.Addr())
 	if got, err := srv.Do("SET", "lock:f", "tok", "NX", "PX", "10000"); err != nil || got != "OK" {
 		t.Fatalf("SET = %q, %v", got, err)
@@ -232,55 +214,10 @@ func TestNewRefusesNil(t *testing.T) {
 func TestBroadcast(t *testing.T) {
 	srv := testredis.Start(t)
 	storetest.Broadcast(t, open(t, srv.Addr()), open(t, srv.Addr()))
-	vs, err := valkey.Dial(testContext(t), srv.URL())
+	vs, err := valkey.Dial(prototest.Context(t), srv.URL())
 	if err != nil {
 		t.Fatalf("valkey.Dial = %v", err)
 	}
 	t.Cleanup(func() { vs.Close() })
 	storetest.Broadcast(t, open(t, srv.Addr()), vs)
-}
-
-// TestMutexShortReleaseHandsOver: a holder that was never refused releases
-// with the short form of the script; when another Store's waiter is
-// registered, that form changes nothing and the full form hands the lock
-// over in the same Release, so the waiter holds the key when it returns.
-func TestMutexShortReleaseHandsOver(t *testing.T) {
-	srv := testredis.Start(t)
-	ctx := testContext(t)
-	a, b := open(t, srv.Addr()), open(t, srv.Addr())
-	hold := store.Request{Name: "short", Token: "holder", TTL: time.Minute}
-	if g, err := a.Acquire(ctx, hold); err != nil || !g.Acquired {
-		t.Fatalf("Acquire = %+v, %v", g, err)
-	}
-	w := store.Request{Name: "short", Token: "waiter", TTL: time.Minute, Queue: true, QueueTTL: time.Minute}
-	grants, stop, err := b.WatchGrant(ctx, w)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stop()
-	if g, err := b.Acquire(ctx, w); err != nil || g.Acquired {
-		t.Fatalf("Acquire(waiter) = %+v, %v; want refused", g, err)
-	}
-	if err := a.Release(ctx, hold); err != nil {
-		t.Fatal(err)
-	}
-	if got, err := srv.Do("GET", "lock:short"); err != nil || got != "waiter" {
-		t.Fatalf("GET lock:short after the release = %q, %v; want the waiter's token", got, err)
-	}
-	if g := <-grants; !g.Acquired {
-		t.Fatalf("pushed grant = %+v", g)
-	}
-	if err := b.Release(ctx, w); err != nil {
-		t.Fatal(err)
-	}
-	// Uncontended again: the short form deletes the key.
-	if g, err := a.Acquire(ctx, hold); err != nil || !g.Acquired {
-		t.Fatalf("Acquire = %+v, %v", g, err)
-	}
-	if err := a.Release(ctx, hold); err != nil {
-		t.Fatal(err)
-	}
-	if got, _ := srv.Do("GET", "lock:short"); got != "" {
-		t.Errorf("GET lock:short = %q, want none", got)
-	}
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-dev/dlock/internal/redisproto/prototest"
 	"github.com/dlock-dev/dlock/internal/testredis"
 	"github.com/dlock-dev/dlock/store"
 )
@@ -21,7 +22,7 @@ import (
 func TestCallsOnTheirClient(t *testing.T) {
 	srv := testredis.Start(t)
 	s := dial(t, srv.URL())
-	ctx := testContext(t) // has a deadline
+	ctx := prototest.Context(t) // has a deadline
 	req := store.Request{Name: "x", Token: "t1", TTL: time.Minute, Mode: store.ModeMutex}
 	if g, err := s.Acquire(ctx, req); err != nil || !g.Acquired {
 		t.Fatalf("Acquire with a deadline = %+v, %v", g, err)
@@ -72,7 +73,7 @@ func evalConns(t *testing.T, srv *testredis.Server) []bool {
 func TestCallsAfterServerRestart(t *testing.T) {
 	srv := testredis.Start(t)
 	s := dial(t, srv.URL())
-	ctx := testContext(t) // has a deadline: the client without tracking
+	ctx := prototest.Context(t) // has a deadline: the client without tracking
 	cctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel) // no deadline: the tracking client's pipeline
 	req := func(name string) store.Request {

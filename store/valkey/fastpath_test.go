@@ -3,16 +3,15 @@ package valkey_test
 import (
 	"errors"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/dlock-dev/dlock/internal/redisproto"
+	"github.com/dlock-dev/dlock/internal/redisproto/prototest"
 	"github.com/dlock-dev/dlock/internal/testredis"
 	"github.com/dlock-dev/dlock/store"
-	"github.com/dlock-dev/dlock/store/valkey"
 )
 
 // callsByCommand returns the calls per command (lower case) from INFO
@@ -37,7 +36,7 @@ func callsByCommand(t *testing.T, srv *testredis.Server) map[string]int64 {
 func TestMutexFastPathCommands(t *testing.T) {
 	srv := testredis.Start(t)
 	s := dial(t, srv.URL())
-	ctx := testContext(t)
+	ctx := prototest.Context(t)
 	req := store.Request{Name: "warm", Token: "a", TTL: 10 * time.Second, Mode: store.ModeMutex}
 	// Load the scripts first: a NOSCRIPT round costs an EVAL.
 	if g, err := s.Acquire(ctx, req); err != nil || !g.Acquired {
@@ -91,7 +90,7 @@ func TestMutexFastPathCommands(t *testing.T) {
 func TestMutexFenceSameMillisecond(t *testing.T) {
 	srv := testredis.Start(t)
 	s := dial(t, srv.URL())
-	ctx := testContext(t)
+	ctx := prototest.Context(t)
 	req := store.Request{Name: "fast", Token: "a", TTL: 10 * time.Second, Mode: store.ModeMutex}
 	var last int64
 	for i := range 300 {
@@ -131,7 +130,7 @@ func TestMutexFenceSameMillisecond(t *testing.T) {
 func TestMutexFenceCounterWrongType(t *testing.T) {
 	srv := testredis.Start(t)
 	s := dial(t, srv.URL())
-	ctx := testContext(t)
+	ctx := prototest.Context(t)
 	mustDo(t, srv, "RPUSH", s.AuxKey("bad", "fence"), "x")
 	req := store.Request{Name: "bad", Token: "a", TTL: 10 * time.Second, Mode: store.ModeMutex}
 	if g, err := s.Acquire(ctx, req); err == nil {
@@ -149,7 +148,7 @@ func TestMutexFenceCounterWrongType(t *testing.T) {
 func TestMutexWaitersFlag(t *testing.T) {
 	srv := testredis.Start(t)
 	s := dial(t, srv.URL())
-	ctx := testContext(t)
+	ctx := prototest.Context(t)
 	flag, wkey := s.AuxKey("flag", "waiters:flag"), s.AuxKey("flag", "waiters")
 	hold := store.Request{Name: "flag", Token: "holder", TTL: time.Minute}
 	if g, err := s.Acquire(ctx, hold); err != nil || !g.Acquired {
@@ -198,7 +197,7 @@ func TestMutexWaitersFlag(t *testing.T) {
 func TestFairQueueExpiryToppedUpRarely(t *testing.T) {
 	srv := testredis.Start(t)
 	s := dial(t, srv.URL())
-	ctx := testContext(t)
+	ctx := prototest.Context(t)
 	hold := store.Request{Name: "fq", Token: "holder", TTL: time.Minute, Mode: store.ModeFair}
 	if g, err := s.Acquire(ctx, hold); err != nil || !g.Acquired {
 		t.Fatalf("Acquire = %+v, %v", g, err)
@@ -237,7 +236,7 @@ func TestFairQueueExpiryToppedUpRarely(t *testing.T) {
 func TestMutexFenceMatchesCounter(t *testing.T) {
 	srv := testredis.Start(t)
 	s := dial(t, srv.URL())
-	ctx := testContext(t)
+	ctx := prototest.Context(t)
 	for i := range 2000 {
 		name := "m" + strconv.Itoa(i)
 		req := store.Request{Name: name, Token: "a", TTL: 10 * time.Second, Mode: store.ModeMutex}
@@ -259,7 +258,7 @@ func TestMutexFenceMatchesCounter(t *testing.T) {
 func TestMutexProposedFloor(t *testing.T) {
 	srv := testredis.Start(t)
 	s := dial(t, srv.URL())
-	ctx := testContext(t)
+	ctx := prototest.Context(t)
 	now, _, _ := strings.Cut(mustDo(t, srv, "TIME"), "\n")
 	sec, err := strconv.ParseInt(now, 10, 64)
 	if err != nil {
@@ -306,119 +305,5 @@ func TestMutexProposedFloor(t *testing.T) {
 	// The name is known now: INCR, whatever is proposed.
 	if f := acquire(name, near+80_000); f != near+1 {
 		t.Errorf("fence of a known name with a floor proposed = %d, want %d", f, near+1)
-	}
-}
-
-// evalshaKeyCounts returns the number of keys of each EVALSHA the server ran
-// since the last call, oldest first (from a SLOWLOG that logs every command).
-func evalshaKeyCounts(t *testing.T, s *valkey.Store) []string {
-	t.Helper()
-	entries, err := raw(t, s, "SLOWLOG", "GET", "-1").ToArray()
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw(t, s, "SLOWLOG", "RESET")
-	var out []string
-	for i := len(entries) - 1; i >= 0; i-- {
-		e, _ := entries[i].ToArray()
-		if len(e) < 4 {
-			continue
-		}
-		args, _ := e[3].AsStrSlice()
-		if len(args) > 2 && strings.EqualFold(args[0], "evalsha") {
-			out = append(out, args[2])
-		}
-	}
-	return out
-}
-
-// TestMutexShortRelease: an acquire that does not queue sends the lock key
-// and the fence counter alone, and a release on a name without known
-// waiters the lock key and the waiters flag alone (each key costs the server
-// time). A short release that finds waiters (registered through another
-// Store) changes nothing and the full form hands the lock over; the Store
-// then sends the full form for that name at once, as it does for a name on
-// which it was refused.
-func TestMutexShortRelease(t *testing.T) {
-	srv := testredis.Start(t)
-	a, b := dial(t, srv.URL()), dial(t, srv.URL())
-	ctx := testContext(t)
-	mustDo(t, srv, "CONFIG", "SET", "slowlog-log-slower-than", "0")
-	mustDo(t, srv, "CONFIG", "SET", "slowlog-max-len", "1000")
-	hold := store.Request{Name: "short", Token: "holder", TTL: time.Minute}
-	cycle := func() {
-		t.Helper()
-		if g, err := a.Acquire(ctx, hold); err != nil || !g.Acquired {
-			t.Fatalf("Acquire = %+v, %v", g, err)
-		}
-		if err := a.Release(ctx, hold); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cycle() // loads the scripts
-	evalshaKeyCounts(t, a)
-	cycle()
-	if got := evalshaKeyCounts(t, a); !slices.Equal(got, []string{"2", "2"}) {
-		t.Errorf("uncontended acquire+release sent %v keys, want [2 2]", got)
-	}
-
-	if g, err := a.Acquire(ctx, hold); err != nil || !g.Acquired {
-		t.Fatalf("Acquire = %+v, %v", g, err)
-	}
-	w := store.Request{Name: "short", Token: "waiter", TTL: time.Minute, Queue: true, QueueTTL: time.Minute}
-	grants, stop, err := b.WatchGrant(ctx, w)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stop()
-	if g, err := b.Acquire(ctx, w); err != nil || g.Acquired {
-		t.Fatalf("Acquire(waiter) = %+v, %v; want refused", g, err)
-	}
-	evalshaKeyCounts(t, a)
-	if err := a.Release(ctx, hold); err != nil {
-		t.Fatal(err)
-	}
-	if got := evalshaKeyCounts(t, a); !slices.Equal(got, []string{"2", "5"}) {
-		t.Errorf("release with a waiter of another Store sent %v keys, want [2 5] (short, then full)", got)
-	}
-	if g := <-grants; !g.Acquired {
-		t.Fatalf("pushed grant = %+v", g)
-	}
-	if got := rawGet(t, a, "lock:short"); got != "waiter" {
-		t.Fatalf("GET lock:short = %q, want waiter", got)
-	}
-	if err := b.Release(ctx, w); err != nil {
-		t.Fatal(err)
-	}
-	evalshaKeyCounts(t, a)
-	cycle()
-	if got := evalshaKeyCounts(t, a); !slices.Equal(got, []string{"2", "5"}) {
-		t.Errorf("a release on a name that had waiters sent %v keys, want [2 5] (the full form at once)", got)
-	}
-	// A Store refused on a name sends the full form for it.
-	if err := a.Release(ctx, hold); !errors.Is(err, store.ErrNotHeld) {
-		t.Errorf("second Release = %v, want ErrNotHeld", err)
-	}
-	evalshaKeyCounts(t, b)
-	hold2 := store.Request{Name: "short2", Token: "x", TTL: time.Minute}
-	if g, err := a.Acquire(ctx, hold2); err != nil || !g.Acquired {
-		t.Fatalf("Acquire = %+v, %v", g, err)
-	}
-	other := store.Request{Name: "short2", Token: "y", TTL: time.Minute}
-	if g, err := b.Acquire(ctx, other); err != nil || g.Acquired {
-		t.Fatalf("Acquire(other) = %+v, %v; want refused", g, err)
-	}
-	if err := a.Release(ctx, hold2); err != nil {
-		t.Fatal(err)
-	}
-	if g, err := b.Acquire(ctx, other); err != nil || !g.Acquired {
-		t.Fatalf("Acquire(other) = %+v, %v", g, err)
-	}
-	evalshaKeyCounts(t, b)
-	if err := b.Release(ctx, other); err != nil {
-		t.Fatal(err)
-	}
-	if got := evalshaKeyCounts(t, b); !slices.Equal(got, []string{"5"}) {
-		t.Errorf("release by a Store refused on the name sent %v keys, want [5]", got)
 	}
 }

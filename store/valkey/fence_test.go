@@ -9,6 +9,7 @@ import (
 	vk "github.com/valkey-io/valkey-go"
 
 	"github.com/dlock-dev/dlock/internal/redisproto"
+	"github.com/dlock-dev/dlock/internal/redisproto/prototest"
 	"github.com/dlock-dev/dlock/internal/testredis"
 	"github.com/dlock-dev/dlock/store"
 )
@@ -16,7 +17,7 @@ import (
 func TestRaiseFence(t *testing.T) {
 	srv := testredis.Start(t)
 	s := dial(t, srv.URL())
-	ctx := testContext(t)
+	ctx := prototest.Context(t)
 	req := store.Request{Name: "raise", Token: "a", TTL: 10 * time.Second, Mode: store.ModeMutex}
 	if err := s.RaiseFence(ctx, req, 5); !errors.Is(err, store.ErrNotHeld) {
 		t.Fatalf("RaiseFence on a free lock = %v, want ErrNotHeld", err)
@@ -58,7 +59,7 @@ func TestRaiseFence(t *testing.T) {
 func TestRaiseFenceWrite(t *testing.T) {
 	srv := testredis.Start(t)
 	s := dial(t, srv.URL())
-	ctx := testContext(t)
+	ctx := prototest.Context(t)
 	w := store.Request{Name: "raise-rw", Token: "w", TTL: 10 * time.Second, Mode: store.ModeWrite}
 	r := store.Request{Name: "raise-rw", Token: "r", TTL: 10 * time.Second, Mode: store.ModeRead}
 	if err := s.RaiseFence(ctx, w, 5); !errors.Is(err, store.ErrNotHeld) {
@@ -101,7 +102,7 @@ func TestRaiseFenceWrite(t *testing.T) {
 func TestLeastHWMAcquire(t *testing.T) {
 	srv := testredis.Start(t)
 	c := dial(t, srv.URL()).Client()
-	ctx := testContext(t)
+	ctx := prototest.Context(t)
 	acquire := vk.NewLuaScript(redisproto.LeastHWMAcquire.Src)
 	take := func(name, token string) int64 {
 		t.Helper()

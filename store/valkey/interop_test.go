@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/redisproto/prototest"
 	"github.com/dlock-dev/dlock/internal/testredis"
 	"github.com/dlock-dev/dlock/store"
 )
@@ -21,11 +22,11 @@ const foreignRelease = `if redis.call("get", KEYS[1]) == ARGV[1] then return red
 func TestInteropForeignHolderBlocksDlock(t *testing.T) {
 	srv := testredis.Start(t)
 	s := dial(t, srv.URL())
-	ctx := testContext(t)
+	ctx := prototest.Context(t)
 	if got := mustDo(t, srv, "SET", "lock:x", "tok", "NX", "PX", "10000"); got != "OK" {
 		t.Fatalf("SET lock:x tok NX PX 10000 = %q, want OK", got)
 	}
-	l := newLocker(t, s)
+	l := prototest.NewLocker(t, s)
 	ls, err := l.Mutex("x").TryLock(ctx)
 	var le *dlock.LockedError
 	if !errors.As(err, &le) {
@@ -65,8 +66,8 @@ func TestInteropForeignHolderBlocksDlock(t *testing.T) {
 func TestInteropDlockBlocksForeign(t *testing.T) {
 	srv := testredis.Start(t)
 	s := dial(t, srv.URL())
-	ctx := testContext(t)
-	l := newLocker(t, s, dlock.WithTTL(10*time.Second))
+	ctx := prototest.Context(t)
+	l := prototest.NewLocker(t, s, dlock.WithTTL(10*time.Second))
 
 	ls, err := l.Mutex("x").TryLock(ctx)
 	if err != nil {
@@ -121,7 +122,7 @@ func interopReq(name string, m store.Mode, token string) store.Request {
 func TestInteropEveryPattern(t *testing.T) {
 	srv := testredis.Start(t)
 	s := dial(t, srv.URL())
-	ctx := testContext(t)
+	ctx := prototest.Context(t)
 	for _, m := range interopModes {
 		t.Run(m.String()+"/BlocksForeign", func(t *testing.T) {
 			name := "every-" + m.String()

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-dev/dlock/internal/redisproto/prototest"
 	"github.com/dlock-dev/dlock/internal/testredis"
 	"github.com/dlock-dev/dlock/store"
 	"github.com/dlock-dev/dlock/store/valkey"
@@ -106,7 +107,7 @@ func TestParseURL(t *testing.T) {
 
 func TestOptionsValidated(t *testing.T) {
 	for _, o := range []valkey.Option{valkey.WithWaitReplicas(0, 1), valkey.WithWaitReplicas(1, 0), valkey.WithLogger(nil)} {
-		if _, err := valkey.Dial(testContext(t), "redis://127.0.0.1:1", o); err == nil || !strings.Contains(err.Error(), "dlock: invalid") {
+		if _, err := valkey.Dial(prototest.Context(t), "redis://127.0.0.1:1", o); err == nil || !strings.Contains(err.Error(), "dlock: invalid") {
 			t.Errorf("Dial with a bad option = %v, want an invalid-argument error", err)
 		}
 	}
@@ -120,7 +121,7 @@ func TestOptionsValidated(t *testing.T) {
 func TestBraceNames(t *testing.T) {
 	srv := testredis.Start(t)
 	s := dial(t, srv.URL())
-	ctx := testContext(t)
+	ctx := prototest.Context(t)
 	for _, name := range []string{"a}b", "{}x", "}{x"} {
 		req := store.Request{Name: name, Token: "t", TTL: time.Second, Mode: store.ModeMutex}
 		if g, err := s.Acquire(ctx, req); !errors.Is(err, store.ErrInvalid) {

@@ -2,19 +2,16 @@ package valkey_test
 
 import (
 	"bytes"
-	"context"
 	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"go.uber.org/goleak"
 
-	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/redisproto/prototest"
 	"github.com/dlock-dev/dlock/internal/testredis"
-	"github.com/dlock-dev/dlock/store"
 	"github.com/dlock-dev/dlock/store/valkey"
 )
 
@@ -34,33 +31,15 @@ func TestMain(m *testing.M) {
 	)
 }
 
-// testContext returns a context that ends with the test, or after a minute.
-func testContext(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 // dial returns a Store on url, closed when the test ends.
 func dial(t *testing.T, url string, opts ...valkey.Option) *valkey.Store {
 	t.Helper()
-	s, err := valkey.Dial(testContext(t), url, opts...)
+	s, err := valkey.Dial(prototest.Context(t), url, opts...)
 	if err != nil {
 		t.Fatalf("Dial(%q) = %v", url, err)
 	}
 	t.Cleanup(func() { s.Close() })
 	return s
-}
-
-// newLocker returns a Locker on s, closed when the test ends.
-func newLocker(t *testing.T, s store.Store, opts ...dlock.Option) *dlock.Locker {
-	t.Helper()
-	l, err := dlock.New(s, opts...)
-	if err != nil {
-		t.Fatalf("dlock.New = %v", err)
-	}
-	t.Cleanup(func() { l.Close() })
-	return l
 }
 
 // mustDo runs a raw command on srv and fails t on error.

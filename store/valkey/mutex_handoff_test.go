@@ -12,6 +12,7 @@ import (
 	vk "github.com/valkey-io/valkey-go"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/redisproto/prototest"
 	"github.com/dlock-dev/dlock/internal/testredis"
 	"github.com/dlock-dev/dlock/store"
 	"github.com/dlock-dev/dlock/store/valkey"
@@ -33,7 +34,7 @@ func (c *handoffStore) Acquire(ctx context.Context, req store.Request) (store.Gr
 func raw(t *testing.T, s *valkey.Store, args ...string) vk.ValkeyResult {
 	t.Helper()
 	c := s.Client()
-	return c.Do(testContext(t), c.B().Arbitrary(args...).Build())
+	return c.Do(prototest.Context(t), c.B().Arbitrary(args...).Build())
 }
 
 func rawGet(t *testing.T, s *valkey.Store, key string) string {
@@ -92,12 +93,12 @@ func TestMutexHandoffWakesOne(t *testing.T) {
 
 func testMutexHandoffWakesOne(t *testing.T, newStore func(t *testing.T) *valkey.Store) {
 	const waiters = 4
-	ctx := testContext(t)
+	ctx := prototest.Context(t)
 	// Long TTLs: no waiter's timer (refresh, holder expiry) fires during the
 	// test, so any Acquire counted below would be a wake-up's.
 	opts := []dlock.Option{dlock.WithTTL(time.Minute), dlock.WithQueueTTL(time.Minute)}
 	hs := newStore(t)
-	holder, err := newLocker(t, hs, opts...).Mutex("handoff").TryLock(ctx)
+	holder, err := prototest.NewLocker(t, hs, opts...).Mutex("handoff").TryLock(ctx)
 	if err != nil {
 		t.Fatalf("TryLock = %v", err)
 	}
@@ -106,7 +107,7 @@ func testMutexHandoffWakesOne(t *testing.T, newStore func(t *testing.T) *valkey.
 	results := make(chan lockResult, waiters)
 	for i := range stores {
 		stores[i] = &handoffStore{Store: newStore(t)}
-		m := newLocker(t, stores[i], opts...).Mutex("handoff")
+		m := prototest.NewLocker(t, stores[i], opts...).Mutex("handoff")
 		go func() {
 			ls, err := m.Lock(ctx)
 			results <- lockResult{i, ls, err}
@@ -165,8 +166,8 @@ func testMutexHandoffWakesOne(t *testing.T, newStore func(t *testing.T) *valkey.
 func TestMutexWaiterGivesUp(t *testing.T) {
 	srv := testredis.Start(t)
 	s := dial(t, srv.URL())
-	ctx := testContext(t)
-	l := newLocker(t, s, dlock.WithTTL(time.Minute))
+	ctx := prototest.Context(t)
+	l := prototest.NewLocker(t, s, dlock.WithTTL(time.Minute))
 	holder, err := l.Mutex("gives-up").TryLock(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -182,7 +183,7 @@ func TestMutexWaiterGivesUp(t *testing.T) {
 	wctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
-		_, err := newLocker(t, dial(t, srv.URL())).Mutex("gives-up").Lock(wctx)
+		_, err := prototest.NewLocker(t, dial(t, srv.URL())).Mutex("gives-up").Lock(wctx)
 		done <- err
 	}()
 	waitFor(t, "the waiter registered", func() bool { return rawZcard(t, s, wkey) == 1 })
@@ -209,7 +210,7 @@ func TestMutexWaiterGivesUp(t *testing.T) {
 func TestMutexHandoffStore(t *testing.T) {
 	srv := testredis.Start(t)
 	s := dial(t, srv.URL())
-	ctx := testContext(t)
+	ctx := prototest.Context(t)
 	wkey := s.AuxKey("store", "waiters")
 	hold := store.Request{Name: "store", Token: "holder", TTL: time.Minute}
 	if g, err := s.Acquire(ctx, hold); err != nil || !g.Acquired {
@@ -297,7 +298,7 @@ func TestMutexHandoffStore(t *testing.T) {
 func TestMutexAbandonedRegistration(t *testing.T) {
 	srv := testredis.Start(t)
 	s := dial(t, srv.URL())
-	ctx := testContext(t)
+	ctx := prototest.Context(t)
 	wkey := s.AuxKey("abandoned", "waiters")
 	hold := store.Request{Name: "abandoned", Token: "holder", TTL: time.Minute}
 
@@ -360,7 +361,7 @@ func TestMutexAbandonedRegistration(t *testing.T) {
 	register("dead-2")
 	results := make(chan lockResult, 1)
 	go func() {
-		ls, err := newLocker(t, dial(t, srv.URL()), dlock.WithQueueTTL(time.Minute)).Mutex("abandoned").Lock(ctx)
+		ls, err := prototest.NewLocker(t, dial(t, srv.URL()), dlock.WithQueueTTL(time.Minute)).Mutex("abandoned").Lock(ctx)
 		results <- lockResult{0, ls, err}
 	}()
 	waitFor(t, "the live waiter registered", func() bool { return rawZcard(t, s, wkey) == 2 })
@@ -388,7 +389,7 @@ func TestMutexAbandonedRegistration(t *testing.T) {
 func TestMutexWaiterNotHandedOver(t *testing.T) {
 	srv := testredis.Start(t)
 	s := dial(t, srv.URL())
-	ctx := testContext(t)
+	ctx := prototest.Context(t)
 	for _, tc := range []struct {
 		name string
 		opts []dlock.Option
@@ -404,7 +405,7 @@ func TestMutexWaiterNotHandedOver(t *testing.T) {
 			mustDo(t, srv, "SET", key, "foreign", "NX", "PX", tc.hold)
 			results := make(chan lockResult, 1)
 			go func() {
-				ls, err := newLocker(t, dial(t, srv.URL()), tc.opts...).Mutex(name).Lock(ctx)
+				ls, err := prototest.NewLocker(t, dial(t, srv.URL()), tc.opts...).Mutex(name).Lock(ctx)
 				results <- lockResult{0, ls, err}
 			}()
 			waitFor(t, "the waiter registered", func() bool { return rawZcard(t, s, s.AuxKey(name, "waiters")) == 1 })
@@ -433,7 +434,7 @@ func TestMutexHandoffNotWithWaitReplicas(t *testing.T) {
 	s := dial(t, srv.URL(), valkey.WithWaitReplicas(1, 100*time.Millisecond))
 	for _, m := range []store.Mode{store.ModeMutex, store.ModeFair} {
 		req := store.Request{Name: "replicated", Token: "w", TTL: time.Minute, Mode: m, Queue: true, QueueTTL: time.Minute}
-		if _, _, err := s.WatchGrant(testContext(t), req); !errors.Is(err, store.ErrNotSupported) {
+		if _, _, err := s.WatchGrant(prototest.Context(t), req); !errors.Is(err, store.ErrNotSupported) {
 			t.Errorf("WatchGrant(%v) with WithWaitReplicas = %v, want ErrNotSupported", m, err)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-dev/dlock/internal/redisproto/prototest"
 	"github.com/dlock-dev/dlock/internal/testredis"
 	"github.com/dlock-dev/dlock/store"
 )
@@ -17,7 +18,7 @@ import (
 func TestFairAuditStream(t *testing.T) {
 	srv := testredis.Start(t)
 	s := dial(t, srv.URL())
-	ctx := testContext(t)
+	ctx := prototest.Context(t)
 	key := s.AuditKey("audited")
 	var fences []int64
 	var tokens []string
@@ -76,7 +77,7 @@ func TestFairAuditStream(t *testing.T) {
 func TestFairHandoffAcrossStores(t *testing.T) {
 	srv := testredis.Start(t)
 	a, b := dial(t, srv.URL()), dial(t, srv.URL())
-	ctx := testContext(t)
+	ctx := prototest.Context(t)
 	holder := store.Request{Name: "f", Token: "holder", TTL: time.Minute, Mode: store.ModeFair}
 	if g, err := a.Acquire(ctx, holder); err != nil || !g.Acquired {
 		t.Fatalf("Acquire = %+v, %v", g, err)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/redisproto/prototest"
 	"github.com/dlock-dev/dlock/internal/testredis"
 	"github.com/dlock-dev/dlock/store"
 	"github.com/dlock-dev/dlock/store/valkey"
@@ -59,7 +60,7 @@ func TestWaitReplicasExtend(t *testing.T) {
 	primary := testredis.Start(t)
 	replica := testredis.StartReplica(t, primary)
 	s := dial(t, primary.URL(), valkey.WithWaitReplicas(1, replicaWait))
-	ctx := testContext(t)
+	ctx := prototest.Context(t)
 	modes := append([]store.Mode{store.ModeElection}, interopModes...)
 	for _, m := range modes {
 		t.Run(m.String(), func(t *testing.T) {
@@ -95,8 +96,8 @@ func TestWaitReplicasLeaseExtend(t *testing.T) {
 			primary := testredis.Start(t)
 			replica := testredis.StartReplica(t, primary)
 			s := dial(t, primary.URL(), valkey.WithWaitReplicas(1, replicaWait))
-			l := newLocker(t, s, dlock.WithTTL(2*time.Second))
-			ctx := testContext(t)
+			l := prototest.NewLocker(t, s, dlock.WithTTL(2*time.Second))
+			ctx := prototest.Context(t)
 			tryLock := func(l *dlock.Locker) (*dlock.Lease, error) {
 				if m == store.ModeFair {
 					return l.Fair("x").TryLock(ctx)
@@ -128,7 +129,7 @@ func TestWaitReplicasLeaseExtend(t *testing.T) {
 			if got := pttl(t, replica, "lock:x"); got < 50_000 {
 				t.Errorf("promoted replica's PTTL lock:x = %d, want the extended TTL, above 50000", got)
 			}
-			other, err := tryLock(newLocker(t, promoted))
+			other, err := tryLock(prototest.NewLocker(t, promoted))
 			if !errors.Is(err, dlock.ErrLocked) {
 				t.Errorf("TryLock on the promoted replica while the extended lease is valid = %v, %v; want ErrLocked", other, err)
 			}
@@ -144,8 +145,8 @@ func TestWaitReplicasFairHandoff(t *testing.T) {
 	primary := testredis.Start(t)
 	replica := testredis.StartReplica(t, primary)
 	s := dial(t, primary.URL(), valkey.WithWaitReplicas(1, replicaWait))
-	l := newLocker(t, s, dlock.WithTTL(time.Minute))
-	ctx := testContext(t)
+	l := prototest.NewLocker(t, s, dlock.WithTTL(time.Minute))
+	ctx := prototest.Context(t)
 	queue := s.AuxKey("x", "fair:queue")
 
 	// lockBehind queues a Lock of the fair lock behind the holder a and
@@ -195,7 +196,7 @@ func TestWaitReplicasFairHandoff(t *testing.T) {
 	if want := strconv.FormatInt(b.Fence(), 10) + "|" + b.Token(); holder != want {
 		t.Errorf("promoted replica's fair holder = %q, want %q (the handed-over lease)", holder, want)
 	}
-	if other, err := newLocker(t, promoted).Fair("x").TryLock(ctx); !errors.Is(err, dlock.ErrLocked) {
+	if other, err := prototest.NewLocker(t, promoted).Fair("x").TryLock(ctx); !errors.Is(err, dlock.ErrLocked) {
 		t.Errorf("TryLock on the promoted replica while the handed-over lease is valid = %v, %v; want ErrLocked", other, err)
 	}
 }
@@ -212,7 +213,7 @@ func TestWaitReplicasConfirmsOthersWrites(t *testing.T) {
 	replica := testredis.StartReplica(t, primary)
 	sa := dial(t, primary.URL(), valkey.WithWaitReplicas(1, replicaWait))
 	sb := dial(t, primary.URL(), valkey.WithWaitReplicas(1, replicaWait))
-	ctx := testContext(t)
+	ctx := prototest.Context(t)
 	a := store.Request{Name: "r", Token: "token-a", Owner: "o", TTL: 10 * time.Second, Mode: store.ModeReentrant}
 	b := a
 	b.Token = "token-b"
@@ -240,7 +241,7 @@ func TestWaitReplicasRaiseFence(t *testing.T) {
 	primary := testredis.Start(t)
 	replica := testredis.StartReplica(t, primary)
 	s := dial(t, primary.URL(), valkey.WithWaitReplicas(1, replicaWait))
-	ctx := testContext(t)
+	ctx := prototest.Context(t)
 	req := store.Request{Name: "f", Token: "token-a", TTL: time.Minute, Mode: store.ModeMutex}
 	g, err := s.Acquire(ctx, req)
 	if err != nil || !g.Acquired {
@@ -267,7 +268,7 @@ func TestWaitReplicasExtendAcrossSlots(t *testing.T) {
 	url := "redis://" + strings.Join(c.Addrs(), ",")
 	plain := dial(t, url)
 	s := dial(t, url, valkey.WithWaitReplicas(1, 50*time.Millisecond))
-	ctx := testContext(t)
+	ctx := prototest.Context(t)
 	var reqs []store.Request
 	for i := range 8 {
 		req := store.Request{Name: "slot-" + strconv.Itoa(i), Token: "token-a", TTL: 10 * time.Second, Mode: store.ModeMutex}

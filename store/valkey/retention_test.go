@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-dev/dlock/internal/redisproto/prototest"
 	"github.com/dlock-dev/dlock/internal/testredis"
 	"github.com/dlock-dev/dlock/store"
 	"github.com/dlock-dev/dlock/store/valkey"
@@ -29,7 +30,7 @@ func within(got, want int) bool { return got > want-5000 && got <= want }
 // a hold longer than the retention.
 func TestFenceRetention(t *testing.T) {
 	srv := testredis.Start(t)
-	ctx := testContext(t)
+	ctx := prototest.Context(t)
 	def := dial(t, srv.URL(), valkey.WithPrefix("def:"))
 	short := dial(t, srv.URL(), valkey.WithPrefix("short:"), valkey.WithFenceRetention(2*time.Minute))
 	modes := []store.Mode{store.ModeMutex, store.ModeReentrant, store.ModeRead, store.ModeWrite, store.ModeFair, store.ModeSemaphore}
@@ -60,7 +61,7 @@ func TestFenceRetention(t *testing.T) {
 // extension, and a fence write-back.
 func TestFenceRetentionMutexPaths(t *testing.T) {
 	srv := testredis.Start(t)
-	ctx := testContext(t)
+	ctx := prototest.Context(t)
 	s := dial(t, srv.URL(), valkey.WithFenceRetention(2*time.Minute))
 
 	hold := store.Request{Name: "m", Token: "holder", TTL: 10 * time.Second}
@@ -119,7 +120,7 @@ func TestFenceRetentionMutexPaths(t *testing.T) {
 // and counters of busy names do not live for ever.
 func TestFenceRetentionFromCreation(t *testing.T) {
 	srv := testredis.Start(t)
-	ctx := testContext(t)
+	ctx := prototest.Context(t)
 	s := dial(t, srv.URL(), valkey.WithFenceRetention(2*time.Minute))
 	modes := []store.Mode{store.ModeMutex, store.ModeReentrant, store.ModeWrite, store.ModeFair, store.ModeSemaphore}
 	for _, m := range modes {
@@ -151,7 +152,7 @@ func TestFenceRetentionFromCreation(t *testing.T) {
 // 2 ms, so that the floor has moved past the last fence's millisecond.
 func TestFenceRetentionExpiredCounter(t *testing.T) {
 	srv := testredis.Start(t)
-	ctx := testContext(t)
+	ctx := prototest.Context(t)
 	s := dial(t, srv.URL(), valkey.WithFenceRetention(time.Second))
 	var last int64
 	for i := range 3 {
@@ -171,7 +172,7 @@ func TestFenceRetentionExpiredCounter(t *testing.T) {
 
 func TestFenceRetentionValidated(t *testing.T) {
 	for _, d := range []time.Duration{0, -time.Second, 999 * time.Millisecond} {
-		if _, err := valkey.Dial(testContext(t), "redis://127.0.0.1:1", valkey.WithFenceRetention(d)); !errors.Is(err, store.ErrInvalid) {
+		if _, err := valkey.Dial(prototest.Context(t), "redis://127.0.0.1:1", valkey.WithFenceRetention(d)); !errors.Is(err, store.ErrInvalid) {
 			t.Errorf("WithFenceRetention(%v) = %v, want ErrInvalid", d, err)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-dev/dlock/internal/redisproto/prototest"
 	"github.com/dlock-dev/dlock/internal/testredis"
 	"github.com/dlock-dev/dlock/store"
 	"github.com/dlock-dev/dlock/store/valkey"
@@ -22,7 +23,7 @@ func TestEvictionPolicy(t *testing.T) {
 		t.Errorf("Dial on an allkeys-lru server logged %q, want a warning naming the policy", out)
 	}
 
-	s, err := valkey.Dial(testContext(t), lru.URL(), valkey.WithStrictEviction())
+	s, err := valkey.Dial(prototest.Context(t), lru.URL(), valkey.WithStrictEviction())
 	if err == nil {
 		s.Close()
 	}
@@ -48,7 +49,7 @@ func TestEvictionPolicyUnreadable(t *testing.T) {
 	if out := logs.String(); !strings.Contains(out, "could not read maxmemory-policy") {
 		t.Errorf("Dial with CONFIG disabled logged %q, want a note that the policy is unknown", out)
 	}
-	if err := s.Ping(testContext(t)); err != nil {
+	if err := s.Ping(prototest.Context(t)); err != nil {
 		t.Errorf("Ping = %v", err)
 	}
 }
@@ -59,7 +60,7 @@ func TestWaitReplicas(t *testing.T) {
 	primary := testredis.Start(t)
 	replica := testredis.StartReplica(t, primary)
 	s := dial(t, primary.URL(), valkey.WithWaitReplicas(1, 200*time.Millisecond))
-	ctx := testContext(t)
+	ctx := prototest.Context(t)
 
 	a := store.Request{Name: "x", Token: "token-a", TTL: time.Minute, Mode: store.ModeMutex}
 	g, err := s.Acquire(ctx, a)
@@ -91,7 +92,7 @@ func TestWaitReplicas(t *testing.T) {
 	}
 
 	// Through a Locker, TryLock fails with the same typed error.
-	l := newLocker(t, s)
+	l := prototest.NewLocker(t, s)
 	ls, err := l.Mutex("z").TryLock(ctx)
 	if !errors.As(err, &re) {
 		t.Errorf("TryLock(z) with the replica paused = %v, %v; want a *ReplicationError", ls, err)
@@ -108,7 +109,7 @@ func TestWaitReplicas(t *testing.T) {
 func TestAmbiguousAcquire(t *testing.T) {
 	srv := testredis.Start(t)
 	s := dial(t, srv.URL())
-	ctx := testContext(t)
+	ctx := prototest.Context(t)
 	req := store.Request{Name: "x", Token: "token-a", TTL: time.Minute, Mode: store.ModeMutex}
 	// Warm up: the script is loaded, so the lost call is a single EVALSHA.
 	warm := store.Request{Name: "warm", Token: "w", TTL: time.Minute, Mode: store.ModeMutex}

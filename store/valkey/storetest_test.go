@@ -5,32 +5,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-dev/dlock/internal/redisproto/prototest"
 	"github.com/dlock-dev/dlock/internal/testredis"
 	"github.com/dlock-dev/dlock/store"
 	"github.com/dlock-dev/dlock/store/valkey"
 	"github.com/dlock-dev/dlock/storetest"
 )
 
-// unsupported lists the modes this store does not run yet.
-var unsupported = func() []store.Mode {
-	var out []store.Mode
-	for _, m := range []store.Mode{store.ModeReentrant, store.ModeRead, store.ModeWrite, store.ModeFair, store.ModeSemaphore, store.ModeElection} {
-		if !valkey.Supports(m) {
-			out = append(out, m)
-		}
-	}
-	return out
-}()
-
-// TestConformance runs storetest on one non-persistent redis-server, which
-// the restart check restarts with all data lost.
+// TestConformance runs the conformance of a store over redisproto on one
+// non-persistent redis-server.
 func TestConformance(t *testing.T) {
 	srv := testredis.Start(t)
-	storetest.Run(t, storetest.Harness{
-		New:         func(t *testing.T) store.Store { return dial(t, srv.URL()) },
-		Restart:     func(t *testing.T) { srv.Restart(t) },
-		Unsupported: unsupported,
-	})
+	prototest.Conformance(t, srv, func(t *testing.T) store.Store { return dial(t, srv.URL()) })
 }
 
 // TestConformanceWaitReplicas runs storetest on a primary with a replica,
@@ -41,8 +27,7 @@ func TestConformanceWaitReplicas(t *testing.T) {
 	primary := testredis.Start(t)
 	testredis.StartReplica(t, primary)
 	storetest.Run(t, storetest.Harness{
-		New:         func(t *testing.T) store.Store { return dial(t, primary.URL(), valkey.WithWaitReplicas(1, time.Second)) },
-		Unsupported: unsupported,
+		New: func(t *testing.T) store.Store { return dial(t, primary.URL(), valkey.WithWaitReplicas(1, time.Second)) },
 	})
 }
 
@@ -52,8 +37,7 @@ func TestConformanceCluster(t *testing.T) {
 	c := testredis.StartCluster(t, 3)
 	url := "redis://" + strings.Join(c.Addrs(), ",")
 	storetest.Run(t, storetest.Harness{
-		New:         func(t *testing.T) store.Store { return dial(t, url) },
-		Unsupported: unsupported,
+		New: func(t *testing.T) store.Store { return dial(t, url) },
 	})
 }
 
@@ -63,8 +47,7 @@ func TestModel(t *testing.T) {
 	t.Parallel()
 	srv := testredis.Start(t)
 	storetest.RunModel(t, storetest.Harness{
-		New:         func(t *testing.T) store.Store { return dial(t, srv.URL()) },
-		Unsupported: unsupported,
+		New: func(t *testing.T) store.Store { return dial(t, srv.URL()) },
 	}, storetest.ModelConfig{})
 }
 
@@ -75,7 +58,6 @@ func TestModelCluster(t *testing.T) {
 	c := testredis.StartCluster(t, 3)
 	url := "redis://" + strings.Join(c.Addrs(), ",")
 	storetest.RunModel(t, storetest.Harness{
-		New:         func(t *testing.T) store.Store { return dial(t, url) },
-		Unsupported: unsupported,
+		New: func(t *testing.T) store.Store { return dial(t, url) },
 	}, storetest.ModelConfig{})
 }

@@ -14,6 +14,7 @@ import (
 	vk "github.com/valkey-io/valkey-go"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/redisproto/prototest"
 	"github.com/dlock-dev/dlock/internal/testredis"
 	"github.com/dlock-dev/dlock/store"
 	"github.com/dlock-dev/dlock/store/valkey"
@@ -45,7 +46,7 @@ func roundTrip(t *testing.T, s *valkey.Store) time.Duration {
 	d := make([]time.Duration, 21)
 	for i := range d {
 		start := time.Now()
-		if err := s.Ping(testContext(t)); err != nil {
+		if err := s.Ping(prototest.Context(t)); err != nil {
 			t.Fatalf("Ping = %v", err)
 		}
 		d[i] = time.Since(start)
@@ -67,7 +68,7 @@ type waiterResult struct {
 // attempt was refused.
 func startWaiter(t *testing.T, s store.Store, name string) (*countingStore, <-chan waiterResult) {
 	cs := newCountingStore(s)
-	l := newLocker(t, cs, dlock.WithBackoff(30*time.Second, time.Minute))
+	l := prototest.NewLocker(t, cs, dlock.WithBackoff(30*time.Second, time.Minute))
 	res := make(chan waiterResult, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -111,9 +112,9 @@ func TestWakeOnReleaseCluster(t *testing.T) {
 func testWakeOnRelease(t *testing.T, url string) {
 	holderStore, waiterStore := dial(t, url), dial(t, url)
 	rtt := roundTrip(t, waiterStore)
-	ctx := testContext(t)
+	ctx := prototest.Context(t)
 
-	holder := newLocker(t, holderStore, dlock.WithTTL(time.Minute))
+	holder := prototest.NewLocker(t, holderStore, dlock.WithTTL(time.Minute))
 	for _, name := range []string{"x", "y", "z"} {
 		ls, err := holder.Mutex(name).TryLock(ctx)
 		if err != nil {
@@ -143,7 +144,7 @@ func TestOpenChainsHook(t *testing.T) {
 		InitAddress:     []string{srv.Addr()},
 		OnInvalidations: func([]vk.ValkeyMessage) { calls.Add(1) },
 	}
-	s, err := valkey.Open(testContext(t), opt)
+	s, err := valkey.Open(prototest.Context(t), opt)
 	if err != nil {
 		t.Fatalf("Open = %v", err)
 	}
@@ -181,7 +182,7 @@ func TestWakeOnForeignDelete(t *testing.T) {
 func TestWatchWokenOnExpiry(t *testing.T) {
 	srv := testredis.Start(t)
 	s := dial(t, srv.URL())
-	ctx := testContext(t)
+	ctx := prototest.Context(t)
 	set := time.Now()
 	mustDo(t, srv, "SET", "lock:x", "foreign", "NX", "PX", "300")
 	wake, stop, err := s.Watch(ctx, "x", store.ModeMutex)
@@ -205,7 +206,7 @@ func TestWatchWokenOnExpiry(t *testing.T) {
 func TestWatchRearms(t *testing.T) {
 	srv := testredis.Start(t)
 	s := dial(t, srv.URL())
-	ctx := testContext(t)
+	ctx := prototest.Context(t)
 	mustDo(t, srv, "SET", "lock:x", "a", "PX", "60000")
 	wake, stop, err := s.Watch(ctx, "x", store.ModeMutex)
 	if err != nil {
@@ -263,9 +264,9 @@ func TestNewWithoutHook(t *testing.T) {
 		t.Fatalf("New = %v", err)
 	}
 	t.Cleanup(func() { s.Close() })
-	ctx := testContext(t)
+	ctx := prototest.Context(t)
 
-	l := newLocker(t, s)
+	l := prototest.NewLocker(t, s)
 	ls, err := l.Mutex("x").TryLock(ctx)
 	if err != nil {
 		t.Fatalf("TryLock = %v", err)
@@ -278,7 +279,7 @@ func TestNewWithoutHook(t *testing.T) {
 
 	// Foreign holder: the waiter's timer at the remaining TTL takes it.
 	mustDo(t, srv, "SET", "lock:y", "foreign", "NX", "PX", "300")
-	l2 := newLocker(t, s)
+	l2 := prototest.NewLocker(t, s)
 	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	ls2, err := l2.Mutex("y").Lock(lctx)
@@ -310,11 +311,11 @@ func TestNewWithoutHookObserve(t *testing.T) {
 		t.Fatalf("New = %v", err)
 	}
 	t.Cleanup(func() { s.Close() })
-	ctx := testContext(t)
+	ctx := prototest.Context(t)
 	if _, _, err := s.Watch(ctx, "e", store.ModeElection); !errors.Is(err, store.ErrNotSupported) {
 		t.Errorf("Watch(election) without pushes = %v, want ErrNotSupported", err)
 	}
-	obs := newLocker(t, s, dlock.WithBackoff(time.Millisecond, 50*time.Millisecond)).Election("e").Observe(ctx)
+	obs := prototest.NewLocker(t, s, dlock.WithBackoff(time.Millisecond, 50*time.Millisecond)).Election("e").Observe(ctx)
 	var seen []store.Leader
 	next := func(want func(store.Leader) bool) {
 		t.Helper()
@@ -336,7 +337,7 @@ func TestNewWithoutHookObserve(t *testing.T) {
 		}
 	}
 	next(func(ld store.Leader) bool { return ld.Term == 0 })
-	e := newLocker(t, dial(t, srv.URL())).Election("e")
+	e := prototest.NewLocker(t, dial(t, srv.URL())).Election("e")
 	lease, err := e.Campaign(ctx, "a")
 	if err != nil {
 		t.Fatalf("Campaign = %v", err)

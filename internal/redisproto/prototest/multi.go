@@ -33,9 +33,10 @@ func scriptCalls(t *testing.T, srv *testredis.Server) int64 {
 	return n
 }
 
-func newLocker(t *testing.T, s store.Store) *dlock.Locker {
+// NewLocker returns a Locker on s, closed when the test ends.
+func NewLocker(t *testing.T, s store.Store, opts ...dlock.Option) *dlock.Locker {
 	t.Helper()
-	l, err := dlock.New(s, dlock.WithTTL(time.Minute))
+	l, err := dlock.New(s, opts...)
 	if err != nil {
 		t.Fatalf("dlock.New = %v", err)
 	}
@@ -47,9 +48,9 @@ func newLocker(t *testing.T, s store.Store) *dlock.Locker {
 // and released with one script each, and each name is an ordinary mutex
 // key holding the multi-lock's token.
 func multiOneScript(t *testing.T, srv *testredis.Server, s store.Store) {
-	ctx := testContext(t)
+	ctx := Context(t)
 	names := []string{"prototest-m-d", "prototest-m-a", "prototest-m-c", "prototest-m-b"}
-	m := newLocker(t, s).Multi(names)
+	m := NewLocker(t, s, dlock.WithTTL(time.Minute)).Multi(names)
 	if !m.Atomic() {
 		t.Fatalf("Multi(%q).Atomic() = false on one node", names)
 	}
@@ -111,9 +112,9 @@ const foreignRelease = `if redis.call("get", KEYS[1]) == ARGV[1] then return red
 // foreign key's remaining PTTL; nothing is left held and the foreign key is
 // untouched.
 func multiForeignHolder(t *testing.T, srv *testredis.Server, s store.Store) {
-	ctx := testContext(t)
+	ctx := Context(t)
 	a, b, c := "prototest-f-a", "prototest-f-b", "prototest-f-c"
-	m := newLocker(t, s).Multi([]string{a, b, c})
+	m := NewLocker(t, s, dlock.WithTTL(time.Minute)).Multi([]string{a, b, c})
 	warm, err := m.TryLock(ctx) // loads the script
 	if err != nil {
 		t.Fatalf("TryLock = %v", err)

@@ -17,13 +17,28 @@ import (
 	"github.com/dlock-dev/dlock/internal/redisproto"
 	"github.com/dlock-dev/dlock/internal/testredis"
 	"github.com/dlock-dev/dlock/store"
+	"github.com/dlock-dev/dlock/storetest"
 )
 
-// Run runs every check on s, a Store on srv (one node) with the default key
-// prefix "lock:". The checks use lock names starting with "prototest-",
+// Conformance is the conformance of a store over package redisproto on one
+// node: storetest's suite on Stores that open returns (its restart check
+// restarts srv with all data lost), then [Run]'s checks of the keys the
+// scripts leave. store/valkey and store/goredis run it, so both clients are
+// held to the same suite.
+func Conformance(t *testing.T, srv *testredis.Server, open func(*testing.T) store.Store) {
+	storetest.Run(t, storetest.Harness{
+		New:     open,
+		Restart: func(t *testing.T) { srv.Restart(t) },
+	})
+	t.Run("ScriptKeys", func(t *testing.T) { Run(t, srv, open) })
+}
+
+// Run runs every check on Stores that open returns, each on srv (one node)
+// with the default key prefix "lock:". The checks use lock names starting with "prototest-",
 // and count the scripts srv runs (CONFIG RESETSTAT): nothing else may run
 // scripts on srv meanwhile.
-func Run(t *testing.T, srv *testredis.Server, s store.Store) {
+func Run(t *testing.T, srv *testredis.Server, open func(*testing.T) store.Store) {
+	s := open(t)
 	t.Run("ForeignMainKeyRefresh", func(t *testing.T) { foreignMainKeyRefresh(t, srv, s) })
 	t.Run("ForeignMainKeyRelease", func(t *testing.T) { foreignMainKeyRelease(t, srv, s) })
 	t.Run("MarkerToken", func(t *testing.T) { markerToken(t, srv, s) })
@@ -31,11 +46,13 @@ func Run(t *testing.T, srv *testredis.Server, s store.Store) {
 	t.Run("FairHandoffTTL", func(t *testing.T) { fairHandoffTTL(t, srv, s) })
 	t.Run("MultiOneScript", func(t *testing.T) { multiOneScript(t, srv, s) })
 	t.Run("MultiForeignHolder", func(t *testing.T) { multiForeignHolder(t, srv, s) })
+	t.Run("MutexShortRelease", func(t *testing.T) { mutexShortRelease(t, srv, open) })
 }
 
 var layout = redisproto.NewLayout("lock:", 24*time.Hour)
 
-func testContext(t *testing.T) context.Context {
+// Context returns a context that ends with the test, or after a minute.
+func Context(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	t.Cleanup(cancel)
 	return ctx
@@ -61,7 +78,7 @@ func pttl(t *testing.T, srv *testredis.Server, key string) int {
 
 func grant(t *testing.T, s store.Store, req store.Request) store.Grant {
 	t.Helper()
-	g, err := s.Acquire(testContext(t), req)
+	g, err := s.Acquire(Context(t), req)
 	if err != nil || !g.Acquired {
 		t.Fatalf("Acquire(%s, %v, %s) = %+v, %v; want a grant", req.Name, req.Mode, req.Token, g, err)
 	}
@@ -78,7 +95,7 @@ func foreignMainKeyRefresh(t *testing.T, srv *testredis.Server, s store.Store) {
 	for _, m := range modes {
 		for _, op := range []string{"Acquire", "Extend"} {
 			t.Run(m.String()+"/"+op, func(t *testing.T) {
-				ctx := testContext(t)
+				ctx := Context(t)
 				name := "prototest-refresh-" + m.String() + "-" + op
 				req := store.Request{Name: name, Token: "holder", TTL: time.Minute, Mode: m, Limit: 2}
 				grant(t, s, req)
@@ -112,7 +129,7 @@ func foreignMainKeyRefresh(t *testing.T, srv *testredis.Server, s store.Store) {
 func foreignMainKeyRelease(t *testing.T, srv *testredis.Server, s store.Store) {
 	for _, m := range []store.Mode{store.ModeRead, store.ModeSemaphore} {
 		t.Run(m.String(), func(t *testing.T) {
-			ctx := testContext(t)
+			ctx := Context(t)
 			name := "prototest-release-" + m.String()
 			a := store.Request{Name: name, Token: "a", TTL: time.Minute, Mode: m, Limit: 2}
 			b := a
@@ -139,7 +156,7 @@ func foreignMainKeyRelease(t *testing.T, srv *testredis.Server, s store.Store) {
 // its key for theirs, and a mutex release or extend compares the main key
 // with the token, so it would delete or extend the readers' marker.
 func markerToken(t *testing.T, srv *testredis.Server, s store.Store) {
-	ctx := testContext(t)
+	ctx := Context(t)
 	name := "prototest-marker"
 	main := layout.Key(name)
 	reader := store.Request{Name: name, Token: "reader", TTL: time.Minute, Mode: store.ModeRead}
@@ -174,7 +191,7 @@ func markerToken(t *testing.T, srv *testredis.Server, s store.Store) {
 // TTL, also a release's that recreates the stream (its day ran out while the
 // lock was held, renewed).
 func fairAuditTTL(t *testing.T, srv *testredis.Server, s store.Store) {
-	ctx := testContext(t)
+	ctx := Context(t)
 	name := "prototest-audit"
 	audit := layout.Aux(name, "fair:audit")
 	holder := store.Request{Name: name, Token: "holder", TTL: time.Minute, Mode: store.ModeFair}
@@ -221,7 +238,7 @@ func fairHandoffTTL(t *testing.T, srv *testredis.Server, s store.Store) {
 		{"NoHandoffs", func(name string) { do(t, srv, "DEL", layout.Aux(name, "fair:handoffs")) }, 0, 5000},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			ctx := testContext(t)
+			ctx := Context(t)
 			name := "prototest-handoff-" + c.name
 			holder := store.Request{Name: name, Token: "holder", TTL: time.Minute, Mode: store.ModeFair}
 			waiter := store.Request{Name: name, Token: "waiter", TTL: 20 * time.Second, Mode: store.ModeFair, Queue: true, QueueTTL: 5 * time.Second}
