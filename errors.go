@@ -18,6 +18,12 @@ var (
 	// renewal was refused or could not be confirmed in time. The lock must
 	// be presumed held by someone else.
 	ErrLeaseLost = errors.New("dlock: lease lost")
+	// ErrMaxHold reports that a lease ended because it had been held for
+	// its [WithMaxHold]; the error that says so wraps ErrLeaseLost too.
+	ErrMaxHold = errors.New("dlock: max hold reached")
+	// ErrReleased is the cause ([context.Cause]) of a [Lease.Context]
+	// cancelled because its lease was released.
+	ErrReleased = errors.New("dlock: lease released")
 	// ErrNotHeld reports that a token does not hold the lock it names.
 	ErrNotHeld = store.ErrNotHeld
 	// ErrUnavailable reports that the store could not be reached or did not
@@ -75,5 +81,14 @@ type InvalidError = store.InvalidError
 // StoreError is a failure of a store operation. It wraps both
 // [ErrUnavailable] and the underlying error. It is [store.StoreError].
 type StoreError = store.StoreError
+
+// maxHoldError is the loss error of a lease that reached its max hold.
+type maxHoldError struct{ d time.Duration }
+
+func (e *maxHoldError) Error() string {
+	return fmt.Sprintf("dlock: lease lost: held for its max hold (%v)", e.d)
+}
+
+func (e *maxHoldError) Unwrap() []error { return []error{ErrLeaseLost, ErrMaxHold} }
 
 func invalid(field, reason string) error { return &InvalidError{Field: field, Reason: reason} }

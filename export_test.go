@@ -7,3 +7,11 @@ func SchedulerLooks(l *Locker) int {
 	defer l.mu.Unlock()
 	return l.sched.looks
 }
+
+// LeaseContexts returns how many contexts of [Lease.Context] ls still
+// keeps.
+func LeaseContexts(ls *Lease) int {
+	ls.l.mu.Lock()
+	defer ls.l.mu.Unlock()
+	return len(ls.ctxs)
+}

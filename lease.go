@@ -39,6 +39,8 @@ type Lease struct {
 	renewEvery  time.Duration
 	driftFactor float64
 	acquiredAt  time.Time
+	maxHold     time.Duration // WithMaxHold; 0: none
+	holdEnd     time.Time     // acquiredAt + maxHold; zero: none
 
 	// Guarded by l.mu: made by the first Done, closed (or set to
 	// closedDone) when the lease ends.
@@ -52,6 +54,10 @@ type Lease struct {
 	next       time.Time // scheduler deadline
 	index      int       // position in the scheduler heap, -1 when absent
 	onLoss     []func(error)
+	ctxs       map[*leaseCtx]struct{} // of Context, cancelled when ls ends
+	// atMaxHold is set while the lease's validity runs to its max hold:
+	// the scheduler renews it no more, and its expiry is the max hold.
+	atMaxHold bool
 	// extending is set while an extension (Extend or a renewal) is in
 	// flight: one at a time, so answers are applied in the order the store
 	// ran the requests. extFree, made by an Extend waiting its turn, is
@@ -201,12 +207,20 @@ func (ls *Lease) beginExtend(ctx context.Context, ttl time.Duration) (Request, e
 			return Request{}, err
 		}
 		if !ls.extending {
-			ls.extending = true
 			req := ls.req
 			if ttl != 0 {
 				req.TTL = ttl + ls.delay
 			}
-			ls.sendingLocked(req.TTL - ls.delay)
+			capped, ok := ls.holdTTLLocked(req.TTL - ls.delay)
+			if !ok {
+				l.loseLocked(ls, &maxHoldError{ls.maxHold})
+				l.mu.Unlock()
+				l.afterLoss(ls)
+				return Request{}, ls.Err()
+			}
+			req.TTL = capped + ls.delay
+			ls.extending = true
+			ls.sendingLocked(capped)
 			l.sched.reschedule(ls) // no renewal while this one is in flight
 			l.mu.Unlock()
 			return req, nil
@@ -222,6 +236,30 @@ func (ls *Lease) beginExtend(ctx context.Context, ttl time.Duration) (Request, e
 			return Request{}, ctx.Err()
 		}
 	}
+}
+
+// holdTTLLocked returns the TTL that an extension of ls to ttl, sent now,
+// asks the store for: ttl, or less so that the store's hold ends at ls's
+// max hold. ok is false when the max hold leaves nothing worth asking for
+// (the extension could not keep the lease valid at all): the caller then
+// ends ls as lost at its max hold. Caller holds l.mu.
+func (ls *Lease) holdTTLLocked(ttl time.Duration) (time.Duration, bool) {
+	if ls.holdEnd.IsZero() {
+		return ttl, true
+	}
+	left := time.Until(ls.holdEnd).Truncate(time.Millisecond)
+	if left >= ttl {
+		return ttl, true
+	}
+	return left, left > ls.l.driftFor(ls.driftFactor, left)
+}
+
+// expiredErr is the loss error of ls once its validity has passed.
+func (ls *Lease) expiredErr() error {
+	if ls.atMaxHold {
+		return &maxHoldError{ls.maxHold}
+	}
+	return fmt.Errorf("%w: not renewed in time", ErrLeaseLost)
 }
 
 // sendingLocked shortens ls's validity, as an extension to ttl is about to
@@ -278,6 +316,13 @@ func (ls *Lease) endExtend(sent time.Time, req Request, err error) error {
 	return &StoreError{Op: "extend", Node: -1, Err: err}
 }
 
+func earliest(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
 // extendResult is what an extension's answer did to its lease.
 type extendResult uint8
 
@@ -310,6 +355,12 @@ func (ls *Lease) settleLocked(sent time.Time, ttl time.Duration, err error) exte
 			valid = min(valid, ls.capTTL)
 		}
 		ls.validUntil = sent.Add(valid - l.driftFor(ls.driftFactor, valid))
+		if !ls.holdEnd.IsZero() {
+			// Never valid past the max hold; at it once an extension
+			// asked for all that was left.
+			ls.validUntil = earliest(ls.validUntil, ls.holdEnd)
+			ls.atMaxHold = !sent.Add(ttl + time.Millisecond).Before(ls.holdEnd)
+		}
 		if ls.renewEvery > valid/2 {
 			ls.renewEvery = valid / 3
 		}
@@ -365,7 +416,7 @@ func (ls *Lease) expireLocked() bool {
 	if ls.state != leaseHeld || time.Now().Before(ls.validUntil) {
 		return false
 	}
-	ls.l.loseLocked(ls, fmt.Errorf("%w: not renewed in time", ErrLeaseLost))
+	ls.l.loseLocked(ls, ls.expiredErr())
 	if !ls.l.closed {
 		ls.l.wg.Add(1) // for afterLossBehind
 	}
@@ -423,7 +474,9 @@ func (ls *Lease) markReleased() error {
 	ls.state = leaseReleased
 	l.sched.remove(ls)
 	ls.end()
+	ctxs := ls.endContextsLocked()
 	l.mu.Unlock()
+	cancelContexts(ctxs, ErrReleased)
 	if l.cfg.observer != nil {
 		l.emit(Event{Kind: EventRelease, Mode: ls.req.Mode, Name: ls.req.Name, Fence: ls.fence, Duration: time.Since(ls.acquiredAt)})
 	}

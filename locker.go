@@ -156,8 +156,10 @@ func (l *Locker) runLossHooks(ls *Lease) {
 	l.mu.Lock()
 	hooks := ls.onLoss
 	ls.onLoss = nil
+	ctxs := ls.endContextsLocked()
 	err := ls.err
 	l.mu.Unlock()
+	cancelContexts(ctxs, err)
 	for _, fn := range hooks {
 		fn(err)
 	}
@@ -188,7 +190,7 @@ func (l *Locker) acquire(ctx context.Context, c *config, req Request, wait bool)
 	if c.lockDelay > 0 && !store.SupportsLockDelay(l.store) {
 		return nil, notSupported("lock-delay (the store does not end holds by its own clock)")
 	}
-	req.TTL = c.ttl + c.lockDelay // the store's hold; the lease is valid for c.ttl
+	req.TTL = c.leaseTTL() + c.lockDelay // the store's hold; the lease is valid for leaseTTL
 	own := req.Token == ""
 	if own {
 		req.Token = newToken()
@@ -399,9 +401,15 @@ func (l *Locker) newLease(ctx context.Context, c *config, req Request, g store.G
 		renewEvery:  c.renewInterval(),
 		driftFactor: c.driftFactor,
 		acquiredAt:  sent,
+		maxHold:     c.maxHold,
 		validUntil:  validUntil,
 		renewAt:     sent.Add(c.renewInterval()),
 		index:       -1,
+	}
+	if c.maxHold > 0 {
+		ls.holdEnd = sent.Add(c.maxHold)
+		ls.validUntil = earliest(validUntil, ls.holdEnd)
+		ls.atMaxHold = ttl >= c.maxHold
 	}
 	l.mu.Lock()
 	if l.closed {

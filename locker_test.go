@@ -95,6 +95,9 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		{"drift negative", dlock.WithDriftFactor(-1), "driftFactor"},
 		{"renew zero", dlock.WithRenewInterval(0), "renewInterval"},
 		{"owner empty", dlock.WithOwner(""), "owner"},
+		{"max hold too short", dlock.WithMaxHold(time.Millisecond), "maxHold"},
+		{"max hold negative", dlock.WithMaxHold(-time.Second), "maxHold"},
+		{"max hold too long", dlock.WithMaxHold(dlock.MaxHold + 1), "maxHold"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

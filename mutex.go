@@ -52,11 +52,14 @@ func (m *Mutex) Lock(ctx context.Context) (*Lease, error) {
 }
 
 // Do takes the mutex called name (waiting as [Mutex.Lock] does), runs fn
-// with a ctx that carries the lease (see [LeaseFromContext]) and is cancelled
-// the moment the lease is lost, and releases the lock when fn returns. The
-// lease is auto-renewed while fn runs. Do returns fn's error, joined with
-// an error wrapping [ErrLeaseLost] if the lease was lost meanwhile, or the
-// acquire error if fn never ran.
+// with the lease's [Lease.Context] of ctx (it carries the lease, see
+// [LeaseFromContext], and is cancelled the moment the lease is lost, with
+// the loss error as its [context.Cause]), and releases the lock when fn
+// returns. The lease is auto-renewed while fn runs; with [WithMaxHold] the
+// renewal stops at the max hold and fn's ctx is cancelled then, with a cause
+// wrapping [ErrMaxHold]. Do returns fn's error, joined with an error
+// wrapping [ErrLeaseLost] if the lease was lost meanwhile, or the acquire
+// error if fn never ran.
 func (l *Locker) Do(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...Option) error {
 	lease, err := l.Mutex(name, append(opts, WithAutoRenew())...).Lock(ctx)
 	if err != nil {
@@ -67,10 +70,7 @@ func (l *Locker) Do(ctx context.Context, name string, fn func(ctx context.Contex
 
 // runHolding runs fn under lease and releases it afterwards.
 func runHolding(ctx context.Context, lease *Lease, fn func(ctx context.Context) error) error {
-	fctx, cancel := context.WithCancelCause(ContextWithLease(ctx, lease))
-	defer cancel(nil)
-	lease.notifyLoss(cancel)
-	ferr := fn(fctx)
+	ferr := fn(lease.Context(ctx))
 	if lost := lease.Err(); lost != nil {
 		return joinOnce(ferr, lost)
 	}

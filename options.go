@@ -23,6 +23,7 @@ type config struct {
 	owner       string
 	onPosition  func(int) // fair lock: see WithQueuePosition
 	lockDelay   time.Duration
+	maxHold     time.Duration // 0: none
 	err         error
 }
 
@@ -180,6 +181,35 @@ func WithLockDelay(d time.Duration) Option {
 	}
 }
 
+// MaxHold bounds [WithMaxHold].
+const MaxHold = 365 * 24 * time.Hour
+
+// WithMaxHold bounds how long a lease may be held, counted from when the
+// request that got its grant was sent: renewal (and [Lease.Extend]) never
+// takes the lease past d, and once d is reached the lease ends like any
+// lost lease: [Lease.Done] closes and [Lease.Err] returns an error wrapping
+// both [ErrLeaseLost] and [ErrMaxHold]. It is the watchdog's bound: a holder
+// that hangs while its process keeps renewing holds the name for d at most.
+//
+// The lease counts itself lost a drift margin before d (never after), and
+// every request for the store's hold is capped to end at d: the acquire
+// asks for min(TTL, d), and the last extension for what is left of d when
+// it is sent, so the store's hold ends at d, later only by how much longer
+// that extension took to reach the store than the acquire did. A lease lost
+// at its max hold is then released on the store at once (the name is free
+// for others promptly), as every lost lease is; with [WithLockDelay] its
+// hold is left to run out instead, the delay after. Default 0 (none); from
+// 100ms to 365 days, or 0 to turn off a Locker's default.
+func WithMaxHold(d time.Duration) Option {
+	return func(c *config) {
+		if d != 0 && (d < MinTTL || d > MaxHold) {
+			c.fail("maxHold", "must be 0 or between 100ms and 8760h")
+			return
+		}
+		c.maxHold = d
+	}
+}
+
 // WithOwner sets the owner ID of a reentrant lock; holders with the same
 // owner ID re-enter. Default: the lease carried in the ctx, else a new ID.
 func WithOwner(id string) Option {
@@ -212,6 +242,14 @@ func (c *config) queueTTLOrDefault() time.Duration {
 		return c.queueTTL
 	}
 	return min(c.ttl, 10*time.Second)
+}
+
+// leaseTTL is the TTL of a lease's grant: the TTL, capped at the max hold.
+func (c *config) leaseTTL() time.Duration {
+	if c.maxHold > 0 {
+		return min(c.ttl, c.maxHold)
+	}
+	return c.ttl
 }
 
 func (c *config) renewInterval() time.Duration {

@@ -4,7 +4,6 @@ import (
 	"container/heap"
 	"context"
 	"errors"
-	"fmt"
 	"time"
 )
 
@@ -51,7 +50,7 @@ func (h *leaseHeap) Pop() any {
 
 // deadline returns when the scheduler must next look at ls.
 func (ls *Lease) deadline() time.Time {
-	if ls.autoRenew && !ls.extending && ls.renewAt.Before(ls.validUntil) {
+	if ls.autoRenew && !ls.extending && !ls.atMaxHold && ls.renewAt.Before(ls.validUntil) {
 		return ls.renewAt
 	}
 	return ls.validUntil
@@ -97,10 +96,10 @@ func (s *scheduler) run(stop <-chan struct{}) {
 			ls := s.h[0]
 			if !now.Before(ls.validUntil) {
 				lost = append(lost, ls)
-				l.loseLocked(ls, fmt.Errorf("%w: not renewed in time", ErrLeaseLost))
+				l.loseLocked(ls, ls.expiredErr())
 				continue
 			}
-			if !ls.autoRenew || ls.extending || ls.renewAt.Sub(now) > batchWindow(ls) {
+			if !ls.autoRenew || ls.extending || ls.atMaxHold || ls.renewAt.Sub(now) > batchWindow(ls) {
 				break
 			}
 			ls.extending = true
@@ -136,23 +135,42 @@ func (s *scheduler) run(stop <-chan struct{}) {
 // renew extends a batch of leases in one pipelined store call. Each lease's
 // extension slot was taken by the loop; settleLocked gives it back.
 func (l *Locker) renew(batch []*Lease) {
-	reqs := make([]Request, len(batch))
+	reqs := make([]Request, 0, len(batch))
+	var lost []*Lease
 	l.mu.Lock()
 	deadline := time.Now().Add(l.cfg.opTimeout)
-	for i, ls := range batch {
-		reqs[i] = ls.req
-		ls.sendingLocked(ls.req.TTL - ls.delay)
+	send := batch[:0]
+	for _, ls := range batch {
+		ttl, ok := ls.holdTTLLocked(ls.req.TTL - ls.delay)
+		if !ok {
+			// Nothing left of its max hold worth renewing for.
+			ls.freeExtendLocked()
+			l.loseLocked(ls, &maxHoldError{ls.maxHold})
+			lost = append(lost, ls)
+			continue
+		}
+		req := ls.req
+		req.TTL = ttl + ls.delay
+		reqs = append(reqs, req)
+		send = append(send, ls)
+		ls.sendingLocked(ttl)
 		if ls.validUntil.Before(deadline) {
 			deadline = ls.validUntil
 		}
 	}
+	batch = send
 	l.mu.Unlock()
+	if len(batch) == 0 {
+		for _, ls := range lost {
+			l.afterLoss(ls)
+		}
+		return
+	}
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	sent := time.Now()
 	errs := l.store.Extend(ctx, reqs)
 	cancel()
 
-	var lost []*Lease
 	var evs []Event
 	l.mu.Lock()
 	for i, ls := range batch {
