@@ -104,7 +104,7 @@ func (l *Locker) waitFair(ctx context.Context, c *config, req Request, own bool)
 // are at most half that apart while nothing stalls.
 func (l *Locker) waitGrant(ctx context.Context, c *config, req Request, since time.Time, w *waiter) (*Lease, error) {
 	q := queueWait{c: c, req: req, since: since, doubt: since.IsZero(), lastPos: -1}
-	q.fresh = c.ttl - l.driftFor(c.driftFactor, c.ttl)
+	q.fresh = c.leaseTTL() - l.driftFor(c.driftFactor, c.leaseTTL())
 	for {
 		sent := time.Now()
 		ls, g, err := l.tryOnce(ctx, c, req, true)

@@ -172,7 +172,7 @@ func (m *Multi) attempt(ctx context.Context, token string) (*MultiLease, store.G
 	c := &m.cfg
 	leases := make([]*Lease, 0, len(m.names))
 	for _, name := range m.names {
-		req := Request{Name: name, Token: token, Mode: ModeMutex, TTL: c.ttl + c.lockDelay}
+		req := Request{Name: name, Token: token, Mode: ModeMutex, TTL: c.leaseTTL() + c.lockDelay}
 		sent := time.Now()
 		ls, g, err := m.l.tryOnce(ctx, c, req, true)
 		if ls == nil {
@@ -218,7 +218,7 @@ func (m *Multi) attemptAtomic(ctx context.Context, ms store.MultiStore, token st
 	}
 	reqs := make([]Request, len(m.names))
 	for i, name := range m.names {
-		reqs[i] = Request{Name: name, Token: token, Mode: ModeMutex, TTL: c.ttl + c.lockDelay}
+		reqs[i] = Request{Name: name, Token: token, Mode: ModeMutex, TTL: c.leaseTTL() + c.lockDelay}
 	}
 	sent := time.Now()
 	actx, acancel := l.expiries.attemptContext(ctx, c.opTimeout)

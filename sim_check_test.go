@@ -37,7 +37,14 @@ import (
 //	(e) an acquire whose ctx ended returns within twice the op timeout (one
 //	    for the call in flight, one for the release that leaves nothing
 //	    behind, as Mutex.Lock documents; and the 1/32 the Locker's shared
-//	    expiries may add to each) plus simSlack.
+//	    expiries may add to each) plus simSlack;
+//	(f) a lease with a max hold d (WithMaxHold) is never valid past d
+//	    after the store last granted it its token (the request whose
+//	    grant it took was sent no later), so an auto-renewed holder that
+//	    goes on and on loses it in time; with (a) and (b), never while
+//	    another holds the name; and no request of its holder asks the
+//	    store to hold it past that (sent at s with TTL t: s+t, less its
+//	    lock-delay).
 //
 // Failures name the seed, the virtual time, the name, the holds with their
 // fences and tokens, and end with the net's trace of the name.
@@ -66,6 +73,8 @@ type simHeld struct {
 	fence   int64
 	reentry bool          // a reentrant re-entry: part of an earlier hold
 	delay   time.Duration // lock-delay
+	maxHold time.Duration // WithMaxHold; 0: none
+	extra   time.Duration // the lock-delay the store adds to its TTL (a Multi's too, which (d) leaves out)
 	lease   simLease
 	granted time.Time // by the store, per the model
 
@@ -328,8 +337,14 @@ func (c *simChecker) checkLocked(name string) {
 			if left, _ := c.net.left(name, h.lease.Token()); ttl > left {
 				c.failf(name, "(b) %v has TTL %v but the store holds it for %v more", h, ttl, left)
 			}
+			if g, _ := c.net.regranted(name, h.lease.Token()); h.maxHold > 0 && !g.IsZero() && h.validEnd.After(g.Add(h.maxHold)) {
+				c.failf(name, "(f) %v is valid until %s, past its max hold %v from its grant at %s", h, h.at(h.validEnd), h.maxHold, h.at(g))
+			}
 		} else {
 			h.over = true
+		}
+		if g, reach := c.net.regranted(name, h.lease.Token()); h.maxHold > 0 && !g.IsZero() && reach.After(g.Add(h.maxHold+h.extra)) {
+			c.failf(name, "(f) %v asked the store to hold it until %s, past its max hold %v (lock-delay %v) from its grant at %s", h, h.at(reach), h.maxHold, h.extra, h.at(g))
 		}
 		if !h.over || h.delay > 0 && !h.clean && now.Before(h.validEnd.Add(h.delay)) {
 			keep = append(keep, h)

@@ -75,6 +75,14 @@ type simHold struct {
 	mode    dlock.Mode
 	granted time.Time
 	expires time.Time
+	// regranted is when the store last granted the token (an acquire
+	// applied again, a handoff): the request whose grant its lease took
+	// was sent no later.
+	regranted time.Time
+	// reach is the latest end of the hold that a request the store
+	// applied asked for, counted from when it was sent: its send plus
+	// its TTL (for a handoff, the handoff plus its TTL).
+	reach time.Time
 }
 
 // simNet is the network and the store's model. Its mutex orders every
@@ -175,6 +183,17 @@ func (n *simNet) live(k simKey, now time.Time) *simHold {
 	return nil
 }
 
+// regranted returns when the store last granted name to token, and the
+// reach of that hold, by the model (zero: it does not hold it).
+func (n *simNet) regranted(name, token string) (time.Time, time.Time) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if h := n.live(simKey{name, token}, time.Now()); h != nil {
+		return h.regranted, h.reach
+	}
+	return time.Time{}, time.Time{}
+}
+
 // left returns how long the store still holds name for token, by the
 // model, and when that hold was granted.
 func (n *simNet) left(name, token string) (time.Duration, time.Time) {
@@ -215,8 +234,8 @@ func later(a, b time.Time) time.Time {
 	return b
 }
 
-// acquire applies req to the store and the model.
-func (n *simNet) acquire(from string, req dlock.Request) (store.Grant, error) {
+// acquire applies req, sent at sent, to the store and the model.
+func (n *simNet) acquire(from string, req dlock.Request, sent time.Time) (store.Grant, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	now := time.Now()
@@ -232,6 +251,8 @@ func (n *simNet) acquire(from string, req dlock.Request) (store.Grant, error) {
 			h = &simHold{mode: req.Mode, granted: now}
 			n.holds[k] = h
 		}
+		h.regranted = now
+		h.reach = later(h.reach, sent.Add(req.TTL))
 		n.setExpiry(k, h, now, req.TTL)
 		delete(n.queued, k)
 		n.lockedLogf("%s applied acquire %s: granted fence=%d", from, reqString(req), g.Fence)
@@ -244,8 +265,8 @@ func (n *simNet) acquire(from string, req dlock.Request) (store.Grant, error) {
 	return g, nil
 }
 
-// extend applies reqs to the store and the model.
-func (n *simNet) extend(from string, reqs []dlock.Request) []error {
+// extend applies reqs, sent at sent, to the store and the model.
+func (n *simNet) extend(from string, reqs []dlock.Request, sent time.Time) []error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	now := time.Now()
@@ -254,6 +275,7 @@ func (n *simNet) extend(from string, reqs []dlock.Request) []error {
 		k := simKey{req.Name, req.Token}
 		if h := n.live(k, now); h != nil && errs[i] == nil {
 			n.setExpiry(k, h, now, req.TTL)
+			h.reach = later(h.reach, sent.Add(req.TTL))
 		}
 		n.lockedLogf("%s applied extend %s: %v", from, reqString(req), errs[i])
 	}
@@ -286,7 +308,7 @@ func (n *simNet) handoff(to *simLink, req dlock.Request, g store.Grant) {
 		ttl = req.TTL
 	}
 	delete(n.queued, k)
-	n.holds[k] = &simHold{mode: req.Mode, granted: now, expires: now.Add(ttl)}
+	n.holds[k] = &simHold{mode: req.Mode, granted: now, expires: now.Add(ttl), regranted: now, reach: now.Add(ttl)}
 	n.lockedLogf("%s handed %s %s tok=%s fence=%d ttl=%v by the store", to, req.Mode, req.Name, short(req.Token), g.Fence, ttl)
 }
 
@@ -498,7 +520,8 @@ func reqsString(reqs []dlock.Request) string {
 func (k *simLink) Acquire(ctx context.Context, req dlock.Request) (store.Grant, error) {
 	var g store.Grant
 	var err error
-	if e := k.call(ctx, simCall{op: "acquire", reqs: []dlock.Request{req}}, func(from string) { g, err = k.net.acquire(from, req) }); e != nil {
+	sent := time.Now()
+	if e := k.call(ctx, simCall{op: "acquire", reqs: []dlock.Request{req}}, func(from string) { g, err = k.net.acquire(from, req, sent) }); e != nil {
 		return store.Grant{}, e
 	}
 	return g, err
@@ -507,7 +530,8 @@ func (k *simLink) Acquire(ctx context.Context, req dlock.Request) (store.Grant, 
 // Extend implements store.Store.
 func (k *simLink) Extend(ctx context.Context, reqs []dlock.Request) []error {
 	var errs []error
-	if e := k.call(ctx, simCall{op: "extend", reqs: reqs}, func(from string) { errs = k.net.extend(from, reqs) }); e != nil {
+	sent := time.Now()
+	if e := k.call(ctx, simCall{op: "extend", reqs: reqs}, func(from string) { errs = k.net.extend(from, reqs, sent) }); e != nil {
 		// The flight may still write errs: answer with a slice of our own.
 		failed := make([]error, len(reqs))
 		for i := range failed {

@@ -121,6 +121,7 @@ type simStep struct {
 	ttl    time.Duration
 	auto   bool          // auto-renewed
 	delay  time.Duration // lock-delay
+	hold   time.Duration // max hold
 	opts   []dlock.Option
 	ctx    context.Context
 	ctxEnd time.Time
@@ -143,6 +144,11 @@ func (w *simWorker) step() {
 		// could not tell which name's lease was lost.
 		s.delay = time.Millisecond + time.Duration(r.Int64N(int64(s.ttl)))
 		s.opts = append(s.opts, dlock.WithLockDelay(s.delay))
+	}
+	if r.IntN(3) == 0 {
+		// A bounded watchdog: from half a TTL to three.
+		s.hold = s.ttl/2 + time.Duration(r.Int64N(int64(5*s.ttl/2)))
+		s.opts = append(s.opts, dlock.WithMaxHold(s.hold))
 	}
 	var cancel context.CancelFunc
 	s.ctx, s.ctxEnd, cancel = w.callContext()
@@ -179,13 +185,13 @@ func (w *simWorker) step() {
 // it), holds it (re-entering it with re, when set) and releases it with
 // release (nil: Lease.Release).
 func (w *simWorker) one(s *simStep, what string, acquire func(context.Context) (*dlock.Lease, error), release func(context.Context) error, re *dlock.Reentrant) {
-	w.net.logf("%s %s %s ttl=%v auto=%v delay=%v ctx ends %.3fs", w.who, what, s.name, s.ttl, s.auto, s.delay, s.ctxEnd.Sub(w.net.start).Seconds())
+	w.net.logf("%s %s %s ttl=%v auto=%v delay=%v maxHold=%v ctx ends %.3fs", w.who, what, s.name, s.ttl, s.auto, s.delay, s.hold, s.ctxEnd.Sub(w.net.start).Seconds())
 	ls, err := acquire(s.ctx)
 	w.ck.returned(w.who, s.name, what+" "+s.name, s.ctxEnd, w.p.opTimeout, err)
 	if err != nil {
 		return
 	}
-	h := &simHeld{who: w.who, name: s.name, mode: ls.Mode(), fence: ls.Fence(), delay: s.delay, lease: ls}
+	h := &simHeld{who: w.who, name: s.name, mode: ls.Mode(), fence: ls.Fence(), delay: s.delay, maxHold: s.hold, extra: s.delay, lease: ls}
 	w.ck.add(h)
 	if release == nil {
 		release = ls.Release
@@ -207,7 +213,7 @@ func (w *simWorker) multi(s *simStep) {
 	if w.rng.IntN(3) == 0 {
 		lock, what = m.TryLock, "Multi.TryLock"
 	}
-	w.net.logf("%s %s %v ttl=%v auto=%v ctx ends %.3fs", w.who, what, names, s.ttl, s.auto, s.ctxEnd.Sub(w.net.start).Seconds())
+	w.net.logf("%s %s %v ttl=%v auto=%v maxHold=%v ctx ends %.3fs", w.who, what, names, s.ttl, s.auto, s.hold, s.ctxEnd.Sub(w.net.start).Seconds())
 	ml, err := lock(s.ctx)
 	w.ck.returned(w.who, names[0], what+" "+names[0]+","+names[1], s.ctxEnd, w.p.opTimeout, err)
 	if err != nil {
@@ -215,7 +221,7 @@ func (w *simWorker) multi(s *simStep) {
 	}
 	var hs []*simHeld
 	for _, n := range ml.Names() {
-		h := &simHeld{who: w.who, name: n, mode: dlock.ModeMutex, multi: true, fence: ml.Fence(n), lease: ml}
+		h := &simHeld{who: w.who, name: n, mode: dlock.ModeMutex, multi: true, fence: ml.Fence(n), maxHold: s.hold, extra: s.delay, lease: ml}
 		w.ck.add(h)
 		hs = append(hs, h)
 	}
@@ -318,7 +324,7 @@ func (w *simWorker) reenter(re *dlock.Reentrant, outer *dlock.Lease, h *simHeld)
 	if err != nil {
 		return
 	}
-	hin := &simHeld{who: w.who, name: h.name, mode: in.Mode(), fence: in.Fence(), reentry: in.Fence() == outer.Fence(), delay: h.delay, lease: in}
+	hin := &simHeld{who: w.who, name: h.name, mode: in.Mode(), fence: in.Fence(), reentry: in.Fence() == outer.Fence(), delay: h.delay, maxHold: h.maxHold, extra: h.extra, lease: in}
 	w.ck.add(hin)
 	w.ck.action(hin)
 	time.Sleep(time.Duration(w.rng.Int64N(int64(50 * time.Millisecond))))
