@@ -113,6 +113,8 @@ func lockError(ctx context.Context, name string, err error) *apiError {
 		return &apiError{Status: http.StatusServiceUnavailable, Error: "no quorum", Message: err.Error()}
 	case errors.Is(err, dlock.ErrUnavailable):
 		return &apiError{Status: http.StatusServiceUnavailable, Error: "store unavailable", Message: err.Error()}
+	case errors.Is(err, dlock.ErrMaxHold):
+		return &apiError{Status: http.StatusGone, Error: "lease lost", Message: fmt.Sprintf("the lease on lock %q reached its maxHoldMs", name)}
 	case errors.Is(err, dlock.ErrLeaseLost), errors.Is(err, dlock.ErrNotHeld):
 		return &apiError{Status: http.StatusGone, Error: "lease lost", Message: fmt.Sprintf("the token does not hold lock %q", name)}
 	case errors.As(err, &inv):

@@ -171,6 +171,8 @@ func (dst *acquireBody) decodeFast(data []byte) bool {
 			v.QueueTTLMs, ok = f.int64p()
 		case "lockDelayMs":
 			v.LockDelayMs, ok = f.int64p()
+		case "maxHoldMs":
+			v.MaxHoldMs, ok = f.int64p()
 		}
 		return ok
 	}) {

@@ -28,14 +28,21 @@ type acquireBody struct {
 	// LockDelayMs keeps the name held that long after the lease ends by
 	// expiry rather than by release (dlock.WithLockDelay).
 	LockDelayMs *int64 `json:"lockDelayMs"`
+	// MaxHoldMs bounds how long the lease can be held: extends are capped
+	// so that it ends by then (dlock.WithMaxHold).
+	MaxHoldMs *int64 `json:"maxHoldMs"`
 }
 
 // acquireParams is a validated acquire.
 type acquireParams struct {
-	req   dlock.Request
-	wait  time.Duration
-	delay time.Duration // lock-delay
+	req     dlock.Request
+	wait    time.Duration
+	delay   time.Duration // lock-delay
+	maxHold time.Duration // 0: none
 }
+
+// MaxHoldMs bounds maxHoldMs (dlock.MaxHold).
+const MaxHoldMs = int64(dlock.MaxHold / time.Millisecond)
 
 const maxLimit = 1_000_000
 
@@ -64,6 +71,9 @@ func decodeAcquire(name string, body io.Reader) (acquireParams, *apiError) {
 		p.wait = time.Duration(*b.WaitMs) * time.Millisecond
 	}
 	if p.delay, e = msField("lockDelayMs", b.LockDelayMs, 0, MaxLockDelayMs); e != nil {
+		return p, e
+	}
+	if p.maxHold, e = msField("maxHoldMs", b.MaxHoldMs, MinTTLMs, MaxHoldMs); e != nil {
 		return p, e
 	}
 	mode, e := parseMode(b.Mode, b.Fair, b.Owner != "", b.Limit != nil)
@@ -313,10 +323,11 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 			// A retried acquire: refresh the TTL as the store contract says.
 			err := ls.Extend(ctx, p.req.TTL)
 			if err == nil {
-				writeGrant(w, name, ls, p.req.TTL)
+				writeGrant(w, name, ls, min(p.req.TTL, ls.TTL()))
 				return
 			}
-			if !errors.Is(err, dlock.ErrLeaseLost) && !errors.Is(err, dlock.ErrNotHeld) {
+			if !errors.Is(err, dlock.ErrLeaseLost) && !errors.Is(err, dlock.ErrNotHeld) || errors.Is(err, dlock.ErrMaxHold) {
+				// At its max hold the token gets no new grant either.
 				writeAPIError(w, lockError(ctx, name, err))
 				return
 			}
@@ -335,7 +346,7 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, e)
 		return
 	}
-	ls, err := s.v1.Acquire(ctx, p.req, p.wait > 0, dlock.WithLockDelay(p.delay))
+	ls, err := s.v1.Acquire(ctx, p.req, p.wait > 0, dlock.WithLockDelay(p.delay), dlock.WithMaxHold(p.maxHold))
 	claim(ls)
 	if err != nil {
 		if entry != nil && entry.lease == nil {
@@ -352,7 +363,11 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 	}
 	entry.lease = ls
 	s.noteLease(key)
-	writeGrant(w, name, ls, p.req.TTL)
+	ttl := p.req.TTL
+	if p.maxHold > 0 {
+		ttl = min(ttl, p.maxHold) // what the store was asked for
+	}
+	writeGrant(w, name, ls, ttl)
 }
 
 func writeGrant(w http.ResponseWriter, name string, ls *dlock.Lease, ttl time.Duration) {
@@ -459,7 +474,8 @@ func (s *Server) handleExtend(w http.ResponseWriter, r *http.Request) {
 				writeOK(w, &extendBody{Name: name, Fence: ls.Fence(), TTLMs: durationMs(ls.TTL())})
 				return
 			}
-			if !errors.Is(err, dlock.ErrLeaseLost) && !errors.Is(err, dlock.ErrNotHeld) {
+			// At its max hold, the store must not be asked either.
+			if !errors.Is(err, dlock.ErrLeaseLost) && !errors.Is(err, dlock.ErrNotHeld) || errors.Is(err, dlock.ErrMaxHold) {
 				writeAPIError(w, lockError(ctx, name, err))
 				return
 			}
