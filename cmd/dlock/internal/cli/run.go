@@ -26,7 +26,9 @@ dlock takes the lock (at once, or waiting up to --wait), then starts COMMAND
 with its own environment plus DLOCK_NAME, DLOCK_FENCE (the fencing token: pass
 it to the resource you protect and have it reject lower ones) and DLOCK_TOKEN.
 Standard input, output and error are passed through. The lease is renewed at
-about a third of --ttl while COMMAND runs and released when it exits.
+about a third of --ttl while COMMAND runs and released when it exits. With
+--max-hold the lease is renewed up to that long only: a COMMAND that still runs
+then is stopped as on a lost lease (exit 70), and the name is freed.
 
 If the lease is lost (renewal refused, or the store unreachable until the
 lease ran out) COMMAND gets SIGTERM and, after --grace, SIGKILL; dlock then
@@ -39,7 +41,7 @@ If dlock itself is killed, COMMAND is killed too (Linux).
 Exit status: COMMAND's own, or 128+N if it was killed by signal N; else
   64  usage error or no shared store configured
   69  store unavailable
-  70  lease lost while COMMAND ran (COMMAND was stopped)
+  70  lease lost, or --max-hold reached, while COMMAND ran (COMMAND was stopped)
   75  lock held by someone else (after --wait, if given; see --conflict-exit-code)
   126 COMMAND could not be executed; 127 COMMAND not found
 
@@ -47,11 +49,13 @@ Examples:
   dlock run --redis-url redis://127.0.0.1:6379 nightly -- ./report.sh --full
   dlock run --quiet --conflict-exit-code 0 hourly -- ./sync.sh   # cron: skip silently if running
   DLOCK_SERVER=http://locks:3009 dlock run --wait 5m deploy -- make deploy
-  dlock run --ttl 10s --grace 30s migrate -- sh -c 'exec ./migrate --fence "$DLOCK_FENCE"'`,
+  dlock run --ttl 10s --grace 30s migrate -- sh -c 'exec ./migrate --fence "$DLOCK_FENCE"'
+  dlock run --max-hold 2h nightly -- ./report.sh   # a hung report frees the lock after 2h`,
 }
 
 type runFlags struct {
 	ttl, wait, grace time.Duration
+	maxHold          time.Duration
 	verbose, quiet   bool
 	conflictCode     int
 }
@@ -62,6 +66,7 @@ func init() {
 		x.fs.Duration(&f.ttl, "ttl", "DLOCK_TTL", 30*time.Second, "lease length; renewed at about TTL/3 (100ms to 24h)")
 		x.fs.Duration(&f.wait, "wait", "DLOCK_WAIT", 0, "how long to wait for a held lock; 0 gives up at once")
 		x.fs.Duration(&f.grace, "grace", "DLOCK_GRACE", 10*time.Second, "after losing the lease, time between SIGTERM and SIGKILL")
+		x.fs.Duration(&f.maxHold, "max-hold", "DLOCK_MAX_HOLD", 0, "hold the lock at most this long (100ms to 8760h), then stop COMMAND as on a lost lease; 0: no limit")
 		x.fs.Int(&f.conflictCode, "conflict-exit-code", "N", "DLOCK_CONFLICT_EXIT_CODE", runner.ExitLocked,
 			"exit code when the lock is held by someone else (0-255); 0 makes a skipped run a success")
 		x.fs.Bool(&f.quiet, "quiet", "DLOCK_QUIET", "print nothing when the lock is held by someone else")
@@ -84,11 +89,14 @@ func runRun(ctx context.Context, x *cmd, pos, tail []string) int {
 	if f.wait < 0 || f.grace < 0 {
 		return x.usageFail("--wait and --grace must not be negative")
 	}
+	if f.maxHold != 0 && (f.maxHold < dlock.MinTTL || f.maxHold > dlock.MaxHold) {
+		return x.usageFail("--max-hold must be 0 or between 100ms and 8760h")
+	}
 	if f.conflictCode < 0 || f.conflictCode > 255 {
 		return x.usageFail("--conflict-exit-code must be between 0 and 255")
 	}
 	code, err := runUnderLease(ctx, x, f.verbose, runner.Config{
-		Name: name, TTL: f.ttl, Wait: f.wait, Grace: f.grace, Command: tail,
+		Name: name, TTL: f.ttl, MaxHold: f.maxHold, Wait: f.wait, Grace: f.grace, Command: tail,
 	})
 	if err != nil && code == runner.ExitLocked { // dlock's outcome, not the command's
 		code = f.conflictCode

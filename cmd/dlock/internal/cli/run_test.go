@@ -356,3 +356,36 @@ func TestRunConflictExitCode(t *testing.T) {
 		t.Errorf("dlock run of a command exiting 75 = %d, want 75", code)
 	}
 }
+
+// TestRunMaxHold: dlock run --max-hold stops a command that runs too long
+// (exit 70, saying so) and frees the lock on Valkey; a bad value is a
+// usage error.
+func TestRunMaxHold(t *testing.T) {
+	srv := testredis.Start(t)
+	env := []string{"DLOCK_REDIS_URL=" + srv.URL()}
+	name := uniqueName(t)
+	p := startDlock(t, env, "run", "--ttl", "1s", "--max-hold", "1500ms", "--grace", "300ms", name, "--",
+		"sh", "-c", `trap '' TERM; echo started; exec sleep 1000`)
+	if l := p.line(); l != "started" {
+		t.Fatalf("command printed %q, want started", l)
+	}
+	if v, err := srv.Do("PTTL", "lock:"+name); err != nil {
+		t.Errorf("PTTL lock:%s: %v", name, err)
+	} else if ms, _ := strconv.Atoi(v); ms > 1500 {
+		t.Errorf("PTTL lock:%s = %d, want at most the max hold 1500 (the acquire asks for min(TTL, max hold))", name, ms)
+	}
+	if code := p.wait(); code != runner.ExitLeaseLost {
+		t.Fatalf("dlock run --max-hold exited %d, want %d; stderr:\n%s", code, runner.ExitLeaseLost, p.stderr.String())
+	}
+	if !strings.Contains(p.stderr.String(), "max hold") {
+		t.Errorf("stderr = %q, want it to say the max hold was reached", p.stderr.String())
+	}
+	if v, err := srv.Do("EXISTS", "lock:"+name); err != nil || v != "0" {
+		t.Errorf("EXISTS lock:%s after dlock run exited = %q, %v; want 0 (released)", name, v, err)
+	}
+	for _, bad := range []string{"5ms", "-1s", "9000h"} {
+		if code, _, stderr := runDlock(t, env, "run", "--max-hold", bad, name, "--", "true"); code != runner.ExitUsage || !strings.Contains(stderr, "--max-hold") {
+			t.Errorf("dlock run --max-hold %s exited %d (stderr %q), want %d naming --max-hold", bad, code, stderr, runner.ExitUsage)
+		}
+	}
+}

@@ -50,6 +50,10 @@ type Config struct {
 	Name string
 	// TTL is the lease length; the lease is renewed at about TTL/3.
 	TTL time.Duration
+	// MaxHold, when positive, bounds how long the lease is held
+	// (dlock.WithMaxHold): renewal stops there, and the command is stopped
+	// as on a lost lease.
+	MaxHold time.Duration
 	// Wait is how long to wait for a held lock; 0 fails at once.
 	Wait time.Duration
 	// Grace is how long the command has to exit after SIGTERM on lease loss
@@ -134,6 +138,9 @@ func acquire(ctx context.Context, cfg Config, log *slog.Logger) (*dlock.Lease, i
 	opts := []dlock.Option{dlock.WithAutoRenew()}
 	if cfg.TTL != 0 {
 		opts = append(opts, dlock.WithTTL(cfg.TTL))
+	}
+	if cfg.MaxHold > 0 {
+		opts = append(opts, dlock.WithMaxHold(cfg.MaxHold))
 	}
 	actx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -306,6 +313,9 @@ loop:
 		p.reapGroup(deadline)
 	}
 	code := childCode(cmd.ProcessState, waitErr)
+	if lost && errors.Is(lease.Err(), dlock.ErrMaxHold) {
+		return ExitLeaseLost, fmt.Errorf("dlock: lease on %q reached its max hold of %v; the command was stopped (command exited %d)", cfg.Name, cfg.MaxHold, code)
+	}
 	if lost {
 		return ExitLeaseLost, fmt.Errorf("dlock: lease on %q lost while the command ran (command exited %d)", cfg.Name, code)
 	}

@@ -221,3 +221,29 @@ func TestChildEnv(t *testing.T) {
 		}
 	}
 }
+
+// TestRunMaxHold: a command that outlives --max-hold is stopped as on a
+// lost lease, the error says why, and the lock is free afterwards.
+func TestRunMaxHold(t *testing.T) {
+	h := newHarness(t)
+	h.start(Config{Name: "job", TTL: 300 * time.Millisecond, MaxHold: time.Second, Grace: 200 * time.Millisecond,
+		Command: []string{"sh", "-c", `trap '' TERM; echo started; exec sleep 1000`}})
+	if l := h.line(); l != "started" {
+		t.Fatalf("command printed %q, want started", l)
+	}
+	r := h.wait()
+	if r.code != ExitLeaseLost || r.err == nil || !strings.Contains(r.err.Error(), "max hold") {
+		t.Errorf("Run past its max hold = %d, %v; want %d saying max hold", r.code, r.err, ExitLeaseLost)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st, _ := h.store.State(context.Background(), "job")
+		if st.Holders == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("lock still held 10s after the max hold: %+v", st)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
