@@ -114,6 +114,13 @@ export interface AcquireOptions {
   owner?: string;
   /** 32-128 hex characters; default newToken(). A retried acquire with the same token is idempotent. */
   token?: string;
+  /**
+   * Max hold, 100-31536000000: the lease cannot be held longer than this from its grant.
+   * The grant's ttlMs is at most this, each extend is capped to what is left (it resolves
+   * to what it got), and once it is reached extend rejects with a LeaseLostError; `using`
+   * then aborts its signal. Default: none.
+   */
+  maxHoldMs?: number;
   /** Aborts the acquire (a wait included); rejects with the signal's reason. */
   signal?: AbortSignal;
 }
@@ -164,6 +171,8 @@ export declare class Lease {
   readonly count: number;
   /** performance.now() instant up to which the client counts the lease as held. */
   validUntil: number;
+  /** performance.now() instant at which a lease acquired with maxHoldMs reaches it (counted from the acquire's start); else undefined. */
+  maxHoldUntil?: number;
   /** Successful extends so far. */
   renewals: number;
   extend(opts?: ExtendOptions): Promise<number>;

@@ -155,7 +155,7 @@ const validUntil = (start, ttlMs) => start + ttlMs * (1 - DRIFT) - 2;
 /** A lease granted by Client.acquire. */
 export class Lease {
   #client;
-  constructor(client, { name, token, fence, ttlMs, mode, count, validUntil }) {
+  constructor(client, { name, token, fence, ttlMs, mode, count, validUntil, maxHoldUntil }) {
     this.#client = client;
     this.name = name;
     this.fence = fence;
@@ -163,6 +163,7 @@ export class Lease {
     this.mode = mode;
     this.count = count;
     this.validUntil = validUntil;
+    this.maxHoldUntil = maxHoldUntil;
     this.renewals = 0;
     // The capability to extend and release: kept out of JSON.stringify and inspection.
     Object.defineProperty(this, 'token', { value: token, enumerable: false });
@@ -254,13 +255,14 @@ export class Client {
   /**
    * Takes a lease on the lock `name`. See index.d.ts for the options and errors.
    */
-  async acquire(name, { ttlMs = 30_000, waitMs = 0, mode = 'exclusive', limit, fair, owner, token, signal } = {}) {
+  async acquire(name, { ttlMs = 30_000, waitMs = 0, mode = 'exclusive', limit, fair, owner, token, maxHoldMs, signal } = {}) {
     checkName(name);
     const tok = token ?? newToken();
     const body = { ttlMs, mode, token: tok };
     if (limit !== undefined) body.limit = limit;
     if (fair) body.fair = true;
     if (owner !== undefined) body.owner = owner;
+    if (maxHoldMs !== undefined) body.maxHoldMs = maxHoldMs;
     const path = `/v1/locks/${quoteName(name)}/acquire`;
     const deadline = performance.now() + Math.max(0, Number(waitMs) || 0);
     let failures = 0;
@@ -272,7 +274,10 @@ export class Client {
       const asked = typeof body.waitMs === 'number' ? body.waitMs : 0;
       try {
         const doc = await this.#send('POST', path, body, this.timeoutMs + asked, signal);
-        return this.#lease(name, doc, start, tok);
+        const lease = this.#lease(name, doc, start, tok);
+        // Counted from before the request: never later than the server's count.
+        if (typeof maxHoldMs === 'number') lease.maxHoldUntil = start + maxHoldMs;
+        return lease;
       } catch (e) {
         if (e instanceof LockedError) {
           const rest = deadline - performance.now();
@@ -434,6 +439,9 @@ class Renewer {
 
   async #tick() {
     const lease = this.#lease;
+    if (lease.maxHoldUntil !== undefined && performance.now() >= lease.maxHoldUntil) {
+      return this.#lose(new LeaseLostError(0, 'lease lost', `the lease on lock ${JSON.stringify(lease.name)} reached its max hold`));
+    }
     try {
       await this.#client.extend(lease, { ttlMs: this.ttlMs, retries: 0, signal: this.#ctl.signal });
     } catch (e) {
@@ -447,7 +455,8 @@ class Renewer {
       }
       return this.#schedule(Math.min(this.ttlMs / 12, left));
     }
-    this.#schedule(this.ttlMs / 3);
+    // A max hold caps the validity: renew (or find it lost) when it ends.
+    this.#schedule(Math.min(this.ttlMs / 3, Math.max(lease.validUntil - performance.now(), 0)));
   }
 
   async stop() {

@@ -176,6 +176,54 @@ describe('dlock client', () => {
     await lease.release();
   });
 
+  test('maxHoldMs caps every extend, then 410', async () => {
+    const name = unique('maxhold');
+    const lease = await c.acquire(name, { ttlMs: 60_000, maxHoldMs: 1500 });
+    const granted = performance.now(); // the server counts the max hold from before this
+    assert.equal(lease.ttlMs, 1500, 'the grant asks for no more than the max hold');
+    assert.ok(lease.maxHoldUntil <= granted + 1500);
+    let extends_ = 0;
+    for (;;) {
+      const sent = performance.now();
+      let got;
+      try {
+        got = await lease.extend({ ttlMs: 60_000 });
+      } catch (e) {
+        assert.ok(e instanceof LeaseLostError && e.status === 410 && e.detail.includes('maxHoldMs'), String(e));
+        break;
+      }
+      extends_++;
+      // Capped: the server's count ends by the grant plus the max hold.
+      assert.ok(sent + got - 1 <= granted + 1500, `extend ${extends_} got ${got}`);
+      assert.ok(performance.now() < granted + DEADLINE_MS, 'still extendable long after the max hold');
+      await sleep(20); // pacing
+    }
+    assert.ok(extends_ > 0);
+    const deadline = Date.now() + DEADLINE_MS;
+    while ((await c.state(name)).held) {
+      assert.ok(Date.now() < deadline, 'the name still held long after the max hold');
+      await sleep(20); // poll interval
+    }
+  });
+
+  test('using stops renewing at maxHoldMs and aborts', async () => {
+    const name = unique('maxhold-using');
+    const seen = [];
+    let aborted;
+    const e = await c
+      .using(name, { ttlMs: 600, maxHoldMs: 1500, onLost: (err) => seen.push(err) }, async (signal) => {
+        // A routine that hangs: the renewal stops at the max hold.
+        aborted = await new Promise((resolve) => {
+          const t = setTimeout(() => resolve(false), DEADLINE_MS);
+          signal.addEventListener('abort', () => { clearTimeout(t); resolve(true); }, { once: true });
+        });
+      })
+      .then(() => assert.fail('using resolved past its max hold'), (e) => e);
+    assert.equal(aborted, true, 'max hold not signalled');
+    assert.ok(e instanceof LeaseLostError && /max ?hold/i.test(e.message), String(e));
+    assert.deepEqual(seen, [e]);
+  });
+
   test('410 after release', async () => {
     const lease = await c.acquire(unique('gone'), { ttlMs: 10_000 });
     await lease.release();
@@ -196,6 +244,7 @@ describe('dlock client', () => {
       [{ limit: 3 }, 'limit'],
       [{ mode: 'shared', limit: 0 }, 'limit'],
       [{ fair: true, owner: 'me' }, 'owner'],
+      [{ maxHoldMs: 50 }, 'maxHoldMs'],
     ];
     for (const [opts, field] of cases) {
       const e = await c.acquire(name, opts).then(() => assert.fail(JSON.stringify(opts)), (e) => e);

@@ -14,6 +14,9 @@ import {
 async function example(): Promise<number> {
   const client = new Client({ url: 'http://127.0.0.1:3009', authToken: 'x', timeoutMs: 5000, retries: 2 });
   const lease: Lease = await client.acquire('orders', { ttlMs: 10_000, waitMs: 5000, token: newToken() });
+  const bounded: Lease = await client.acquire('orders', { ttlMs: 10_000, maxHoldMs: 60_000 });
+  const until: number | undefined = bounded.maxHoldUntil;
+  void until;
   const fence: number = lease.fence;
   const ms: number = await lease.extend({ ttlMs: 20_000 });
   await client.release(lease);

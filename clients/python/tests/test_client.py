@@ -159,6 +159,7 @@ def test_bad_input(server: Server, name: str) -> None:
         ({"limit": 3}, "limit"),
         ({"mode": "shared", "limit": 0}, "limit"),
         ({"fair": True, "owner": "me"}, "owner"),
+        ({"max_hold": 0.05}, "maxHoldMs"),
     ]
     for kwargs, field in cases:
         with pytest.raises(BadRequestError) as ei:
@@ -421,6 +422,43 @@ def test_with_lock_renews_past_ttl(server: Server, name: str) -> None:
             c.acquire(name)
         held.check()
     assert c.state(name)["held"] is False
+
+
+def test_max_hold_caps_extends(server: Server, name: str) -> None:
+    c = Client(server.url)
+    lease = c.acquire(name, ttl=60, max_hold=1.5)
+    granted = time.monotonic()  # the server counts the max hold from before this
+    assert lease.ttl_ms == 1500  # the grant asks for no more than the max hold
+    assert lease.max_hold_until is not None and lease.max_hold_until <= granted + 1.5
+    deadline = granted + DEADLINE
+    extends = 0
+    while True:
+        sent = time.monotonic()
+        try:
+            got = lease.extend(60)
+        except LeaseLostError as e:
+            assert (e.status, e.error) == (410, "lease lost") and "maxHoldMs" in e.message, e
+            break
+        extends += 1
+        # Capped: the server's count ends by the grant plus the max hold.
+        assert sent + (got - 1) / 1000.0 <= granted + 1.5, (extends, got)
+        assert time.monotonic() < deadline, "still extendable long after the max hold"
+        time.sleep(0.02)  # pacing
+    assert extends > 0
+    wait_for(lambda: c.state(name)["held"] is False, "the name freed after the max hold")
+
+
+def test_with_lock_max_hold(server: Server, name: str) -> None:
+    c = Client(server.url)
+    seen: List[LeaseLostError] = []
+    with pytest.raises(LeaseLostError) as ei:
+        with c.with_lock(name, ttl=0.6, max_hold=1.5, on_lost=seen.append) as held:
+            # A block that hangs: the renewal stops at the max hold.
+            assert held.lost.wait(DEADLINE), "max hold not signalled"
+            assert seen == [held.error]
+            assert "max hold" in str(held.error), held.error
+    assert ei.value is held.error
+    wait_for(lambda: c.state(name)["held"] is False, "the name freed after the max hold")
 
 
 def test_with_lock_signals_loss(server: Server, name: str) -> None:

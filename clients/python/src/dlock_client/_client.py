@@ -71,6 +71,9 @@ class Lease:
     length the server last confirmed; ``valid_until`` the ``time.monotonic()``
     instant up to which the client counts the lease as held (request start +
     TTL less 1% and 2 ms for clock drift), unless the server says otherwise.
+    ``max_hold_until`` is the ``time.monotonic()`` instant at which a lease
+    acquired with ``max_hold`` reaches it (counted from the acquire's start,
+    so never later than the server's count), else ``None``.
     """
 
     def __init__(
@@ -83,6 +86,7 @@ class Lease:
         mode: str,
         count: int,
         valid_until: float,
+        max_hold_until: Optional[float] = None,
     ) -> None:
         self._client = client
         self.name = name
@@ -92,6 +96,7 @@ class Lease:
         self.mode = mode
         self.count = count
         self.valid_until = valid_until
+        self.max_hold_until = max_hold_until
 
     def __repr__(self) -> str:
         return f"Lease(name={self.name!r}, fence={self.fence}, ttl_ms={self.ttl_ms}, mode={self.mode!r})"
@@ -213,6 +218,7 @@ class Client:
         fair: bool = False,
         owner: Optional[str] = None,
         token: Optional[str] = None,
+        max_hold: Optional[float] = None,
     ) -> Lease:
         """Takes a lease on the lock ``name`` for ``ttl`` seconds.
 
@@ -224,6 +230,11 @@ class Client:
         ``mode``, ``limit``, ``fair`` and ``owner`` are those of docs/http.md
         (``shared`` + ``limit`` is a semaphore, ``fair`` a FIFO lock,
         ``owner`` a reentrant lock).
+
+        ``max_hold`` (seconds, 0.1 to 365 days) bounds how long the lease can
+        be held from its grant: the grant's TTL is at most that, each extend
+        is capped to what is left of it (:meth:`extend` returns what it got),
+        and once it is reached extend raises :class:`LeaseLostError`.
 
         ``token`` (32-128 hex characters) defaults to :func:`new_token`. The
         same token is sent again when a request fails on the network or with
@@ -247,6 +258,8 @@ class Client:
             body["fair"] = True
         if owner is not None:
             body["owner"] = owner
+        if max_hold is not None:
+            body["maxHoldMs"] = _ms(max_hold)
         path = f"/v1/locks/{_quote_name(name)}/acquire"
         deadline = time.monotonic() + max(wait, 0.0)
         failures = 0
@@ -273,7 +286,10 @@ class Client:
                     raise
                 time.sleep(_retry_delay(e, failures))
                 continue
-            return self._lease(name, doc, start, tok)
+            lease = self._lease(name, doc, start, tok)
+            if max_hold is not None:
+                lease.max_hold_until = start + max_hold
+            return lease
 
     def _lease(self, name: str, doc: Mapping[str, Any], start: float, token: str) -> Lease:
         try:
@@ -294,7 +310,8 @@ class Client:
     def extend(self, lease: Lease, ttl: Optional[float] = None, *, retries: Optional[int] = None) -> int:
         """Renews ``lease`` to ``ttl`` seconds from now (default: its TTL) and
         returns the validity the server now counts, in milliseconds (a little
-        less than asked, for clock drift).
+        less than asked, for clock drift; less again when the lease's
+        ``max_hold`` capped it).
 
         Raises :class:`LeaseLostError` when the token no longer holds the
         lock: from then on it must be presumed held by someone else. Network
@@ -369,15 +386,20 @@ class Client:
         fair: bool = False,
         owner: Optional[str] = None,
         on_lost: Optional[Callable[[LeaseLostError], None]] = None,
+        max_hold: Optional[float] = None,
     ) -> "HeldLock":
         """A context manager that holds the lock ``name`` while its block runs.
 
         ``with client.with_lock("orders", ttl=10) as held:`` acquires (as
         :meth:`acquire`, raising its errors from the ``with`` line), then a
         background thread renews the lease every ``ttl / 3`` seconds. See
-        :class:`HeldLock` for what happens when the lease is lost.
+        :class:`HeldLock` for what happens when the lease is lost. With
+        ``max_hold`` the renewal stops there: the lease is then lost as
+        above (a bounded watchdog: a block that hangs does not hold the lock
+        for ever).
         """
-        return HeldLock(self, name, dict(ttl=ttl, wait=wait, mode=mode, limit=limit, fair=fair, owner=owner), on_lost)
+        opts = dict(ttl=ttl, wait=wait, mode=mode, limit=limit, fair=fair, owner=owner, max_hold=max_hold)
+        return HeldLock(self, name, opts, on_lost)
 
 
 class HeldLock:
@@ -489,6 +511,9 @@ class HeldLock:
         ttl = max(lease.ttl_ms, 1) / 1000.0
         delay = ttl / 3
         while not self._stop.wait(delay):
+            if lease.max_hold_until is not None and time.monotonic() >= lease.max_hold_until:
+                self._lose(LeaseLostError(0, "lease lost", f"the lease on lock {lease.name!r} reached its max hold"))
+                return
             try:
                 self._client.extend(lease, ttl, retries=0)
             except LeaseLostError as e:
@@ -506,7 +531,8 @@ class HeldLock:
                 delay = min(ttl / 12, left)
                 continue
             self.renewals += 1
-            delay = ttl / 3
+            # A max hold caps the validity: renew (or find it lost) when it ends.
+            delay = min(ttl / 3, max(lease.valid_until - time.monotonic(), 0.0))
         # Stopped by __exit__.
 
 
