@@ -115,3 +115,34 @@ func Example_fencing() {
 	// current: <nil>
 	// old rejected: true
 }
+
+// A watchdog with a bound: Do renews the lease while fn runs, but for at most
+// the max hold; a fn that hangs has its ctx cancelled then, and the name is
+// released for others.
+func ExampleWithMaxHold() {
+	l, _ := dlock.New(memory.New())
+	defer l.Close()
+	err := l.Do(context.Background(), "report", func(ctx context.Context) error {
+		<-ctx.Done() // a holder that hangs
+		return context.Cause(ctx)
+	}, dlock.WithTTL(time.Second), dlock.WithMaxHold(300*time.Millisecond))
+	fmt.Println(errors.Is(err, dlock.ErrMaxHold), errors.Is(err, dlock.ErrLeaseLost))
+	// Output: true true
+}
+
+// The lease as a context: cancelled when the lease ends, with the reason
+// as its cause.
+func ExampleLease_Context() {
+	ctx := context.Background()
+	l, _ := dlock.New(memory.New())
+	defer l.Close()
+	lease, _ := l.Mutex("orders").TryLock(ctx)
+	lctx := lease.Context(ctx)
+	fmt.Println(lctx.Err())
+	lease.Release(ctx)
+	<-lctx.Done()
+	fmt.Println(context.Cause(lctx))
+	// Output:
+	// <nil>
+	// dlock: lease released
+}
