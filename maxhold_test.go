@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"runtime"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -239,4 +240,34 @@ func TestLeaseContext(t *testing.T) {
 		}
 		held.Release(ctx)
 	})
+}
+
+// Lease.Context costs no goroutine per context: the lease cancels its
+// contexts itself (a goroutine per context would add 1000 here).
+func TestLeaseContextCostsNoGoroutine(t *testing.T) {
+	ctx := context.Background()
+	l := newLocker(t, memory.New(), dlock.WithTTL(time.Minute))
+	lease, err := l.Mutex("many").TryLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := runtime.NumGoroutine()
+	ctxs := make([]context.Context, 1000)
+	for i := range ctxs {
+		ctxs[i] = lease.Context(ctx)
+	}
+	if grown := runtime.NumGoroutine() - before; grown >= 100 {
+		t.Errorf("1000 lease contexts started %d goroutines, want none per context", grown)
+	}
+	lease.Release(ctx)
+	for i, c := range ctxs {
+		select {
+		case <-c.Done():
+		case <-time.After(30 * time.Second):
+			t.Fatalf("context %d not cancelled by Release", i)
+		}
+	}
+	if n := dlock.LeaseContexts(lease); n != 0 {
+		t.Errorf("released lease keeps %d contexts, want 0", n)
+	}
 }
