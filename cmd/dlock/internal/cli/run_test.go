@@ -9,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/dlock-dev/dlock/cmd/dlock/internal/runner"
 	"github.com/dlock-dev/dlock/internal/testredis"
@@ -373,6 +374,11 @@ func TestRunMaxHold(t *testing.T) {
 		t.Errorf("PTTL lock:%s: %v", name, err)
 	} else if ms, _ := strconv.Atoi(v); ms > 1500 {
 		t.Errorf("PTTL lock:%s = %d, want at most the max hold 1500 (the acquire asks for min(TTL, max hold))", name, ms)
+	}
+	select {
+	case <-p.done:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("dlock run --max-hold 1500ms still running after 60s")
 	}
 	if code := p.wait(); code != runner.ExitLeaseLost {
 		t.Fatalf("dlock run --max-hold exited %d, want %d; stderr:\n%s", code, runner.ExitLeaseLost, p.stderr.String())

@@ -231,7 +231,12 @@ func TestRunMaxHold(t *testing.T) {
 	if l := h.line(); l != "started" {
 		t.Fatalf("command printed %q, want started", l)
 	}
-	r := h.wait()
+	var r result
+	select {
+	case r = <-h.done:
+	case <-time.After(60 * time.Second):
+		t.Fatal("command still running 60s after a max hold of 1s")
+	}
 	if r.code != ExitLeaseLost || r.err == nil || !strings.Contains(r.err.Error(), "max hold") {
 		t.Errorf("Run past its max hold = %d, %v; want %d saying max hold", r.code, r.err, ExitLeaseLost)
 	}
