@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/redisproto/prototest"
 	"github.com/dlock-dev/dlock/internal/testredis"
 )
 
@@ -17,9 +18,9 @@ import (
 // and the key is gone afterwards.
 func TestMaxHold(t *testing.T) {
 	srv := testredis.Start(t)
-	ctx := testContext(t)
+	ctx := prototest.Context(t)
 	const maxHold = 2 * time.Second
-	l := newLocker(t, dial(t, srv.URL()), dlock.WithTTL(time.Minute), dlock.WithMaxHold(maxHold))
+	l := prototest.NewLocker(t, dial(t, srv.URL()), dlock.WithTTL(time.Minute), dlock.WithMaxHold(maxHold))
 
 	// The acquire asks the store for min(TTL, max hold).
 	lease, err := l.Mutex("capped").TryLock(ctx)
@@ -32,7 +33,7 @@ func TestMaxHold(t *testing.T) {
 	lease.Release(ctx)
 
 	// Renewed every 200ms up to the max hold, then lost.
-	l2 := newLocker(t, dial(t, srv.URL()), dlock.WithTTL(600*time.Millisecond), dlock.WithAutoRenew(), dlock.WithMaxHold(maxHold))
+	l2 := prototest.NewLocker(t, dial(t, srv.URL()), dlock.WithTTL(600*time.Millisecond), dlock.WithAutoRenew(), dlock.WithMaxHold(maxHold))
 	lease, err = l2.Mutex("renewed").TryLock(ctx)
 	got := time.Now() // the grant was asked for before this
 	if err != nil {
