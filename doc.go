@@ -16,8 +16,11 @@
 // refused, or cannot be confirmed before the local validity ends, the lease
 // is lost: [Lease.Done] closes and [Lease.Err] returns [ErrLeaseLost] — before
 // the store can give the lock to anyone else, as long as clocks run at about
-// the same rate. [Locker.Do] runs a function with a context that is
-// cancelled at that moment.
+// the same rate. [Lease.Context] is a context cancelled at that moment (or
+// at release), with the loss as its [context.Cause]; [Locker.Do] runs a
+// function with it. [WithMaxHold] bounds the watchdog: renewal stops at the
+// max hold and the lease is lost then, so a holder that hangs while its
+// process renews does not hold the lock for ever.
 //
 // # What a lease does not guarantee
 //
@@ -41,7 +44,8 @@
 //     is released or expires, with capped backoff only as a fallback. On
 //     Valkey a release hands a contended lock to one waiter, which wakes
 //     holding it.
-//   - [WithAutoRenew] or [Locker.Do]: long or unpredictable work (the watchdog).
+//   - [WithAutoRenew] or [Locker.Do]: long or unpredictable work (the watchdog);
+//     with [WithMaxHold], for at most that long.
 //   - Reentrant, read-write, fair (FIFO) and semaphore locks: see the
 //     Locker's constructors for each.
 //
