@@ -214,6 +214,34 @@ type leaseTable struct {
 type leaseEntry struct {
 	mu    sync.Mutex
 	lease *dlock.Lease // nil until granted
+	// holdEnd is when the token's lease reaches its maxHoldMs, by this
+	// server's clock (counted from before its acquire); zero without one.
+	// It outlives the lease when this server counts the lease lost, so
+	// that the extends and acquires that the store then decides are capped
+	// too.
+	holdEnd time.Time
+}
+
+// holdLeft returns what is left of e's max hold (0: none), or the 410 of a
+// lease on name that reached it. Caller holds e.mu.
+func (e *leaseEntry) holdLeft(name string) (time.Duration, *apiError) {
+	if e.holdEnd.IsZero() {
+		return 0, nil
+	}
+	left := time.Until(e.holdEnd).Truncate(time.Millisecond)
+	if left < dlock.MinTTL {
+		return 0, lockError(context.Background(), name, dlock.ErrMaxHold)
+	}
+	return left, nil
+}
+
+// forget drops e from t once its lease ended, unless a max hold must
+// still cap what the token gets. Caller holds e.mu.
+func (t *leaseTable) forget(k leaseKey, e *leaseEntry) {
+	e.lease = nil
+	if e.holdEnd.IsZero() || time.Now().After(e.holdEnd) {
+		t.remove(k, e)
+	}
 }
 
 func (t *leaseTable) entry(k leaseKey) *leaseEntry {
@@ -251,11 +279,12 @@ func (t *leaseTable) remove(k leaseKey, e *leaseEntry) {
 // are being acquired (the acquire removes them if it fails). Caller holds
 // t.mu.
 func (t *leaseTable) sweepLocked() {
+	now := time.Now()
 	for k, e := range t.m {
 		if !e.mu.TryLock() {
 			continue
 		}
-		if e.lease != nil && ended(e.lease) {
+		if (e.lease != nil && ended(e.lease) || e.lease == nil && !e.holdEnd.IsZero()) && !now.Before(e.holdEnd) {
 			delete(t.m, k)
 		}
 		e.mu.Unlock()
@@ -333,6 +362,14 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 			}
 			entry.lease = nil // lost meanwhile: acquire anew
 		}
+		// A max hold runs from the token's first grant.
+		if left, e := entry.holdLeft(name); e != nil || left > 0 {
+			if e != nil {
+				writeAPIError(w, e)
+				return
+			}
+			p.maxHold = left
+		}
 	}
 
 	if p.wait > 0 && testHookWaiting != nil {
@@ -340,16 +377,17 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 	}
 	claim, e := s.reserveHold(r.Context())
 	if e != nil {
-		if entry != nil && entry.lease == nil {
+		if entry != nil && entry.lease == nil && entry.holdEnd.IsZero() {
 			s.leases.remove(key, entry)
 		}
 		writeAPIError(w, e)
 		return
 	}
+	asked := time.Now()
 	ls, err := s.v1.Acquire(ctx, p.req, p.wait > 0, dlock.WithLockDelay(p.delay), dlock.WithMaxHold(p.maxHold))
 	claim(ls)
 	if err != nil {
-		if entry != nil && entry.lease == nil {
+		if entry != nil && entry.lease == nil && entry.holdEnd.IsZero() {
 			s.leases.remove(key, entry)
 		}
 		writeAPIError(w, lockError(ctx, name, err))
@@ -362,6 +400,9 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 		defer entry.mu.Unlock()
 	}
 	entry.lease = ls
+	if p.maxHold > 0 && entry.holdEnd.IsZero() {
+		entry.holdEnd = asked.Add(p.maxHold)
+	}
 	s.noteLease(key)
 	ttl := p.req.TTL
 	if p.maxHold > 0 {
@@ -461,6 +502,7 @@ func (s *Server) handleExtend(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	key := leaseKey{name, *b.Token}
 	known := b.Mode != ""
+	var holdLeft time.Duration // what the store may be asked for; 0: no max hold
 	if entry := s.leases.lookup(key); entry != nil {
 		entry.mu.Lock()
 		defer entry.mu.Unlock()
@@ -481,8 +523,12 @@ func (s *Server) handleExtend(w http.ResponseWriter, r *http.Request) {
 			}
 			// Lost by this server's count, which misses the extensions
 			// made through other replicas: the store decides.
-			s.leases.remove(key, entry)
+			s.leases.forget(key, entry)
 			mode, known = ls.Mode(), true
+		}
+		if holdLeft, e = entry.holdLeft(name); e != nil {
+			writeAPIError(w, e)
+			return
 		}
 	}
 	// Unknown here: the lease was granted before a restart or by another
@@ -490,6 +536,9 @@ func (s *Server) handleExtend(w http.ResponseWriter, r *http.Request) {
 	ttl := DefaultTTLMs * time.Millisecond
 	if b.TTLMs != nil {
 		ttl = time.Duration(*b.TTLMs) * time.Millisecond
+	}
+	if holdLeft > 0 {
+		ttl = min(ttl, holdLeft)
 	}
 	mode, err := s.byToken(ctx, dlock.Request{Name: name, Token: *b.Token, TTL: ttl, Mode: mode}, known, func(req dlock.Request) error {
 		return s.locker.Store().Extend(ctx, []dlock.Request{req})[0]

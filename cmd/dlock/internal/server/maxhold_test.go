@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/store"
 )
 
@@ -64,6 +65,35 @@ func TestV1MaxHold(t *testing.T) {
 				t.Fatalf("name still held 30s after a lease with maxHoldMs 1500: %s", r.body)
 			}
 			time.Sleep(20 * time.Millisecond)
+		}
+	})
+}
+
+// TestV1MaxHoldSurvivesLossByCount: a lease this server counts lost while
+// the store still holds it (extended through another instance) is extended
+// by the store, and still capped at its max hold.
+func TestV1MaxHoldSurvivesLossByCount(t *testing.T) {
+	forEachStore(t, func(t *testing.T, st store.Store) {
+		e := newEnv(t, st, Config{})
+		token := strings.Repeat("beef", 8)
+		r := e.post("/v1/locks/elsewhere/acquire", `{"ttlMs":300,"maxHoldMs":5000,"token":"`+token+`"}`)
+		granted := time.Now() // the max hold runs from before this
+		wantCode(t, "acquire", r, http.StatusOK)
+		// Another instance extends it on the store; this one's count runs out.
+		req := dlock.Request{Name: "elsewhere", Token: token, TTL: 4 * time.Second, Mode: dlock.ModeMutex}
+		if err := st.Extend(t.Context(), []dlock.Request{req})[0]; err != nil {
+			t.Fatalf("Extend on the store = %v", err)
+		}
+		e.waitEvent(dlock.EventLeaseLost, "elsewhere")
+		sent := time.Now()
+		r = e.post("/v1/locks/elsewhere/extend", `{"token":"`+token+`","ttlMs":60000}`)
+		wantCode(t, "extend decided by the store", r, http.StatusOK)
+		ttl, _ := r.json(t)["ttlMs"].(float64)
+		if left := granted.Add(5 * time.Second).Sub(sent); time.Duration(ttl)*time.Millisecond > left {
+			t.Errorf("extend by the store answered ttlMs %v, want at most the %v left of the max hold", ttl, left)
+		}
+		if st, _ := e.get("/v1/locks/elsewhere").json(t)["ttlMs"].(float64); st > 5000 {
+			t.Errorf("state ttlMs = %v after extend, want at most the max hold 5000", st)
 		}
 	})
 }
