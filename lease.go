@@ -41,6 +41,7 @@ type Lease struct {
 	acquiredAt  time.Time
 	maxHold     time.Duration // WithMaxHold; 0: none
 	holdEnd     time.Time     // acquiredAt + maxHold; zero: none
+	id          uint64        // Event.Lease
 
 	// Guarded by l.mu: made by the first Done, closed (or set to
 	// closedDone) when the lease ends.
@@ -185,6 +186,17 @@ func (ls *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	if ttl != 0 && (ttl < MinTTL || ttl > MaxTTL) {
 		return invalid("ttl", "must be between 100ms and 24h")
 	}
+	if ls.l.cfg.observer == nil {
+		return ls.extend(ctx, ttl)
+	}
+	start := time.Now()
+	err := ls.extend(ctx, ttl)
+	ls.l.emit(Event{Kind: EventExtend, Mode: ls.req.Mode, Name: ls.req.Name, Result: callResult(err), Fence: ls.fence,
+		Duration: time.Since(start), Context: ctx, Lease: ls.id, Start: start, Err: err})
+	return err
+}
+
+func (ls *Lease) extend(ctx context.Context, ttl time.Duration) error {
 	req, err := ls.beginExtend(ctx, ttl)
 	if err != nil {
 		return err
@@ -435,13 +447,16 @@ func (ls *Lease) expireLocked() bool {
 // in a deferred Release, say): the store call gets up to [WithOpTimeout],
 // or ctx's deadline when that is later.
 func (ls *Lease) Release(ctx context.Context) error {
+	start := time.Now()
 	if err := ls.markReleased(); err != nil {
 		return err
 	}
 	l := ls.l
 	rctx, cancel := l.releaseContext(ctx)
 	defer cancel()
-	return releaseErr(l.store.Release(rctx, ls.req))
+	err := releaseErr(l.store.Release(rctx, ls.req))
+	ls.reportRelease(ctx, start, err)
+	return err
 }
 
 // releaseContext returns the context of a store call that gives something
@@ -477,10 +492,16 @@ func (ls *Lease) markReleased() error {
 	ctxs := ls.endContextsLocked()
 	l.mu.Unlock()
 	cancelContexts(ctxs, ErrReleased)
-	if l.cfg.observer != nil {
-		l.emit(Event{Kind: EventRelease, Mode: ls.req.Mode, Name: ls.req.Name, Fence: ls.fence, Duration: time.Since(ls.acquiredAt)})
-	}
 	return nil
+}
+
+// reportRelease reports the release of ls, called at start by ctx's
+// caller, to which the store answered err (see [Event]).
+func (ls *Lease) reportRelease(ctx context.Context, start time.Time, err error) {
+	if ls.l.cfg.observer != nil {
+		ls.l.emit(Event{Kind: EventRelease, Mode: ls.req.Mode, Name: ls.req.Name, Result: callResult(err), Fence: ls.fence,
+			Duration: start.Sub(ls.acquiredAt), Context: ctx, Lease: ls.id, Start: start, Err: err})
+	}
 }
 
 // releaseErr is what Release returns for the store's answer err.

@@ -92,6 +92,7 @@ func (l *Locker) Close() error {
 	for _, ls := range release {
 		if !slices.Contains(expired, ls) {
 			l.runLossHooks(ls)
+			l.emitLoss(ls)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.opTimeout)
 		if err := l.store.Release(ctx, ls.req); err != nil && !errors.Is(err, ErrNotHeld) {
@@ -120,7 +121,7 @@ func (l *Locker) loseLocked(ls *Lease, err error) {
 // background (the store may still hold it if a renewal's reply was lost).
 func (l *Locker) afterLoss(ls *Lease) {
 	l.runLossHooks(ls)
-	l.emit(Event{Kind: EventLeaseLost, Mode: ls.req.Mode, Name: ls.req.Name, Fence: ls.fence, Duration: time.Since(ls.acquiredAt)})
+	l.emitLoss(ls)
 	l.cfg.logger.Warn("dlock: lease lost", "name", ls.req.Name, "fence", ls.fence, "err", ls.err)
 	l.mu.Lock()
 	closed := l.closed
@@ -171,6 +172,18 @@ func (l *Locker) emit(ev Event) {
 	}
 }
 
+// emitLoss reports the loss of ls. Its error is read under l.mu: it was
+// set when ls was lost, before this is called.
+func (l *Locker) emitLoss(ls *Lease) {
+	if l.cfg.observer == nil {
+		return
+	}
+	l.mu.Lock()
+	err := ls.err
+	l.mu.Unlock()
+	l.emit(Event{Kind: EventLeaseLost, Mode: ls.req.Mode, Name: ls.req.Name, Fence: ls.fence, Duration: time.Since(ls.acquiredAt), Lease: ls.id, Err: err})
+}
+
 // lockConfig returns the Locker's defaults overridden by opts.
 func (l *Locker) lockConfig(opts []Option) config {
 	c := l.cfg
@@ -202,11 +215,14 @@ func (l *Locker) acquire(ctx context.Context, c *config, req Request, wait bool)
 		return l.take(ctx, c, req, wait, own)
 	}
 	start := time.Now()
-	ls, err := l.take(ctx, c, req, wait, own)
-	ev := Event{Kind: EventAcquire, Mode: req.Mode, Name: req.Name, Duration: time.Since(start), Waited: wait}
+	cc := *c // this call's own, to count its attempts
+	cc.attempts = new(int)
+	ls, err := l.take(ctx, &cc, req, wait, own)
+	ev := Event{Kind: EventAcquire, Mode: req.Mode, Name: req.Name, Duration: time.Since(start), Waited: wait,
+		Context: ctx, Start: start, Attempts: *cc.attempts, Err: err}
 	switch {
 	case ls != nil:
-		ev.Result, ev.Fence = "acquired", ls.fence
+		ev.Result, ev.Fence, ev.Lease = "acquired", ls.fence, ls.id
 	case errors.Is(err, ctx.Err()) && ctx.Err() != nil:
 		ev.Result = "canceled"
 	case errors.Is(err, ErrLocked):
@@ -357,6 +373,9 @@ func (l *Locker) tryOnce(ctx context.Context, c *config, req Request, keep bool)
 // reply was lost and ctx has not ended. It returns the grant and when the
 // request that got it was sent.
 func (l *Locker) ask(ctx context.Context, c *config, req Request) (store.Grant, time.Time, error) {
+	if c.attempts != nil {
+		*c.attempts++
+	}
 	sent := time.Now()
 	actx, acancel := l.expiries.attemptContext(ctx, c.opTimeout)
 	g, err := l.store.Acquire(actx, req)
@@ -402,6 +421,7 @@ func (l *Locker) newLease(ctx context.Context, c *config, req Request, g store.G
 		driftFactor: c.driftFactor,
 		acquiredAt:  sent,
 		maxHold:     c.maxHold,
+		id:          leaseIDs.Add(1),
 		validUntil:  validUntil,
 		renewAt:     sent.Add(c.renewInterval()),
 		index:       -1,

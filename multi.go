@@ -185,7 +185,8 @@ func (m *Multi) attempt(ctx context.Context, token string) (*MultiLease, store.G
 		}
 		// Each name's lease is reported like any grant, so that its
 		// release (or loss) is matched by an acquire for observers.
-		m.l.emit(Event{Kind: EventAcquire, Mode: ModeMutex, Name: name, Result: "acquired", Fence: ls.fence, Duration: time.Since(sent)})
+		m.l.emit(Event{Kind: EventAcquire, Mode: ModeMutex, Name: name, Result: "acquired", Fence: ls.fence, Duration: time.Since(sent),
+			Context: ctx, Lease: ls.id, Start: sent, Attempts: 1})
 		leases = append(leases, ls)
 	}
 	return m.held(ctx, &MultiLease{token: token, names: m.names, leases: leases, done: make(chan struct{})})
@@ -249,19 +250,26 @@ func (m *Multi) attemptAtomic(ctx context.Context, ms store.MultiStore, token st
 		if err != nil {
 			// Give up every name.
 			rest := make([]Request, 0, len(reqs))
+			var given []*Lease
 			for _, ls := range leases {
 				if ls.markReleased() == nil {
 					rest = append(rest, ls.req)
+					given = append(given, ls)
 				}
 			}
+			start := time.Now()
 			if rest = append(rest, reqs[i:]...); len(rest) > 0 {
 				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opTimeout)
-				ms.ReleaseMulti(rctx, rest)
+				errs := ms.ReleaseMulti(rctx, rest)
 				cancel()
+				for j, ls := range given {
+					ls.reportRelease(ctx, start, releaseErr(errAt(errs, j)))
+				}
 			}
 			return nil, store.Grant{}, "", err
 		}
-		m.l.emit(Event{Kind: EventAcquire, Mode: ModeMutex, Name: req.Name, Result: "acquired", Fence: ls.fence, Duration: took})
+		m.l.emit(Event{Kind: EventAcquire, Mode: ModeMutex, Name: req.Name, Result: "acquired", Fence: ls.fence, Duration: took,
+			Context: ctx, Lease: ls.id, Start: sent, Attempts: 1})
 		leases = append(leases, ls)
 	}
 	return m.held(ctx, &MultiLease{token: token, names: m.names, leases: leases, ms: ms, opTimeout: c.opTimeout, done: make(chan struct{})})
@@ -444,24 +452,41 @@ func (ml *MultiLease) Release(ctx context.Context) error {
 // releaseAtomic releases the leases still held in one operation of the
 // store, and returns the first failure as a [*StoreError].
 func (ml *MultiLease) releaseAtomic(ctx context.Context) error {
+	start := time.Now()
 	reqs := make([]Request, 0, len(ml.leases))
+	var given []*Lease
 	for _, ls := range ml.leases {
 		if ls.markReleased() == nil {
 			reqs = append(reqs, ls.req)
+			given = append(given, ls)
 		}
 	}
 	if len(reqs) == 0 {
 		return nil
 	}
+	callerCtx := ctx
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, ml.opTimeout)
 		defer cancel()
 	}
-	for _, err := range ml.ms.ReleaseMulti(ctx, reqs) {
-		if err != nil && !errors.Is(err, ErrNotHeld) {
-			return releaseErr(err)
+	var first error
+	errs := ml.ms.ReleaseMulti(ctx, reqs)
+	for i, ls := range given {
+		err := releaseErr(errAt(errs, i))
+		ls.reportRelease(callerCtx, start, err)
+		if err != nil && !errors.Is(err, ErrNotHeld) && first == nil {
+			first = err
 		}
 	}
-	return nil
+	return first
+}
+
+// errAt returns errs[i], or an error when a store answered fewer errors
+// than it was given requests.
+func errAt(errs []error, i int) error {
+	if i < len(errs) {
+		return errs[i]
+	}
+	return &StoreError{Op: "release", Node: -1, Err: fmt.Errorf("%d answers for at least %d requests", len(errs), i+1)}
 }

@@ -25,6 +25,9 @@ type config struct {
 	lockDelay   time.Duration
 	maxHold     time.Duration // 0: none
 	err         error
+	// attempts counts the acquire requests of one call, for its Event;
+	// set on the call's own copy of the config only.
+	attempts *int
 }
 
 func defaultConfig() config {

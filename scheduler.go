@@ -176,17 +176,21 @@ func (l *Locker) renew(batch []*Lease) {
 	for i, ls := range batch {
 		switch ls.settleLocked(sent, reqs[i].TTL-ls.delay, errs[i]) {
 		case extendOK:
-			evs = append(evs, renewEvent(ls, "ok"))
+			evs = append(evs, renewEvent(ls, "ok", sent, nil))
 		case extendLost:
 			result := "error"
 			if errors.Is(errs[i], ErrNotHeld) {
 				result = "lost"
 			}
-			evs = append(evs, renewEvent(ls, result))
+			err := errs[i]
+			if err == nil {
+				err = ls.err // confirmed after the lease ran out
+			}
+			evs = append(evs, renewEvent(ls, result, sent, err))
 			lost = append(lost, ls)
 		case extendUnknown:
 			// Not confirmed; try again soon while the lease is still valid.
-			evs = append(evs, renewEvent(ls, "error"))
+			evs = append(evs, renewEvent(ls, "error", sent, errs[i]))
 			// Not sooner than minBackoff: near the end of validity a third
 			// of what is left shrinks towards nothing.
 			ls.renewAt = time.Now().Add(max(min(l.cfg.minBackoff*4, time.Until(ls.validUntil)/3), l.cfg.minBackoff))
@@ -202,6 +206,7 @@ func (l *Locker) renew(batch []*Lease) {
 	}
 }
 
-func renewEvent(ls *Lease, result string) Event {
-	return Event{Kind: EventRenew, Mode: ls.req.Mode, Name: ls.req.Name, Result: result, Fence: ls.fence}
+func renewEvent(ls *Lease, result string, sent time.Time, err error) Event {
+	return Event{Kind: EventRenew, Mode: ls.req.Mode, Name: ls.req.Name, Result: result, Fence: ls.fence,
+		Duration: time.Since(sent), Lease: ls.id, Start: sent, Err: err}
 }
