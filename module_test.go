@@ -76,7 +76,7 @@ func main() {
 	if !strings.Contains(graph, "github.com/valkey-io/valkey-go") {
 		t.Fatalf("go list -m -e all lacks valkey-go:\n%s", graph)
 	}
-	for _, heavy := range []string{"go.etcd.io/", "google.golang.org/grpc", "github.com/jackc/pgx", "github.com/go-zookeeper/", "go.uber.org/zap", "github.com/prometheus/", "github.com/redis/go-redis"} {
+	for _, heavy := range []string{"go.etcd.io/", "google.golang.org/grpc", "github.com/jackc/pgx", "github.com/go-zookeeper/", "go.uber.org/zap", "github.com/prometheus/", "github.com/redis/go-redis", "go.opentelemetry.io/"} {
 		for line := range strings.SplitSeq(graph, "\n") {
 			if strings.HasPrefix(line, heavy) {
 				t.Errorf("a consumer of dlock + store/valkey has %s in its module graph (go list -m all)", line)
@@ -84,6 +84,34 @@ func main() {
 		}
 	}
 	t.Logf("go list -m all: %d modules\n%s", strings.Count(strings.TrimSpace(graph), "\n")+1, graph)
+
+	// What the consumer compiles: the standard library, dlock, valkey-go
+	// and what valkey-go itself requires, nothing else (no OpenTelemetry:
+	// that is dlockotel's).
+	t.Run("BuildsOnlyValkeyGo", func(t *testing.T) {
+		allowed := map[string]bool{"example.com/consumer": true, "github.com/dlock-dev/dlock": true, "github.com/valkey-io/valkey-go": true}
+		for edge := range strings.SplitSeq(run("mod", "graph"), "\n") {
+			from, to, ok := strings.Cut(edge, " ")
+			if ok && strings.HasPrefix(from, "github.com/valkey-io/valkey-go@") {
+				allowed[strings.Split(to, "@")[0]] = true
+			}
+		}
+		deps := run("list", "-deps", "-f", "{{with .Module}}{{.Path}}{{end}}", "./...")
+		seen := map[string]bool{}
+		for mod := range strings.SplitSeq(strings.TrimSpace(deps), "\n") {
+			if mod != "" {
+				seen[mod] = true
+			}
+		}
+		for mod := range seen {
+			if !allowed[mod] {
+				t.Errorf("a consumer of dlock + store/valkey compiles packages of %s; want dlock, valkey-go and valkey-go's requirements only", mod)
+			}
+		}
+		if !seen["github.com/valkey-io/valkey-go"] {
+			t.Errorf("go list -deps lacks valkey-go: %v", seen)
+		}
+	})
 }
 
 // TestStoreDependencyDirection checks the dependency direction of
