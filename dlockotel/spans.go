@@ -22,7 +22,6 @@ const (
 	keyWaitMs     = attribute.Key("dlock.wait_ms")
 	keyHeldMode   = attribute.Key("dlock.held_mode")
 	keyRetryAfter = attribute.Key("dlock.retry_after_ms")
-	keyHoldMs     = attribute.Key("dlock.hold_ms")
 	keyEnd        = attribute.Key("dlock.end")
 )
 
@@ -121,7 +120,6 @@ func (o *Observer) endHold(ev dlock.Event, end time.Time) {
 	if !ok {
 		return
 	}
-	hold.SetAttributes(keyHoldMs.Int64(ev.Duration.Milliseconds()))
 	if ev.Kind == dlock.EventLeaseLost {
 		msg := errText(ev.Err, "lease lost")
 		hold.SetAttributes(keyEnd.String("lost"))
