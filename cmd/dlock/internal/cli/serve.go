@@ -29,6 +29,11 @@ instance, shared by nobody else). SIGTERM or SIGINT stops accepting
 connections, lets requests in flight finish, and releases the leases the
 service holds.
 
+With --otlp-endpoint, the service exports its trace spans over OTLP/HTTP:
+one per /api and /v1 request, continuing the caller's W3C traceparent
+header, with the lock's spans (dlock.acquire, dlock.hold, dlock.extend,
+dlock.release) under it. See docs/metrics.md.
+
 With --auth-file, every /api and /v1 request needs one of the file's tokens,
 which may touch only the lock names in its scope; SIGHUP rereads the file
 without dropping connections (a broken file is refused and the one in force
@@ -38,12 +43,14 @@ Examples:
   dlock serve
   dlock serve --addr 127.0.0.1:8080 --redis-url redis://127.0.0.1:6379
   DLOCK_AUTH_TOKEN=s3cret dlock serve --redlock-urls redis://a:6379,redis://b:6379,redis://c:6379
-  dlock serve --auth-file /etc/dlock/auth.json --redis-url redis://127.0.0.1:6379`,
+  dlock serve --auth-file /etc/dlock/auth.json --redis-url redis://127.0.0.1:6379
+  dlock serve --otlp-endpoint http://127.0.0.1:4318`,
 }
 
 type serveFlags struct {
 	addr, logLevel, logFormat string
 	authFile                  string
+	otlpEndpoint              string
 	shutdownTimeout           time.Duration
 }
 
@@ -56,6 +63,8 @@ func init() {
 			"require 'Authorization: Bearer TOKEN' on /api and /v1 (never logged)")
 		x.fs.String(&f.authFile, "auth-file", "PATH", "DLOCK_AUTH_FILE", "",
 			"scoped tokens: a JSON file of hashed tokens with name prefixes, access and limits; reread on SIGHUP (docs/operations.md)")
+		x.fs.String(&f.otlpEndpoint, "otlp-endpoint", "URL", "DLOCK_OTLP_ENDPOINT", "",
+			"export the service's trace spans to this OTLP/HTTP collector (http://HOST:4318; /v1/traces is added to a URL without a path)")
 		x.fs.Duration(&f.shutdownTimeout, "shutdown-timeout", "DLOCK_SHUTDOWN_TIMEOUT", 25*time.Second,
 			"on SIGTERM, how long requests in flight may take to finish")
 		x.fs.String(&f.logLevel, "log-level", "LEVEL", "DLOCK_LOG_LEVEL", "info", "debug, info, warn or error")
@@ -94,6 +103,11 @@ func runServe(ctx context.Context, x *cmd, _, _ []string) int {
 	}
 	if f.shutdownTimeout <= 0 {
 		return x.usageFail("--shutdown-timeout must be positive")
+	}
+	if f.otlpEndpoint != "" {
+		if f.otlpEndpoint, err = otlpTracesURL(f.otlpEndpoint); err != nil {
+			return x.usageFail("%v", err)
+		}
 	}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()

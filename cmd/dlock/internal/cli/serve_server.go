@@ -7,18 +7,41 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/cmd/dlock/internal/server"
+	"github.com/dlock-dev/dlock/dlockotel"
 	"github.com/dlock-dev/dlock/dlockprom"
 	"github.com/dlock-dev/dlock/store/redlock"
+	"go.opentelemetry.io/otel/metric/noop"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )
 
 // serve runs the HTTP service on b until ctx ends, then shuts it down
 // gracefully and closes the Locker (releasing what it still holds).
 func serve(ctx context.Context, x *cmd, f *serveFlags, b *backend, log *slog.Logger) error {
 	m := dlockprom.New()
-	locker, err := newLocker(b, log, dlock.WithObserver(m.Observe))
+	observe := m.Observe
+	var tracing server.Config
+	if f.otlpEndpoint != "" {
+		tp, err := newTracerProvider(ctx, f.otlpEndpoint, buildVersion().Version)
+		if err != nil {
+			return wrap("setting up the OTLP exporter", err)
+		}
+		defer shutdownTracing(tp, log)
+		o, err := dlockotel.New(dlockotel.WithTracerProvider(tp), dlockotel.WithMeterProvider(noop.NewMeterProvider()))
+		if err != nil {
+			return err
+		}
+		tracing.TracerProvider, tracing.Observer = tp, o.Observe
+		observe = func(ev dlock.Event) {
+			m.Observe(ev)
+			o.Observe(ev)
+		}
+		log.Info("dlock: exporting spans", "otlp", f.otlpEndpoint)
+	}
+	locker, err := newLocker(b, log, dlock.WithObserver(observe))
 	if err != nil {
 		return err
 	}
@@ -35,6 +58,9 @@ func serve(ctx context.Context, x *cmd, f *serveFlags, b *backend, log *slog.Log
 		StoreName: storeName,
 		Version:   buildVersion().Version,
 
+		TracerProvider: tracing.TracerProvider,
+		Observer:       tracing.Observer,
+
 		ShutdownTimeout: f.shutdownTimeout,
 	})
 	if err != nil {
@@ -48,6 +74,15 @@ func serve(ctx context.Context, x *cmd, f *serveFlags, b *backend, log *slog.Log
 		log.Warn("dlock: releasing leases at shutdown", "err", cerr)
 	}
 	return err
+}
+
+// shutdownTracing flushes the spans still batched, for up to 5 seconds.
+func shutdownTracing(tp *sdktrace.TracerProvider, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := tp.Shutdown(ctx); err != nil {
+		log.Warn("dlock: flushing spans to the OTLP collector", "err", err)
+	}
 }
 
 // reloadOnHangup rereads the server's auth file on each SIGHUP until the

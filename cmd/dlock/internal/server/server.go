@@ -26,6 +26,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // DefaultAddr is the address the service listens on when Config.Addr is
@@ -80,6 +81,15 @@ type Config struct {
 	// lists the store's locks every SnapshotInterval); more get 503.
 	// Default 64.
 	MaxEventStreams int
+	// TracerProvider, when set, traces the /api and /v1 requests: each is
+	// a server span that continues the caller's W3C traceparent header,
+	// and the lock calls it makes are spans under it when the Lockers
+	// observe with Observer. Default: no tracing.
+	TracerProvider trace.TracerProvider
+	// Observer, when set, also gets the events of the server's own Locker
+	// (the /v1 leases), besides Metrics; the caller's Locker should have
+	// been created with it as well (dlockotel's Observe, say).
+	Observer func(dlock.Event)
 }
 
 // Server serves the HTTP API of one Locker. Create it with New.
@@ -90,6 +100,7 @@ type Server struct {
 	log     *slog.Logger
 	metrics *dlockprom.Metrics
 	reg     *prometheus.Registry
+	tracer  trace.Tracer // nil: no request spans
 	mux     *routeMux
 	authSum [sha256.Size]byte
 
@@ -191,7 +202,17 @@ func New(locker *dlock.Locker, cfg Config) (*Server, error) {
 			return nil, err
 		}
 	}
-	v1, err := dlock.New(newClientStore(locker.Store()), dlock.WithObserver(m.Observe), dlock.WithLogger(log))
+	if cfg.TracerProvider != nil {
+		s.tracer = cfg.TracerProvider.Tracer(tracerScope)
+	}
+	observe := m.Observe
+	if extra := cfg.Observer; extra != nil {
+		observe = func(ev dlock.Event) {
+			m.Observe(ev)
+			extra(ev)
+		}
+	}
+	v1, err := dlock.New(newClientStore(locker.Store()), dlock.WithObserver(observe), dlock.WithLogger(log))
 	if err != nil {
 		return nil, fmt.Errorf("dlock: server: %w", err)
 	}
@@ -249,6 +270,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	route := pattern
 	if route == "" {
 		route = "unmatched"
+	}
+	if s.tracer != nil && traced(r.URL.Path) {
+		var span trace.Span
+		r, span = s.startSpan(r, route)
+		defer func() { endSpan(span, sw.status()) }() // after the recovery below
 	}
 	defer func() {
 		if v := recover(); v != nil {
