@@ -120,7 +120,11 @@ func toEvent(ev dlock.Event, at time.Time) eventBody {
 	if int(ev.Kind) < len(eventTypes) {
 		typ = eventTypes[ev.Kind]
 	}
-	return eventBody{Type: typ, Name: ev.Name, Mode: modeName(ev.Mode), Result: ev.Result, Fence: ev.Fence,
+	result := ev.Result
+	if ev.Kind == dlock.EventRelease {
+		result = "" // the stream's release events carry none (docs/http.md), as those shared by replicas
+	}
+	return eventBody{Type: typ, Name: ev.Name, Mode: modeName(ev.Mode), Result: result, Fence: ev.Fence,
 		DurationMs: ev.Duration.Milliseconds(), Waited: ev.Waited, Time: at.UnixMilli()}
 }
 

@@ -136,6 +136,9 @@ func (s *Server) stopReplicas() {
 // localEvent is the Metrics subscription: an event of this server's
 // Lockers.
 func (s *Server) localEvent(ev dlock.Event) {
+	if ev.Kind == dlock.EventExtend {
+		return // a client's extend: for tracing observers, not the stream
+	}
 	if ev.Kind == dlock.EventRelease && s.rep.unsilence(ev.Name, ev.Fence) {
 		return
 	}

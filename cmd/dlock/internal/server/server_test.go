@@ -720,6 +720,22 @@ func TestEvents(t *testing.T) {
 			break
 		}
 	}
+	// A client's extend is no event of the stream (the Locker reports it
+	// to its observers, for tracing); the release that follows is.
+	e.post("/v1/locks/streamed/extend", `{"token":"`+token+`"}`)
+	e.post("/v1/locks/streamed/release", `{"token":"`+token+`"}`)
+	for {
+		ev, data := next()
+		if ev == "release" {
+			if strings.Contains(data, `"result"`) {
+				t.Errorf("release event %s carries a result; docs/http.md lists none", data)
+			}
+			break
+		}
+		if ev != "snapshot" {
+			t.Fatalf("event %q %s between the acquire and the release, want none", ev, data)
+		}
+	}
 }
 
 // TestEventStreamLimit: streams beyond MaxEventStreams get a JSON 503.
