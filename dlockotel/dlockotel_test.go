@@ -206,8 +206,9 @@ func TestAcquireAndHoldSpans(t *testing.T) {
 }
 
 // TestRenewAndLossSpans: an automatic renewal is a span under the hold
-// span; a lease lost (here: ended by Close) ends its hold span with an
-// error status and a dlock.lease_lost event.
+// span; a lease lost (here: not extended in time) ends its hold span with
+// an error status and a dlock.lease_lost event; one that Locker.Close ends
+// is marked closed, without an error.
 func TestRenewAndLossSpans(t *testing.T) {
 	tr := newTracing(t)
 	o := newObserver(t, tr, nil)
@@ -215,23 +216,35 @@ func TestRenewAndLossSpans(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lease, err := l.Mutex("renewed", dlock.WithTTL(300*time.Millisecond), dlock.WithAutoRenew()).TryLock(context.Background())
+	ctx := context.Background()
+	renewed, err := l.Mutex("renewed", dlock.WithTTL(300*time.Millisecond), dlock.WithAutoRenew()).TryLock(ctx)
+	if err != nil {
+		l.Close()
+		t.Fatal(err)
+	}
+	lost, err := l.Mutex("lost", dlock.WithTTL(100*time.Millisecond)).TryLock(ctx)
 	if err != nil {
 		l.Close()
 		t.Fatal(err)
 	}
 	renew := tr.waitSpans(t, "dlock.renew", 1)[0]
+	<-lost.Done()
+	lostHold := tr.waitSpans(t, "dlock.hold", 1)[0]
 	l.Close()
-	<-lease.Done()
-	hold := tr.waitSpans(t, "dlock.hold", 1)[0]
-	if renew.Parent.SpanID() != hold.SpanContext.SpanID() {
-		t.Errorf("renew span parent %v, want the hold span %v", renew.Parent.SpanID(), hold.SpanContext.SpanID())
+	<-renewed.Done()
+	holds := tr.waitSpans(t, "dlock.hold", 2)
+	closedHold := holds[1]
+	if renew.Parent.SpanID() != closedHold.SpanContext.SpanID() {
+		t.Errorf("renew span parent %v, want the hold span %v", renew.Parent.SpanID(), closedHold.SpanContext.SpanID())
 	}
-	if hold.Status.Code != codes.Error || attrs(hold)["dlock.end"].AsString() != "lost" || len(hold.Events) != 1 || hold.Events[0].Name != "dlock.lease_lost" {
-		t.Errorf("hold span of a lease ended by Close: status %v, attributes %v, events %v; want an error, end=lost, a dlock.lease_lost event", hold.Status, hold.Attributes, hold.Events)
+	if lostHold.Status.Code != codes.Error || attrs(lostHold)["dlock.end"].AsString() != "lost" || len(lostHold.Events) != 1 || lostHold.Events[0].Name != "dlock.lease_lost" {
+		t.Errorf("hold span of a lost lease: status %v, attributes %v, events %v; want an error, end=lost, a dlock.lease_lost event", lostHold.Status, lostHold.Attributes, lostHold.Events)
 	}
-	if hold.Parent.IsValid() {
-		t.Errorf("hold span of a caller without a span has parent %v, want a root span", hold.Parent)
+	if closedHold.Status.Code == codes.Error || attrs(closedHold)["dlock.end"].AsString() != "closed" {
+		t.Errorf("hold span of a lease ended by Close: status %v, attributes %v; want no error, end=closed", closedHold.Status, closedHold.Attributes)
+	}
+	if lostHold.Parent.IsValid() {
+		t.Errorf("hold span of a caller without a span has parent %v, want a root span", lostHold.Parent)
 	}
 }
 
@@ -253,6 +266,9 @@ func TestMetrics(t *testing.T) {
 		{Kind: dlock.EventRenew, Mode: dlock.ModeMutex, Name: "a", Result: "error", Lease: 1},
 		{Kind: dlock.EventRelease, Mode: dlock.ModeMutex, Name: "a", Result: "ok", Duration: 2 * time.Second, Lease: 1},
 		{Kind: dlock.EventLeaseLost, Mode: dlock.ModeRead, Name: "b", Duration: 3 * time.Second, Lease: 2},
+		// A lease Locker.Close ended: held no more, not counted as lost.
+		{Kind: dlock.EventAcquire, Mode: dlock.ModeFair, Name: "d", Result: "acquired", Lease: 3},
+		{Kind: dlock.EventLeaseLost, Mode: dlock.ModeFair, Name: "d", Duration: time.Second, Lease: 3, Err: errors.Join(dlock.ErrLeaseLost, dlock.ErrClosed)},
 	} {
 		o.Observe(ev)
 	}
@@ -295,6 +311,7 @@ func TestMetrics(t *testing.T) {
 		"dlock.wait.durationpattern=mutex":           1,
 		"dlock.hold.durationpattern=mutex":           1,
 		"dlock.hold.durationpattern=read":            1,
+		"dlock.hold.durationpattern=fair":            1,
 		"dlock.renewalsresult=ok":                    1,
 		"dlock.renewalsresult=error":                 1,
 		"dlock.leases.lost":                          1,

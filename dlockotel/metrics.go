@@ -2,6 +2,7 @@ package dlockotel
 
 import (
 	"context"
+	"errors"
 
 	"github.com/dlock-dev/dlock"
 	"go.opentelemetry.io/otel/attribute"
@@ -90,7 +91,9 @@ func (m *instruments) record(ctx context.Context, ev dlock.Event) {
 		m.holdDur.Record(ctx, ev.Duration.Seconds(), pattern)
 	case dlock.EventLeaseLost:
 		m.leasesHeld.Add(ctx, -1)
-		m.leasesLost.Add(ctx, 1)
+		if !errors.Is(ev.Err, dlock.ErrClosed) { // Locker.Close: a shutdown, not a loss
+			m.leasesLost.Add(ctx, 1)
+		}
 		m.holdDur.Record(ctx, ev.Duration.Seconds(), pattern)
 	case dlock.EventRenew:
 		result := oneOf(ev.Result, renewResults[:])

@@ -120,12 +120,15 @@ func (o *Observer) endHold(ev dlock.Event, end time.Time) {
 	if !ok {
 		return
 	}
-	if ev.Kind == dlock.EventLeaseLost {
+	switch {
+	case ev.Kind == dlock.EventLeaseLost && errors.Is(ev.Err, dlock.ErrClosed):
+		hold.SetAttributes(keyEnd.String("closed")) // Locker.Close: a shutdown
+	case ev.Kind == dlock.EventLeaseLost:
 		msg := errText(ev.Err, "lease lost")
 		hold.SetAttributes(keyEnd.String("lost"))
 		hold.AddEvent("dlock.lease_lost", trace.WithTimestamp(end), trace.WithAttributes(attribute.String("error", msg)))
 		hold.SetStatus(codes.Error, msg)
-	} else {
+	default:
 		hold.SetAttributes(keyEnd.String("released"))
 	}
 	hold.End(trace.WithTimestamp(end))

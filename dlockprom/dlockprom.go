@@ -12,6 +12,7 @@
 package dlockprom
 
 import (
+	"errors"
 	"sync"
 	"sync/atomic"
 
@@ -179,7 +180,9 @@ func (m *Metrics) observeKnown(ev dlock.Event) bool {
 		ps.holdDur.Observe(ev.Duration.Seconds())
 	case dlock.EventLeaseLost:
 		m.leasesHeld.Dec()
-		m.leasesLost.Inc()
+		if !closedByLocker(ev) {
+			m.leasesLost.Inc()
+		}
 		ps.holdDur.Observe(ev.Duration.Seconds())
 	case dlock.EventRenew:
 		r := indexOf(ev.Result, renewResults[:])
@@ -217,7 +220,9 @@ func (m *Metrics) observeOther(ev dlock.Event) {
 		m.holdDur.WithLabelValues(pattern).Observe(ev.Duration.Seconds())
 	case dlock.EventLeaseLost:
 		m.leasesHeld.Dec()
-		m.leasesLost.Inc()
+		if !closedByLocker(ev) {
+			m.leasesLost.Inc()
+		}
 		m.holdDur.WithLabelValues(pattern).Observe(ev.Duration.Seconds())
 	case dlock.EventRenew:
 		result := oneOf(ev.Result, renewResults[:])
@@ -227,6 +232,10 @@ func (m *Metrics) observeOther(ev dlock.Event) {
 		}
 	}
 }
+
+// closedByLocker reports whether ev is the end of a lease that Locker.Close
+// found held: the program shut down, which is not a loss to alert on.
+func closedByLocker(ev dlock.Event) bool { return errors.Is(ev.Err, dlock.ErrClosed) }
 
 // oneOf returns s when it is in set, else "other".
 func oneOf(s string, set []string) string {

@@ -2,6 +2,7 @@ package dlockprom_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -30,6 +31,9 @@ func TestObserve(t *testing.T) {
 		{Kind: dlock.EventRenew, Mode: dlock.ModeMutex, Name: "a", Result: "error"},
 		{Kind: dlock.EventRelease, Mode: dlock.ModeMutex, Name: "a", Duration: 2 * time.Second},
 		{Kind: dlock.EventLeaseLost, Mode: dlock.ModeRead, Name: "b", Duration: 3 * time.Second},
+		// A lease Locker.Close ended: held no more, not counted as lost.
+		{Kind: dlock.EventAcquire, Mode: dlock.ModeWrite, Name: "d", Result: "acquired"},
+		{Kind: dlock.EventLeaseLost, Mode: dlock.ModeWrite, Name: "d", Duration: time.Second, Err: errors.Join(dlock.ErrLeaseLost, dlock.ErrClosed)},
 	} {
 		m.Observe(ev)
 	}
@@ -38,8 +42,8 @@ func TestObserve(t *testing.T) {
 	m.StoreError("bogus")
 	unsub()
 	m.Observe(dlock.Event{Kind: dlock.EventAcquire, Result: "acquired"}) // counted, not seen
-	if len(seen) != 9 {
-		t.Errorf("subscriber saw %d events, want 9 (none after unsubscribe)", len(seen))
+	if len(seen) != 11 {
+		t.Errorf("subscriber saw %d events, want 11 (none after unsubscribe)", len(seen))
 	}
 
 	reg := prometheus.NewRegistry()
