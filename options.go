@@ -235,7 +235,9 @@ func WithLogger(l *slog.Logger) Option {
 }
 
 // WithObserver registers a function called for every [Event]; it must be
-// fast and must not block. Default none. See package dlockprom.
+// fast and must not block. Default none. See packages dlockprom
+// (Prometheus) and dlockotel (OpenTelemetry spans and metrics), each in a
+// module of its own.
 func WithObserver(fn func(Event)) Option {
 	return func(c *config) { c.observer = fn }
 }
