@@ -179,8 +179,19 @@ func TestAcquireAndHoldSpans(t *testing.T) {
 		t.Errorf("waited acquire span: attempts %v, wait_ms %v; want at least 2 attempts and the wait", got["dlock.attempts"].Emit(), got["dlock.wait_ms"].Emit())
 	}
 
-	holds := tr.waitSpans(t, "dlock.hold", 2)
-	first := holds[0]
+	// Spans end in no fixed order between the holder and the waiter: the
+	// holder's are those of its fence.
+	byFence := func(spans tracetest.SpanStubs) tracetest.SpanStub {
+		for _, s := range spans {
+			if attrs(s)["dlock.fence"].AsInt64() == lease.Fence() {
+				return s
+			}
+		}
+		t.Fatalf("no %s span of fence %d", spans[0].Name, lease.Fence())
+		return tracetest.SpanStub{}
+	}
+	first := byFence(tr.waitSpans(t, "dlock.hold", 2))
+	release := byFence(tr.waitSpans(t, "dlock.release", 2))
 	if got := attrs(first); got["dlock.fence"].AsInt64() != lease.Fence() || got["dlock.end"].AsString() != "released" ||
 		first.Parent.SpanID() != caller.SpanContext().SpanID() || first.Status.Code == codes.Error {
 		t.Errorf("hold span: %v, parent %v, status %v; want fence %d, released, under the caller", first.Attributes, first.Parent.SpanID(), first.Status, lease.Fence())
@@ -188,8 +199,8 @@ func TestAcquireAndHoldSpans(t *testing.T) {
 	if !first.StartTime.Equal(acq[0].EndTime) {
 		t.Errorf("hold span starts at %v, want the end of its acquire %v", first.StartTime, acq[0].EndTime)
 	}
-	for _, name := range []string{"dlock.extend", "dlock.release"} {
-		s := tr.spans(name)[0]
+	for _, s := range []tracetest.SpanStub{tr.spans("dlock.extend")[0], release} {
+		name := s.Name
 		if s.Parent.SpanID() != caller.SpanContext().SpanID() || len(s.Links) != 1 || s.Links[0].SpanContext.SpanID() != first.SpanContext.SpanID() {
 			t.Errorf("%s span: parent %v, links %v; want under the caller, linked to the hold %v", name, s.Parent.SpanID(), s.Links, first.SpanContext.SpanID())
 		}
@@ -197,8 +208,8 @@ func TestAcquireAndHoldSpans(t *testing.T) {
 			t.Errorf("%s span result %q, want ok", name, got)
 		}
 	}
-	if first.EndTime.After(tr.spans("dlock.release")[0].StartTime) {
-		t.Errorf("hold ends at %v, after its release began at %v", first.EndTime, tr.spans("dlock.release")[0].StartTime)
+	if first.EndTime.After(release.StartTime) {
+		t.Errorf("hold ends at %v, after its release began at %v", first.EndTime, release.StartTime)
 	}
 	if n := o.Holds(); n != 0 {
 		t.Errorf("%d hold spans still open after every lease was released", n)
@@ -217,7 +228,7 @@ func TestRenewAndLossSpans(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	renewed, err := l.Mutex("renewed", dlock.WithTTL(300*time.Millisecond), dlock.WithAutoRenew()).TryLock(ctx)
+	renewed, err := l.Mutex("renewed", dlock.WithTTL(10*time.Second), dlock.WithAutoRenew(), dlock.WithRenewInterval(50*time.Millisecond)).TryLock(ctx)
 	if err != nil {
 		l.Close()
 		t.Fatal(err)
@@ -229,11 +240,13 @@ func TestRenewAndLossSpans(t *testing.T) {
 	}
 	renew := tr.waitSpans(t, "dlock.renew", 1)[0]
 	<-lost.Done()
-	lostHold := tr.waitSpans(t, "dlock.hold", 1)[0]
 	l.Close()
 	<-renewed.Done()
-	holds := tr.waitSpans(t, "dlock.hold", 2)
-	closedHold := holds[1]
+	holds := map[string]tracetest.SpanStub{}
+	for _, s := range tr.waitSpans(t, "dlock.hold", 2) {
+		holds[attrs(s)["dlock.name"].AsString()] = s
+	}
+	lostHold, closedHold := holds["lost"], holds["renewed"]
 	if renew.Parent.SpanID() != closedHold.SpanContext.SpanID() {
 		t.Errorf("renew span parent %v, want the hold span %v", renew.Parent.SpanID(), closedHold.SpanContext.SpanID())
 	}
