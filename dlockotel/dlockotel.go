@@ -50,6 +50,16 @@ type Observer struct {
 
 	mu    sync.Mutex
 	holds map[uint64]trace.Span // open dlock.hold spans by dlock.Event.Lease
+	// early holds the ends of leases reported before their acquire: a
+	// lease can be lost (its validity run out) before the acquire that
+	// got it is reported. The acquire, which always follows, ends its
+	// hold span at once.
+	early map[uint64]holdEnd
+}
+
+type holdEnd struct {
+	ev  dlock.Event
+	end time.Time
 }
 
 type config struct {
@@ -92,6 +102,7 @@ func New(opts ...Option) (*Observer, error) {
 	o := &Observer{
 		tracer: c.tp.Tracer(ScopeName),
 		holds:  make(map[uint64]trace.Span),
+		early:  make(map[uint64]holdEnd),
 	}
 	if err := o.m.init(c.mp.Meter(ScopeName)); err != nil {
 		return nil, err

@@ -261,6 +261,24 @@ func TestRenewAndLossSpans(t *testing.T) {
 	}
 }
 
+// TestLossBeforeAcquire: a lease lost before the acquire that got it is
+// reported (its validity ran out meanwhile) gets a hold span that ends at
+// once, lost, and leaves nothing open.
+func TestLossBeforeAcquire(t *testing.T) {
+	tr := newTracing(t)
+	o := newObserver(t, tr, nil)
+	start := time.Now()
+	o.Observe(dlock.Event{Kind: dlock.EventLeaseLost, Mode: dlock.ModeMutex, Name: "early", Lease: 7, Fence: 3, Err: dlock.ErrLeaseLost})
+	o.Observe(dlock.Event{Kind: dlock.EventAcquire, Mode: dlock.ModeMutex, Name: "early", Result: "acquired", Lease: 7, Fence: 3, Start: start, Duration: time.Millisecond})
+	holds := tr.spans("dlock.hold")
+	if len(holds) != 1 || attrs(holds[0])["dlock.end"].AsString() != "lost" || holds[0].EndTime.Before(holds[0].StartTime) {
+		t.Fatalf("hold spans %v, want one ended lost, not before its start", holds)
+	}
+	if n := o.Holds(); n != 0 {
+		t.Errorf("%d hold spans open, want 0", n)
+	}
+}
+
 // TestMetrics: the OTel instruments count what dlockprom's series count,
 // with the same attributes, and no lock name among them.
 func TestMetrics(t *testing.T) {

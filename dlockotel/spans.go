@@ -67,8 +67,16 @@ func (o *Observer) acquired(ctx context.Context, ev dlock.Event) {
 		keyFence.Int64(ev.Fence),
 	))
 	o.mu.Lock()
-	o.holds[ev.Lease] = hold
+	early, ended := o.early[ev.Lease]
+	if ended {
+		delete(o.early, ev.Lease)
+	} else {
+		o.holds[ev.Lease] = hold
+	}
 	o.mu.Unlock()
+	if ended {
+		finishHold(hold, early.ev, later(early.end, end))
+	}
 }
 
 // hold returns the open dlock.hold span of lease, or nil.
@@ -116,10 +124,17 @@ func (o *Observer) endHold(ev dlock.Event, end time.Time) {
 	o.mu.Lock()
 	hold, ok := o.holds[ev.Lease]
 	delete(o.holds, ev.Lease)
-	o.mu.Unlock()
-	if !ok {
-		return
+	if !ok && ev.Lease != 0 {
+		o.early[ev.Lease] = holdEnd{ev, end} // its acquire is still to come
 	}
+	o.mu.Unlock()
+	if ok {
+		finishHold(hold, ev, end)
+	}
+}
+
+// finishHold ends hold, the dlock.hold span of ev's lease, at end.
+func finishHold(hold trace.Span, ev dlock.Event, end time.Time) {
 	switch {
 	case ev.Kind == dlock.EventLeaseLost && errors.Is(ev.Err, dlock.ErrClosed):
 		hold.SetAttributes(keyEnd.String("closed")) // Locker.Close: a shutdown
@@ -132,6 +147,13 @@ func (o *Observer) endHold(ev dlock.Event, end time.Time) {
 		hold.SetAttributes(keyEnd.String("released"))
 	}
 	hold.End(trace.WithTimestamp(end))
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 func errText(err error, fallback string) string {
