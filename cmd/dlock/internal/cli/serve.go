@@ -51,6 +51,7 @@ type serveFlags struct {
 	addr, logLevel, logFormat string
 	authFile                  string
 	otlpEndpoint              string
+	tls                       serveTLSFlags // tlsflags.go
 	shutdownTimeout           time.Duration
 }
 
@@ -65,6 +66,7 @@ func init() {
 			"scoped tokens: a JSON file of hashed tokens with name prefixes, access and limits; reread on SIGHUP (docs/operations.md)")
 		x.fs.String(&f.otlpEndpoint, "otlp-endpoint", "URL", "DLOCK_OTLP_ENDPOINT", "",
 			"export the service's trace spans to this OTLP/HTTP collector (http://HOST:4318; /v1/traces is added to a URL without a path)")
+		f.tls.register(x.fs)
 		x.fs.Duration(&f.shutdownTimeout, "shutdown-timeout", "DLOCK_SHUTDOWN_TIMEOUT", 25*time.Second,
 			"on SIGTERM, how long requests in flight may take to finish")
 		x.fs.String(&f.logLevel, "log-level", "LEVEL", "DLOCK_LOG_LEVEL", "info", "debug, info, warn or error")
@@ -100,6 +102,9 @@ func runServe(ctx context.Context, x *cmd, _, _ []string) int {
 	}
 	if f.authFile != "" && x.store.authToken != "" {
 		return x.usageFail("--auth-token and --auth-file cannot be combined; list the token in the auth file")
+	}
+	if err := f.tls.check(); err != nil {
+		return x.usageFail("%v", err)
 	}
 	if f.shutdownTimeout <= 0 {
 		return x.usageFail("--shutdown-timeout must be positive")

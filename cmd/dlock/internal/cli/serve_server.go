@@ -53,6 +53,9 @@ func serve(ctx context.Context, x *cmd, f *serveFlags, b *backend, log *slog.Log
 		Addr:      f.addr,
 		AuthToken: x.store.authToken,
 		AuthFile:  f.authFile,
+		TLSCert:   f.tls.cert,
+		TLSKey:    f.tls.key,
+		ClientCA:  f.tls.clientCA,
 		Logger:    log,
 		Metrics:   m,
 		StoreName: storeName,
@@ -85,7 +88,7 @@ func shutdownTracing(tp *sdktrace.TracerProvider, log *slog.Logger) {
 	}
 }
 
-// reloadOnHangup rereads the server's auth file on each SIGHUP until the
+// reloadOnHangup rereads the server's auth file and TLS files on each SIGHUP until the
 // returned func is called (which waits for it to stop). A file that cannot
 // be read or parsed is logged and the one in force kept.
 func reloadOnHangup(srv *server.Server, log *slog.Logger) func() {
@@ -101,6 +104,9 @@ func reloadOnHangup(srv *server.Server, log *slog.Logger) func() {
 			case <-hup:
 				if err := srv.ReloadAuth(); err != nil {
 					log.Warn("dlock: SIGHUP: auth file not reloaded; the previous one stays in force", "err", err)
+				}
+				if err := srv.ReloadTLS(); err != nil {
+					log.Warn("dlock: SIGHUP: TLS certificate not reloaded; the previous one stays in force", "err", err)
 				}
 			}
 		}

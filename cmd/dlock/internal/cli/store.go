@@ -23,6 +23,7 @@ type storeFlags struct {
 	zookeeper   string // comma-separated ZooKeeper servers
 	server      string // remote dlock serve; not for serve itself
 	authToken   string
+	tls         clientTLSFlags // for --server (tlsflags.go)
 	prefix      string
 	// fenceRetention: how long a Valkey/Redis fence counter is kept after
 	// the grant that created it (the memory store: after the name's last
@@ -52,6 +53,7 @@ func (s *storeFlags) register(fs *flagSet, client bool) {
 			"URL of a remote dlock serve, e.g. http://locks.internal:3009")
 		fs.String(&s.authToken, "auth-token", "TOKEN", "DLOCK_AUTH_TOKEN", "",
 			"bearer token for --server")
+		s.tls.register(fs)
 	}
 }
 
@@ -85,6 +87,9 @@ func (s *storeFlags) configured() (bool, error) {
 
 // open opens the selected store. With no store flag it returns nil.
 func (s *storeFlags) open(ctx context.Context, log *slog.Logger) (*backend, error) {
+	if s.server == "" && s.tls.set() {
+		return nil, errors.New("--ca-file, --cert and --key apply to --server only")
+	}
 	if s.server != "" && s.prefix != "lock:" {
 		return nil, &dlock.InvalidError{Field: "key-prefix", Reason: "is set by the server, not its clients"}
 	}
@@ -127,7 +132,12 @@ func (s *storeFlags) open(ctx context.Context, log *slog.Logger) (*backend, erro
 	case s.zookeeper != "":
 		return s.openCoordination(ctx, "zookeeper", s.zookeeper, log)
 	case s.server != "":
-		st, err := httpstore.New(s.server, httpstore.WithAuthToken(s.authToken), httpstore.WithUserAgent("dlock-cli"))
+		tlsc, err := s.tls.config(s.server)
+		if err != nil {
+			return nil, err
+		}
+		st, err := httpstore.New(s.server, httpstore.WithAuthToken(s.authToken), httpstore.WithUserAgent("dlock-cli"),
+			httpstore.WithTLSConfig(tlsc))
 		if err != nil {
 			return nil, err
 		}

@@ -29,6 +29,7 @@ package httpstore
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -60,6 +61,7 @@ type Store struct {
 	hc    *http.Client
 	ua    string
 	owned bool // hc was created by New and is closed by Close
+	tlsc  *tls.Config
 
 	watchMu sync.Mutex
 	stream  *eventStream // shared by every Watch; nil when none
@@ -82,6 +84,14 @@ func WithHTTPClient(hc *http.Client) Option {
 			s.hc, s.owned = hc, false
 		}
 	}
+}
+
+// WithTLSConfig sets the TLS configuration of the Store's own HTTP client
+// for an https:// server: the CAs it trusts (RootCAs) and the client
+// certificate it presents (Certificates). Default: the system's roots and
+// no client certificate. It has no effect with WithHTTPClient.
+func WithTLSConfig(c *tls.Config) Option {
+	return func(s *Store) { s.tlsc = c }
 }
 
 // WithUserAgent sets the User-Agent header. Default "dlock".
@@ -115,6 +125,9 @@ func New(baseURL string, opts ...Option) (*Store, error) {
 		if o != nil {
 			o(s)
 		}
+	}
+	if s.owned && s.tlsc != nil {
+		tr.TLSClientConfig = s.tlsc.Clone()
 	}
 	return s, nil
 }

@@ -35,8 +35,11 @@ type authFile struct {
 }
 
 type authEntry struct {
-	Tenant   string   `json:"tenant"`
-	SHA256   string   `json:"sha256"`
+	Tenant string `json:"tenant"`
+	SHA256 string `json:"sha256"`
+	// Identity names a client certificate instead of a token
+	// ("uri:…", "dns:…" or "cn:…"; identity.go).
+	Identity string   `json:"identity"`
 	Prefixes []string `json:"prefixes"`
 	Access   string   `json:"access"` // read-only or read-write
 	// MaxHolds bounds the leases the token holds at once through this
@@ -73,17 +76,9 @@ func parseAuthFile(data []byte) ([]authEntry, error) {
 		if !tenantName.MatchString(e.Tenant) {
 			return nil, fmt.Errorf("%s.tenant must be 1-64 letters, digits, '_', '.' or '-', starting with a letter or digit", where)
 		}
-		if len(e.SHA256) != 64 {
-			return nil, fmt.Errorf("%s.sha256 must be 64 hexadecimal characters (dlock auth hash prints it)", where)
+		if err := checkEntryKey(e, where, seen); err != nil {
+			return nil, err
 		}
-		if _, err := hex.DecodeString(e.SHA256); err != nil {
-			return nil, fmt.Errorf("%s.sha256 must be 64 hexadecimal characters (dlock auth hash prints it)", where)
-		}
-		h := strings.ToLower(e.SHA256)
-		if seen[h] {
-			return nil, fmt.Errorf("%s.sha256 repeats an earlier entry's", where)
-		}
-		seen[h] = true
 		if len(e.Prefixes) == 0 {
 			return nil, fmt.Errorf(`%s.prefixes must list at least one name prefix ("" for every name)`, where)
 		}
@@ -115,7 +110,8 @@ func HashToken(token string) string {
 
 // principal is what an authenticated request may do.
 type principal struct {
-	hash     [sha256.Size]byte
+	hash     [sha256.Size]byte // of the token; zero for a certificate
+	identity string            // of the certificate; "" for a token
 	tenant   string
 	prefixes []string
 	readOnly bool
@@ -234,8 +230,9 @@ type tenantStats struct {
 
 // authState is the loaded auth file.
 type authState struct {
-	byHash  map[[sha256.Size]byte]*principal
-	tenants map[string]bool
+	byHash     map[[sha256.Size]byte]*principal
+	byIdentity map[string]*principal // client certificates (identity.go)
+	tenants    map[string]bool
 }
 
 // tenantMetrics exports the per-tenant series; the tenant label values
@@ -283,9 +280,7 @@ func (m *tenantMetrics) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	holds := make(map[string]int)
-	for _, p := range st.byHash {
-		holds[p.tenant] += p.lim.holds()
-	}
+	st.principals(func(p *principal) { holds[p.tenant] += p.lim.holds() })
 	for tenant, n := range holds {
 		ch <- prometheus.MustNewConstMetric(m.holds, prometheus.GaugeValue, float64(n), tenant)
 	}
@@ -307,42 +302,41 @@ func (s *Server) loadAuth() error {
 	defer s.authMu.Unlock()
 	old := s.auth.Load()
 	tenants := make(map[string]bool)
-	st := &authState{byHash: make(map[[sha256.Size]byte]*principal, len(entries)), tenants: tenants}
+	st := &authState{byHash: make(map[[sha256.Size]byte]*principal, len(entries)),
+		byIdentity: make(map[string]*principal), tenants: tenants}
 	for _, e := range entries {
-		var key [sha256.Size]byte
-		hex.Decode(key[:], []byte(strings.ToLower(e.SHA256)))
 		var lim *tokenLimits
-		if old != nil && old.byHash[key] != nil {
-			lim = old.byHash[key].lim
+		if prev := old.lookup(e); prev != nil {
+			lim = prev.lim
 		} else {
 			lim = &tokenLimits{}
 		}
 		lim.mu.Lock()
 		lim.maxHolds, lim.rate = e.MaxHolds, e.AcquiresPerSecond
 		lim.mu.Unlock()
-		st.byHash[key] = &principal{hash: key, tenant: e.Tenant, prefixes: slices.Clone(e.Prefixes),
-			readOnly: e.Access == "read-only", lim: lim}
+		st.add(e, &principal{tenant: e.Tenant, prefixes: slices.Clone(e.Prefixes),
+			readOnly: e.Access == "read-only", lim: lim})
 		tenants[e.Tenant] = true
 	}
 	tm := s.tenantMetrics
-	for _, p := range st.byHash {
+	st.principals(func(p *principal) {
 		p.stats = &tenantStats{
 			requests: tm.requests.MustCurryWith(prometheus.Labels{"tenant": p.tenant}),
 			denied:   tm.denied.MustCurryWith(prometheus.Labels{"tenant": p.tenant}),
 		}
-	}
+	})
 	for t := range tenants {
 		for _, reason := range denyReasons {
 			tm.denied.WithLabelValues(t, reason) // series exist from the start at 0
 		}
 	}
 	if old != nil {
-		for _, p := range old.byHash {
+		old.principals(func(p *principal) {
 			if !tenants[p.tenant] {
 				tm.requests.DeletePartialMatch(prometheus.Labels{"tenant": p.tenant})
 				tm.denied.DeletePartialMatch(prometheus.Labels{"tenant": p.tenant})
 			}
-		}
+		})
 	}
 	tm.mu.Lock()
 	tm.state = st
@@ -372,9 +366,7 @@ func (s *Server) tenantCount() int {
 		return 0
 	}
 	seen := make(map[string]bool)
-	for _, p := range st.byHash {
-		seen[p.tenant] = true
-	}
+	st.principals(func(p *principal) { seen[p.tenant] = true })
 	return len(seen)
 }
 
@@ -390,15 +382,12 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request) (*http.Req
 		unauthorized(w)
 		return r, false
 	}
-	tok, ok := bearer(r)
-	var p *principal
-	if ok {
-		// The map is keyed by the token's SHA-256: a lookup's timing can
-		// tell nothing useful about a token.
-		p = s.auth.Load().byHash[sha256.Sum256([]byte(tok))]
-	}
-	if p == nil {
-		unauthorized(w)
+	p, e := s.principalOf(r) // identity.go: token, client certificate or both
+	if e != nil {
+		if e.Status == http.StatusUnauthorized {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="dlock"`)
+		}
+		writeAPIError(w, e)
 		return r, false
 	}
 	return r.WithContext(context.WithValue(r.Context(), principalKey{}, p)), true
@@ -407,7 +396,7 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request) (*http.Req
 // revoked reports whether p's token left the auth file in a reload since
 // p was looked up. A nil principal is never revoked.
 func (s *Server) revoked(p *principal) bool {
-	return p != nil && s.auth.Load().byHash[p.hash] == nil
+	return p != nil && !s.auth.Load().has(p)
 }
 
 func unauthorized(w http.ResponseWriter) {

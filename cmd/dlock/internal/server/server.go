@@ -90,6 +90,14 @@ type Config struct {
 	// (the /v1 leases), besides Metrics; the caller's Locker should have
 	// been created with it as well (dlockotel's Observe, say).
 	Observer func(dlock.Event)
+	// TLSCert and TLSKey, when set, are PEM files of the listener's
+	// certificate chain and key: Serve speaks HTTPS (TLS 1.2 at least,
+	// HTTP/2 offered). ReloadTLS reads them again (tls.go).
+	TLSCert, TLSKey string
+	// ClientCA, when set (with TLSCert), is a PEM file of the CAs whose
+	// client certificates are required and verified in every handshake
+	// (mutual TLS); the auth file may map their identities to tenants.
+	ClientCA string
 }
 
 // Server serves the HTTP API of one Locker. Create it with New.
@@ -107,6 +115,7 @@ type Server struct {
 	auth          atomic.Pointer[authState] // the auth file's tokens
 	authMu        sync.Mutex                // serialises loads of the auth file
 	tenantMetrics *tenantMetrics
+	tls           *tlsState // nil without TLS (tls.go)
 
 	httpRequests *prometheus.CounterVec
 	httpDuration *prometheus.HistogramVec
@@ -197,6 +206,11 @@ func New(locker *dlock.Locker, cfg Config) (*Server, error) {
 		return nil, errors.New("dlock: server: an auth token and an auth file cannot be combined; list the token in the file")
 	}
 	s.tenantMetrics = newTenantMetrics()
+	tlsSt, err := newTLSState(cfg)
+	if err != nil {
+		return nil, err
+	}
+	s.tls = tlsSt
 	if cfg.AuthFile != "" {
 		if err := s.loadAuth(); err != nil {
 			return nil, err
@@ -392,8 +406,15 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	srv.RegisterOnShutdown(s.beginDrain)
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	s.log.Info("dlock: serving", "addr", ln.Addr().String(), "store", s.cfg.StoreName, "auth", s.cfg.AuthToken != "" || s.cfg.AuthFile != "")
+	if s.tls != nil {
+		srv.TLSConfig = s.tls.serverConfig()
+		go func() { errc <- srv.ServeTLS(ln, "", "") }()
+	} else {
+		go func() { errc <- srv.Serve(ln) }()
+	}
+	s.log.Info("dlock: serving", "addr", ln.Addr().String(), "store", s.cfg.StoreName, "auth", s.cfg.AuthToken != "" || s.cfg.AuthFile != "",
+		"tls", s.tls != nil, "clientCA", s.cfg.ClientCA != "")
+	s.warnPlaintext(ln.Addr())
 
 	var serveErr error
 	select {

@@ -1,0 +1,155 @@
+package server
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// TLS on the listener (Config.TLSCert, Config.TLSKey, Config.ClientCA;
+// docs/operations.md): TLS 1.2 at least, the standard library's cipher
+// suites, HTTP/2 offered by ALPN. The certificate, its key and the client
+// CA are read by New and again by ReloadTLS (SIGHUP in dlock serve); a
+// handshake uses whatever is in force when it starts, so connections open
+// at a reload keep going and new ones see the new certificate.
+
+// tlsState is the listener's TLS material.
+type tlsState struct {
+	certFile, keyFile, caFile string
+
+	mu   sync.Mutex                 // serialises loads
+	conf atomic.Pointer[tls.Config] // the config of the next handshake
+	cert atomic.Pointer[tls.Certificate]
+}
+
+// newTLSState loads the files of cfg, or returns nil when TLS is off.
+func newTLSState(cfg Config) (*tlsState, error) {
+	switch {
+	case cfg.TLSCert == "" && cfg.TLSKey == "" && cfg.ClientCA == "":
+		return nil, nil
+	case cfg.TLSCert == "" || cfg.TLSKey == "":
+		return nil, errors.New("dlock: server: a TLS certificate and its key go together: set both")
+	}
+	st := &tlsState{certFile: cfg.TLSCert, keyFile: cfg.TLSKey, caFile: cfg.ClientCA}
+	if err := st.load(time.Now()); err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// load reads the certificate, the key and the client CA, and makes them
+// the ones of the next handshake. On any error nothing changes.
+func (st *tlsState) load(now time.Time) error {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	cert, err := loadCertificate(st.certFile, st.keyFile, now)
+	if err != nil {
+		return err
+	}
+	conf := &tls.Config{
+		MinVersion:     tls.VersionTLS12,
+		NextProtos:     []string{"h2", "http/1.1"},
+		GetCertificate: st.certificate,
+	}
+	if st.caFile != "" {
+		pool, err := loadCertPool(st.caFile)
+		if err != nil {
+			return err
+		}
+		conf.ClientCAs = pool
+		conf.ClientAuth = tls.RequireAndVerifyClientCert
+	}
+	st.cert.Store(cert)
+	st.conf.Store(conf)
+	return nil
+}
+
+func (st *tlsState) certificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+	return st.cert.Load(), nil
+}
+
+// serverConfig is the http.Server's TLS config: each handshake takes the
+// config in force when it starts.
+func (st *tlsState) serverConfig() *tls.Config {
+	return &tls.Config{
+		MinVersion:     tls.VersionTLS12,
+		NextProtos:     []string{"h2", "http/1.1"},
+		GetCertificate: st.certificate,
+		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+			return st.conf.Load(), nil
+		},
+	}
+}
+
+// loadCertificate reads a PEM certificate chain and its key, and refuses
+// a leaf that is expired or not yet valid at now.
+func loadCertificate(certFile, keyFile string, now time.Time) (*tls.Certificate, error) {
+	c, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("dlock: TLS certificate %s with key %s: %w", certFile, keyFile, err)
+	}
+	leaf := c.Leaf
+	if leaf == nil {
+		if leaf, err = x509.ParseCertificate(c.Certificate[0]); err != nil {
+			return nil, fmt.Errorf("dlock: TLS certificate %s: %w", certFile, err)
+		}
+		c.Leaf = leaf
+	}
+	if now.After(leaf.NotAfter) {
+		return nil, fmt.Errorf("dlock: TLS certificate %s expired at %s", certFile, leaf.NotAfter.UTC().Format(time.RFC3339))
+	}
+	if now.Before(leaf.NotBefore) {
+		return nil, fmt.Errorf("dlock: TLS certificate %s is not valid before %s", certFile, leaf.NotBefore.UTC().Format(time.RFC3339))
+	}
+	return &c, nil
+}
+
+// loadCertPool reads the PEM certificates of a CA file.
+func loadCertPool(file string) (*x509.CertPool, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("dlock: client CA: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(data) {
+		return nil, fmt.Errorf("dlock: client CA %s: no PEM certificate in it", file)
+	}
+	return pool, nil
+}
+
+// ReloadTLS reads the TLS certificate, its key and the client CA again.
+// Handshakes from then on use them; open connections are kept. A file that
+// cannot be read, a key that does not match, or a certificate that is
+// expired or not yet valid is an error, and the previous material stays in
+// force. Without TLS it does nothing.
+func (s *Server) ReloadTLS() error {
+	if s.tls == nil {
+		return nil
+	}
+	if err := s.tls.load(time.Now()); err != nil {
+		return err
+	}
+	leaf := s.tls.cert.Load().Leaf
+	s.log.Info("dlock: TLS certificate reloaded", "subject", leaf.Subject.String(),
+		"notAfter", leaf.NotAfter.UTC().Format(time.RFC3339), "clientCA", s.tls.caFile != "")
+	return nil
+}
+
+// warnPlaintext logs that tokens travel in clear when the service listens
+// beyond loopback without TLS and with bearer tokens.
+func (s *Server) warnPlaintext(addr net.Addr) {
+	if s.tls != nil || (s.cfg.AuthToken == "" && s.cfg.AuthFile == "") {
+		return
+	}
+	if ta, ok := addr.(*net.TCPAddr); ok && ta.IP.IsLoopback() {
+		return
+	}
+	s.log.Warn("dlock: listening beyond loopback without TLS: bearer tokens and lease tokens travel in clear; set --tls-cert and --tls-key (docs/operations.md)",
+		"addr", addr.String())
+}
