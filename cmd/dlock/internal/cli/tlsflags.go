@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"os"
 	"strings"
+
+	"github.com/dlock-dev/dlock"
 )
 
 // serveTLSFlags are the listener's TLS flags of dlock serve.
@@ -57,10 +59,10 @@ func (t *clientTLSFlags) config(server string) (*tls.Config, error) {
 		return nil, nil
 	}
 	if !strings.HasPrefix(strings.ToLower(server), "https://") {
-		return nil, errors.New("--ca-file, --cert and --key need an https:// --server")
+		return nil, &dlock.InvalidError{Field: "server", Reason: "must be an https:// URL for --ca-file, --cert and --key"}
 	}
 	if (t.cert == "") != (t.key == "") {
-		return nil, errors.New("--cert and --key go together: set both")
+		return nil, &dlock.InvalidError{Field: "cert", Reason: "needs --key, and --key needs --cert"}
 	}
 	c := &tls.Config{MinVersion: tls.VersionTLS12}
 	if t.caFile != "" {
