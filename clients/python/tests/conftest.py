@@ -15,7 +15,8 @@ import time
 import urllib.request
 import uuid
 from pathlib import Path
-from typing import Dict, Iterator, Optional
+import ssl
+from typing import Dict, Iterator, Optional, Sequence
 
 import pytest
 
@@ -23,15 +24,22 @@ REPO = Path(__file__).resolve().parents[3]
 
 
 class Server:
-    def __init__(self, binary: str, env: Optional[Dict[str, str]] = None) -> None:
+    def __init__(
+        self,
+        binary: str,
+        env: Optional[Dict[str, str]] = None,
+        args: Sequence[str] = (),
+        tls: Optional[ssl.SSLContext] = None,
+    ) -> None:
         self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
+        self._tls = tls
         self.log = tempfile.NamedTemporaryFile(prefix="dlock-serve-", suffix=".log", delete=False)
         full_env = dict(os.environ)
         full_env.pop("DLOCK_AUTH_TOKEN", None)
         full_env.update(env or {})
         self.proc = subprocess.Popen(
-            [binary, "serve", "--addr", f"127.0.0.1:{self.port}"],
+            [binary, "serve", "--addr", f"127.0.0.1:{self.port}", *args],
             stdout=self.log,
             stderr=subprocess.STDOUT,
             env=full_env,
@@ -47,7 +55,7 @@ class Server:
                 self.stop()
                 raise RuntimeError(f"dlock serve exited with {self.proc.returncode}: {out}")
             try:
-                with urllib.request.urlopen(self.url + "/health", timeout=2) as r:
+                with urllib.request.urlopen(self.url + "/health", timeout=2, context=self._tls) as r:
                     if json.load(r).get("status") == "ok":
                         return
             except OSError as e:
@@ -89,12 +97,17 @@ def dlock_bin(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(out)
 
 
-def start(binary: str, env: Optional[Dict[str, str]] = None) -> Server:
+def start(
+    binary: str,
+    env: Optional[Dict[str, str]] = None,
+    args: Sequence[str] = (),
+    tls: Optional[ssl.SSLContext] = None,
+) -> Server:
     # The free port may be taken between the probe and the server's bind:
     # then the server exits, and another port is tried.
     for attempt in range(3):
         try:
-            return Server(binary, env)
+            return Server(binary, env, args, tls)
         except RuntimeError:
             if attempt == 2:
                 raise
@@ -147,3 +160,56 @@ def scoped_server(dlock_bin: str, tmp_path_factory: pytest.TempPathFactory) -> I
 def name(request: pytest.FixtureRequest) -> str:
     """A lock name unique to the test."""
     return f"py/{request.node.name}/{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(scope="session")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A private CA and certificates (made with Go's crypto/x509 by
+    cmd/dlock/internal/tlstest/mkcerts; its doc lists the files): the
+    server's for 127.0.0.1, clients team-a and reader (URI SANs
+    spiffe://dlock.test/team-a and /reader), and another CA."""
+    out = tmp_path_factory.mktemp("certs")
+    tool = os.environ.get("DLOCK_MKCERTS")
+    if not tool:
+        tool = str(tmp_path_factory.mktemp("mkcerts") / "mkcerts")
+        env = dict(os.environ, GOWORK="off")
+        subprocess.run(
+            ["go", "build", "-o", tool, "./internal/tlstest/mkcerts"], cwd=REPO / "cmd" / "dlock", env=env, check=True
+        )
+    subprocess.run([tool, str(out)], check=True)
+    return out
+
+
+def client_context(certs: Path, who: Optional[str] = None) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(cafile=str(certs / "ca.pem"))
+    if who:
+        ctx.load_cert_chain(str(certs / f"{who}.pem"), str(certs / f"{who}-key.pem"))
+    return ctx
+
+
+@pytest.fixture(scope="session")
+def tls_server(dlock_bin: str, certs: Path) -> Iterator[Server]:
+    """HTTPS with the private CA's certificate."""
+    args = ["--tls-cert", str(certs / "server.pem"), "--tls-key", str(certs / "server-key.pem")]
+    s = start(dlock_bin, args=args, tls=client_context(certs))
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="session")
+def mtls_server(dlock_bin: str, certs: Path) -> Iterator[Server]:
+    """Mutual TLS: client certificates of the private CA required; the auth
+    file maps team-a's (read-write under py-a/) and reader's (read-only)."""
+    entries = [
+        {"tenant": "team-a", "identity": "uri:spiffe://dlock.test/team-a", "prefixes": ["py-a/"], "access": "read-write"},
+        {"tenant": "ops", "identity": "uri:spiffe://dlock.test/reader", "prefixes": [""], "access": "read-only"},
+    ]
+    auth = certs / "auth.json"
+    auth.write_text(json.dumps({"tokens": entries}))
+    args = [
+        "--tls-cert", str(certs / "server.pem"), "--tls-key", str(certs / "server-key.pem"),
+        "--client-ca", str(certs / "ca.pem"), "--auth-file", str(auth),
+    ]  # fmt: skip
+    s = start(dlock_bin, args=args, tls=client_context(certs, "reader"))
+    yield s
+    s.stop()

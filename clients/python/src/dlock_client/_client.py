@@ -7,6 +7,7 @@ import json
 import os
 import random
 import secrets
+import ssl
 import threading
 import time
 import urllib.error
@@ -53,6 +54,23 @@ def _quote_name(name: str) -> str:
 
 def _ms(seconds: float) -> int:
     return int(round(seconds * 1000))
+
+
+def _tls_context(
+    scheme: str, ca_file: Optional[str], cert_file: Optional[str], key_file: Optional[str]
+) -> Optional[ssl.SSLContext]:
+    """The TLS context of the files given, None when none is."""
+    if ca_file is None and cert_file is None and key_file is None:
+        return None
+    if scheme != "https":
+        raise ValueError("dlock: ca_file, cert_file and key_file need an https:// url")
+    if (cert_file is None) != (key_file is None):
+        raise ValueError("dlock: cert_file and key_file go together")
+    ctx = ssl.create_default_context(cafile=ca_file)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    if cert_file is not None and key_file is not None:
+        ctx.load_cert_chain(cert_file, key_file)
+    return ctx
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -122,6 +140,15 @@ class Client:
     capped, jittered backoff); an acquire is retried with the same token, so
     it is idempotent.
 
+    For an ``https://`` url the server's certificate is checked against the
+    system's CAs, or against ``ca_file`` (PEM; default the environment's
+    ``DLOCK_CA_FILE``). A server that requires a client certificate (mutual
+    TLS, ``dlock serve --client-ca``) gets ``cert_file`` and ``key_file``
+    (PEM; defaults ``DLOCK_CERT`` and ``DLOCK_KEY``). ``ssl_context`` replaces
+    all three with a :class:`ssl.SSLContext` of your own. TLS 1.2 is the
+    minimum. A certificate problem is a :class:`TransportError` naming it
+    (``CERTIFICATE_VERIFY_FAILED``, ``certificate required``).
+
     A Client holds no connection and is safe to share between threads.
     """
 
@@ -132,6 +159,10 @@ class Client:
         auth_token: Optional[str] = None,
         timeout: float = 10.0,
         retries: int = 3,
+        ca_file: Optional[str] = None,
+        cert_file: Optional[str] = None,
+        key_file: Optional[str] = None,
+        ssl_context: Optional[ssl.SSLContext] = None,
     ) -> None:
         base = url if url is not None else os.environ.get("DLOCK_SERVER") or DEFAULT_URL
         parts = urllib.parse.urlsplit(base)
@@ -145,7 +176,18 @@ class Client:
             raise ValueError("dlock: retries must not be negative")
         self.timeout = timeout
         self.retries = retries
-        self._opener = urllib.request.build_opener(_NoRedirect())
+        ctx = ssl_context or _tls_context(
+            parts.scheme,
+            ca_file if ca_file is not None else os.environ.get("DLOCK_CA_FILE") or None,
+            cert_file if cert_file is not None else os.environ.get("DLOCK_CERT") or None,
+            key_file if key_file is not None else os.environ.get("DLOCK_KEY") or None,
+        )
+        if ctx is not None and parts.scheme != "https":
+            raise ValueError("dlock: ca_file, cert_file, key_file and ssl_context need an https:// url")
+        handlers: List[urllib.request.BaseHandler] = [_NoRedirect()]
+        if ctx is not None:
+            handlers.append(urllib.request.HTTPSHandler(context=ctx))
+        self._opener = urllib.request.build_opener(*handlers)
 
     # --- transport ------------------------------------------------------------
 
