@@ -95,8 +95,27 @@ export interface ClientOptions {
   timeoutMs?: number;
   /** Times a request is sent again after a network error or a 503. Default 3. */
   retries?: number;
-  /** Default: the global fetch. */
+  /** Default: the global fetch (or node:https with `tls`, `agent` or DLOCK_CA_FILE/DLOCK_CERT/DLOCK_KEY). */
   fetch?: typeof fetch;
+  /**
+   * TLS options of Node's `https.Agent` (`tls.connect`) for an https:// url:
+   * `ca` (PEM of a private CA), `cert` and `key` (a client certificate, for
+   * a server with `--client-ca`), and any other. Requests then go through
+   * `node:https` with a keep-alive Agent (TLS 1.2 at least) instead of
+   * fetch. Default: made from the PEM files named by DLOCK_CA_FILE,
+   * DLOCK_CERT and DLOCK_KEY when set, else none (the system's CAs).
+   */
+  tls?: TLSOptions;
+  /** An `https.Agent` of your own, used as `tls` is. */
+  agent?: object;
+}
+
+/** PEM material and other options of Node's `tls.connect`. */
+export interface TLSOptions {
+  ca?: string | Uint8Array | Array<string | Uint8Array>;
+  cert?: string | Uint8Array | Array<string | Uint8Array>;
+  key?: string | Uint8Array | Array<string | Uint8Array>;
+  [option: string]: unknown;
 }
 
 export interface AcquireOptions {

@@ -1,5 +1,6 @@
 // Client of the /v1 lease API of `dlock serve` (see docs/http.md).
-// No dependencies: Node's global fetch, AbortController and Web Crypto.
+// No dependencies: Node's global fetch, AbortController and Web Crypto; with
+// TLS options (a private CA, a client certificate), Node's https module.
 
 export const DEFAULT_URL = 'http://127.0.0.1:3009';
 
@@ -182,7 +183,7 @@ export class Client {
   #auth;
   #fetch;
 
-  constructor({ url, authToken, timeoutMs = 10_000, retries = 3, fetch } = {}) {
+  constructor({ url, authToken, timeoutMs = 10_000, retries = 3, fetch, tls, agent } = {}) {
     const env = globalThis.process?.env ?? {};
     const base = url ?? (env.DLOCK_SERVER || DEFAULT_URL);
     let u;
@@ -200,7 +201,12 @@ export class Client {
     this.#auth = authToken ?? (env.DLOCK_AUTH_TOKEN || undefined);
     this.timeoutMs = timeoutMs;
     this.retries = retries;
-    this.#fetch = fetch ?? globalThis.fetch;
+    const files = { ca: env.DLOCK_CA_FILE, cert: env.DLOCK_CERT, key: env.DLOCK_KEY };
+    const fromEnv = !tls && !agent && !fetch && (files.ca || files.cert || files.key) && u.protocol === 'https:';
+    if ((tls || agent) && u.protocol !== 'https:') throw new TypeError('dlock: tls and agent need an https:// url');
+    if (tls && agent) throw new TypeError('dlock: give tls or agent, not both');
+    if ((tls || agent) && fetch) throw new TypeError('dlock: tls and agent replace fetch; give one of them');
+    this.#fetch = fetch ?? (tls || agent || fromEnv ? httpsFetch(agent, tls, fromEnv ? files : undefined) : globalThis.fetch);
   }
 
   // One request: the JSON body of a 2xx, or the error of any other answer.
@@ -222,7 +228,9 @@ export class Client {
       text = await res.text();
     } catch (e) {
       if (signal?.aborted) throw signal.reason;
-      const why = timeout.aborted ? `no answer within ${timeoutMs} ms` : e?.cause?.message ?? e?.message ?? String(e);
+      let why = timeout.aborted ? `no answer within ${timeoutMs} ms` : e?.cause?.message ?? e?.message ?? String(e);
+      const code = e?.cause?.code ?? e?.code;
+      if (!timeout.aborted && typeof code === 'string' && !why.includes(code)) why += ` (${code})`;
       throw new TransportError(0, `${method} ${path}: ${why}`, { cause: e });
     }
     let doc;
@@ -465,6 +473,51 @@ class Renewer {
     this.#ctl.abort(new Error('dlock: renewal stopped'));
     await this.#inflight.catch(() => {});
   }
+}
+
+// --- TLS ----------------------------------------------------------------------
+
+// A fetch for the client's own requests over node:https with an Agent:
+// `agent` as given, or one made of the `tls` options (Node's tls.connect
+// options: ca, cert, key, ...) or of the PEM files named by DLOCK_CA_FILE,
+// DLOCK_CERT and DLOCK_KEY. Keep-alive; TLS 1.2 at least. It supports
+// what #send uses: method, headers, a string body, signal; and answers
+// status, headers.get and text().
+function httpsFetch(agent, tls, files) {
+  let ready;
+  const getAgent = async () => {
+    const https = await import('node:https');
+    if (agent) return { https, agent };
+    let opts = tls;
+    if (files) {
+      const { readFileSync } = await import('node:fs');
+      opts = {};
+      for (const k of ['ca', 'cert', 'key']) if (files[k]) opts[k] = readFileSync(files[k]);
+    }
+    if ((opts.cert == null) !== (opts.key == null)) throw new TypeError('dlock: a client cert and its key go together');
+    return { https, agent: new https.Agent({ keepAlive: true, minVersion: 'TLSv1.2', ...opts }) };
+  };
+  return async (url, { method, headers, body, signal }) => {
+    ready ??= getAgent();
+    const { https, agent: a } = await ready;
+    return new Promise((resolve, reject) => {
+      const req = https.request(url, { method, headers, agent: a, signal }, (res) => {
+        const chunks = [];
+        res.on('data', (c) => chunks.push(c));
+        res.on('error', reject);
+        res.on('end', () => {
+          const text = Buffer.concat(chunks).toString('utf8');
+          resolve({
+            status: res.statusCode,
+            headers: { get: (h) => res.headers[h.toLowerCase()] ?? null },
+            text: async () => text,
+          });
+        });
+      });
+      req.on('error', reject);
+      req.end(body);
+    });
+  };
 }
 
 function checkName(name) {

@@ -47,6 +47,17 @@ if [ -z "${DLOCK_BIN:-}" ]; then
 fi
 export DLOCK_BIN
 export PYTHONDONTWRITEBYTECODE=1
+# The TLS tests' certificates: made with Go's crypto/x509 by
+# cmd/dlock/internal/tlstest/mkcerts (DLOCK_MKCERTS when set).
+if [ -z "${DLOCK_MKCERTS:-}" ]; then
+	if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
+		export PATH="/usr/local/go/bin:$PATH"
+	fi
+	log "go build cmd/dlock/internal/tlstest/mkcerts"
+	(cd cmd/dlock && GOWORK=off go build -o "$TMP/mkcerts" ./internal/tlstest/mkcerts)
+	DLOCK_MKCERTS=$TMP/mkcerts
+fi
+export DLOCK_MKCERTS
 
 log "mypy --strict clients/python"
 (cd clients/python && "$PY" -m mypy --strict --no-incremental src tests)

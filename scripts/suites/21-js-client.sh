@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # scripts/suites/21-js-client.sh: the JavaScript client (clients/js) — its
 # TypeScript declarations checked by a pinned `tsc --noEmit`, and
-# `node --test` against real `dlock serve` processes on loopback ports.
+# `node --test` against real `dlock serve` processes on loopback ports (HTTPS
+# and mutual TLS with certificates the tests make, test/tls.test.js).
 #
 # Installs Debian's nodejs when `node` is missing (and npm, for the type
 # check, when missing under CI=true; otherwise the check says it is
@@ -54,6 +55,17 @@ if [ -z "${DLOCK_BIN:-}" ]; then
 	DLOCK_BIN=$TMP/dlock
 fi
 export DLOCK_BIN
+# The TLS tests' certificates: made with Go's crypto/x509 by
+# cmd/dlock/internal/tlstest/mkcerts (DLOCK_MKCERTS when set).
+if [ -z "${DLOCK_MKCERTS:-}" ]; then
+	if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
+		export PATH="/usr/local/go/bin:$PATH"
+	fi
+	log "go build cmd/dlock/internal/tlstest/mkcerts"
+	(cd cmd/dlock && GOWORK=off go build -o "$TMP/mkcerts" ./internal/tlstest/mkcerts)
+	DLOCK_MKCERTS=$TMP/mkcerts
+fi
+export DLOCK_MKCERTS
 
 log "node --test clients/js"
 cd clients/js

@@ -39,12 +39,31 @@ export function freePort() {
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-async function startOnce(env) {
+// GET /health answers {"status":"ok"}; over https with the tls options.
+async function healthy(url, tls) {
+  if (!tls) {
+    const r = await fetch(url + '/health', { signal: AbortSignal.timeout(2000) });
+    return r.ok && (await r.json()).status === 'ok';
+  }
+  const { request } = await import('node:https');
+  return new Promise((resolve, reject) => {
+    const req = request(url + '/health', { ...tls, timeout: 2000 }, (res) => {
+      let body = '';
+      res.on('data', (d) => (body += d));
+      res.on('end', () => resolve(res.statusCode === 200 && JSON.parse(body).status === 'ok'));
+    });
+    req.on('timeout', () => req.destroy(new Error('timeout')));
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+async function startOnce(env, { args = [], tls } = {}) {
   const port = await freePort();
-  const url = `http://127.0.0.1:${port}`;
+  const url = `${tls ? 'https' : 'http'}://127.0.0.1:${port}`;
   const childEnv = { ...process.env, ...env };
   if (!env.DLOCK_AUTH_TOKEN) delete childEnv.DLOCK_AUTH_TOKEN;
-  const proc = spawn(dlockBin(), ['serve', '--addr', `127.0.0.1:${port}`], { env: childEnv, stdio: ['ignore', 'pipe', 'pipe'] });
+  const proc = spawn(dlockBin(), ['serve', '--addr', `127.0.0.1:${port}`, ...args], { env: childEnv, stdio: ['ignore', 'pipe', 'pipe'] });
   let out = '';
   proc.stdout.on('data', (d) => (out += d));
   proc.stderr.on('data', (d) => (out += d));
@@ -61,8 +80,7 @@ async function startOnce(env) {
   while (Date.now() < deadline) {
     if (exited) throw new Error(`dlock serve exited (${JSON.stringify(exited)}): ${out.slice(-2000)}`);
     try {
-      const r = await fetch(url + '/health', { signal: AbortSignal.timeout(2000) });
-      if (r.ok && (await r.json()).status === 'ok') return { url, stop, pid: proc.pid };
+      if (await healthy(url, tls)) return { url, stop, pid: proc.pid, output: () => out };
     } catch {
       // not listening yet
     }
@@ -73,12 +91,39 @@ async function startOnce(env) {
 }
 
 /** Starts a server; the port may be taken between probe and bind, so up to 3 tries. */
-export async function startServer(env = {}) {
+export async function startServer(env = {}, opts = {}) {
   for (let i = 0; ; i++) {
     try {
-      return await startOnce(env);
+      return await startOnce(env, opts);
     } catch (e) {
       if (i === 2) throw e;
     }
   }
+}
+
+let mkcerts;
+/**
+ * Writes a private CA and certificates into a new directory (Go's
+ * crypto/x509, by cmd/dlock/internal/tlstest/mkcerts, whose doc lists the
+ * files) and returns its path. The tool is DLOCK_MKCERTS when set, else
+ * built once.
+ */
+export function makeCerts() {
+  if (!mkcerts) {
+    mkcerts = process.env.DLOCK_MKCERTS;
+    if (!mkcerts) {
+      const dir = mkdtempSync(join(tmpdir(), 'dlock-js-mkcerts-'));
+      process.on('exit', () => rmSync(dir, { recursive: true, force: true }));
+      mkcerts = join(dir, 'mkcerts');
+      execFileSync('go', ['build', '-o', mkcerts, './internal/tlstest/mkcerts'], {
+        cwd: join(repo, 'cmd', 'dlock'),
+        env: { ...process.env, GOWORK: 'off' },
+        stdio: 'inherit',
+      });
+    }
+  }
+  const out = mkdtempSync(join(tmpdir(), 'dlock-js-certs-'));
+  process.on('exit', () => rmSync(out, { recursive: true, force: true }));
+  execFileSync(mkcerts, [out], { stdio: 'inherit' });
+  return out;
 }

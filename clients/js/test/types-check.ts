@@ -13,6 +13,9 @@ import {
 
 async function example(): Promise<number> {
   const client = new Client({ url: 'http://127.0.0.1:3009', authToken: 'x', timeoutMs: 5000, retries: 2 });
+  const pem: string = '-----BEGIN CERTIFICATE-----';
+  const mtls = new Client({ url: 'https://locks.internal:3009', tls: { ca: pem, cert: pem, key: pem, servername: 'locks' } });
+  void mtls;
   const lease: Lease = await client.acquire('orders', { ttlMs: 10_000, waitMs: 5000, token: newToken() });
   const bounded: Lease = await client.acquire('orders', { ttlMs: 10_000, maxHoldMs: 60_000 });
   const until: number | undefined = bounded.maxHoldUntil;
