@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -329,4 +330,50 @@ func postJSON(hc *http.Client, url, body string, out any) error {
 		return json.Unmarshal(data, out)
 	}
 	return nil
+}
+
+// TestOperationsOpenSSLRecipe runs the openssl block of docs/operations.md
+// ("Making a CA and certificates with openssl") in a temporary directory,
+// serves mutual TLS with its files, and acquires with its client
+// certificate, whose URI SAN the auth file maps to a tenant.
+func TestOperationsOpenSSLRecipe(t *testing.T) {
+	openssl, err := exec.LookPath("openssl")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("openssl not found (CI=true)")
+		}
+		t.Skip("openssl not found")
+	}
+	doc, err := os.ReadFile("../../../../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, after, ok := strings.Cut(string(doc), "### Making a CA and certificates with openssl")
+	_, block, ok2 := strings.Cut(after, "```sh\n")
+	block, _, ok3 := strings.Cut(block, "```")
+	if !ok || !ok2 || !ok3 {
+		t.Fatal("docs/operations.md has no sh block under ### Making a CA and certificates with openssl")
+	}
+	dir := t.TempDir()
+	sh := exec.Command("sh", "-eu")
+	sh.Dir, sh.Stdin = dir, strings.NewReader(block)
+	sh.Env = append(os.Environ(), "PATH="+filepath.Dir(openssl)+":"+os.Getenv("PATH"))
+	if out, err := sh.CombinedOutput(); err != nil {
+		t.Fatalf("the openssl recipe: %v\n%s", err, out)
+	}
+	in := func(f string) string { return filepath.Join(dir, f) }
+	auth := in("auth.json")
+	os.WriteFile(auth, []byte(`{"tokens":[{"tenant":"billing","identity":"uri:spiffe://example.org/billing","prefixes":["billing/"],"access":"read-write"}]}`), 0o600)
+	serve := startDlock(t, nil, "serve", "--addr", "127.0.0.1:0", "--tls-cert", in("tls.pem"), "--tls-key", in("tls-key.pem"),
+		"--client-ca", in("ca.pem"), "--auth-file", auth)
+	url := "https://" + serveAddr(t, serve)
+	flags := []string{"--server", url, "--ca-file", in("ca.pem"), "--cert", in("billing.pem"), "--key", in("billing-key.pem")}
+	if code, _, stderr := runDlock(t, nil, append(append([]string{"acquire"}, flags...), "billing/nightly")...); code != 0 {
+		t.Errorf("dlock acquire with the recipe's certificates = %d; stderr %s", code, stderr)
+	}
+	if code, _, stderr := runDlock(t, nil, append(append([]string{"acquire"}, flags...), "other/x")...); code != runner.ExitUsage {
+		t.Errorf("dlock acquire out of the billing scope = %d, want %d; stderr %s", code, runner.ExitUsage, stderr)
+	}
+	serve.signal(sigterm)
+	serve.wait()
 }
