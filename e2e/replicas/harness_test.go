@@ -133,7 +133,8 @@ func (p *proc) kill() {
 // polling) until it answers 200.
 func waitHealthy(t *testing.T, p *proc, url string) {
 	t.Helper()
-	client := &http.Client{Timeout: 2 * time.Second}
+	client := httpClient(2*time.Second, 1) // tls_test.go: HTTPS when the test runs TLS
+	defer client.CloseIdleConnections()
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		resp, err := client.Get(url + "/health")
 		if err == nil {
@@ -164,8 +165,9 @@ func startReplica(t *testing.T, i int, addr string, store ...string) *replica {
 	if addr == "" {
 		addr = freeAddr(t)
 	}
-	r := &replica{url: "http://" + addr}
-	r.proc = start(t, fmt.Sprintf("replica %d", i), dlockBin, append([]string{"serve", "--addr", addr, "--log-level", "warn"}, store...)...)
+	r := &replica{url: scheme() + addr}
+	args := append([]string{"serve", "--addr", addr, "--log-level", "warn"}, replicaTLSArgs()...)
+	r.proc = start(t, fmt.Sprintf("replica %d", i), dlockBin, append(args, store...)...)
 	waitHealthy(t, r.proc, r.url)
 	return r
 }
@@ -184,6 +186,9 @@ func startBalancer(t *testing.T, replicas []*replica) *balancer {
 	var servers strings.Builder
 	for i, r := range replicas {
 		fmt.Fprintf(&servers, "    server r%d %s check\n", i, strings.TrimPrefix(r.url, "http://"))
+	}
+	if tlsFiles != nil {
+		return startTLSBalancer(t, bin, addr, replicas) // tls_test.go
 	}
 	// Timeouts longer than the longest waitMs; haproxy retries only
 	// connections that failed (never a request a replica may have
@@ -268,7 +273,9 @@ func retryable(r reply, err error) bool {
 // counter sums a Prometheus counter's series in the text of /metrics.
 func counter(t *testing.T, url, name string) float64 {
 	t.Helper()
-	resp, err := http.Get(url + "/metrics")
+	hc := httpClient(10*time.Second, 1)
+	defer hc.CloseIdleConnections()
+	resp, err := hc.Get(url + "/metrics")
 	if err != nil {
 		t.Fatalf("GET %s/metrics: %v", url, err)
 	}

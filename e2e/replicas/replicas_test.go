@@ -114,7 +114,7 @@ func contend(t *testing.T, url string, n int, names []string) *contenders {
 		waitMs = 2000
 	)
 	c := &contenders{t: t, chk: newChecker(), stop: make(chan struct{}),
-		http: &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: n}}}
+		http: httpClient(60*time.Second, n)}
 	cl := lbClient{url: url, http: c.http, retries: &c.retries}
 	for id := range n {
 		c.wg.Go(func() {
@@ -214,6 +214,10 @@ var lockNames = []string{"acct-1", "acct-2", "acct-3", "acct-4"}
 // a release that was not a retry).
 func TestReplicasBehindBalancer(t *testing.T) {
 	haproxyPath(t)
+	replicasBehindBalancer(t)
+}
+
+func replicasBehindBalancer(t *testing.T) {
 	redis := testredis.Start(t)
 	var reps []*replica
 	for i := range 3 {
@@ -238,7 +242,7 @@ func TestReplicasBehindBalancer(t *testing.T) {
 		if after := counter(t, r.url, "dlock_http_requests_total"); after <= before[i] {
 			t.Errorf("surviving replica %s served %v requests after the kill, want more", r.url, after-before[i])
 		}
-		resp, err := http.Get(r.url + "/health")
+		resp, err := httpClient(10*time.Second, 1).Get(r.url + "/health")
 		if err != nil || resp.StatusCode != http.StatusOK {
 			t.Errorf("surviving replica %s: health %v %v", r.url, resp, err)
 		}
