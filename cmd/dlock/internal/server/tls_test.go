@@ -35,7 +35,7 @@ type pki struct {
 	certFile, keyOut string
 }
 
-func newPKI(t *testing.T) *pki {
+func newPKI(t testing.TB) *pki {
 	t.Helper()
 	p := &pki{dir: t.TempDir()}
 	var err error
@@ -79,7 +79,7 @@ type tlsServer struct {
 	log  *lockedBuf
 }
 
-func startTLS(t *testing.T, cfg Config) *tlsServer {
+func startTLS(t testing.TB, cfg Config) *tlsServer {
 	t.Helper()
 	m := dlockprom.New()
 	l, err := dlock.New(memory.New(), dlock.WithObserver(m.Observe))
