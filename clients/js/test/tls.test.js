@@ -77,6 +77,25 @@ describe('TLS', () => {
     await assert.rejects(f.health(), /unable to verify the first certificate \(UNABLE_TO_VERIFY_LEAF_SIGNATURE\)/);
   });
 
+  test('fetch users: NODE_EXTRA_CA_CERTS makes the global fetch trust the CA', async () => {
+    // A fresh process: Node reads NODE_EXTRA_CA_CERTS at start.
+    const script = `import { Client } from ${JSON.stringify(new URL('../index.js', import.meta.url).href)};
+const c = new Client({ url: ${JSON.stringify(srv.url)}, retries: 0 });
+await (await c.acquire('js-tls/extra-ca')).release();
+console.log('ok');`;
+    const out = await new Promise((resolve, reject) => {
+      const child = spawn(process.execPath, ['--input-type=module', '-e', script], {
+        env: { ...process.env, NODE_EXTRA_CA_CERTS: join(dir, 'ca.pem') },
+      });
+      let text = '';
+      child.stdout.on('data', (d) => (text += d));
+      child.stderr.on('data', (d) => (text += d));
+      child.on('error', reject);
+      child.on('exit', (code) => resolve({ code, text }));
+    });
+    assert.deepEqual(out, { code: 0, text: 'ok\n' });
+  });
+
   test('tls options need an https url', () => {
     assert.throws(() => new Client({ url: 'http://127.0.0.1:3009', tls: { ca: 'x' } }), /https/);
   });
