@@ -186,6 +186,7 @@ Stores (every command but serve and version needs a shared one):
   --postgres-url URL       PostgreSQL                            (env DLOCK_POSTGRES_URL)
   --zookeeper-servers H:P  ZooKeeper                             (env DLOCK_ZOOKEEPER_SERVERS)
   --server URL             a remote dlock serve                  (env DLOCK_SERVER)
+                           https://: --ca-file, --cert, --key    (env DLOCK_CA_FILE, DLOCK_CERT, DLOCK_KEY)
 
 Exit codes: the command's own code for run; otherwise 0 success, 1 unexpected
 error, 64 usage, 69 store unavailable, 70 lease lost or token not holding the lock,

@@ -39,11 +39,20 @@ which may touch only the lock names in its scope; SIGHUP rereads the file
 without dropping connections (a broken file is refused and the one in force
 kept). 'dlock auth hash' prints the hash of a token for the file.
 
+With --tls-cert and --tls-key it serves HTTPS (TLS 1.2+, HTTP/2); with
+--client-ca every client must present a certificate of those CAs, and the
+auth file may map a certificate's identity to a tenant. SIGHUP rereads
+these files too (a bad or expired certificate is refused and the one in
+force kept). Without TLS, on an address beyond loopback and with tokens,
+a warning says that tokens travel in clear.
+
 Examples:
   dlock serve
   dlock serve --addr 127.0.0.1:8080 --redis-url redis://127.0.0.1:6379
   DLOCK_AUTH_TOKEN=s3cret dlock serve --redlock-urls redis://a:6379,redis://b:6379,redis://c:6379
   dlock serve --auth-file /etc/dlock/auth.json --redis-url redis://127.0.0.1:6379
+  dlock serve --tls-cert tls.pem --tls-key tls-key.pem --client-ca ca.pem --auth-file auth.json
+
   dlock serve --otlp-endpoint http://127.0.0.1:4318`,
 }
 

@@ -377,3 +377,35 @@ func TestOperationsOpenSSLRecipe(t *testing.T) {
 	serve.signal(sigterm)
 	serve.wait()
 }
+
+// TestServeTLSFlagErrors: the TLS flags of dlock serve in a combination
+// that cannot work are usage errors naming the flags; unreadable or
+// expired files stop it at start with exit 1.
+func TestServeTLSFlagErrors(t *testing.T) {
+	c := makeCerts(t, nil)
+	expired, err := c.ca.Issue(tlstest.Leaf{DNS: []string{"localhost"}, NotBefore: time.Now().Add(-48 * time.Hour), NotAfter: time.Now().Add(-time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldCert, oldKey, err := expired.WriteFiles(c.dir, "expired")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		env  []string
+		code int
+		want string
+	}{
+		{[]string{"serve", "--tls-cert", c.cert}, nil, runner.ExitUsage, "--tls-cert and --tls-key go together"},
+		{[]string{"serve"}, []string{"DLOCK_TLS_KEY=" + c.key}, runner.ExitUsage, "--tls-cert and --tls-key go together"},
+		{[]string{"serve", "--client-ca", c.caFile}, nil, runner.ExitUsage, "--client-ca needs --tls-cert"},
+		{[]string{"serve", "--addr", "127.0.0.1:0", "--tls-cert", oldCert, "--tls-key", oldKey}, nil, 1, "expired at"},
+		{[]string{"serve", "--addr", "127.0.0.1:0", "--tls-cert", c.cert, "--tls-key", c.key, "--client-ca", c.cert + ".missing"}, nil, 1, "client CA"},
+	} {
+		code, _, stderr := mainResult(t, tc.env, tc.args...)
+		if code != tc.code || !strings.Contains(stderr, tc.want) {
+			t.Errorf("dlock %s (env %v) = %d, stderr %q; want %d naming %q", strings.Join(tc.args, " "), tc.env, code, stderr, tc.code, tc.want)
+		}
+	}
+}
