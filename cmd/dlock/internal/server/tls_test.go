@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/tls"
@@ -18,6 +19,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -238,7 +240,8 @@ func TestMutualTLS(t *testing.T) {
 	tokB := "team-b-token"
 	entryB := `{"tenant":"team-b","sha256":"` + HashToken(tokB) + `","prefixes":["team-b/"],"access":"read-write"}`
 	authWith(t, authPath, idTeamA, idReader, idLegacy, entryB)
-	s := startTLS(t, Config{TLSCert: p.certFile, TLSKey: p.keyOut, ClientCA: p.caFile, AuthFile: authPath})
+	s := startTLS(t, Config{TLSCert: p.certFile, TLSKey: p.keyOut, ClientCA: p.caFile, AuthFile: authPath,
+		SnapshotInterval: 50 * time.Millisecond})
 
 	for _, tc := range []struct {
 		what  string
@@ -297,15 +300,45 @@ func TestMutualTLS(t *testing.T) {
 		}
 	}
 	trace(teamA)
+	// team-a's event stream, on a connection of its own, ends at the reload.
+	streamClient := httpsClient(t, p.ca.Pool(), false, issue(t, p.ca, tlstest.Leaf{URIs: []string{"spiffe://dlock.test/team-a"}}))
+	stream, err := streamClient.Get(s.base + "/v1/events")
+	if err != nil || stream.StatusCode != 200 {
+		t.Fatalf("team-a GET /v1/events = %v, %v", stream, err)
+	}
+	defer stream.Body.Close()
+	// Snapshots come every 50ms; after the reload at most the one of a
+	// tick in progress may follow before the stream ends.
+	var reloaded atomic.Bool
+	var late atomic.Int64
+	streamEnded := make(chan error, 1)
+	go func() {
+		sc := bufio.NewScanner(stream.Body)
+		for sc.Scan() {
+			if reloaded.Load() && strings.HasPrefix(sc.Text(), "event: snapshot") {
+				late.Add(1)
+			}
+		}
+		streamEnded <- sc.Err()
+	}()
 	authWith(t, authPath, idReader, idLegacy, entryB)
 	if err := s.srv.ReloadAuth(); err != nil {
 		t.Fatal(err)
 	}
+	reloaded.Store(true)
 	if r := mustCall(t, teamA, 401, "POST", s.base+"/v1/locks/team-a%2Fx/release", `{"token":"`+tok+`"}`); !strings.Contains(r.body["message"].(string), "not in the auth file") {
 		t.Errorf("revoked identity: %v, want 401 naming it", r.body)
 	}
 	if len(conns) != 0 {
 		t.Errorf("the revoked identity's request made %d new handshakes, want it on the open connection", len(conns))
+	}
+	select {
+	case err := <-streamEnded:
+		if err != nil || late.Load() > 1 {
+			t.Errorf("the revoked identity's event stream ended with %v after %d snapshots past the reload, want a clean end after at most 1", err, late.Load())
+		}
+	case <-time.After(30 * time.Second):
+		t.Errorf("the revoked identity's event stream still runs 30s after the reload")
 	}
 }
 
