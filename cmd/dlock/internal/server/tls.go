@@ -1,6 +1,7 @@
 package server
 
 import (
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -65,6 +66,14 @@ func (st *tlsState) load(now time.Time) error {
 		conf.ClientCAs = pool
 		conf.ClientAuth = tls.RequireAndVerifyClientCert
 	}
+	// Fresh session ticket keys: a session of before the reload cannot be
+	// resumed past it, so a client certificate verified under a client CA
+	// no longer in force is asked for and verified again.
+	var key [32]byte
+	if _, err := rand.Read(key[:]); err != nil {
+		return fmt.Errorf("dlock: TLS session ticket key: %w", err)
+	}
+	conf.SetSessionTicketKeys([][32]byte{key})
 	st.cert.Store(cert)
 	st.conf.Store(conf)
 	return nil

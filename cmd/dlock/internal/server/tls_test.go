@@ -594,3 +594,36 @@ func TestPlaintextWarning(t *testing.T) {
 		t.Errorf("warnPlaintext with TLS logged %q, want nothing", out.String())
 	}
 }
+
+// TestTLSReloadEndsResumption: a session resumes across connections, but
+// not across a reload, so a client certificate is verified again under
+// the client CA then in force.
+func TestTLSReloadEndsResumption(t *testing.T) {
+	p := newPKI(t)
+	s := startTLS(t, Config{TLSCert: p.certFile, TLSKey: p.keyOut, ClientCA: p.caFile})
+	cert := issue(t, p.ca, tlstest.Leaf{CN: "client"})
+	cache := tls.NewLRUClientSessionCache(8)
+	resumed := func() bool {
+		t.Helper()
+		c, err := tls.Dial("tcp", strings.TrimPrefix(s.base, "https://"), &tls.Config{
+			RootCAs: p.ca.Pool(), ServerName: "127.0.0.1", Certificates: []tls.Certificate{cert}, ClientSessionCache: cache})
+		if err != nil {
+			t.Fatalf("handshake: %v", err)
+		}
+		defer c.Close()
+		// A request and its answer: TLS 1.3 tickets arrive after the handshake.
+		fmt.Fprintf(c, "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+		io.Copy(io.Discard, c)
+		return c.ConnectionState().DidResume
+	}
+	resumed()
+	if !resumed() {
+		t.Fatal("a second connection did not resume the session; the test cannot tell anything")
+	}
+	if err := s.srv.ReloadTLS(); err != nil {
+		t.Fatal(err)
+	}
+	if resumed() {
+		t.Error("a connection after a reload resumed a session of before it, want a full handshake")
+	}
+}
