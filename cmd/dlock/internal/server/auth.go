@@ -24,7 +24,8 @@ import (
 )
 
 // Scoped tokens (Config.AuthFile, docs/operations.md): a JSON file lists
-// tokens by their SHA-256, each with a tenant, the lock-name prefixes it
+// tokens by their SHA-256 (or client certificates by their identity,
+// identity.go), each with a tenant, the lock-name prefixes it
 // may touch, read-only or read-write access, and optional limits on
 // concurrent holds and acquires per second. The file is read by New and
 // again by ReloadAuth (SIGHUP in dlock serve).
@@ -35,11 +36,9 @@ type authFile struct {
 }
 
 type authEntry struct {
-	Tenant string `json:"tenant"`
-	SHA256 string `json:"sha256"`
-	// Identity names a client certificate instead of a token
-	// ("uri:…", "dns:…" or "cn:…"; identity.go).
-	Identity string   `json:"identity"`
+	Tenant   string   `json:"tenant"`
+	SHA256   string   `json:"sha256"`
+	Identity string   `json:"identity"` // a client certificate instead of a token (identity.go)
 	Prefixes []string `json:"prefixes"`
 	Access   string   `json:"access"` // read-only or read-write
 	// MaxHolds bounds the leases the token holds at once through this
