@@ -37,6 +37,11 @@ def test_https_wrong_ca_names_the_problem(tls_server: Server, certs: Path, name:
     assert "CERTIFICATE_VERIFY_FAILED" in str(e.value)
 
 
+def test_tls_environment_ignored_for_http(server: Server, certs: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DLOCK_CA_FILE", str(certs / "ca.pem"))
+    assert Client(server.url, retries=0).health()["status"] == "ok"
+
+
 def test_tls_options_need_https(certs: Path) -> None:
     with pytest.raises(ValueError, match="https://"):
         Client("http://127.0.0.1:3009", ca_file=str(certs / "ca.pem"))

@@ -142,7 +142,7 @@ class Client:
 
     For an ``https://`` url the server's certificate is checked against the
     system's CAs, or against ``ca_file`` (PEM; default the environment's
-    ``DLOCK_CA_FILE``). A server that requires a client certificate (mutual
+    ``DLOCK_CA_FILE`` for an ``https://`` url). A server that requires a client certificate (mutual
     TLS, ``dlock serve --client-ca``) gets ``cert_file`` and ``key_file``
     (PEM; defaults ``DLOCK_CERT`` and ``DLOCK_KEY``). ``ssl_context`` replaces
     all three with a :class:`ssl.SSLContext` of your own. TLS 1.2 is the
@@ -176,11 +176,13 @@ class Client:
             raise ValueError("dlock: retries must not be negative")
         self.timeout = timeout
         self.retries = retries
+        # The environment's files apply to an https:// url only.
+        env: Mapping[str, str] = os.environ if parts.scheme == "https" else {}
         ctx = ssl_context or _tls_context(
             parts.scheme,
-            ca_file if ca_file is not None else os.environ.get("DLOCK_CA_FILE") or None,
-            cert_file if cert_file is not None else os.environ.get("DLOCK_CERT") or None,
-            key_file if key_file is not None else os.environ.get("DLOCK_KEY") or None,
+            ca_file if ca_file is not None else env.get("DLOCK_CA_FILE") or None,
+            cert_file if cert_file is not None else env.get("DLOCK_CERT") or None,
+            key_file if key_file is not None else env.get("DLOCK_KEY") or None,
         )
         if ctx is not None and parts.scheme != "https":
             raise ValueError("dlock: ca_file, cert_file, key_file and ssl_context need an https:// url")
