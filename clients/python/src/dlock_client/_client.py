@@ -177,7 +177,9 @@ class Client:
         self.timeout = timeout
         self.retries = retries
         # The environment's files apply to an https:// url only.
-        env: Mapping[str, str] = os.environ if parts.scheme == "https" else {}
+        env: Mapping[str, str] = os.environ
+        if parts.scheme != "https":
+            env = {}
         ctx = ssl_context or _tls_context(
             parts.scheme,
             ca_file if ca_file is not None else env.get("DLOCK_CA_FILE") or None,
