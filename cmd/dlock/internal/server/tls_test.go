@@ -627,3 +627,42 @@ func TestTLSReloadEndsResumption(t *testing.T) {
 		t.Error("a connection after a reload resumed a session of before it, want a full handshake")
 	}
 }
+
+// anyAddrListener is a loopback listener that reports the unspecified
+// address, as one of ":3009" would.
+type anyAddrListener struct{ net.Listener }
+
+func (anyAddrListener) Addr() net.Addr { return &net.TCPAddr{IP: net.IPv4zero, Port: 3009} }
+
+// TestServeWarnsPlaintext: Serve logs the warning for a listener beyond
+// loopback, with a token and without TLS.
+func TestServeWarnsPlaintext(t *testing.T) {
+	l, err := dlock.New(memory.New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var out lockedBuf
+	srv, err := New(l, Config{AuthToken: "t", Logger: slog.New(slog.NewTextHandler(&out, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, anyAddrListener{ln}) }()
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(out.String(), "dlock: serving") && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond) // poll interval of a deadline-bounded wait
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "travel in clear") {
+		t.Errorf("Serve on 0.0.0.0 with a token and no TLS logged:\n%s\nwant the warning that tokens travel in clear", out.String())
+	}
+}
