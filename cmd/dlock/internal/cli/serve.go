@@ -52,7 +52,6 @@ Examples:
   DLOCK_AUTH_TOKEN=s3cret dlock serve --redlock-urls redis://a:6379,redis://b:6379,redis://c:6379
   dlock serve --auth-file /etc/dlock/auth.json --redis-url redis://127.0.0.1:6379
   dlock serve --tls-cert tls.pem --tls-key tls-key.pem --client-ca ca.pem --auth-file auth.json
-
   dlock serve --otlp-endpoint http://127.0.0.1:4318`,
 }
 
