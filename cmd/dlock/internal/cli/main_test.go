@@ -39,7 +39,10 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	if code == 0 {
-		if err := goleak.Find(); err != nil {
+		// valkey-go's cluster client schedules a topology refresh on a
+		// goroutine that sleeps first and is not stopped by Close: a
+		// command that dialled an unreachable cluster node leaves one.
+		if err := goleak.Find(goleak.IgnoreAnyFunction("github.com/valkey-io/valkey-go.(*call).DelayDo.func1")); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)
 			code = 1
 		}
