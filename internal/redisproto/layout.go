@@ -6,6 +6,7 @@ import (
 	"hash/maphash"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -13,7 +14,7 @@ import (
 )
 
 // A Layout names the keys of lock names for one store: its key prefix, its
-// fence retention, and the shard channels on which it hears of handoffs to
+// fence retention, the fence marks of the hash slots, and the shard channels on which it hears of handoffs to
 // its own waiters. Make one with NewLayout; its fields are read-only
 // afterwards, and its methods safe for concurrent use.
 type Layout struct {
@@ -26,8 +27,7 @@ type Layout struct {
 	ID string
 	// mutexSuffix and fairSuffix end the names of those channels.
 	mutexSuffix, fairSuffix string
-	// seen is a lossy set of the names a mutex was asked for (see Seen).
-	seen     [seenSize]atomic.Uint64
+	// seed hashes names for contended.
 	seenSeed maphash.Seed
 	// contended is a lossy set of the names a mutex may have waiters on
 	// (see Contended).
@@ -35,23 +35,9 @@ type Layout struct {
 }
 
 const (
-	seenBits      = 12
-	seenSize      = 1 << seenBits // entries of Layout.seen: 32 KiB
 	contendedBits = 10
 	contendedSize = 1 << contendedBits // entries of Layout.contended: 8 KiB
 )
-
-// Seen reports whether a mutex acquire was asked for lock name through this
-// Layout before, and remembers that it now was. It is a hint, wrong now and then
-// both ways (names share entries): the acquire script issues the fence with
-// INCR when the name's counter likely exists and from the clock otherwise,
-// and is correct either way.
-func (l *Layout) Seen(name string) bool {
-	h := maphash.String(l.seenSeed, name)
-	// The top bits pick the entry; the entry holds the hash with its low
-	// bit set, never 0, the empty entry.
-	return l.seen[h>>(64-seenBits)].Swap(h|1) == h|1
-}
 
 // Contend remembers that lock name may have waiters: a mutex acquire on it
 // was refused, or a release found its waiters flag.
@@ -339,4 +325,50 @@ func millis(d time.Duration) int64 {
 		return 0
 	}
 	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+// MarkSuffix ends the key of a hash slot's fence mark (see Mark).
+const MarkSuffix = "fence-mark"
+
+// Mark returns the key of the fence mark of lock name's hash slot: one key
+// per slot and key prefix, without expiry, at least every fence the
+// scripts issued on a name of the slot since the node last started empty
+// (see scripts/clock_lib.lua). It is the auxiliary key, suffix MarkSuffix,
+// of the lock name "{<t>}", where t is the shortest decimal number whose
+// slot is the name's: a key in the name's slot, as every key a script
+// touches must be on Redis Cluster, that no lock name's key can be (CheckName
+// refuses a name whose key has the form of another name's auxiliary key).
+func (l *Layout) Mark(name string) string {
+	main := l.Key(name)
+	s := Slot(main)
+	k := l.Aux("{"+strconv.FormatUint(uint64(slotTag(s)), 10)+"}", MarkSuffix)
+	if Slot(k) != s {
+		// A prefix with a "{" of its own that makes no hash tag: the mark
+		// key starts with the tag instead.
+		k = "{" + strconv.FormatUint(uint64(slotTag(s)), 10) + "}:" + MarkSuffix + ":" + l.Prefix
+	}
+	return k
+}
+
+var (
+	slotTagsOnce sync.Once
+	slotTags     *[16384]uint32
+)
+
+// slotTag returns the least number whose decimal form hashes to slot s.
+// The table is built once, on first use: about 170 000 CRC16s, 64 KiB.
+func slotTag(s uint16) uint32 {
+	slotTagsOnce.Do(func() {
+		var t [16384]uint32
+		var found [16384]bool
+		left := len(t)
+		for n := uint32(0); left > 0; n++ {
+			if sl := Slot(strconv.FormatUint(uint64(n), 10)); !found[sl] {
+				found[sl], t[sl] = true, n
+				left--
+			}
+		}
+		slotTags = &t
+	})
+	return slotTags[s]
 }

@@ -3,59 +3,52 @@ package redisproto
 import (
 	"errors"
 	"strconv"
-	"sync"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/dlock-dev/dlock/store"
 )
 
-func TestSeen(t *testing.T) {
-	l := NewLayout("lock:", time.Hour)
-	if l.Seen("a") {
-		t.Fatal("Seen(a) on a new Layout = true")
-	}
-	if !l.Seen("a") {
-		t.Fatal("Seen(a) after asking for a = false")
-	}
-	if NewLayout("lock:", time.Hour).Seen("a") {
-		t.Error("another Layout saw a")
-	}
-	// Lossy, but not much: of 1000 new names, few collide with the 1000
-	// before them in 4096 entries.
-	for i := range 1000 {
-		l.Seen("x" + strconv.Itoa(i))
-	}
-	wrong := 0
-	for i := range 1000 {
-		if l.Seen("y" + strconv.Itoa(i)) {
-			wrong++
-		}
-	}
-	if wrong > 0 {
-		t.Errorf("%d of 1000 new names reported seen; entries hold a name's whole hash", wrong)
-	}
-	// A name is forgotten when another of the 1000 shares its entry, and
-	// then both are: 1000 × (1 − (1 − 1/4096)^999) ≈ 216 on average
-	// (standard deviation about 14).
-	forgotten := 0
-	for i := range 1000 {
-		if !l.Seen("y" + strconv.Itoa(i)) {
-			forgotten++
-		}
-	}
-	if forgotten > 300 {
-		t.Errorf("%d of the last 1000 names forgotten, want most kept in 4096 entries", forgotten)
-	}
-	var wg sync.WaitGroup
-	for g := range 8 {
-		wg.Go(func() {
-			for i := range 1000 {
-				l.Seen(strconv.Itoa(g*1000 + i))
+func TestMark(t *testing.T) {
+	for _, prefix := range []string{"lock:", "", "{locks}:", "a{b:", "{x"} {
+		l := NewLayout(prefix, time.Hour)
+		marks := map[string]uint16{}
+		for i := range 3000 {
+			name := "n" + strconv.Itoa(i)
+			if i%3 == 0 {
+				name = "{user:" + strconv.Itoa(i%7) + "}:job"
 			}
-		})
+			m := l.Mark(name)
+			if Slot(m) != Slot(l.Key(name)) {
+				t.Fatalf("prefix %q: Mark(%q) = %q in slot %d, want the slot of %q, %d", prefix, name, m, Slot(m), l.Key(name), Slot(l.Key(name)))
+			}
+			if s, ok := marks[m]; ok && s != Slot(m) {
+				t.Fatalf("prefix %q: mark %q shared by slots %d and %d", prefix, m, s, Slot(m))
+			}
+			marks[m] = Slot(m)
+			// No lock name's main key is a mark.
+			if name, ok := strings.CutPrefix(m, prefix); ok && l.CheckName(name) == nil {
+				t.Fatalf("prefix %q: mark %q is the main key of the valid name %q", prefix, m, name)
+			}
+		}
+		// One mark per slot: no more marks than slots the names fall in.
+		slots := map[uint16]bool{}
+		for _, s := range marks {
+			slots[s] = true
+		}
+		if len(marks) != len(slots) {
+			t.Errorf("prefix %q: %d marks for %d slots, want one per slot", prefix, len(marks), len(slots))
+		}
 	}
-	wg.Wait()
+	if got := NewLayout("lock:", time.Hour).Mark("x"); got != "{"+strconv.FormatUint(uint64(slotTag(Slot("lock:x"))), 10)+"}:lock:{"+strconv.FormatUint(uint64(slotTag(Slot("lock:x"))), 10)+"}:fence-mark" {
+		t.Errorf("Mark(x) = %q", got)
+	}
+	for s := range uint16(16384) {
+		if got := Slot(strconv.FormatUint(uint64(slotTag(s)), 10)); got != s {
+			t.Fatalf("slotTag(%d) hashes to slot %d", s, got)
+		}
+	}
 }
 
 // TestCheckTokenRefusesMarkers: every request's token is checked (acquire,

@@ -57,7 +57,7 @@ type Ops struct {
 // "dlock:semaphore:<limit>"), expiring with its longest hold, so the mutex,
 // the other patterns and foreign libraries' SET NX are refused; and any
 // other value in the main key refuses these patterns. Every pattern shares
-// the name's fence counter.
+// the name's fence key and its slot's fence mark (scripts/clock_lib.lua).
 //
 //	mutex      lock:<name> (token), {t}:fence, {t}:waiters, {t}:waiters:flag,
 //	           and the shard channel {t}:mutex:ch:<store ID> of each store with registered waiters
@@ -80,13 +80,13 @@ var modes = func() map[store.Mode]*Ops {
 	}
 	write := rw
 	write.Acquire = joined("scripts/rw_lib.lua", "scripts/rw_write_acquire.lua")
-	write.Raise = load("scripts/rw_raise_fence.lua")
+	write.Raise = withClock("scripts/rw_raise_fence.lua")
 	return map[store.Mode]*Ops{
 		store.ModeMutex: {
-			Acquire:      load("scripts/mutex_acquire.lua"),
-			Extend:       load("scripts/mutex_extend.lua"),
-			Release:      load("scripts/mutex_release.lua"),
-			Raise:        load("scripts/mutex_raise_fence.lua"),
+			Acquire:      withClock("scripts/mutex_acquire.lua"),
+			Extend:       withClock("scripts/mutex_extend.lua"),
+			Release:      withClock("scripts/mutex_release.lua"),
+			Raise:        withClock("scripts/mutex_raise_fence.lua"),
 			keys:         mutexKeys,
 			fewKeys:      mutexFewKeys,
 			shortRelease: mutexShortReleaseKeys,
@@ -178,20 +178,15 @@ func (o *Ops) Args(l *Layout, req store.Request) []string {
 }
 
 // AcquireArgs returns ARGV for o.Acquire: Args, and for the mutex more:
-// {seen (0|1): whether the name's fence counter likely exists
-// (Layout.Seen), the fence floor proposed in ctx (WithFenceFloor) or "",
-// queue (1), queue TTL ms}, ending after seen or the floor when the request
-// does not queue (see mutex_acquire.lua).
+// {"" (unused), the fence floor proposed in ctx (WithFenceFloor) or "",
+// queue (1), queue TTL ms}, ending after the unused argument or the floor
+// when the request does not queue (see mutex_acquire.lua).
 func (o *Ops) AcquireArgs(ctx context.Context, l *Layout, req store.Request) []string {
 	args := o.Args(l, req)
 	if req.Mode != store.ModeMutex {
 		return args
 	}
-	seen := "0"
-	if l.Seen(req.Name) {
-		seen = "1"
-	}
-	args = append(args, seen)
+	args = append(args, "")
 	floor, _ := ctx.Value(fenceFloorKey{}).(string)
 	switch {
 	case req.Queue:
@@ -206,7 +201,7 @@ type fenceFloorKey struct{}
 
 // WithFenceFloor returns ctx proposing floor to the mutex acquire scripts of
 // the stores it reaches: store/redlock proposes one floor to every node of a
-// grant, so that nodes whose counters are absent issue the same fence and
+// grant, so that nodes without the name's fence key issue the same fence and
 // the grant needs no fence write-back. A node takes the floor only above
 // its own clock floor, and by at most 100 ms (mutex_acquire.lua).
 func WithFenceFloor(ctx context.Context, floor int64) context.Context {
@@ -233,19 +228,19 @@ func (o *Ops) WatchKey(l *Layout, name string) string {
 // MaxFence is the largest fence a Lua number holds exactly (2^53).
 const MaxFence = 1 << 53
 
-// mutexKeys is KEYS = {main key, fence counter, waiters, the store's handoff
-// channel, waiters flag}. The channel is a channel, not a key, declared
-// among the keys so that it routes to the lock's slot. The flag, a string
-// that outlives the waiters set, lets the release script learn whether
-// there may be waiters from the MGET that reads the main key.
+// mutexKeys is KEYS = {main key, fence key, waiters, the store's handoff
+// channel, waiters flag, the slot's fence mark (Layout.Mark)}. The channel
+// is a channel, not a key, declared among the keys so that it routes to the
+// lock's slot. The flag, a string that outlives the waiters set, lets the
+// release script learn whether there may be waiters from the MGET that
+// reads the main key.
 func mutexKeys(l *Layout, name string) []string {
-	return l.KeySet(true, name, "fence", "waiters", l.mutexSuffix, "waiters:flag")
+	return append(l.KeySet(true, name, "fence", "waiters", l.mutexSuffix, "waiters:flag"), l.Mark(name))
 }
 
-// mutexFewKeys is the first two of mutexKeys: the main key and the fence
-// counter.
+// mutexFewKeys is the main key, the fence key and the slot's fence mark.
 func mutexFewKeys(l *Layout, name string) []string {
-	return l.KeySet(true, name, "fence")
+	return append(l.KeySet(true, name, "fence"), l.Mark(name))
 }
 
 // mutexShortReleaseKeys is the main key and the waiters flag, the keys of
@@ -254,14 +249,10 @@ func mutexShortReleaseKeys(l *Layout, name string) []string {
 	return l.KeySet(true, name, "waiters:flag")
 }
 
-// mutexArgs is ARGV = {token, TTL ms, counter keep ms: max(fence retention,
-// TTL + 1 min)}; the acquire takes more (see AcquireArgs).
+// mutexArgs is ARGV = {token, TTL ms, fence retention ms}; the acquire
+// takes more (see AcquireArgs).
 func mutexArgs(l *Layout, req store.Request) []string {
-	keep := l.Retention
-	if ms := millis(req.TTL) + 60000; ms > l.retention {
-		keep = strconv.FormatInt(ms, 10)
-	}
-	return append(make([]string, 0, 7), req.Token, Millis(req.TTL), keep)
+	return append(make([]string, 0, 7), req.Token, Millis(req.TTL), l.Retention)
 }
 
 // stdArgs is ARGV = {token, TTL ms, owner, limit, queue (0|1), queue TTL ms,
@@ -278,10 +269,11 @@ func stdArgs(l *Layout, req store.Request) []string {
 	return []string{req.Token, Millis(req.TTL), owner, strconv.Itoa(req.Limit), queue, Millis(req.QueueTTL), l.Retention}
 }
 
-// withMain appends the main key of lock name, the last key of every
-// pattern's scripts (see scripts/name_lib.lua).
+// withMain appends the main key of lock name and its slot's fence mark, the
+// last two keys of every pattern's scripts (see scripts/name_lib.lua and
+// scripts/clock_lib.lua).
 func withMain(l *Layout, name string, keys []string) []string {
-	return append(keys, l.Key(name))
+	return append(keys, l.Key(name), l.Mark(name))
 }
 
 func reentrantKeys(l *Layout, name string) []string {

@@ -11,7 +11,8 @@ import (
 
 // TestMutexCallsCarryWhatTheScriptsRead: each key and argument of a script
 // call costs the server time, so a mutex acquire that does not queue, and
-// every extend, send the lock key and the fence counter alone, and an
+// every extend, send the lock key, the fence key and the slot's fence mark
+// alone, and an
 // acquire sends the floor and queue arguments only when it has them; a
 // release on a name without known waiters sends the short form.
 func TestMutexCallsCarryWhatTheScriptsRead(t *testing.T) {
@@ -21,23 +22,23 @@ func TestMutexCallsCarryWhatTheScriptsRead(t *testing.T) {
 	}
 	l := NewLayout("lock:", 24*time.Hour)
 	all := o.Keys(l, "a")
-	if len(all) != 5 {
-		t.Fatalf("Keys = %q, want 5", all)
+	if len(all) != 6 || all[5] != l.Mark("a") {
+		t.Fatalf("Keys = %q, want 6, the slot's fence mark last", all)
 	}
+	few := []string{all[0], all[1], all[5]}
 	req := store.Request{Name: "a", Token: "t", TTL: time.Second, Mode: store.ModeMutex}
-	if k := o.AcquireKeys(l, req); !slices.Equal(k, all[:2]) {
-		t.Errorf("AcquireKeys without queue = %q, want %q", k, all[:2])
+	if k := o.AcquireKeys(l, req); !slices.Equal(k, few) {
+		t.Errorf("AcquireKeys without queue = %q, want %q", k, few)
 	}
-	if k := o.ExtendKeys(l, "a"); !slices.Equal(k, all[:2]) {
-		t.Errorf("ExtendKeys = %q, want %q", k, all[:2])
+	if k := o.ExtendKeys(l, "a"); !slices.Equal(k, few) {
+		t.Errorf("ExtendKeys = %q, want %q", k, few)
 	}
 	ctx := context.Background()
 	keep := l.Retention
-	if got, want := o.AcquireArgs(ctx, l, req), []string{"t", "1000", keep, "0"}; !slices.Equal(got, want) {
+	if got, want := o.AcquireArgs(ctx, l, req), []string{"t", "1000", keep, ""}; !slices.Equal(got, want) {
 		t.Errorf("AcquireArgs = %q, want %q", got, want)
 	}
-	// The name is seen now: "1".
-	if got, want := o.AcquireArgs(WithFenceFloor(ctx, 42), l, req), []string{"t", "1000", keep, "1", "42"}; !slices.Equal(got, want) {
+	if got, want := o.AcquireArgs(WithFenceFloor(ctx, 42), l, req), []string{"t", "1000", keep, "", "42"}; !slices.Equal(got, want) {
 		t.Errorf("AcquireArgs with a floor = %q, want %q", got, want)
 	}
 	q := req
@@ -45,7 +46,7 @@ func TestMutexCallsCarryWhatTheScriptsRead(t *testing.T) {
 	if k := o.AcquireKeys(l, q); !slices.Equal(k, all) {
 		t.Errorf("AcquireKeys with queue = %q, want all of %q", k, all)
 	}
-	if got, want := o.AcquireArgs(ctx, l, q), []string{"t", "1000", keep, "1", "", "1", "3000"}; !slices.Equal(got, want) {
+	if got, want := o.AcquireArgs(ctx, l, q), []string{"t", "1000", keep, "", "", "1", "3000"}; !slices.Equal(got, want) {
 		t.Errorf("AcquireArgs with queue = %q, want %q", got, want)
 	}
 	if got, want := o.Args(l, q), []string{"t", "1000", keep}; !slices.Equal(got, want) {

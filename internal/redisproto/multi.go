@@ -13,27 +13,27 @@ import (
 // other client; the keys of all names must be on one node (on a cluster: in
 // one hash slot, which names sharing a hash tag are).
 var (
-	MultiAcquireScript = load("scripts/multi_acquire.lua")
-	MultiExtendScript  = load("scripts/multi_extend.lua")
-	MultiReleaseScript = load("scripts/multi_release.lua")
+	MultiAcquireScript = withClock("scripts/multi_acquire.lua")
+	MultiExtendScript  = withClock("scripts/multi_extend.lua")
+	MultiReleaseScript = withClock("scripts/multi_release.lua")
 )
 
 // MultiKeys returns KEYS of MultiAcquireScript and MultiExtendScript: each
-// name's main key and fence counter.
+// name's main key, fence key and slot's fence mark.
 func (l *Layout) MultiKeys(names []string) []string {
-	keys := make([]string, 0, 2*len(names))
+	keys := make([]string, 0, 3*len(names))
 	for _, n := range names {
-		keys = append(keys, l.KeySet(true, n, "fence")...)
+		keys = append(append(keys, l.KeySet(true, n, "fence")...), l.Mark(n))
 	}
 	return keys
 }
 
 // MultiReleaseKeys returns KEYS of MultiReleaseScript: each name's main
-// key, fence counter, waiters and waiters flag.
+// key, fence key, waiters, waiters flag and slot's fence mark.
 func (l *Layout) MultiReleaseKeys(names []string) []string {
-	keys := make([]string, 0, 4*len(names))
+	keys := make([]string, 0, 5*len(names))
 	for _, n := range names {
-		keys = append(keys, l.KeySet(true, n, "fence", "waiters", "waiters:flag")...)
+		keys = append(append(keys, l.KeySet(true, n, "fence", "waiters", "waiters:flag")...), l.Mark(n))
 	}
 	return keys
 }

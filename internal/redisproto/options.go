@@ -20,12 +20,23 @@ type Options struct {
 
 // The defaults of Options.
 const (
-	DefaultPrefix         = "lock:"
-	DefaultFenceRetention = 24 * time.Hour
+	DefaultPrefix = "lock:"
+	// ClockStepBound is the largest step back of a server's clock that the
+	// default fence retention covers (see docs/safety.md, "Fences on
+	// Valkey/Redis").
+	ClockStepBound = time.Minute
+	// FenceLeadBound bounds how far a fence may be ahead of its server's
+	// clock floor when issued: under a millisecond on one node; up to the
+	// 100 ms of a floor proposed by store/redlock plus the clock offset
+	// between Redlock nodes (assumed under 900 ms) for a written-back fence.
+	FenceLeadBound = time.Second
+	// DefaultFenceRetention is how long a name's fence key stays past the
+	// TTL of its last hold: ClockStepBound + FenceLeadBound, 61 s.
+	DefaultFenceRetention = ClockStepBound + FenceLeadBound
 )
 
-// DefaultOptions returns the defaults: prefix "lock:", a day's fence
-// retention, eviction warned about, and a logger that discards.
+// DefaultOptions returns the defaults: prefix "lock:", a fence retention of
+// DefaultFenceRetention, eviction warned about, and a logger that discards.
 func DefaultOptions() Options {
 	return Options{Prefix: DefaultPrefix, FenceRetention: DefaultFenceRetention, Logger: slog.New(slog.DiscardHandler)}
 }

@@ -56,6 +56,13 @@ func joined(paths ...string) *Script {
 	return newScript(paths[len(paths)-1], src)
 }
 
+// withClock returns the script made of the shared functions in clock_lib.lua
+// and then the operation at path (the mutex's and the raises' scripts, which
+// read no main key as the last key but one).
+func withClock(path string) *Script {
+	return newScript(path, load("scripts/clock_lib.lua").Src+"\n"+load(path).Src)
+}
+
 // LeastFencedAcquire is the least a fenced acquire on a new name can do with
 // dlock's guarantees (scripts/least_fenced_acquire.lua). No store runs it:
 // it is the floor the benchmarks measure the mutex against.

@@ -101,10 +101,10 @@ const DefaultFenceRetention = redisproto.DefaultFenceRetention
 // form of another name's auxiliary key ("{x}:fence") is refused.
 func WithPrefix(p string) Option { return func(c *config) { c.Prefix = p } }
 
-// WithFenceRetention sets how long a lock name's fence counter is kept after
-// the grant that created it: d, but never less than that grant's TTL plus a
-// minute (as store/valkey's option of the same name).
-// Default a day; at least a second. See store/valkey's WithFenceRetention.
+// WithFenceRetention sets how long a lock name's fence key stays after the
+// TTL of its last hold ends (as store/valkey's option of the same name).
+// Default 61 s ([DefaultFenceRetention]); at least a second. See
+// store/valkey's WithFenceRetention.
 func WithFenceRetention(d time.Duration) Option {
 	return func(c *config) { c.SetFenceRetention(d) }
 }

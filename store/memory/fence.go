@@ -34,6 +34,7 @@ func (s *Store) RaiseFence(ctx context.Context, req store.Request, fence int64) 
 	if fence > s.fences[req.Name] {
 		s.fences[req.Name] = fence
 	}
+	s.mark = max(s.mark, fence)
 	if req.Mode == store.ModeElection {
 		h.fence = max(h.fence, fence)
 		h.value = req.Value

@@ -35,7 +35,8 @@ type Store struct {
 	mu        sync.Mutex
 	locks     map[key]*lock
 	fences    map[string]int64
-	issued    int // fences issued since the last prune
+	mark      int64 // the highest fence issued or raised, every name
+	issued    int   // fences issued since the last prune
 	watchers  map[key]map[chan struct{}]struct{}
 	grants    map[grantKey]chan store.Grant
 }
@@ -101,16 +102,18 @@ func New(opts ...Option) *Store {
 // An Option configures a [Store] made by [New].
 type Option func(*Store)
 
-// DefaultFenceRetention is [WithFenceRetention]'s default.
-const DefaultFenceRetention = 24 * time.Hour
+// DefaultFenceRetention is [WithFenceRetention]'s default: 61 s, as the
+// Valkey store's.
+const DefaultFenceRetention = time.Minute + time.Second
 
-// WithFenceRetention sets how long a lock name's fence counter is kept after
-// its last grant; default a day. Each name has one counter, so a workload
-// that locks many distinct names keeps one map entry per name for this
-// long. Once a counter is forgotten, the name's next fence is the clock
-// floor, above every earlier fence unless the wall clock stepped back
-// meanwhile: a shorter retention trades that protection for memory. A
-// value under a second counts as a second.
+// WithFenceRetention sets how long a lock name's last fence is kept once
+// the name has no holder; default 61 s. A name keeps one map entry while
+// held and for about this long after, so a workload that locks many
+// distinct names keeps entries for the names of the last retention only.
+// Fences stay monotonic whatever the retention: a name without an entry
+// is issued max(the store's highest fence + 1, the clock floor). The
+// entry is what a reader joining readers and [Store.State] report. A value
+// under a second counts as a second.
 func WithFenceRetention(d time.Duration) Option {
 	return func(s *Store) { s.retention = max(d, time.Second) }
 }
@@ -121,27 +124,45 @@ func nextFence(last int64, now time.Time) int64 {
 	return max(last+1, now.UnixMilli()*1000)
 }
 
-// issue records and returns the next fence of name. Caller holds s.mu.
+// issue records and returns the next fence of name: above its last fence,
+// or, once that is forgotten, above every fence the store issued (the
+// mark), and at least the clock floor. Caller holds s.mu.
 func (s *Store) issue(name string, now time.Time) int64 {
-	f := nextFence(s.fences[name], now)
+	last, ok := s.fences[name]
+	if !ok {
+		last = s.mark
+	}
+	f := nextFence(last, now)
 	s.fences[name] = f
+	s.mark = max(s.mark, f)
 	if s.issued++; s.issued >= max(1024, len(s.fences)) {
 		s.pruneFences(now)
 	}
 	return f
 }
 
-// pruneFences forgets counters whose last fence is below the clock floor of
-// the retention ago (WithFenceRetention), so that unique lock names do not
-// pile up. The clock floor of nextFence is then above them, so forgetting
-// them cannot make a fence go down (unless the clock steps back that far).
-// Caller holds s.mu.
+// pruneFences forgets the last fences of names that no pattern holds and
+// whose last fence is below the clock floor of the retention ago
+// (WithFenceRetention), so that unique lock names do not pile up. The mark
+// is above them, so forgetting them cannot make a fence go down. Caller
+// holds s.mu.
 func (s *Store) pruneFences(now time.Time) {
 	s.issued = 0
 	floor := now.Add(-s.retention).UnixMilli() * 1000
 	for name, f := range s.fences {
-		if f < floor {
+		if f < floor && !s.heldAny(name) {
 			delete(s.fences, name)
 		}
 	}
+}
+
+// heldAny reports whether some pattern's state of name has holders, live
+// or not yet dropped. Caller holds s.mu.
+func (s *Store) heldAny(name string) bool {
+	for _, m := range []store.Mode{store.ModeMutex, store.ModeReentrant, store.ModeRead, store.ModeFair, store.ModeSemaphore, store.ModeElection} {
+		if lk := s.locks[key{mode: m, name: name}]; lk != nil && len(lk.holders) > 0 {
+			return true
+		}
+	}
+	return false
 }

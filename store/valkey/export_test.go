@@ -18,3 +18,6 @@ var ParseURL = parseURL
 func (s *Store) KeySet(withMain bool, name string, suffixes ...string) []string {
 	return s.l.KeySet(withMain, name, suffixes...)
 }
+
+// MarkKey exposes the key of the fence mark of name's hash slot.
+func (s *Store) MarkKey(name string) string { return s.l.Mark(name) }

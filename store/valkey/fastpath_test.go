@@ -28,11 +28,10 @@ func callsByCommand(t *testing.T, srv *testredis.Server) map[string]int64 {
 }
 
 // TestMutexFastPathCommands pins the cost of an uncontended mutex on the
-// server. On a name the Store saw before, the acquire script makes two calls
-// (SET NX GET, INCR on the fence counter); on a name new to it, three (SET
-// NX GET, TIME, SET GET that creates the counter); when the hint is wrong (a
-// name seen, its counter gone), INCR, TIME and SET. The release makes two
-// (MGET, DEL).
+// server. The acquire script makes four calls on a name whose fence key is
+// still there (SET NX GET; MGET of the fence key and the slot's fence mark;
+// SET of each), and TIME too on a name without it (a new name, or one whose
+// key expired). The release makes two (MGET, DEL).
 func TestMutexFastPathCommands(t *testing.T) {
 	srv := testredis.Start(t)
 	s := dial(t, srv.URL())
@@ -50,9 +49,9 @@ func TestMutexFastPathCommands(t *testing.T) {
 		dropCounter bool
 		want        map[string]int64
 	}{
-		{"warm", false, map[string]int64{"evalsha": 2, "set": 1, "incr": 1, "mget": 1, "del": 1}},
-		{"fresh", false, map[string]int64{"evalsha": 2, "set": 2, "time": 1, "mget": 1, "del": 1}},
-		{"warm", true, map[string]int64{"evalsha": 2, "set": 2, "incr": 1, "time": 1, "mget": 1, "del": 1}},
+		{"warm", false, map[string]int64{"evalsha": 2, "set": 3, "mget": 2, "del": 1}},
+		{"fresh", false, map[string]int64{"evalsha": 2, "set": 3, "time": 1, "mget": 2, "del": 1}},
+		{"warm", true, map[string]int64{"evalsha": 2, "set": 3, "time": 1, "mget": 2, "del": 1}},
 	} {
 		if tt.dropCounter {
 			mustDo(t, srv, "DEL", s.AuxKey(tt.name, "fence"))
@@ -117,7 +116,7 @@ func TestMutexFenceSameMillisecond(t *testing.T) {
 		t.Errorf("counter = %s, want %d", got, high+1)
 	}
 	if ttl, _ := strconv.Atoi(mustDo(t, srv, "PTTL", s.AuxKey("fast", "fence"))); ttl <= 0 {
-		t.Errorf("counter PTTL = %d, want the one-day expiry kept by the grant", ttl)
+		t.Errorf("counter PTTL = %d, want the hold's TTL plus the retention", ttl)
 	}
 	// A repeat by the holder returns the same fence.
 	if g2, err := s.Acquire(ctx, req); err != nil || g2.Fence != g.Fence {
@@ -229,10 +228,9 @@ func TestFairQueueExpiryToppedUpRarely(t *testing.T) {
 	}
 }
 
-// TestMutexFenceMatchesCounter checks, over many names new to the Store
-// (the clock path, which writes the floor's digits as a string and replies
-// with the number), that the counter holds exactly the fence the grant
-// returned, a multiple of 1000 (the floor is whole milliseconds).
+// TestMutexFenceMatchesCounter checks, over many new names (the clock
+// path), that the fence key holds exactly the fence the grant returned, and
+// that the slot's fence mark is at least that fence.
 func TestMutexFenceMatchesCounter(t *testing.T) {
 	srv := testredis.Start(t)
 	s := dial(t, srv.URL())
@@ -244,8 +242,11 @@ func TestMutexFenceMatchesCounter(t *testing.T) {
 		if err != nil || !g.Acquired {
 			t.Fatalf("Acquire %s = %+v, %v", name, g, err)
 		}
-		if got := mustDo(t, srv, "GET", s.AuxKey(name, "fence")); got != strconv.FormatInt(g.Fence, 10) || g.Fence%1000 != 0 {
-			t.Fatalf("%s: fence %d, counter %q; want equal, whole milliseconds", name, g.Fence, got)
+		if got := mustDo(t, srv, "GET", s.AuxKey(name, "fence")); got != strconv.FormatInt(g.Fence, 10) {
+			t.Fatalf("%s: fence %d, fence key %q; want equal", name, g.Fence, got)
+		}
+		if m, _ := strconv.ParseInt(mustDo(t, srv, "GET", s.MarkKey(name)), 10, 64); m < g.Fence {
+			t.Fatalf("%s: fence %d, slot mark %d; want the mark at least the fence", name, g.Fence, m)
 		}
 	}
 }

@@ -112,7 +112,7 @@ func (s *Store) WatchGrant(ctx context.Context, req store.Request) (<-chan store
 
 // State implements [store.Inspector] in one round trip (two for a pattern
 // other than the mutex). A free lock has no holders; Fence is the last
-// fence issued (0 once the counter expired, see [WithFenceRetention]). A
+// fence issued (0 once the fence key expired, see [WithFenceRetention]). A
 // mutex's Queue counts the waiters registered for a handoff whose
 // registration is live. It never reveals tokens.
 func (s *Store) State(ctx context.Context, name string) (store.State, error) {

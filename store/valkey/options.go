@@ -35,22 +35,24 @@ func WithPrefix(p string) Option {
 // DefaultFenceRetention is [WithFenceRetention]'s default.
 const DefaultFenceRetention = redisproto.DefaultFenceRetention
 
-// WithFenceRetention sets how long a lock name's fence counter is kept after
-// the grant that created it: d, but never less than that grant's TTL plus a
-// minute (an extension of a mutex tops it up to its TTL plus a minute).
-// Later grants increment the counter and keep its expiry (but a mutex grant
-// through a Store that had not seen the name renews it), so a busy name's
-// counter too is created anew about once per retention, from the clock
-// floor. Default a day.
+// WithFenceRetention sets how long a lock name's fence key,
+// "{lock:<name>}:fence", stays after the TTL of the name's last hold ends
+// (released or expired). The key holds the last fence issued for the name,
+// beside its holds: a holder's repeated acquire and a reader joining find
+// the fence there. Once it is gone the name keeps nothing on the server;
+// its next fence is above the fence mark of its hash slot (one key per
+// slot, kept for good) and the clock floor (see the package doc).
 //
-// Each name has one counter, so a workload that locks many distinct names
-// (one per order, per job) keeps one small key per name for this long. The
-// counter is what keeps fences rising when the server's clock steps back:
-// without it, a name's next fence is the server time (the clock floor, see
-// the package doc), which is above every earlier fence of the name unless
-// the clock stepped back meanwhile. A shorter retention trades that
-// protection, after the counter is gone, for memory. d must be at least a
-// second (rounded up to whole milliseconds).
+// The retention matters only while clients of dlock versions before
+// 2026-11 still lock names on the server: they keep no mark, and issue the
+// clock floor, server time in ms*1000, to a name without its fence key.
+// That is above every fence of the name as long as the key stayed for the
+// largest step back of the server's clock plus the largest lead of a fence
+// over the clock floor when issued. The default, [DefaultFenceRetention]
+// (61 s), is a clock step back of at most a minute plus a second of lead;
+// the key costs about 90 bytes of server memory per name for that long
+// (docs/safety.md). d must be at least a second (rounded up to whole
+// milliseconds).
 func WithFenceRetention(d time.Duration) Option {
 	return func(c *config) { c.SetFenceRetention(d) }
 }

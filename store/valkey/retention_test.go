@@ -12,7 +12,7 @@ import (
 	"github.com/dlock-dev/dlock/store/valkey"
 )
 
-// counterTTL returns the PTTL of lock name's fence counter, in ms.
+// counterTTL returns the PTTL of lock name's fence key, in ms.
 func counterTTL(t *testing.T, srv *testredis.Server, s *valkey.Store, name string) int {
 	t.Helper()
 	n, err := strconv.Atoi(mustDo(t, srv, "PTTL", s.AuxKey(name, "fence")))
@@ -25,14 +25,14 @@ func counterTTL(t *testing.T, srv *testredis.Server, s *valkey.Store, name strin
 // within reports whether got (a PTTL just read) is want or a little less.
 func within(got, want int) bool { return got > want-5000 && got <= want }
 
-// TestFenceRetention checks that every mode's grant keeps the fence counter
-// for max(retention, TTL + 1 min): the default day, a shorter retention, and
-// a hold longer than the retention.
+// TestFenceRetention checks that every mode's grant keeps the name's fence
+// key for the hold's TTL plus the retention: the default 61 s, a longer
+// retention, and a hold longer than the retention.
 func TestFenceRetention(t *testing.T) {
 	srv := testredis.Start(t)
 	ctx := prototest.Context(t)
 	def := dial(t, srv.URL(), valkey.WithPrefix("def:"))
-	short := dial(t, srv.URL(), valkey.WithPrefix("short:"), valkey.WithFenceRetention(2*time.Minute))
+	long := dial(t, srv.URL(), valkey.WithPrefix("long:"), valkey.WithFenceRetention(2*time.Minute))
 	modes := []store.Mode{store.ModeMutex, store.ModeReentrant, store.ModeRead, store.ModeWrite, store.ModeFair, store.ModeSemaphore}
 	for _, m := range modes {
 		for _, tt := range []struct {
@@ -40,9 +40,9 @@ func TestFenceRetention(t *testing.T) {
 			ttl  time.Duration
 			want int
 		}{
-			{def, 10 * time.Second, 86_400_000},
-			{short, 10 * time.Second, 120_000},
-			{short, 90 * time.Second, 150_000}, // the hold outlasts the retention
+			{def, 10 * time.Second, 71_000},
+			{long, 10 * time.Second, 130_000},
+			{long, 3 * time.Minute, 300_000}, // the hold outlasts the retention
 		} {
 			name := m.String() + "-" + strconv.Itoa(int(tt.ttl/time.Second))
 			req := store.Request{Name: name, Token: "a", TTL: tt.ttl, Mode: m, Limit: 2}
@@ -50,14 +50,14 @@ func TestFenceRetention(t *testing.T) {
 				t.Fatalf("%v: Acquire = %+v, %v", m, g, err)
 			}
 			if got := counterTTL(t, srv, tt.s, name); !within(got, tt.want) {
-				t.Errorf("%v, TTL %v: counter PTTL = %d ms, want about %d", m, tt.ttl, got, tt.want)
+				t.Errorf("%v, TTL %v: fence key PTTL = %d ms, want about %d", m, tt.ttl, got, tt.want)
 			}
 		}
 	}
 }
 
 // TestFenceRetentionMutexPaths covers the mutex's other writers of the
-// counter: a handoff to a registered waiter (the waiter's TTL), an
+// fence key: a handoff to a registered waiter (the waiter's TTL), an
 // extension, and a fence write-back.
 func TestFenceRetentionMutexPaths(t *testing.T) {
 	srv := testredis.Start(t)
@@ -89,42 +89,45 @@ func TestFenceRetentionMutexPaths(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("no handoff")
 	}
-	if got := counterTTL(t, srv, s, "m"); !within(got, 160_000) {
-		t.Errorf("counter PTTL after a handoff of a 100 s hold that created it = %d ms, want about 160 000", got)
+	if got := counterTTL(t, srv, s, "m"); !within(got, 220_000) {
+		t.Errorf("fence key PTTL after a handoff of a 100 s hold = %d ms, want about 220 000", got)
 	}
 
-	// An extension tops the counter up once it is below TTL + 1 min.
+	// An extension tops the key up to the new TTL plus the retention.
 	mustDo(t, srv, "PEXPIRE", s.AuxKey("m", "fence"), "30000")
 	w.TTL = 30 * time.Second
 	if errs := s.Extend(ctx, []store.Request{w}); errs[0] != nil {
 		t.Fatalf("Extend = %v", errs[0])
 	}
-	if got := counterTTL(t, srv, s, "m"); !within(got, 120_000) {
-		t.Errorf("counter PTTL after an extension = %d ms, want about 120 000", got)
+	if got := counterTTL(t, srv, s, "m"); !within(got, 150_000) {
+		t.Errorf("fence key PTTL after an extension = %d ms, want about 150 000", got)
 	}
 
-	// A write-back keeps the counter for the hold's remaining TTL + 1 min
-	// at least.
+	// A write-back keeps the key for the hold's remaining TTL plus the
+	// retention at least, and raises the slot's mark.
 	fence, _ := strconv.ParseInt(mustDo(t, srv, "GET", s.AuxKey("m", "fence")), 10, 64)
+	mustDo(t, srv, "PEXPIRE", s.AuxKey("m", "fence"), "30000")
 	if err := s.RaiseFence(ctx, w, fence+10); err != nil {
 		t.Fatalf("RaiseFence = %v", err)
 	}
-	if got := counterTTL(t, srv, s, "m"); !within(got, 120_000) {
-		t.Errorf("counter PTTL after a write-back = %d ms, want about 120 000", got)
+	if got := counterTTL(t, srv, s, "m"); !within(got, 150_000) {
+		t.Errorf("fence key PTTL after a write-back = %d ms, want about 150 000", got)
+	}
+	if got := mustDo(t, srv, "GET", s.MarkKey("m")); got != strconv.FormatInt(fence+10, 10) {
+		t.Errorf("slot mark after a write-back of %d = %s", fence+10, got)
 	}
 }
 
-// TestFenceRetentionFromCreation checks that a grant on a name whose counter
-// exists keeps the counter's expiry: the retention counts from the grant
-// that created it, so a counter expires even while its name stays in use
-// and counters of busy names do not live for ever.
-func TestFenceRetentionFromCreation(t *testing.T) {
+// TestFenceKeyFollowsTheHold checks that a grant on a name whose fence key
+// exists renews the key's expiry to the new hold's TTL plus the retention,
+// in every mode: the key lives beside the holds, not from its creation.
+func TestFenceKeyFollowsTheHold(t *testing.T) {
 	srv := testredis.Start(t)
 	ctx := prototest.Context(t)
 	s := dial(t, srv.URL(), valkey.WithFenceRetention(2*time.Minute))
 	modes := []store.Mode{store.ModeMutex, store.ModeReentrant, store.ModeWrite, store.ModeFair, store.ModeSemaphore}
 	for _, m := range modes {
-		name := "created-" + m.String()
+		name := "follows-" + m.String()
 		var last int64
 		for i := range 2 {
 			req := store.Request{Name: name, Token: "t" + strconv.Itoa(i), TTL: 10 * time.Second, Mode: m, Limit: 1}
@@ -134,22 +137,21 @@ func TestFenceRetentionFromCreation(t *testing.T) {
 			}
 			last = g.Fence
 			if i == 0 {
-				mustDo(t, srv, "PEXPIRE", s.AuxKey(name, "fence"), "100000")
+				mustDo(t, srv, "PEXPIRE", s.AuxKey(name, "fence"), "5000")
 			}
 			if err := s.Release(ctx, req); err != nil {
 				t.Fatal(err)
 			}
 		}
-		if got := counterTTL(t, srv, s, name); !within(got, 100_000) {
-			t.Errorf("%v: counter PTTL after a second grant = %d ms, want the first grant's expiry kept (about 100 000)", m, got)
+		if got := counterTTL(t, srv, s, name); !within(got, 130_000) {
+			t.Errorf("%v: fence key PTTL after a second grant = %d ms, want the TTL plus the retention (about 130 000)", m, got)
 		}
 	}
 }
 
 // TestFenceRetentionExpiredCounter checks that fences keep rising after a
-// counter expired: the next grant takes the clock floor, server ms × 1000.
-// A counter expires at least a minute after its last grant; the test waits
-// 2 ms, so that the floor has moved past the last fence's millisecond.
+// name's fence key expired, without waiting for the clock: the next grant
+// is above the slot's fence mark.
 func TestFenceRetentionExpiredCounter(t *testing.T) {
 	srv := testredis.Start(t)
 	ctx := prototest.Context(t)
@@ -166,7 +168,6 @@ func TestFenceRetentionExpiredCounter(t *testing.T) {
 			t.Fatal(err)
 		}
 		mustDo(t, srv, "DEL", s.AuxKey("x", "fence")) // as if it expired
-		time.Sleep(2 * time.Millisecond)
 	}
 }
 

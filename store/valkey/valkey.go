@@ -8,17 +8,21 @@
 // speaking the de facto "SET key token NX PX ttl" + compare-and-delete
 // protocol (redsync, bsm/redislock, node-redlock, redis-py's Lock): a lock
 // held by one is held for the others. Auxiliary keys of a lock (its fence
-// counter, "{lock:<name>}:fence") share the main key's cluster hash slot, so
+// key, "{lock:<name>}:fence") share the main key's cluster hash slot, so
 // every operation is one Lua script, one round trip.
 //
 // # Fences
 //
-// Every grant issues last+1 from the name's counter atomically with the
-// grant; a grant that finds no counter issues the clock floor, server time
-// in ms*1000, and creates it. So fences stay monotonic even across a
-// restart of a node that kept nothing on disk (unless its clock stepped
-// back, see docs/safety.md). The counter expires a day after the grant that
-// created it ([WithFenceRetention]).
+// Every grant issues its fence atomically with the grant from two keys: the
+// name's fence key, the last fence of the name, kept beside its holds and
+// for [WithFenceRetention] (61 s) after; and the fence mark of the name's
+// hash slot, one key per slot without expiry. A grant that finds the fence
+// key issues its value + 1; one that does not issues max(mark + 1, server
+// time in ms*1000, the clock floor). So fences rise per name while the node
+// keeps its data whatever its clock does, and across a restart of a node
+// that kept nothing on disk unless its clock stepped back (see
+// docs/safety.md); and a name that is not held keeps nothing on the server
+// once its fence key expired.
 //
 // # Wake-ups
 //

@@ -3,17 +3,18 @@
 --
 -- KEYS[1]  leadership: hash, "t" -> leader's token, "v" -> its value,
 --          "f" -> its term (the grant's fence); its TTL is the hold's
--- KEYS[2]  fence counter: the last fence issued for this lock name
+-- KEYS[2]  fence key: the last fence issued for this lock name (clock_lib)
 -- KEYS[3]  gate: string holding the term, with the hold's TTL, written by a
 --          grant and deleted by a resignation; the key that waiting
 --          candidates and observers watch (CLIENT TRACKING)
 -- KEYS[4]  main key "lock:<name>": "dlock:election" while a leader holds the
 --          name (see name_lib)
+-- KEYS[5]  the fence mark of the lock's hash slot (see clock_lib)
 -- ARGV[1]  token
 -- ARGV[2]  TTL in milliseconds
 -- ARGV[3]  the candidate's value
--- ARGV[7]  fence retention in milliseconds: a grant keeps the fence counter
---          for max(ARGV[7], TTL + 1 min)
+-- ARGV[7]  fence retention in milliseconds: the fence key is kept this
+--          long past the hold's TTL
 --
 -- Reply: {1, term, 0} when ARGV[1] leads after the call; a repeat by the
 -- leader refreshes the TTL and keeps its first value and term. {0, 0, pttl,
@@ -31,6 +32,7 @@ if cur == me then
   redis.call('PEXPIRE', H, ttl)
   redis.call('PEXPIRE', KEYS[3], ttl)
   mark('dlock:election', ttl, own)
+  keep_fence(ttl)
   return {1, tonumber(redis.call('HGET', H, 'f')), 0}
 end
 if cur then

@@ -1,16 +1,17 @@
 -- election_extend: renew the leadership of a token.
 --
 -- KEYS[1]  leadership (see election_acquire)
--- KEYS[2]  fence counter
+-- KEYS[2]  fence key (see clock_lib)
 -- KEYS[3]  gate (see election_acquire)
 -- KEYS[4]  main key (see name_lib)
+-- KEYS[5]  the fence mark of the lock's hash slot (see clock_lib)
 -- ARGV[1]  token
 -- ARGV[2]  TTL in milliseconds
 -- ARGV[7]  fence retention in milliseconds
 --
 -- Reply: 1 when ARGV[1] leads and its TTL is now ARGV[2]; 0 when it does
--- not (nothing changed). The fence counter is kept for at least a minute
--- past the new TTL, as mutex_extend does.
+-- not (nothing changed). The fence key is kept the fence retention past the
+-- new TTL, as mutex_extend does.
 if redis.call('HGET', KEYS[1], 't') ~= ARGV[1] then
   return 0
 end
@@ -22,8 +23,5 @@ local ttl = tonumber(ARGV[2])
 redis.call('PEXPIRE', KEYS[1], ttl)
 redis.call('PEXPIRE', KEYS[3], ttl)
 mark('dlock:election', ttl, own)
-local left = redis.call('PTTL', KEYS[2])
-if left >= 0 and left < ttl + 60000 then
-  redis.call('PEXPIRE', KEYS[2], string.format('%.0f', math.max(tonumber(ARGV[7]), ttl + 60000)))
-end
+keep_fence(ttl)
 return 1

@@ -5,18 +5,19 @@
 -- leadership takes F as its term and the value the quorum reports.
 --
 -- KEYS[1]  leadership (see election_acquire)
--- KEYS[2]  fence counter
+-- KEYS[2]  fence key (see clock_lib)
 -- KEYS[3]  gate (see election_acquire): written again, which wakes
 --          observers to read the settled leadership
 -- KEYS[4]  main key (see name_lib)
+-- KEYS[5]  the fence mark of the lock's hash slot (see clock_lib)
 -- ARGV[1]  token
 -- ARGV[2]  fence F (a positive integer below 2^53)
 -- ARGV[3]  fence retention in milliseconds (see election_acquire)
 -- ARGV[4]  the leadership's value from now on
 --
--- Reply: 1 when ARGV[1] leads; the counter and the term are then at least
--- ARGV[2] (neither is ever lowered; a raise keeps the counter for
--- max(ARGV[3], the hold's remaining TTL + 1 min)). 0 when it does not lead,
+-- Reply: 1 when ARGV[1] leads; the fence key, the slot's mark and the term
+-- are then at least ARGV[2] (none is ever lowered; the fence key is kept
+-- ARGV[3] past the hold's remaining TTL). 0 when it does not lead,
 -- or another holder has the name; nothing changed.
 local H = KEYS[1]
 if redis.call('HGET', H, 't') ~= ARGV[1] then
@@ -27,10 +28,7 @@ if blocker(function(v) return v == 'dlock:election' end) then
 end
 local f = tonumber(ARGV[2])
 local left = redis.call('PTTL', H)
-if f > (tonumber(redis.call('GET', KEYS[2])) or 0) then
-  local keep = math.max(tonumber(ARGV[3]), left + 60000)
-  redis.call('SET', KEYS[2], ARGV[2], 'PX', string.format('%.0f', keep))
-end
+raise(KEYS[2], KEYS[#KEYS], f, left, tonumber(ARGV[3]))
 if f > tonumber(redis.call('HGET', H, 'f')) then
   redis.call('HSET', H, 'f', ARGV[2])
 end

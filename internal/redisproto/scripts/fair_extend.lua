@@ -12,4 +12,5 @@ if blocker(own) then
 end
 redis.call('PEXPIRE', H, ARGV[2])
 mark('dlock:fair', tonumber(ARGV[2]), own)
+keep_fence(tonumber(ARGV[2]))
 return 1

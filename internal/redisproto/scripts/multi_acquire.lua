@@ -1,10 +1,11 @@
 -- multi_acquire: take the plain mutex keys of N names for one token, all or
 -- none (dlock.Multi when every name is on one node or in one cluster slot).
 -- Each name is held exactly as mutex_acquire holds it: its key holds the
--- token, and its own fence counter issues its fence.
+-- token, and its fence is issued from its fence key and its slot's mark.
 --
--- KEYS[2i-1]  lock key of name i (i = 1..N)
--- KEYS[2i]    fence counter of name i
+-- KEYS[3i-2]  lock key of name i (i = 1..N)
+-- KEYS[3i-1]  fence key of name i
+-- KEYS[3i]    the fence mark of name i's hash slot (see clock_lib)
 -- ARGV[1]     token
 -- ARGV[2]     fence retention in milliseconds (see mutex_acquire)
 -- ARGV[2+i]   TTL in milliseconds of name i
@@ -20,25 +21,25 @@
 -- Every key and counter is read before anything is written, so a key of
 -- the wrong type fails the call before any grant.
 local me = ARGV[1]
-local n = #KEYS / 2
+local n = #KEYS / 3
 local mine, last = {}, {}
 local refused
 for i = 1, n do
-  local cur = redis.call('GET', KEYS[2 * i - 1])
+  local cur = redis.call('GET', KEYS[3 * i - 2])
   if cur == me then
     mine[i] = true
   elseif cur and not refused then
     refused = i
   end
-  last[i] = tonumber(redis.call('GET', KEYS[2 * i]))
+  last[i] = tonumber(redis.call('GET', KEYS[3 * i - 1]))
 end
 if refused then
   for i = 1, n do
     if mine[i] then
-      redis.call('DEL', KEYS[2 * i - 1])
+      redis.call('DEL', KEYS[3 * i - 2])
     end
   end
-  local key = KEYS[2 * refused - 1]
+  local key = KEYS[3 * refused - 2]
   local left = redis.call('PTTL', key)
   if left == 0 then
     left = 1
@@ -50,29 +51,18 @@ if refused then
   end
   return {0, refused, left, held}
 end
-local floor
 local reply = {1}
 for i = 1, n do
   local ttl = ARGV[2 + i]
   if mine[i] and last[i] then
     -- A repeat by the holder: refresh, same fence.
-    redis.call('PEXPIRE', KEYS[2 * i - 1], ttl)
+    redis.call('PEXPIRE', KEYS[3 * i - 2], ttl)
+    keep(KEYS[3 * i - 1], tonumber(ttl), tonumber(ARGV[2]))
     reply[i + 1] = last[i]
   else
-    redis.call('SET', KEYS[2 * i - 1], me, 'PX', ttl)
-    -- The fence as in mutex_acquire: INCR, or the clock floor.
-    local f
-    if last[i] and last[i] >= 1e15 then
-      f = redis.call('INCR', KEYS[2 * i])
-    else
-      if not floor then
-        local t = redis.call('TIME')
-        floor = tonumber(t[1]) * 1000000 + math.floor(tonumber(t[2]) / 1000) * 1000
-      end
-      f = math.max((last[i] or 0) + 1, floor)
-      local keep = string.format('%.0f', math.max(tonumber(ARGV[2]), tonumber(ttl) + 60000))
-      redis.call('SET', KEYS[2 * i], string.format('%.0f', f), 'PX', keep)
-    end
+    redis.call('SET', KEYS[3 * i - 2], me, 'PX', ttl)
+    -- The fence as in mutex_acquire.
+    local f = issue(KEYS[3 * i - 1], KEYS[3 * i], tonumber(ttl), tonumber(ARGV[2]))
     reply[i + 1] = f
   end
 end

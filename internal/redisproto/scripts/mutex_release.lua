@@ -2,14 +2,15 @@
 -- registered waiter in the same script; or drop the caller's registration.
 --
 -- KEYS[1]  lock key
--- KEYS[2]  fence counter (kept: fences stay monotonic)
+-- KEYS[2]  fence key (see mutex_acquire; kept: it expires the fence
+--          retention after the hold's TTL)
 -- KEYS[3]  waiters (see mutex_acquire)
 -- KEYS[4]  the caller's wake-up channel (see mutex_acquire)
 -- KEYS[5]  waiters flag (see mutex_acquire): absent, there is no waiter
+-- KEYS[6]  the fence mark of the lock's hash slot (see clock_lib)
 -- ARGV[1]  token
 -- ARGV[2]  TTL in milliseconds (names the caller's registration)
--- ARGV[3]  counter keep in milliseconds: the fence retention, at least
---          TTL + 1 min (see mutex_acquire)
+-- ARGV[3]  fence retention in milliseconds (see mutex_acquire)
 --
 -- The short form, for a name the caller has not seen waiters on, is KEYS[1]
 -- and the flag alone, and ARGV[1]: each key and argument costs the server
@@ -32,7 +33,10 @@
 -- Without waiters this costs two calls: MGET of the lock key and the flag
 -- (the compare, and whether there may be waiters), then DEL.
 local me = ARGV[1]
-local flag = KEYS[#KEYS]
+local flag = KEYS[5]
+if #KEYS < 5 then
+  flag = KEYS[2]
+end
 local v = redis.call('MGET', KEYS[1], flag)
 if v[2] and #KEYS < 5 then
   return -1
@@ -43,7 +47,6 @@ if v[1] ~= me then
   end
   return redis.call('ZREM', KEYS[3], ARGV[2] .. ' ' .. #KEYS[4] .. ' ' .. KEYS[4] .. me)
 end
-local now
 while v[2] do
   local e = redis.call('ZPOPMIN', KEYS[3])
   if #e == 0 then
@@ -51,23 +54,13 @@ while v[2] do
     redis.call('DEL', flag)
     break
   end
-  if not now then
-    local t = redis.call('TIME')
-    now = {tonumber(t[1]), tonumber(t[2])}
-  end
-  if tonumber(e[2]) > now[1] * 1000 + math.floor(now[2] / 1000) then
+  if tonumber(e[2]) > now() then
     local ttl, n, rest = string.match(e[1], '^(%d+) (%d+) (.*)$')
     n = tonumber(n)
     if ttl and n and #rest > n then
       local ch, tok = string.sub(rest, 1, n), string.sub(rest, n + 1)
-      -- The fence as in mutex_acquire: INCR, or the clock floor.
-      local f = redis.call('INCR', KEYS[2])
-      if f < 1e15 then
-        f = math.max(f, now[1] * 1000000 + math.floor(now[2] / 1000) * 1000)
-        local keep = string.format('%.0f', math.max(tonumber(ARGV[3]), tonumber(ttl) + 60000))
-        redis.call('SET', KEYS[2], string.format('%.0f', f), 'PX', keep)
-      end
-      local fs = string.format('%.0f', f)
+      -- The fence as in mutex_acquire.
+      local fs = dec(issue(KEYS[2], KEYS[6], tonumber(ttl), tonumber(ARGV[3])))
       redis.call('SET', KEYS[1], tok, 'PX', ttl)
       local msg = redis.sha1hex(tok) .. ' ' .. fs
       local r = redis.pcall('SPUBLISH', ch, msg)

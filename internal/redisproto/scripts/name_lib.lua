@@ -1,6 +1,7 @@
 -- name_lib: a name is one lock. Prepended (after clock_lib) to every script
--- of the reentrant, read-write, fair, semaphore and election locks, whose last key is
--- the lock's main key, "lock:<name>": the plain mutex's key. While one of
+-- of the reentrant, read-write, fair, semaphore and election locks, whose
+-- last key but one is the lock's main key, "lock:<name>": the plain mutex's
+-- key (the last is the slot's fence mark, see clock_lib). While one of
 -- these patterns holds the name, the main key holds its marker,
 -- "dlock:<mode>" ("dlock:semaphore:<limit>" for permits), expiring with
 -- the pattern's longest hold, so that the mutex, the other patterns and
@@ -12,7 +13,7 @@
 -- refresh replies as refused by that holder or not held, changing nothing.
 -- Markers start with "dlock:", which no token does (the library and the
 -- Redis stores refuse such tokens), so a marker is never a holder's token.
-local MAIN = KEYS[#KEYS]
+local MAIN = KEYS[#KEYS - 1]
 local MODE_OF = {reentrant = 1, read = 2, write = 3, fair = 4, semaphore = 5, election = 6}
 
 -- blocker returns the dlock.Mode number of the hold in the main key (0 for

@@ -33,6 +33,7 @@ if redis.call('EXISTS', H) == 1 and redis.call('HEXISTS', H, 't:' .. me) == 1 th
     redis.call('PEXPIRE', H, ttl)
     redis.call('SET', G, '1', 'PX', ttl)
     mark('dlock:reentrant', ttl, own)
+    keep_fence(ttl)
   end
   return {1, tonumber(redis.call('HGET', H, 'f')), 0, redis.call('HLEN', H) - 2}
 end
@@ -45,6 +46,7 @@ if redis.call('EXISTS', H) == 1 then
     redis.call('PEXPIRE', H, ttl)
     redis.call('SET', G, '1', 'PX', ttl)
     mark('dlock:reentrant', ttl, own)
+    keep_fence(ttl)
   end
   return {1, tonumber(redis.call('HGET', H, 'f')), 0, redis.call('HLEN', H) - 2}
 end

@@ -23,5 +23,6 @@ if redis.call('PTTL', KEYS[1]) < ttl then
   redis.call('PEXPIRE', KEYS[1], ttl)
   redis.call('SET', KEYS[3], '1', 'PX', ttl)
   mark('dlock:reentrant', ttl, own)
+  keep_fence(ttl)
 end
 return 1

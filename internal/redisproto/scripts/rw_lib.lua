@@ -89,6 +89,7 @@ local function refresh(tok, ttl)
   end
   local f = tonumber(redis.call('HGET', M, 'f:' .. tok))
   hold(tok, ttl, f)
+  keep_fence(ttl)
   return f
 end
 

@@ -35,7 +35,12 @@ if not beside and (w or redis.call('ZCARD', Q) > 0) then
   end
   return {0, 0, ra, 0, 0, held}
 end
-f = tonumber(redis.call('GET', F)) or fence(ttl)
+f = tonumber(redis.call('GET', F))
+if f then
+  keep_fence(ttl)
+else
+  f = fence(ttl)
+end
 hold(me, ttl, f)
 sync()
 return {1, f, 0}

@@ -15,5 +15,6 @@ local ttl = tonumber(ARGV[2])
 redis.call('ZADD', R, now() + ttl, ARGV[1])
 ensure(R, ttl + 60000)
 ensure(M, ttl + 60000)
+keep_fence(ttl)
 sync()
 return 1
