@@ -1,7 +1,7 @@
 -- election_release: resign the leadership of a token.
 --
 -- KEYS[1]  leadership (see election_acquire): deleted
--- KEYS[2]  fence counter (kept: terms stay monotonic)
+-- KEYS[2]  fence key (kept: it expires the fence retention after the hold's TTL)
 -- KEYS[3]  gate (see election_acquire): deleted, which wakes waiting
 --          candidates and observers
 -- KEYS[4]  main key (see name_lib): deleted with the leadership

@@ -4,7 +4,7 @@
 --
 -- KEYS[1]  holder: string "<fence>|<token>" with the hold's TTL; absent
 --          when free. The key waiters watch (CLIENT TRACKING).
--- KEYS[2]  fence counter: the last fence issued for this lock name
+-- KEYS[2]  fence key: the last fence issued for this lock name (clock_lib)
 -- KEYS[3]  queue: sorted set, token -> ticket (arrival order)
 -- KEYS[4]  queue deadlines: sorted set, token -> expiry in server ms
 -- KEYS[5]  waiters: hash, "t:"..token -> "<lease TTL ms> <channel>": the
@@ -17,6 +17,7 @@
 --          (a channel name, declared as a key so that it routes like one)
 -- KEYS[8]  main key "lock:<name>": "dlock:fair" while the lock is held
 --          (see name_lib)
+-- KEYS[9]  the fence mark of the lock's hash slot (see clock_lib)
 -- ARGV[1]  token
 -- ARGV[2]  TTL in milliseconds
 -- ARGV[3..4] owner, limit (unused)

@@ -3,16 +3,17 @@
 -- KEYS[1]  hold: hash, "o" -> owner, "f" -> fence of the first grant,
 --          "t:"..token -> 1 for each live acquisition; its TTL is the hold's,
 --          so when it runs out every acquisition ends at once
--- KEYS[2]  fence counter: the last fence issued for this lock name
+-- KEYS[2]  fence key: the last fence issued for this lock name (clock_lib)
 -- KEYS[3]  gate: string with the hold's TTL, deleted with the hold; the key
 --          waiters watch (CLIENT TRACKING)
 -- KEYS[4]  main key "lock:<name>": "dlock:reentrant" while the hold lasts
 --          (see name_lib)
+-- KEYS[5]  the fence mark of the lock's hash slot (see clock_lib)
 -- ARGV[1]  token (one per acquisition)
 -- ARGV[2]  TTL in milliseconds
 -- ARGV[3]  owner (the token when not given)
--- ARGV[7]  fence retention in milliseconds: a grant keeps the fence counter
---          for max(ARGV[7], TTL + 1 min)
+-- ARGV[7]  fence retention in milliseconds: the fence key is kept this
+--          long past the hold's TTL
 --
 -- Reply: {1, fence, 0, count} when ARGV[1] holds an acquisition after the
 -- call: count is the owner's live acquisitions, fence that of the first

@@ -2,9 +2,10 @@
 -- acquisitions.
 --
 -- KEYS[1]  hold (see reentrant_acquire)
--- KEYS[2]  fence counter
+-- KEYS[2]  fence key (see clock_lib)
 -- KEYS[3]  gate
 -- KEYS[4]  main key (see name_lib)
+-- KEYS[5]  the fence mark of the lock's hash slot (see clock_lib)
 -- ARGV[1]  token
 -- ARGV[2]  TTL in milliseconds
 --

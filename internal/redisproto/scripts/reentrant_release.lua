@@ -2,9 +2,10 @@
 -- last one frees it.
 --
 -- KEYS[1]  hold (see reentrant_acquire)
--- KEYS[2]  fence counter (kept: fences stay monotonic)
+-- KEYS[2]  fence key (kept: it expires the fence retention after the hold's TTL)
 -- KEYS[3]  gate
 -- KEYS[4]  main key (see name_lib): deleted with the hold
+-- KEYS[5]  the fence mark of the lock's hash slot (unused)
 -- ARGV[1]  token
 --
 -- Reply: 1 when ARGV[1] was a live acquisition (now released; when it was

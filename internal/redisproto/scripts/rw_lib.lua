@@ -5,7 +5,7 @@
 --
 -- KEYS[1]  holders: sorted set, token -> lease expiry in server ms; every
 --          reader and the writer is its own member with its own expiry
--- KEYS[2]  fence counter: the last fence issued for this lock name
+-- KEYS[2]  fence key: the last fence issued for this lock name (clock_lib)
 -- KEYS[3]  meta: hash, "w" -> the writer's token, "f:"..token -> the fence
 --          of each holder's grant, "seq" -> last writer ticket issued
 -- KEYS[4]  writer intents: sorted set, token -> ticket (arrival order)
@@ -17,6 +17,7 @@
 --          writer intent is withdrawn.
 -- KEYS[7]  main key "lock:<name>": "dlock:write" while a writer holds,
 --          "dlock:read" while only readers do (see name_lib)
+-- KEYS[8]  the fence mark of the lock's hash slot (see clock_lib)
 -- ARGV[1]  token
 -- ARGV[2]  TTL in milliseconds
 -- ARGV[3]  owner: for a reader, the token of the writer it enters beside

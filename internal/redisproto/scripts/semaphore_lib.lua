@@ -5,7 +5,7 @@
 --
 -- KEYS[1]  holders: sorted set, token -> lease expiry in server ms; one
 --          member per permit
--- KEYS[2]  fence counter: the last fence issued for this lock name
+-- KEYS[2]  fence key: the last fence issued for this lock name (clock_lib)
 -- KEYS[3]  meta: hash, "f:"..token -> the fence of each permit, "limit" ->
 --          the limit of the last grant (for the Inspector)
 -- KEYS[4]  gate: string that exists while every permit is taken, expiring
@@ -13,6 +13,7 @@
 --          (CLIENT TRACKING). Deleted when a permit is released.
 -- KEYS[5]  main key "lock:<name>": "dlock:semaphore:<limit>" while any
 --          permit is held (see name_lib)
+-- KEYS[6]  the fence mark of the lock's hash slot (see clock_lib)
 -- ARGV[1]  token
 -- ARGV[2]  TTL in milliseconds
 -- ARGV[3]  owner (unused)

@@ -9,4 +9,8 @@ end
 drop(ARGV[1])
 redis.call('DEL', G)
 sync()
+if redis.call('EXISTS', R) == 0 then
+  -- The last permit: the limit is kept for no one.
+  redis.call('DEL', M)
+end
 return 1

@@ -1,7 +1,7 @@
 -- state: describe one lock for the Inspector, without revealing tokens.
 --
 -- KEYS[1]  lock key
--- KEYS[2]  fence counter
+-- KEYS[2]  fence key
 -- KEYS[3]  the mutex's registered waiters (see mutex_acquire)
 --
 -- Reply: {type, holders, pttl, fence, waiters}: type is the Redis type of
