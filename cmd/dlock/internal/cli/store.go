@@ -47,7 +47,7 @@ func (s *storeFlags) register(fs *flagSet, client bool) {
 	fs.String(&s.prefix, "key-prefix", "PREFIX", "DLOCK_KEY_PREFIX", "lock:",
 		"prefix of the Valkey/Redis keys: the mutex on NAME is the key PREFIX+NAME")
 	fs.Duration(&s.fenceRetention, "fence-retention", "DLOCK_FENCE_RETENTION", valkey.DefaultFenceRetention,
-		"how long a lock name's fence counter is kept (Valkey/Redis: after the grant that created it, at least that grant's TTL + 1m; memory: after the name's last grant), one key per name; Valkey/Redis and serve's memory store")
+		"how long a lock name's last fence is kept after its last hold's TTL ends (Valkey/Redis: its fence key; memory: its entry); Valkey/Redis and serve's memory store")
 	if client {
 		fs.String(&s.server, "server", "URL", "DLOCK_SERVER", "",
 			"URL of a remote dlock serve, e.g. http://locks.internal:3009")
