@@ -24,15 +24,18 @@ const (
 	// ClockStepBound is the largest step back of a server's clock that the
 	// default fence retention covers (see docs/safety.md, "Fences on
 	// Valkey/Redis").
-	ClockStepBound = time.Minute
+	ClockStepBound = 30 * time.Second
 	// FenceLeadBound bounds how far a fence may be ahead of its server's
 	// clock floor when issued: under a millisecond on one node; up to the
 	// 100 ms of a floor proposed by store/redlock plus the clock offset
 	// between Redlock nodes (assumed under 900 ms) for a written-back fence.
 	FenceLeadBound = time.Second
 	// DefaultFenceRetention is how long a name's fence key stays past the
-	// TTL of its last hold: ClockStepBound + FenceLeadBound, 61 s.
-	DefaultFenceRetention = ClockStepBound + FenceLeadBound
+	// TTL of its last hold: 2 × ClockStepBound + FenceLeadBound, 61 s. One
+	// ClockStepBound absorbs a step back, the other lets the clock floor
+	// outrun the grants of a version without fence marks on the name
+	// meanwhile (at any rate below 490 per ms; a node serves about 60).
+	DefaultFenceRetention = 2*ClockStepBound + FenceLeadBound
 )
 
 // DefaultOptions returns the defaults: prefix "lock:", a fence retention of

@@ -48,10 +48,10 @@ const DefaultFenceRetention = redisproto.DefaultFenceRetention
 // clock floor, server time in ms*1000, to a name without its fence key.
 // That is above every fence of the name as long as the key stayed for the
 // largest step back of the server's clock plus the largest lead of a fence
-// over the clock floor when issued. The default, [DefaultFenceRetention]
-// (61 s), is a clock step back of at most a minute plus a second of lead;
-// the key costs about 90 bytes of server memory per name for that long
-// (docs/safety.md). d must be at least a second (rounded up to whole
+// over the clock floor when issued, with room for that version's grants
+// meanwhile. The default, [DefaultFenceRetention] (61 s), is twice a clock
+// step back of at most 30 s plus a second of lead; the key costs about 150
+// bytes of server memory per name for that long (docs/safety.md). d must be at least a second (rounded up to whole
 // milliseconds).
 func WithFenceRetention(d time.Duration) Option {
 	return func(c *config) { c.SetFenceRetention(d) }
