@@ -132,3 +132,31 @@ func TestFenceRetention(t *testing.T) {
 		}
 	})
 }
+
+// A held name's last fence is never pruned, however long the hold: a
+// reader that joins readers holding for longer than the retention still
+// gets their fence, the current one.
+func TestHeldFencesAreKept(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		s := memory.New(memory.WithFenceRetention(time.Second))
+		first, err := s.Acquire(ctx, store.Request{Name: "held", Token: "r1", TTL: time.Hour, Mode: store.ModeRead})
+		if err != nil || !first.Acquired {
+			t.Fatalf("Acquire(r1) = %+v, %v", first, err)
+		}
+		time.Sleep(time.Minute)
+		for i := range 2048 {
+			req := store.Request{Name: fmt.Sprintf("n%d", i), Token: "t", TTL: time.Second}
+			if _, err := s.Acquire(ctx, req); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Release(ctx, req); err != nil {
+				t.Fatal(err)
+			}
+		}
+		g, err := s.Acquire(ctx, store.Request{Name: "held", Token: "r2", TTL: time.Hour, Mode: store.ModeRead})
+		if err != nil || !g.Acquired || g.Fence != first.Fence {
+			t.Errorf("reader joining a reader of a minute = %+v, %v; want its fence %d", g, err, first.Fence)
+		}
+	})
+}
