@@ -18,8 +18,9 @@
 -- and names the token held from an earlier call were given up, so that a
 -- refused call leaves nothing held.
 --
--- Every key and counter is read before anything is written, so a key of
--- the wrong type fails the call before any grant.
+-- Every key and fence key is read before anything is written, so a key of
+-- the wrong type, or a fence key that holds no integer, fails the call
+-- before any grant.
 local me = ARGV[1]
 local n = #KEYS / 3
 local mine, last = {}, {}
@@ -31,7 +32,11 @@ for i = 1, n do
   elseif cur and not refused then
     refused = i
   end
-  last[i] = tonumber(redis.call('GET', KEYS[3 * i - 1]))
+  local raw = redis.call('GET', KEYS[3 * i - 1])
+  last[i] = tonumber(raw)
+  if raw and not last[i] then
+    return redis.error_reply('ERR dlock: fence key ' .. KEYS[3 * i - 1] .. ' holds no integer')
+  end
 end
 if refused then
   for i = 1, n do

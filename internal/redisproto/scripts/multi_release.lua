@@ -14,6 +14,9 @@
 -- Reply: {r_1, ..., r_N}: r_i is 1 when ARGV[1] held name i (now released,
 -- or handed to a waiter); 0 when it did not (that name is left unchanged).
 local me = ARGV[1]
+
+-- handoff gives name i to its first live registered waiter, as
+-- mutex_release does; it returns false when no waiter is left.
 local function handoff(i)
   local key, fk, waiters, flag, mk = KEYS[5 * i - 4], KEYS[5 * i - 3], KEYS[5 * i - 2], KEYS[5 * i - 1], KEYS[5 * i]
   while true do
