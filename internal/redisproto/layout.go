@@ -14,8 +14,8 @@ import (
 )
 
 // A Layout names the keys of lock names for one store: its key prefix, its
-// fence retention, the fence marks of the hash slots, and the shard channels on which it hears of handoffs to
-// its own waiters. Make one with NewLayout; its fields are read-only
+// fence retention, the fence marks of the hash slots, and the shard channels
+// on which it hears of handoffs to its own waiters. Make one with NewLayout; its fields are read-only
 // afterwards, and its methods safe for concurrent use.
 type Layout struct {
 	Prefix string
@@ -28,7 +28,7 @@ type Layout struct {
 	// mutexSuffix and fairSuffix end the names of those channels.
 	mutexSuffix, fairSuffix string
 	// seed hashes names for contended.
-	seenSeed maphash.Seed
+	seed maphash.Seed
 	// contended is a lossy set of the names a mutex may have waiters on
 	// (see Contended).
 	contended [contendedSize]atomic.Uint64
@@ -42,7 +42,7 @@ const (
 // Contend remembers that lock name may have waiters: a mutex acquire on it
 // was refused, or a release found its waiters flag.
 func (l *Layout) Contend(name string) {
-	h := maphash.String(l.seenSeed, name)
+	h := maphash.String(l.seed, name)
 	l.contended[h>>(64-contendedBits)].Store(h | 1)
 }
 
@@ -52,7 +52,7 @@ func (l *Layout) Contend(name string) {
 // the script, which replies so and changes nothing when it finds the
 // waiters flag (see [Ops.ReleaseCall]).
 func (l *Layout) Contended(name string) bool {
-	h := maphash.String(l.seenSeed, name)
+	h := maphash.String(l.seed, name)
 	return l.contended[h>>(64-contendedBits)].Load() == h|1
 }
 
@@ -69,7 +69,7 @@ func NewLayout(prefix string, retention time.Duration) *Layout {
 		ID:          id,
 		mutexSuffix: "mutex:ch:" + id,
 		fairSuffix:  "fair:ch:" + id,
-		seenSeed:    maphash.MakeSeed(),
+		seed:        maphash.MakeSeed(),
 	}
 }
 
@@ -344,7 +344,8 @@ func (l *Layout) Mark(name string) string {
 	k := l.Aux("{"+strconv.FormatUint(uint64(slotTag(s)), 10)+"}", MarkSuffix)
 	if Slot(k) != s {
 		// A prefix with a "{" of its own that makes no hash tag: the mark
-		// key starts with the tag instead.
+		// key starts with the tag instead (TestMark and FuzzKeys check
+		// that no name's key is a mark).
 		k = "{" + strconv.FormatUint(uint64(slotTag(s)), 10) + "}:" + MarkSuffix + ":" + l.Prefix
 	}
 	return k
