@@ -78,7 +78,7 @@ func NewLayout(prefix string, retention time.Duration) *Layout {
 // redislock, node-redlock and redis-py's Lock would set for the same name.
 func (l *Layout) Key(name string) string { return l.Prefix + name }
 
-// Aux returns the auxiliary key suffix of the lock name (its fence counter,
+// Aux returns the auxiliary key suffix of the lock name (its fence key,
 // queue, holder set and so on). It lives in the same Redis Cluster hash slot
 // as the main key, so that every script of one lock touches one slot:
 //

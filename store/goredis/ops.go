@@ -50,7 +50,8 @@ func (s *Store) Release(ctx context.Context, req store.Request) error {
 
 // RaiseFence implements [store.FenceRaiser] for the mutex, the write side
 // of the read-write lock and the election: in one script, while req.Token
-// holds the lock, its fence counter becomes max(counter, fence).
+// holds the lock, its fence key and its slot's fence mark each become
+// max(themselves, fence).
 // [store.ErrNotHeld] says the token holds nothing.
 func (s *Store) RaiseFence(ctx context.Context, req store.Request, fence int64) error {
 	return s.core.RaiseFence(ctx, req, fence)

@@ -27,7 +27,7 @@ var (
 //
 // A name is one lock (see [store.Coexist]): each pattern keeps its own
 // state (holders, queue), and a request is refused while another pattern
-// holds the name. The patterns share the name's fence counter. When a name
+// holds the name. The patterns share the name's last fence. When a name
 // frees, the waiters of every pattern are woken and a fair lock's queue is
 // served first.
 type Store struct {

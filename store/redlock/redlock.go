@@ -23,9 +23,10 @@
 // holds a counter at least that high. Every later winner's majority shares
 // a node with that one, where it was granted after this holder's write, so
 // its fence is higher. docs/safety.md gives the argument and what it
-// assumes: nodes that never forget their fence counter (the hybrid clock
-// floor of the Valkey and memory stores, or persistence, or a restart
-// delayed past the longest TTL) and clocks that never step back.
+// assumes: nodes that never forget their fence state (a name's fence key or
+// its slot's mark on Valkey/Redis; the hybrid clock floor after a restart
+// without persistence, or persistence, or a restart delayed past the
+// longest TTL) and clocks that do not step back on a node restarted empty.
 //
 // What Redlock does not give: a lease is exclusive only while clocks run at
 // about the same rate, and only until it ends by the holder's clock. A

@@ -59,8 +59,8 @@ func (s *Store) Release(ctx context.Context, req store.Request) error {
 }
 
 // RaiseFence implements [store.FenceRaiser] in one script, one round trip:
-// while req.Token holds the lock, the lock's fence counter becomes
-// max(counter, fence). It returns [store.ErrNotHeld] when the token holds
+// while req.Token holds the lock, the name's fence key and its slot's fence
+// mark each become max(themselves, fence). It returns [store.ErrNotHeld] when the token holds
 // nothing, an error wrapping [store.ErrNotSupported] for a mode without a
 // write-back script (the mutex, the write side of the read-write lock
 // and the election have one), [store.ErrInvalid] for a bad

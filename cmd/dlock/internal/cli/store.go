@@ -25,9 +25,8 @@ type storeFlags struct {
 	authToken   string
 	tls         clientTLSFlags // for --server (tlsflags.go)
 	prefix      string
-	// fenceRetention: how long a Valkey/Redis fence counter is kept after
-	// the grant that created it (the memory store: after the name's last
-	// grant).
+	// fenceRetention: how long a name's last fence is kept after the TTL
+	// of its last hold (Valkey/Redis: its fence key; memory: its entry).
 	fenceRetention time.Duration
 }
 
