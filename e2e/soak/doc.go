@@ -3,7 +3,7 @@
 // from HTTP clients of a `dlock serve` process, while a seeded fault
 // injector pauses, kills and restarts clients and servers and delays links.
 // It checks exclusion (on valid leases), fences and the fenced register as it
-// goes, and at the end that every key but the fence counters is gone and
+// goes, and at the end that every key but the fence keys, slot marks and audit streams is gone and
 // that neither this process nor the server grew in goroutines, file
 // descriptors or heap beyond stated bounds.
 //
