@@ -29,9 +29,10 @@ func callsByCommand(t *testing.T, srv *testredis.Server) map[string]int64 {
 
 // TestMutexFastPathCommands pins the cost of an uncontended mutex on the
 // server. The acquire script makes four calls on a name whose fence key is
-// still there (SET NX GET; MGET of the fence key and the slot's fence mark;
-// SET of each), and TIME too on a name without it (a new name, or one whose
-// key expired). The release makes two (MGET, DEL).
+// still there (SET NX GET; INCR and PEXPIRE of the fence key; ZADD GT of
+// the slot's fence mark), and six on a name without it (a new name, or one
+// whose key expired: SET NX GET, INCR, ZSCORE of the mark, TIME, SET of the
+// fence key, ZADD). The release makes two (MGET, DEL).
 func TestMutexFastPathCommands(t *testing.T) {
 	srv := testredis.Start(t)
 	s := dial(t, srv.URL())
@@ -49,9 +50,9 @@ func TestMutexFastPathCommands(t *testing.T) {
 		dropCounter bool
 		want        map[string]int64
 	}{
-		{"warm", false, map[string]int64{"evalsha": 2, "set": 3, "mget": 2, "del": 1}},
-		{"fresh", false, map[string]int64{"evalsha": 2, "set": 3, "time": 1, "mget": 2, "del": 1}},
-		{"warm", true, map[string]int64{"evalsha": 2, "set": 3, "time": 1, "mget": 2, "del": 1}},
+		{"warm", false, map[string]int64{"evalsha": 2, "set": 1, "incr": 1, "pexpire": 1, "zadd": 1, "mget": 1, "del": 1}},
+		{"fresh", false, map[string]int64{"evalsha": 2, "set": 2, "incr": 1, "zscore": 1, "time": 1, "zadd": 1, "mget": 1, "del": 1}},
+		{"warm", true, map[string]int64{"evalsha": 2, "set": 2, "incr": 1, "zscore": 1, "time": 1, "zadd": 1, "mget": 1, "del": 1}},
 	} {
 		if tt.dropCounter {
 			mustDo(t, srv, "DEL", s.AuxKey(tt.name, "fence"))
@@ -245,7 +246,7 @@ func TestMutexFenceMatchesCounter(t *testing.T) {
 		if got := mustDo(t, srv, "GET", s.AuxKey(name, "fence")); got != strconv.FormatInt(g.Fence, 10) {
 			t.Fatalf("%s: fence %d, fence key %q; want equal", name, g.Fence, got)
 		}
-		if m, _ := strconv.ParseInt(mustDo(t, srv, "GET", s.MarkKey(name)), 10, 64); m < g.Fence {
+		if m, _ := strconv.ParseInt(mustDo(t, srv, "ZSCORE", s.MarkKey(name), "m"), 10, 64); m < g.Fence {
 			t.Fatalf("%s: fence %d, slot mark %d; want the mark at least the fence", name, g.Fence, m)
 		}
 	}

@@ -113,7 +113,7 @@ func TestFenceRetentionMutexPaths(t *testing.T) {
 	if got := counterTTL(t, srv, s, "m"); !within(got, 150_000) {
 		t.Errorf("fence key PTTL after a write-back = %d ms, want about 150 000", got)
 	}
-	if got := mustDo(t, srv, "GET", s.MarkKey("m")); got != strconv.FormatInt(fence+10, 10) {
+	if got := mustDo(t, srv, "ZSCORE", s.MarkKey("m"), "m"); got != strconv.FormatInt(fence+10, 10) {
 		t.Errorf("slot mark after a write-back of %d = %s", fence+10, got)
 	}
 }

@@ -12,8 +12,9 @@
 --     the name, kept beside its holds, expiring the retention (ARGV) after
 --     the end of the last hold's TTL that a grant or extension set;
 --   - the fence mark of the name's hash slot, one key per slot and no
---     expiry (redisproto.Layout.Mark): at least every fence issued on a
---     name of the slot since the node last started empty.
+--     expiry (redisproto.Layout.Mark), a sorted set whose member "m" scores
+--     at least every fence issued on a name of the slot since the node last
+--     started empty.
 --
 -- A grant that finds the fence key issues its value + 1; one that does not
 -- issues max(mark + 1, clock floor), the clock floor being server time in
@@ -41,34 +42,32 @@ local function dec(n) return string.format('%.0f', n) end
 -- is absent and it is above the fence by at most 100 ms of this node's
 -- clock floor (so that nodes of one grant issue the same fence). A fence
 -- key that holds anything but an integer raises an error, writing nothing.
+--
+-- The mark is a sorted set whose one member, "m", scores it: ZADD GT
+-- raises it in one call, without reading it (scores hold integers below
+-- 2^53 exactly). A name whose key exists costs INCR (which keeps the
+-- key's expiry), PEXPIRE and ZADD; one without it INCR, ZSCORE, TIME, SET
+-- and ZADD.
 local function issue(fk, mk, ttl, rho, floor)
-  local v = redis.call('MGET', fk, mk)
-  local c, m = tonumber(v[1]), tonumber(v[2]) or 0
-  local f
-  if c then
-    f = c + 1
-  elseif v[1] then
-    error({err = 'ERR dlock: fence key ' .. fk .. ' holds no integer'})
-  else
+  local f = redis.pcall('INCR', fk)
+  if type(f) == 'table' then
+    error(f)
+  end
+  local px = dec(ttl + rho)
+  if f < 1e15 then
+    -- INCR created the key (or found a number below any fence, set by
+    -- hand): issue from the mark and the clock.
+    local m = tonumber(redis.call('ZSCORE', mk, 'm')) or 0
     local phi = now() * 1000
     f = math.max(m + 1, phi)
     if floor and floor > f and floor <= phi + 100000 then
       f = floor
     end
-  end
-  local px = dec(ttl + rho)
-  if c then
     redis.call('SET', fk, dec(f), 'PX', px)
   else
-    -- MGET reads another type as absent: SET ... GET refuses it.
-    local r = redis.pcall('SET', fk, dec(f), 'PX', px, 'GET')
-    if type(r) == 'table' and r.err then
-      error(r)
-    end
+    redis.call('PEXPIRE', fk, px)
   end
-  if f > m then
-    redis.call('SET', mk, dec(f))
-  end
+  redis.call('ZADD', mk, 'GT', f, 'm')
   return f
 end
 
@@ -84,15 +83,12 @@ end
 -- raise makes fence key fk and mark mk at least f, for a hold that ends
 -- left ms from now (Redlock's write-back), keeping fk rho ms past it.
 local function raise(fk, mk, f, left, rho)
-  local v = redis.call('MGET', fk, mk)
-  if f > (tonumber(v[1]) or 0) then
+  if f > (tonumber(redis.call('GET', fk)) or 0) then
     redis.call('SET', fk, dec(f), 'PX', dec(math.max(left, 0) + rho))
   else
     keep(fk, math.max(left, 0), rho)
   end
-  if f > (tonumber(v[2]) or 0) then
-    redis.call('SET', mk, dec(f))
-  end
+  redis.call('ZADD', mk, 'GT', f, 'm')
 end
 
 -- fence issues the name's next fence for a pattern's grant of TTL ttl ms.

@@ -45,9 +45,10 @@
 -- clock_lib and docs/safety.md, "Fences on Valkey/Redis").
 --
 -- The free lock costs SET NX (which also tells a refusal from a repeat by
--- the holder), MGET of the fence key and the mark, and two SETs (the fence
--- key, the mark), with TIME when the fence key is absent. Every refusal
--- reads the lock key with PTTL, a read that client-side caching tracks.
+-- the holder), then INCR, PEXPIRE and ZADD on a name whose fence key is
+-- there, INCR, ZSCORE, TIME, SET and ZADD on one without it (see issue in
+-- clock_lib). Every refusal reads the lock key with PTTL, a read that
+-- client-side caching tracks.
 local me = ARGV[1]
 local cur = redis.pcall('SET', KEYS[1], me, 'NX', 'PX', ARGV[2], 'GET')
 if type(cur) == 'table' and cur.err then
