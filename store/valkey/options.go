@@ -50,7 +50,7 @@ const DefaultFenceRetention = redisproto.DefaultFenceRetention
 // largest step back of the server's clock plus the largest lead of a fence
 // over the clock floor when issued, with room for that version's grants
 // meanwhile. The default, [DefaultFenceRetention] (61 s), is twice a clock
-// step back of at most 30 s plus a second of lead; the key costs about 150
+// step back of at most 30 s plus a second of lead; the key costs about 155
 // bytes of server memory per name for that long (docs/safety.md). d must be at least a second (rounded up to whole
 // milliseconds).
 func WithFenceRetention(d time.Duration) Option {
