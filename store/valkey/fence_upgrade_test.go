@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-dev/dlock/internal/redisproto/prototest"
 	"github.com/dlock-dev/dlock/internal/testredis"
 	"github.com/dlock-dev/dlock/store"
 	"github.com/dlock-dev/dlock/store/valkey"
@@ -109,7 +110,7 @@ func (c oldClient) release(mode store.Mode, name, token string) {
 // clock floor of the same millisecond.
 func TestFencesRiseAcrossAnUpgrade(t *testing.T) {
 	srv := testredis.Start(t)
-	ctx := testContext(t)
+	ctx := prototest.Context(t)
 	s := dial(t, srv.URL(), valkey.WithFenceRetention(time.Second))
 	old := oldClient{t, srv, s, loadOldScripts(t)}
 	last := map[string]int64{}
@@ -198,7 +199,7 @@ func TestFencesRiseAcrossAnUpgrade(t *testing.T) {
 // 2026-11 left a fence counter per name for a day.
 func TestNothingOutlivesAHold(t *testing.T) {
 	srv := testredis.Start(t)
-	ctx := testContext(t)
+	ctx := prototest.Context(t)
 	s := dial(t, srv.URL(), valkey.WithFenceRetention(time.Second))
 	modes := []store.Mode{store.ModeMutex, store.ModeReentrant, store.ModeRead, store.ModeWrite, store.ModeSemaphore, store.ModeElection}
 	const n = 3000
@@ -261,7 +262,7 @@ func dbsize(t *testing.T, srv *testredis.Server) int {
 // fence issued before (a restart takes longer than the lead).
 func TestFencesRiseAcrossARestartAfterABurst(t *testing.T) {
 	srv := testredis.Start(t)
-	ctx := testContext(t)
+	ctx := prototest.Context(t)
 	s := dial(t, srv.URL())
 	var high int64
 	for i := range 500 {
@@ -308,7 +309,7 @@ func acquireRetrying(ctx context.Context, s *valkey.Store, req store.Request) (s
 // else.
 func TestFenceMarkPerClusterSlot(t *testing.T) {
 	c := testredis.StartCluster(t, 3)
-	ctx := testContext(t)
+	ctx := prototest.Context(t)
 	s := dial(t, "redis://"+strings.Join(c.Addrs(), ","), valkey.WithFenceRetention(time.Second))
 	names := []string{"{slot}a", "{slot}b", "{slot}c", "x", "y", "z", "{user:1}:job"}
 	last := map[string]int64{}
