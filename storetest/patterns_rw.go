@@ -30,6 +30,7 @@ func testRW(t *testing.T, h Harness) {
 		{"CrashedReaderBlocksOnlyUntilItsTTL", rwCrashedReader},
 		{"Downgrade", rwDowngrade},
 		{"UpgradeRefused", rwUpgrade},
+		{"ReadersTokenCannotWrite", rwReadersToken},
 		{"Inspector", rwInspector},
 		{"LockerExclusion", rwLockerExclusion},
 		{"LockerWriterNotStarved", rwLockerWriterNotStarved},
@@ -305,6 +306,29 @@ func rwUpgrade(t *testing.T, s store.Store) {
 	mustAcquire(t, s, r2) // the refused upgrade left no intent behind
 	mustRelease(t, s, r2)
 	mustRelease(t, s, r)
+}
+
+// rwReadersToken checks that a write request carrying a reader's own token
+// is refused with ErrUpgrade while another reader holds, as a writer
+// naming that reader as its Owner is: it is not the repeat of a write, and
+// granting it would give a writer beside a reader.
+func rwReadersToken(t *testing.T, s store.Store) {
+	ctx := testContext(t)
+	name := lockName(t)
+	r1, r2 := readReq(name, longTTL), readReq(name, longTTL)
+	mustAcquire(t, s, r1)
+	mustAcquire(t, s, r2)
+	w := writeReq(name, longTTL)
+	w.Token, w.Owner = r1.Token, r1.Token
+	g, err := s.Acquire(ctx, w)
+	if g.Acquired || !errors.Is(err, store.ErrUpgrade) {
+		t.Errorf("Acquire(write, Token = a reader's token) beside another reader = %+v, %v; want ErrUpgrade", g, err)
+	}
+	if g, err := s.Acquire(ctx, writeReq(name, longTTL)); err != nil || g.Acquired {
+		t.Errorf("Acquire(write) while two readers hold = %+v, %v; want refused", g, err)
+	}
+	mustRelease(t, s, r2)
+	mustRelease(t, s, r1)
 }
 
 // rwInspector checks that State counts readers and waiting writers.

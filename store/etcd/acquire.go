@@ -59,6 +59,9 @@ func (s *Store) tryAcquire(ctx context.Context, k kind, req store.Request, last 
 	}
 	*last = s.refusal(k, vw, -1, req.Mode)
 	if i, me := vw.find(req.Token); me != nil {
+		if req.Mode == store.ModeWrite && me.v.Mode == store.ModeRead {
+			return store.Grant{}, store.ErrUpgrade // a reader's own token
+		}
 		return s.rejoin(ctx, k, req, vw, i, key)
 	}
 	if held, left, ok := s.otherHold(vw); ok {

@@ -164,6 +164,9 @@ func (s *Store) acquireRead(k key, lk *lock, req store.Request, now time.Time) s
 func (s *Store) acquireWrite(k key, lk *lock, req store.Request, now time.Time) (store.Grant, error) {
 	if lk != nil {
 		if h := lk.find(req.Token); h != nil {
+			if !h.write {
+				return store.Grant{}, store.ErrUpgrade // a reader's own token
+			}
 			h.expires = now.Add(req.TTL)
 			return store.Grant{Acquired: true, Fence: h.fence, Count: 1}, nil
 		}

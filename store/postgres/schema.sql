@@ -1,4 +1,5 @@
--- dlock PostgreSQL schema, version 3. Idempotent: New runs it at start
+-- dlock PostgreSQL schema, version 4 (version 3 with a reader's own token
+-- refused the write side). Idempotent: New runs it at start
 -- unless WithoutMigrate is given (then a DBA runs this file once).
 --
 -- dlock_locks   one row per lock that has been used: the row every operation
@@ -95,6 +96,12 @@ BEGIN
     v_found := FOUND;
     SELECT count(*)::integer INTO v_held FROM dlock_leases s WHERE s.kind = p_kind AND s.name = p_name AND s.held;
 
+    -- A reader's own token asking for the write side is an upgrade, not
+    -- the repeat of a write: refused like a writer naming it as Owner.
+    IF v_found AND v_me.held AND p_kind = 2 AND p_mode = 3 AND v_me.mode = 2 THEN
+        o_status := 'upgrade';
+        RETURN;
+    END IF;
     IF v_found AND v_me.held THEN
         o_status := 'acquired';
         o_fence := v_me.fence;
@@ -264,4 +271,4 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION dlock_acquire(smallint, text, text, smallint, text, integer, bigint, boolean, bigint) IS 'dlock schema 3';
+COMMENT ON FUNCTION dlock_acquire(smallint, text, text, smallint, text, integer, bigint, boolean, bigint) IS 'dlock schema 4';

@@ -210,8 +210,13 @@ func (s *Store) collect(a *acquisition) {
 			a.state[r.node] = failed
 			a.nFailed++
 			a.errs = append(a.errs, nodeErr("acquire", r.node, r.val.err))
-			if a.fatal == nil && requestError(r.val.err) {
-				a.fatal = r.val.err
+			if requestError(r.val.err) {
+				// The node refused the request itself and took nothing:
+				// undo must not release the token (a reader's, say).
+				a.state[r.node] = refused
+				if a.fatal == nil {
+					a.fatal = r.val.err
+				}
 			}
 		case r.val.g.Acquired:
 			a.state[r.node] = granted
@@ -304,11 +309,11 @@ func (s *Store) refusal(a *acquisition) store.Grant {
 		r := <-a.f.ch
 		a.answered++
 		switch {
-		case r.val.err != nil:
+		case r.val.err != nil && !requestError(r.val.err):
 			a.state[r.node] = failed
 		case r.val.g.Acquired:
 			a.state[r.node] = granted
-		default:
+		default: // refused, or the request refused (nothing taken)
 			a.state[r.node] = refused
 			a.grants[r.node] = r.val.g
 		}
@@ -504,7 +509,7 @@ func (s *Store) undo(ctx context.Context, req store.Request, timeout time.Durati
 	}
 	for ; pending > 0; pending-- {
 		r := <-ch
-		if r.val.err != nil || r.val.g.Acquired {
+		if (r.val.err != nil && !requestError(r.val.err)) || r.val.g.Acquired {
 			release(r.node)
 		}
 	}

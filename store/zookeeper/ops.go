@@ -76,6 +76,9 @@ func (s *Store) acquire(kind string, req store.Request) (store.Grant, error) {
 		qttl = req.TTL
 	}
 	if i := find(es, req.Token); i >= 0 {
+		if req.Mode == store.ModeWrite && es[i].mode == 'r' {
+			return store.Grant{}, store.ErrUpgrade // a reader's own token
+		}
 		path := dir + "/" + es[i].name
 		if s.lapsed(path) {
 			return s.refusal(kind, dir, es, -1, req.Limit), nil

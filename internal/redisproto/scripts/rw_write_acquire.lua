@@ -9,13 +9,17 @@
 -- = "1" the caller keeps (or takes) its place, which keeps new readers out
 -- until it has had its turn. A repeat by the writer while another holder
 -- of the main key has the name is refused and changes nothing.
--- {-1, 0, 0} when ARGV[3] is the token of a reader holding the lock: an
--- upgrade, which would wait for itself.
+-- {-1, 0, 0} when ARGV[3], or ARGV[1] itself, is the token of a reader
+-- holding the lock: an upgrade, which would wait for itself (and, for a
+-- reader's own token, would otherwise pass for the repeat of a write).
 local me, ttl, owner = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 prune()
 local held, left = blocker(own)
 if held and redis.call('ZSCORE', R, me) then
   return {0, 0, left, 0, 0, held}
+end
+if redis.call('ZSCORE', R, me) and redis.call('HGET', M, 'w') ~= me then
+  return {-1, 0, 0} -- a reader's own token: an upgrade, not a repeat
 end
 local f = refresh(me, ttl) -- nil while held: the caller is no holder
 if f then
