@@ -81,6 +81,15 @@ func (t *clientTLSFlags) config(server string) (*tls.Config, error) {
 			return nil, fmt.Errorf("--cert %s with --key %s: %w", t.cert, t.key, err)
 		}
 		c.Certificates = []tls.Certificate{pair}
+	} else {
+		// A server that asks for a client certificate (dlock serve with
+		// --client-ca) would otherwise end the connection after a TLS 1.3
+		// handshake that looked complete, and the command would fail on a
+		// bare "broken pipe" or "connection reset": fail the handshake here,
+		// naming what is missing.
+		c.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			return nil, errors.New("client certificate required by the server: set --cert and --key (DLOCK_CERT, DLOCK_KEY)")
+		}
 	}
 	return c, nil
 }
