@@ -138,7 +138,7 @@ func (l *Locker) afterLoss(ls *Lease) {
 		defer l.wg.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.opTimeout)
 		defer cancel()
-		l.store.Release(ctx, ls.req)
+		_ = l.store.Release(ctx, ls.req)
 	}()
 }
 
@@ -188,7 +188,7 @@ func (l *Locker) emitLoss(ls *Lease) {
 func (l *Locker) lockConfig(opts []Option) config {
 	c := l.cfg
 	c.err = nil
-	c.apply(opts)
+	_ = c.apply(opts)
 	return c
 }
 

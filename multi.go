@@ -200,7 +200,7 @@ func (m *Multi) held(ctx context.Context, ml *MultiLease) (*MultiLease, store.Gr
 		ls.notifyLoss(ml.lost)
 	}
 	if err := ml.Err(); err != nil {
-		ml.Release(ctx)
+		_ = ml.Release(ctx)
 		return nil, store.Grant{}, "", &StoreError{Op: "acquire", Node: -1, Err: fmt.Errorf("a name's lease ran out while the others were taken: %w", err)}
 	}
 	return ml, store.Grant{}, "", nil
@@ -284,10 +284,10 @@ func (m *Multi) undo(ctx context.Context, leases []*Lease, unresolved []Request)
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.opTimeout)
 	defer cancel()
 	for _, ls := range leases {
-		ls.Release(rctx)
+		_ = ls.Release(rctx)
 	}
 	for _, req := range unresolved {
-		m.l.store.Release(rctx, req)
+		_ = m.l.store.Release(rctx, req)
 	}
 }
 

@@ -129,7 +129,7 @@ func (rw *RWMutex) Downgrade(ctx context.Context, w *Lease) (*Lease, error) {
 	case err == nil:
 		return r, nil
 	case errors.Is(err, ErrLeaseLost), errors.Is(err, ErrNotHeld):
-		r.Release(context.WithoutCancel(ctx))
+		_ = r.Release(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("%w: write lease ended before the downgrade: %w", ErrLeaseLost, err)
 	default:
 		// The store did not confirm the release; the write hold frees

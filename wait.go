@@ -132,5 +132,5 @@ func ended(ctx context.Context, last error, name string) error {
 func (l *Locker) releaseBehind(ctx context.Context, c *config, req Request) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opTimeout)
 	defer cancel()
-	l.store.Release(rctx, req)
+	_ = l.store.Release(rctx, req)
 }

@@ -254,7 +254,7 @@ func (r fencedLocker) Lock(ctx context.Context, name string) (unlockFunc, error)
 			return release, nil
 		}
 		if n > 0 {
-			release(context.WithoutCancel(ctx))
+			_ = release(context.WithoutCancel(ctx))
 		}
 		if err != nil && ctx.Err() == nil {
 			return nil, err
@@ -286,7 +286,7 @@ func (r *rawLocker) Lock(ctx context.Context, name string) (unlockFunc, error) {
 			return release, nil
 		}
 		if n > 0 {
-			release(context.WithoutCancel(ctx))
+			_ = release(context.WithoutCancel(ctx))
 		}
 		if err != nil && ctx.Err() == nil {
 			return nil, err

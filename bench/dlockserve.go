@@ -107,7 +107,7 @@ func startProcess(ctx context.Context, addr string, cmd *exec.Cmd) (*service, er
 func (s *service) stop() {
 	s.cmd.Process.Signal(syscall.SIGTERM)
 	done := make(chan struct{})
-	go func() { s.cmd.Wait(); close(done) }()
+	go func() { _ = s.cmd.Wait(); close(done) }()
 	select {
 	case <-done:
 	case <-time.After(5 * time.Second):

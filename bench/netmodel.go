@@ -219,7 +219,7 @@ func (p *delayProxy) write(c *proxyConn, dst net.Conn, timer *os.File, ch <-chan
 		}
 		if ck.eof {
 			if tc, ok := dst.(*net.TCPConn); ok {
-				tc.CloseWrite()
+				_ = tc.CloseWrite()
 			}
 			continue
 		}

@@ -114,7 +114,7 @@ func workerMain() int {
 		_, err := in.ReadByte()
 		started <- err
 		if err == nil {
-			io.Copy(io.Discard, in)
+			_, _ = io.Copy(io.Discard, in)
 		}
 		stop()
 	}()
@@ -146,7 +146,7 @@ func workerMain() int {
 			res.Records = append(res.Records, r)
 			if ctx.Err() == nil {
 				fail(err)
-				sleepCtx(ctx, time.Millisecond)
+				_ = sleepCtx(ctx, time.Millisecond)
 			}
 			continue
 		}
@@ -280,7 +280,7 @@ func runContentionProcs(ctx context.Context, c contender, nodes cluster, workers
 			if !p.reaped {
 				p.stdin.Close()
 				p.cmd.Process.Kill()
-				<-p.done
+				<-p.done //nolint:errcheck // the process was killed: its exit error says nothing
 				p.reaped = true
 			}
 		}

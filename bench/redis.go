@@ -83,7 +83,7 @@ func startNode(root string) (*node, error) {
 		}
 		logf.Close()
 		n := &node{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), dir: dir, cmd: cmd, done: make(chan struct{})}
-		go func() { cmd.Wait(); close(n.done) }()
+		go func() { _ = cmd.Wait(); close(n.done) }()
 		if last = n.waitReady(10 * time.Second); last == nil {
 			n.admin, last = vk.NewClient(vk.ClientOption{InitAddress: []string{n.addr}, DisableCache: true})
 			if last == nil {

@@ -56,14 +56,14 @@ func httpFloor(ctx context.Context, nodes cluster, clients int, warm, dur time.D
 	grant := []byte(`{"name":"x","token":"0123456789abcdef0123456789abcdef","fence":1,"ttlMs":30000,"mode":"mutex","count":1}` + "\n")
 	released := []byte(`{"name":"x","released":true}` + "\n")
 	srv := likeDlockServe(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.Copy(io.Discard, r.Body)
+		_, _ = io.Copy(io.Discard, r.Body)
 		if strings.HasSuffix(r.URL.Path, "/acquire") {
 			writeJSON(w, grant)
 		} else {
 			writeJSON(w, released)
 		}
 	}))
-	go srv.Serve(ln)
+	go func() { _ = srv.Serve(ln) }()
 	defer srv.Close()
 	return httpLoad(ctx, nodes, ln.Addr().String(), nil, clients, warm, dur)
 }

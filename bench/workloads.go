@@ -37,7 +37,7 @@ type window struct {
 
 func processCPU() time.Duration {
 	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
@@ -283,7 +283,7 @@ func contentionVia(ctx context.Context, c contender, nodes cluster, via []string
 					if cctx.Err() == nil {
 						errs.Add(1)
 						first.CompareAndSwap(nil, err.Error())
-						sleepCtx(cctx, time.Millisecond)
+						_ = sleepCtx(cctx, time.Millisecond)
 					}
 					continue
 				}

@@ -215,7 +215,7 @@ const deadFor = time.Minute
 func (s *Store) revoke(id clientv3.LeaseID) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	s.cli.Revoke(ctx, id)
+	_, _ = s.cli.Revoke(ctx, id)
 }
 
 // Extend implements [store.Store]: one read of every request's key, then a

@@ -47,7 +47,7 @@ func (d *driver) EvalMulti(ctx context.Context, calls []redisproto.Call) []redis
 				cmds[i] = p.EvalSha(ctx, c.Script.SHA, c.Keys, anys(c.Args)...)
 			}
 		}
-		p.Exec(ctx) // errors are per command
+		_, _ = p.Exec(ctx) // errors are per command
 	}
 	all := make([]int, len(calls))
 	for i := range all {
@@ -127,7 +127,7 @@ func (d *driver) Scan(ctx context.Context, match string, fn func(key string)) er
 func (d *driver) Policies(ctx context.Context) []redisproto.NodePolicy {
 	var mu sync.Mutex
 	var out []redisproto.NodePolicy
-	d.eachMaster(ctx, func(ctx context.Context, c redis.Cmdable, addr string) error {
+	_ = d.eachMaster(ctx, func(ctx context.Context, c redis.Cmdable, addr string) error {
 		m, err := c.ConfigGet(ctx, "maxmemory-policy").Result()
 		mu.Lock()
 		out = append(out, redisproto.NodePolicy{Addr: addr, Policy: m["maxmemory-policy"], Err: err})

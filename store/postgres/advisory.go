@@ -332,7 +332,7 @@ func (a *Advisory) Extend(ctx context.Context, reqs []store.Request) []error {
 			err = errNotPinned
 		}
 		if err != nil {
-			a.failLocked("extend", err) // every hold is gone with the session
+			_ = a.failLocked("extend", err) // every hold is gone with the session
 		}
 	}
 	now := time.Now()
@@ -341,7 +341,7 @@ func (a *Advisory) Extend(ctx context.Context, reqs []store.Request) []error {
 			errs[i] = err
 			continue
 		}
-		a.pruneLocked(ctx, req.Name, now)
+		_ = a.pruneLocked(ctx, req.Name, now)
 		lk := a.locks[req.Name]
 		if lk == nil {
 			errs[i] = store.ErrNotHeld

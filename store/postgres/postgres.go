@@ -119,7 +119,7 @@ func NewWithPool(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Stor
 
 func newStore(ctx context.Context, pool *pgxpool.Pool, own bool, opts []Option) (*Store, error) {
 	s := &Store{pool: pool, ownPool: own, cfg: newConfig(opts)}
-	s.hub = newHub(pool.Config().ConnConfig, s.cfg.logger, func(ctx context.Context) { s.Sweep(ctx) })
+	s.hub = newHub(pool.Config().ConnConfig, s.cfg.logger, func(ctx context.Context) { _ = s.Sweep(ctx) })
 	if s.cfg.migrate {
 		if err := Migrate(ctx, pool); err != nil {
 			return nil, err

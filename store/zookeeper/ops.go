@@ -123,7 +123,7 @@ func (s *Store) acquire(kind string, req store.Request) (store.Grant, error) {
 		return store.Grant{}, err
 	}
 	if es, err = s.list(dir); err != nil {
-		s.conn.Delete(path, -1)
+		_ = s.conn.Delete(path, -1)
 		return store.Grant{}, err
 	}
 	i := find(es, req.Token)
@@ -184,13 +184,13 @@ func (s *Store) acquireBeside(kind string, req store.Request, dir string, es []e
 	path := res[1].String
 	anchor := es[a].token
 	if es, err = s.list(dir); err != nil {
-		s.conn.Delete(path, -1)
+		_ = s.conn.Delete(path, -1)
 		return store.Grant{}, err
 	}
 	if find(es, anchor) < 0 {
 		// The anchor lapsed (or went) before the new node was listed: not
 		// a re-entry of a live hold; the caller asks again.
-		s.conn.Delete(path, -1)
+		_ = s.conn.Delete(path, -1)
 		return store.Grant{}, errAnchorGone
 	}
 	i := find(es, req.Token)

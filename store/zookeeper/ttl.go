@@ -90,7 +90,7 @@ func (s *Store) lapsed(path string) bool {
 	}
 	s.mu.Unlock()
 	if gone {
-		s.conn.Delete(path, -1)
+		_ = s.conn.Delete(path, -1)
 	}
 	return gone
 }
@@ -130,7 +130,7 @@ func (s *Store) reap() {
 		}
 		s.mu.Unlock()
 		for _, p := range due {
-			s.conn.Delete(p, -1)
+			_ = s.conn.Delete(p, -1)
 		}
 		timer.Reset(time.Until(next))
 		select {

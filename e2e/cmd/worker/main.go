@@ -119,7 +119,7 @@ func (l *logger) log(ev wire.Event) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.enc.Encode(ev) // stdout is a pipe to the harness; nothing to do on error
+	_ = l.enc.Encode(ev) // stdout is a pipe to the harness; nothing to do on error
 }
 
 func errString(err error) string {
@@ -145,7 +145,7 @@ func openStore(ctx context.Context, c config) (store.Store, func(), error) {
 		var closers []func() error
 		closeAll := func() {
 			for _, f := range closers {
-				f()
+				_ = f()
 			}
 		}
 		for _, a := range c.addrs {

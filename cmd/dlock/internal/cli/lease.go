@@ -223,7 +223,7 @@ func acquireOnStore(ctx context.Context, st store.Store, req dlock.Request, wait
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
 			g, err = st.Acquire(rctx, req)
 			if err != nil {
-				st.Release(rctx, req)
+				_ = st.Release(rctx, req)
 			}
 			cancel()
 		}

@@ -201,7 +201,7 @@ func (s *Store) Acquire(ctx context.Context, req store.Request) (store.Grant, er
 		if g.Token != "" && g.Token != req.Token {
 			// The server chose its own token: give that hold back and fail
 			// rather than hold a lock the Locker cannot renew.
-			s.Release(context.WithoutCancel(ctx), store.Request{Name: req.Name, Token: g.Token})
+			_ = s.Release(context.WithoutCancel(ctx), store.Request{Name: req.Name, Token: g.Token})
 			return store.Grant{}, &store.StoreError{Op: "acquire", Node: -1, Err: errors.New("server ignored the client's token")}
 		}
 		return store.Grant{Acquired: true, Fence: g.Fence, Count: 1}, nil
@@ -429,7 +429,7 @@ func (s *Store) do(ctx context.Context, method, path string, in, out any) (int, 
 			}
 		}
 	} else {
-		json.Unmarshal(body, &er) // best effort: the status alone decides
+		_ = json.Unmarshal(body, &er) // best effort: the status alone decides
 	}
 	return resp.StatusCode, er, resp.Header, nil
 }

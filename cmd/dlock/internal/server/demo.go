@@ -214,7 +214,7 @@ func (s *Server) releaseDemo() {
 	s.demo.mu.Unlock()
 	for _, ls := range leases {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		ls.Release(ctx)
+		_ = ls.Release(ctx)
 		cancel()
 	}
 }

@@ -428,7 +428,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 			srv.Close()
 		}
 		cancel()
-		<-errc
+		<-errc //nolint:errcheck // Serve's answer to Shutdown: ErrServerClosed
 	}
 	s.beginDrain()
 	s.inflight.Wait()
