@@ -68,7 +68,7 @@ func (e *expiries) context(parent context.Context, d time.Duration) context.Cont
 	x := e.cur.Load()
 	if x == nil || x.at.Before(earliest) || x.at.Sub(earliest) > slack {
 		x = &expiry{at: earliest.Add(slack)}
-		x.ctx, x.cancel = context.WithDeadline(context.Background(), x.at)
+		x.ctx, x.cancel = context.WithDeadline(context.Background(), x.at) //nolint:gosec // G118: the deadline ends ctx; the cancel is kept in x.cancel (see expiry)
 		e.cur.Store(x)
 	}
 	return &expiryCtx{Context: parent, x: x}

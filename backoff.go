@@ -20,7 +20,7 @@ func (b *backoff) next() time.Duration {
 		}
 	}
 	b.n++
-	return time.Duration(rand.Int64N(int64(ceil))) + time.Microsecond
+	return time.Duration(rand.Int64N(int64(ceil))) + time.Microsecond //nolint:gosec // G404: backoff jitter, not a secret (tokens come from crypto/rand)
 }
 
 func (b *backoff) reset() { b.n = 0 }

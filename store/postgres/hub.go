@@ -142,7 +142,7 @@ func (h *hub) run(ctx context.Context, ln *listener) {
 		}
 		if err != nil {
 			h.logger.Warn("dlock: postgres listener: connect failed; retrying", "err", err, "in", delay)
-			t := time.NewTimer(delay + rand.N(delay))
+			t := time.NewTimer(delay + rand.N(delay)) //nolint:gosec // G404: reconnect jitter, not a secret
 			select {
 			case <-ctx.Done():
 				t.Stop()

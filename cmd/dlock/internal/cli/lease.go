@@ -240,7 +240,7 @@ func acquireOnStore(ctx context.Context, st store.Store, req dlock.Request, wait
 			}
 			return g, &dlock.LockedError{Name: req.Name, RetryAfter: g.RetryAfter, Held: g.Held}
 		}
-		delay := time.Duration(rand.Int64N(int64(backoff))) + time.Millisecond
+		delay := time.Duration(rand.Int64N(int64(backoff))) + time.Millisecond //nolint:gosec // G404: retry jitter, not a secret
 		backoff = min(2*backoff, time.Second)
 		if g.RetryAfter > 0 && g.RetryAfter+time.Millisecond < delay {
 			delay = g.RetryAfter + time.Millisecond
