@@ -76,7 +76,7 @@ for dir in "${modules[@]}"; do
 	start=$SECONDS
 	status=PASS
 	if ! (cd "$dir" && "$golangci" run --config "$REPO/.golangci.yml" \
-		--max-issues-per-linter 0 --max-same-issues 0 ./...); then
+		--allow-parallel-runners --max-issues-per-linter 0 --max-same-issues 0 ./...); then
 		status=FAIL
 		failed=$((failed + 1))
 	fi
