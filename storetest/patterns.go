@@ -43,12 +43,6 @@ func grantOnce(t *testing.T, s store.Store, req store.Request) int64 {
 	return g.Fence
 }
 
-// with returns req with a fresh token.
-func with(req store.Request) store.Request {
-	req.Token = newToken()
-	return req
-}
-
 // mustRelease releases req and fails t unless the store released it.
 func mustRelease(t *testing.T, s store.Store, req store.Request) {
 	t.Helper()

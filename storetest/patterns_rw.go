@@ -159,7 +159,7 @@ func rwFences(t *testing.T, s store.Store) {
 	r0 := readReq(name, longTTL)
 	g0 := mustAcquire(t, s, r0) // a reader before any writer still gets a fence
 	mustRelease(t, s, r0)
-	var last int64 = g0.Fence
+	last := g0.Fence
 	for i := range 3 {
 		w := writeReq(name, longTTL)
 		gw := mustAcquire(t, s, w)

@@ -45,7 +45,7 @@ func TestMain(m *testing.M) {
 		os.Exit(2)
 	}
 	workerBin = filepath.Join(dir, "worker")
-	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	goBin := filepath.Join(runtime.GOROOT(), "bin", "go") //nolint:staticcheck // SA1019: the test runs where it was built, so GOROOT is right; PATH may lack go
 	build := exec.Command(goBin, "build", "-o", workerBin, "github.com/dlock-dev/dlock/e2e/cmd/worker")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
@@ -405,11 +405,4 @@ func addToxic(p *toxiproxy.Proxy, name, typ, stream string, attrs map[string]any
 		return fmt.Errorf("add toxic %s to %s: %v", name, p.Name, err)
 	}
 	return nil
-}
-
-func (e *env) untoxic(p *toxiproxy.Proxy, name string) {
-	e.t.Helper()
-	if err := p.Toxics.RemoveToxic(e.t.Context(), name); err != nil {
-		e.t.Fatalf("remove toxic %s from %s: %v", name, p.Name, err)
-	}
 }

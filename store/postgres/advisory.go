@@ -19,9 +19,8 @@ var (
 	_ store.Pinger    = (*Advisory)(nil)
 )
 
-// advisoryKind is the kind of the fence rows of advisory locks in
-// dlock_locks, and of their NOTIFY payloads.
-const advisoryKind = 5
+// The kind of the fence rows of advisory locks in dlock_locks, and of their
+// NOTIFY payloads, is 5 (written literally in the SQL below).
 
 // Advisory is a store on PostgreSQL's session-level advisory locks: lock
 // name N is pg_advisory_lock(hashtext(N)), the key of seed 001's Path 5, so
@@ -285,8 +284,7 @@ func (a *Advisory) Acquire(ctx context.Context, req store.Request) (store.Grant,
 			}
 			return store.Grant{Acquired: true, Fence: lk.fence, Count: len(lk.holders)}, nil
 		}
-		switch {
-		case lk.mode == store.ModeReentrant && req.Mode == store.ModeReentrant && lk.owner == owner:
+		if lk.mode == store.ModeReentrant && req.Mode == store.ModeReentrant && lk.owner == owner {
 			lk.holders[req.Token] = exp
 			lk.pushOut(exp)
 			return store.Grant{Acquired: true, Fence: lk.fence, Count: len(lk.holders)}, nil

@@ -49,7 +49,6 @@ type Option func(*config)
 type config struct {
 	migrate bool
 	logger  *slog.Logger
-	keyFunc func(name string) int64
 }
 
 // WithoutMigrate skips running [Schema] in [New]: the tables and functions
