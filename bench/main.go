@@ -130,6 +130,7 @@ func main() {
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
+		stop()
 		os.Exit(1)
 	}
 	if err := rep.write(cfg.out); err != nil {

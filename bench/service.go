@@ -334,7 +334,7 @@ func (h *httpConn) post(path string, body []byte) ([]byte, error) {
 		h.br = bufio.NewReaderSize(c, 4096)
 	}
 	h.c.SetDeadline(time.Now().Add(10 * time.Second))
-	r := append(h.req[:0], "POST "...)
+	r := append(h.req[:0], "POST "...) //nolint:gocritic // appendAssign: reuses h.req's array; stored back in h.req below
 	r = append(r, path...)
 	r = append(r, " HTTP/1.1\r\nHost: "...)
 	r = append(r, h.addr...)

@@ -180,7 +180,7 @@ func (c *checker) finished(h hold) {
 			kept = append(kept, o)
 		}
 	}
-	n.done = append(kept, h)
+	n.done = append(kept, h) //nolint:gocritic // appendAssign: kept shares n.done's array (filter in place)
 	var sem []hold
 	for _, o := range n.done[:len(n.done)-1] {
 		if h.start >= o.end || o.start >= h.end {
