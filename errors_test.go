@@ -35,7 +35,7 @@ func TestErrorsAcrossPackages(t *testing.T) {
 	if err := error(&store.LimitError{Name: "s", Held: 1, Asked: 2}); !errors.As(err, &le) || le.Held != 1 {
 		t.Errorf("errors.As(%v, *dlock.LimitError) = false, want the store's error", err)
 	}
-	var m dlock.Mode = store.ModeRead
+	var m dlock.Mode = store.ModeRead //nolint:staticcheck // ST1023: the explicit type is the point: store.ModeRead must be a dlock.Mode
 	if m != dlock.ModeRead || !m.Shared() {
 		t.Errorf("store.ModeRead as a dlock.Mode = %v, want dlock.ModeRead", m)
 	}

@@ -59,7 +59,7 @@ func TestMain(m *testing.M) {
 		os.Exit(2)
 	}
 	workerBin, dlockBin = filepath.Join(dir, "worker"), filepath.Join(dir, "dlock")
-	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	goBin := filepath.Join(runtime.GOROOT(), "bin", "go") //nolint:staticcheck // SA1019: the test runs where it was built, so GOROOT is right; PATH may lack go
 	for _, b := range []struct{ out, pkg, dir string }{
 		{workerBin, "github.com/dlock-dev/dlock/e2e/cmd/worker", "."},
 		{dlockBin, ".", filepath.Join("..", "..", "cmd", "dlock")},
