@@ -24,7 +24,7 @@ import (
 // hotNames) is waited for this way from the first attempt, which then
 // registers the caller at once; otherwise the first attempt is a plain one,
 // so an uncontended lock costs no grant watch.
-func (l *Locker) waitHandoff(ctx context.Context, c *config, req Request) (ls *Lease, err error, ok bool) {
+func (l *Locker) waitHandoff(ctx context.Context, c *config, req Request) (ls *Lease, err error, ok bool) { //nolint:revive // error-return: ok says whether the handoff path decided at all, whatever err
 	req.Queue = true
 	req.QueueTTL = c.queueTTLOrDefault()
 	since := time.Now()

@@ -99,7 +99,7 @@ func WithRenewInterval(d time.Duration) Option {
 // WithBackoff sets the bounds of the capped exponential backoff with full
 // jitter that waiting falls back on when the store's wake-ups are missed.
 // Default 10ms to 1s; min must be positive and at most max.
-func WithBackoff(min, max time.Duration) Option {
+func WithBackoff(min, max time.Duration) Option { //nolint:revive // redefines-builtin-id: min and max are the documented parameter names
 	return func(c *config) {
 		if min <= 0 || max < min {
 			c.fail("backoff", "min must be positive and at most max")

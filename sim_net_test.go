@@ -144,7 +144,7 @@ func (n *simNet) lockedLogf(format string, args ...any) {
 // name is empty), oldest first, leaving out the refusals that mention none
 // of focus (tokens, workers): waiters retry often, and their refusals
 // would fill it.
-func (n *simNet) tail(name string, focus []string, max int) []string {
+func (n *simNet) tail(name string, focus []string, max int) []string { //nolint:revive // redefines-builtin-id: max is the documented cap; the builtin is not used here
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	re := regexp.MustCompile(`\b` + regexp.QuoteMeta(name) + `\b`)

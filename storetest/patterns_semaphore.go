@@ -108,7 +108,7 @@ func semaphoreNeverMoreThanN(t *testing.T, s store.Store) {
 				if k > n {
 					over.Add(1)
 				}
-				for p := peak.Load(); k > p && !peak.CompareAndSwap(p, k); p = peak.Load() {
+				for p := peak.Load(); k > p && !peak.CompareAndSwap(p, k); p = peak.Load() { //nolint:revive // empty-block: the CAS loop's work is in its condition
 				}
 				runtime.Gosched()
 				inside.Add(-1)

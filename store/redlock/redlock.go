@@ -252,7 +252,7 @@ type result[T any] struct {
 // wait for a reader: a caller may stop reading once its outcome is
 // decided. The requests are counted in s.wg; the caller must be inside
 // enter.
-func fan[T any](s *Store, ctx context.Context, timeout time.Duration, nodes []int, fn func(ctx context.Context, i int) T) <-chan result[T] {
+func fan[T any](s *Store, ctx context.Context, timeout time.Duration, nodes []int, fn func(ctx context.Context, i int) T) <-chan result[T] { //nolint:revive // context-as-argument: s stands for the receiver (methods cannot have type parameters)
 	return fanOut(s, ctx, timeout, nodes, fn).ch
 }
 
@@ -277,7 +277,7 @@ type fanout[T any] struct {
 // whatever the caller does with ctx, so that its flight ends when they
 // have answered, not when the caller gave up waiting (a Locker cancels its
 // attempt's context as soon as Acquire returns).
-func fanOut[T any](s *Store, ctx context.Context, timeout time.Duration, nodes []int, fn func(ctx context.Context, i int) T) *fanout[T] {
+func fanOut[T any](s *Store, ctx context.Context, timeout time.Duration, nodes []int, fn func(ctx context.Context, i int) T) *fanout[T] { //nolint:revive // context-as-argument: s stands for the receiver (methods cannot have type parameters)
 	f := &fanout[T]{s: s, ch: make(chan result[T], len(nodes))}
 	if len(nodes) == 0 {
 		return f

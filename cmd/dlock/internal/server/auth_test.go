@@ -205,7 +205,7 @@ func TestScopedElectionsAndMulti(t *testing.T) {
 		t.Fatalf("observe = %v, %v", resp, err)
 	}
 	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() && !strings.HasPrefix(sc.Text(), "data: ") {
+	for sc.Scan() && !strings.HasPrefix(sc.Text(), "data: ") { //nolint:revive // empty-block: skips to the first data line
 	}
 	if !strings.Contains(sc.Text(), `"host-a"`) {
 		t.Errorf("observe's first event = %q, want the leadership of host-a", sc.Text())
