@@ -10,8 +10,9 @@ import (
 // EventKind says what an [Event] reports.
 type EventKind uint8
 
+// The kinds of [Event].
 const (
-	EventAcquire   EventKind = iota // an acquire finished: Result is acquired, locked, canceled or error
+	EventAcquire   EventKind = iota // an acquire finished: Result is acquired, locked, canceled, invalid or error
 	EventRelease                    // a Release call ended the lease: Duration is how long it was held; Result is ok, lost or error
 	EventRenew                      // a renewal finished: Result is ok, lost or error
 	EventLeaseLost                  // a lease was lost: Duration is how long it was held

@@ -227,6 +227,8 @@ func (l *Locker) acquire(ctx context.Context, c *config, req Request, wait bool)
 		ev.Result = "canceled"
 	case errors.Is(err, ErrLocked):
 		ev.Result = "locked"
+	case errors.Is(err, ErrInvalid):
+		ev.Result = "invalid" // the caller's input, not the store
 	default:
 		ev.Result = "error"
 	}

@@ -70,7 +70,7 @@ func New() *Metrics {
 	m := &Metrics{
 		acquires: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dlock_acquire_total",
-			Help: "Acquire attempts by pattern and result (acquired, locked, canceled, error).",
+			Help: "Acquire attempts by pattern and result (acquired, locked, canceled, invalid, error).",
 		}, []string{"pattern", "result"}),
 		acquireDur: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "dlock_acquire_duration_seconds",
@@ -129,13 +129,13 @@ func New() *Metrics {
 
 var (
 	patterns       = [...]string{"mutex", "reentrant", "read", "write", "fair", "semaphore"}
-	acquireResults = [...]string{"acquired", "locked", "canceled", "error"}
+	acquireResults = [...]string{"acquired", "locked", "canceled", "invalid", "error"}
 	renewResults   = [...]string{"ok", "lost", "error"}
 )
 
 const (
 	resultAcquired = 0 // index in acquireResults
-	resultError    = 3
+	resultError    = 4
 	renewError     = 2 // index in renewResults
 )
 

@@ -49,7 +49,7 @@ func TestObserve(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(m)
 	want := `
-# HELP dlock_acquire_total Acquire attempts by pattern and result (acquired, locked, canceled, error).
+# HELP dlock_acquire_total Acquire attempts by pattern and result (acquired, locked, canceled, invalid, error).
 # TYPE dlock_acquire_total counter
 dlock_acquire_total{pattern="mutex",result="acquired"} 2
 dlock_acquire_total{pattern="mutex",result="locked"} 1
@@ -206,5 +206,42 @@ func BenchmarkObserve(b *testing.B) {
 	for b.Loop() {
 		m.Observe(acq)
 		m.Observe(rel)
+	}
+}
+
+// TestInputErrorIsNotAStoreError: a request the store refuses as bad input
+// (a semaphore asked with another limit than its holders') is counted as
+// result "invalid", neither as "error" nor in dlock_store_errors_total,
+// which operators alert on.
+func TestInputErrorIsNotAStoreError(t *testing.T) {
+	m := dlockprom.New()
+	l, err := dlock.New(memory.New(), dlock.WithObserver(m.Observe))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ctx := context.Background()
+	ls, err := l.Semaphore("pool", 2).TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ls.Release(ctx)
+	if _, err := l.Semaphore("pool", 5).TryAcquire(ctx); !errors.Is(err, dlock.ErrInvalid) {
+		t.Fatalf("TryAcquire with another limit = %v, want ErrInvalid", err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(m)
+	for _, c := range []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"dlock_acquire_total", []string{"semaphore", "invalid"}, 1},
+		{"dlock_acquire_total", []string{"semaphore", "error"}, 0},
+		{"dlock_store_errors_total", []string{"acquire"}, 0},
+	} {
+		if got := counterValue(t, reg, c.name, c.labels...); got != c.want {
+			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
+		}
 	}
 }

@@ -669,6 +669,29 @@ func TestMetrics(t *testing.T) {
 	}
 }
 
+// TestInputErrorsAreNotStoreErrors: a 400 for a client's bad input (a
+// semaphore acquire with another limit than its holders') counts as result
+// "invalid": not as a store error in /metrics, which operators alert on, nor
+// in the dashboard's error total.
+func TestInputErrorsAreNotStoreErrors(t *testing.T) {
+	e := newEnv(t, memory.New(), Config{})
+	wantCode(t, "permit", e.post("/v1/locks/permits/acquire", `{"mode":"shared","limit":2}`), http.StatusOK)
+	wantCode(t, "limit mismatch", e.post("/v1/locks/permits/acquire", `{"mode":"shared","limit":5}`), http.StatusBadRequest)
+	text := string(e.get("/metrics").body)
+	for _, want := range []string{
+		`dlock_acquire_total{pattern="semaphore",result="invalid"} 1`,
+		`dlock_acquire_total{pattern="semaphore",result="error"} 0`,
+		`dlock_store_errors_total{op="acquire"} 0`,
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	if tot := e.srv.history.total(); tot.Errors != 0 || tot.Acquired != 1 {
+		t.Errorf("dashboard totals = %+v, want 1 acquired and 0 errors", tot)
+	}
+}
+
 // TestEvents: the stream starts with a snapshot and delivers an acquire
 // event without tokens.
 func TestEvents(t *testing.T) {
