@@ -7,7 +7,7 @@ export declare const DEFAULT_URL: string;
 export declare function newToken(): string;
 
 /** The mode a lock is held in, as the server reports it. */
-export type HeldMode = 'mutex' | 'reentrant' | 'read' | 'write' | 'fair' | 'semaphore';
+export type HeldMode = 'mutex' | 'reentrant' | 'read' | 'write' | 'fair' | 'semaphore' | 'election';
 
 /** The JSON body of an error answer (docs/http.md). */
 export interface ErrorBody {
@@ -124,7 +124,7 @@ export interface AcquireOptions {
   /** How long the server may wait for the lock; 0 (default) fails fast. */
   waitMs?: number;
   /** Default 'exclusive'. */
-  mode?: 'exclusive' | 'shared' | HeldMode;
+  mode?: 'exclusive' | 'shared' | Exclude<HeldMode, 'election'>;
   /** Semaphore permits (with mode 'shared'), 1-1000000. */
   limit?: number;
   /** Exclusive locks: grant in arrival order. */

@@ -7,6 +7,7 @@ import {
   RateLimitedError,
   TransportError,
   newToken,
+  type HeldMode,
   type Lease,
   type LockState,
 } from '../index.js';
@@ -29,6 +30,10 @@ async function example(): Promise<number> {
     if (e instanceof LockedError) {
       const after: number = e.retryAfterMs + e.retryAfter;
       const held: string = e.heldMode;
+      const leader: HeldMode = 'election'; // a leader's hold (POST /v1/elections)
+      // @ts-expect-error an election is campaigned for, never acquired
+      await client.acquire('orders', { mode: 'election' });
+      void leader;
       void after, held;
     } else if (e instanceof RateLimitedError) {
       const wait: number = e.retryAfterMs + e.retryAfter;
