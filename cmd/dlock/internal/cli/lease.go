@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"time"
 
@@ -64,7 +65,10 @@ var extendCmd = &command{
 	minpos:   1,
 	help: `
 Renew the lease on NAME held by --token (default $DLOCK_TOKEN) to --ttl from
-now. The fence does not change.
+now. The fence does not change. Without --ttl the lease keeps its own TTL:
+$DLOCK_TTL_MS as dlock acquire printed it, else, with --server, the TTL the
+server holds the lease with; other stores do not record a lease's TTL, so
+there one of them is needed.
 ` + sharedNote + `
 
 Exit status: 0 renewed, 70 the token no longer holds the lock (the lease was
@@ -113,7 +117,7 @@ func init() {
 		return func(x *cmd) any {
 			f := &leaseFlags{}
 			if ttl {
-				x.fs.Duration(&f.ttl, "ttl", "DLOCK_TTL", 30*time.Second, "new lease length from now (100ms to 24h)")
+				x.fs.Duration(&f.ttl, "ttl", "DLOCK_TTL", 0, "new lease length from now (100ms to 24h); default the lease's own TTL")
 			}
 			x.fs.String(&f.token, "token", "TOKEN", "DLOCK_TOKEN", "", "the lease's token, as printed by acquire (required)")
 			x.fs.Bool(&x.json, "json", "DLOCK_JSON", "print JSON instead of text")
@@ -280,10 +284,22 @@ func runExtend(ctx context.Context, x *cmd, pos, _ []string) int {
 		return code
 	}
 	defer b.close()
+	ttl, code := x.extendTTL(f.ttl)
+	if code != 0 {
+		return code
+	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	req := dlock.Request{Name: pos[0], Token: f.token, TTL: f.ttl, Mode: dlock.ModeMutex}
-	if err := b.store.Extend(ctx, []dlock.Request{req})[0]; err != nil {
+	req := dlock.Request{Name: pos[0], Token: f.token, TTL: ttl, Mode: dlock.ModeMutex}
+	var err error
+	if hs, ok := b.store.(interface {
+		ExtendLease(context.Context, dlock.Request) (time.Duration, error)
+	}); ok {
+		req.TTL, err = hs.ExtendLease(ctx, req)
+	} else {
+		err = b.store.Extend(ctx, []dlock.Request{req})[0]
+	}
+	if err != nil {
 		if errors.Is(err, dlock.ErrNotHeld) {
 			err = &codedError{msg: fmt.Sprintf("dlock: the token does not hold %q: lease lost", req.Name), err: dlock.ErrLeaseLost}
 		}
@@ -292,8 +308,30 @@ func runExtend(ctx context.Context, x *cmd, pos, _ []string) int {
 	if x.json {
 		return x.printJSON(map[string]any{"name": req.Name, "ttlMs": req.TTL.Milliseconds()})
 	}
-	fmt.Fprintf(x.env.Stdout, "%s: extended by %v\n", req.Name, req.TTL)
+	fmt.Fprintf(x.env.Stdout, "%s: renewed to %v from now\n", req.Name, roundTTL(req.TTL))
 	return 0
+}
+
+// extendTTL is the TTL dlock extend renews to: --ttl, else the lease's own
+// TTL from $DLOCK_TTL_MS (printed by dlock acquire), else 0 with --server,
+// whose server keeps the lease's TTL. Another store does not record it:
+// that is a usage error.
+func (x *cmd) extendTTL(flag time.Duration) (time.Duration, int) {
+	if flag != 0 {
+		return flag, 0
+	}
+	if v := x.env.Getenv("DLOCK_TTL_MS"); v != "" {
+		ms, err := strconv.ParseInt(v, 10, 64)
+		ttl := time.Duration(ms) * time.Millisecond
+		if err != nil || ttl < dlock.MinTTL || ttl > dlock.MaxTTL {
+			return 0, x.usageFail("DLOCK_TTL_MS=%q: want the lease's TTL in milliseconds, 100 to 86400000", v)
+		}
+		return ttl, 0
+	}
+	if x.store.server != "" {
+		return 0, 0
+	}
+	return 0, x.usageFail("--ttl is needed: this store does not record the lease's TTL (DLOCK_TTL_MS, as dlock acquire prints it, also does)")
 }
 
 func runRelease(ctx context.Context, x *cmd, pos, _ []string) int {

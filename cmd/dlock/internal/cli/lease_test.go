@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -74,7 +75,7 @@ func TestAcquireExtendRelease(t *testing.T) {
 		t.Errorf("dlock extend = %d; stderr:\n%s", code, stderr)
 	}
 	wrong := strings.Repeat("0", 32)
-	if code, _, _ := runDlock(t, env, "extend", "--token", wrong, name); code != runner.ExitLeaseLost {
+	if code, _, _ := runDlock(t, env, "extend", "--ttl", "1m", "--token", wrong, name); code != runner.ExitLeaseLost {
 		t.Errorf("dlock extend with another token = %d, want %d", code, runner.ExitLeaseLost)
 	}
 	if code, _, _ := runDlock(t, env, "release", "--token", wrong, name); code != runner.ExitLeaseLost {
@@ -95,6 +96,52 @@ func TestAcquireExtendRelease(t *testing.T) {
 	code, out, _ = runDlock(t, env, "list", "--json")
 	if code != 0 || strings.Contains(out, name) {
 		t.Errorf("dlock list --json after release = %d, %q; want %s gone", code, out, name)
+	}
+}
+
+// TestExtendKeepsTheLeaseTTL: without --ttl, dlock extend renews a lease
+// to its own TTL (DLOCK_TTL_MS as acquire printed it; with --server, the
+// server's), not to a 30s default, and says it renewed it to that from now.
+// A store that does not record the TTL needs one: a usage error.
+func TestExtendKeepsTheLeaseTTL(t *testing.T) {
+	srv := testredis.Start(t)
+	env := []string{"DLOCK_REDIS_URL=" + srv.URL()}
+	name := uniqueName(t)
+	code, out, stderr := runDlock(t, env, "acquire", "--ttl", "5m", name)
+	if code != 0 {
+		t.Fatalf("dlock acquire = %d; stderr:\n%s", code, stderr)
+	}
+	lease := parseAssignments(t, out)
+	evaled := append(env, "DLOCK_TOKEN="+lease["DLOCK_TOKEN"], "DLOCK_TTL_MS="+lease["DLOCK_TTL_MS"])
+	code, out, stderr = runDlock(t, evaled, "extend", name)
+	if want := name + ": renewed to 5m0s from now"; code != 0 || out != want {
+		t.Errorf("dlock extend = %d, %q, want 0, %q; stderr:\n%s", code, out, want, stderr)
+	}
+	if ms, _ := srv.Do("PTTL", "lock:"+name); len(ms) < 6 { // at least 100000 ms
+		t.Errorf("PTTL lock:%s after extend = %q ms, want about 300000", name, ms)
+	}
+	code, _, stderr = runDlock(t, append(env, "DLOCK_TOKEN="+lease["DLOCK_TOKEN"]), "extend", name)
+	if code != 64 || !strings.Contains(stderr, "--ttl") {
+		t.Errorf("dlock extend on redis without a TTL = %d, stderr %q; want 64 asking for --ttl", code, stderr)
+	}
+
+	url := startServer(t, "")
+	senv := []string{"DLOCK_SERVER=" + url}
+	code, out, stderr = runDlock(t, senv, "acquire", "--ttl", "5m", name)
+	if code != 0 {
+		t.Fatalf("dlock acquire --server = %d; stderr:\n%s", code, stderr)
+	}
+	lease = parseAssignments(t, out)
+	code, out, stderr = runDlock(t, senv, "extend", "--token", lease["DLOCK_TOKEN"], name)
+	// The server answers with the lease's validity: its TTL less the
+	// allowance for clock drift.
+	if re := regexp.MustCompile(`^` + name + `: renewed to (4m5[6-9]s|5m0s) from now$`); code != 0 || !re.MatchString(out) {
+		t.Errorf("dlock extend --server = %d, %q, want 0, %v; stderr:\n%s", code, out, re, stderr)
+	}
+	code, out, _ = runDlock(t, senv, "status", "--json", name)
+	var st stateJSON
+	if err := json.Unmarshal([]byte(out), &st); code != 0 || err != nil || st.TTLMs < 60000 {
+		t.Errorf("dlock status --json after extend = %d, %q, want a TTL of about 5m", code, out)
 	}
 }
 

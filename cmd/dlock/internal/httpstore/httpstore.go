@@ -229,7 +229,7 @@ func (s *Store) Extend(ctx context.Context, reqs []store.Request) []error {
 	errs := make([]error, len(reqs))
 	var wg sync.WaitGroup
 	for i, r := range reqs {
-		wg.Go(func() { errs[i] = s.tokenOp(ctx, "extend", r, true) })
+		wg.Go(func() { errs[i] = s.tokenOp(ctx, "extend", r, true, nil) })
 	}
 	wg.Wait()
 	return errs
@@ -237,10 +237,27 @@ func (s *Store) Extend(ctx context.Context, reqs []store.Request) []error {
 
 // Release implements [store.Store].
 func (s *Store) Release(ctx context.Context, req store.Request) error {
-	return s.tokenOp(ctx, "release", req, false)
+	return s.tokenOp(ctx, "release", req, false, nil)
 }
 
-func (s *Store) tokenOp(ctx context.Context, op string, req store.Request, ttl bool) error {
+// ExtendLease renews req's lease like Extend and returns req.TTL; with
+// req.TTL 0 the server keeps the lease's own TTL, and ExtendLease returns
+// the validity the server answers: that TTL less its allowance for clock
+// drift.
+func (s *Store) ExtendLease(ctx context.Context, req store.Request) (time.Duration, error) {
+	var out struct {
+		TTLMs int64 `json:"ttlMs"`
+	}
+	if err := s.tokenOp(ctx, "extend", req, true, &out); err != nil {
+		return 0, err
+	}
+	if req.TTL != 0 || out.TTLMs == 0 {
+		return req.TTL, nil
+	}
+	return time.Duration(out.TTLMs) * time.Millisecond, nil
+}
+
+func (s *Store) tokenOp(ctx context.Context, op string, req store.Request, ttl bool, out any) error {
 	if err := checkMode(req.Mode); err != nil {
 		return err
 	}
@@ -248,7 +265,7 @@ func (s *Store) tokenOp(ctx context.Context, op string, req store.Request, ttl b
 	if ttl {
 		body.TTLMs = req.TTL.Milliseconds()
 	}
-	status, er, _, err := s.do(ctx, http.MethodPost, lockPath(req.Name, op), body, nil)
+	status, er, _, err := s.do(ctx, http.MethodPost, lockPath(req.Name, op), body, out)
 	if err != nil {
 		return &store.StoreError{Op: op, Node: -1, Err: err}
 	}
