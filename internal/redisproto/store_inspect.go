@@ -3,6 +3,7 @@ package redisproto
 import (
 	"context"
 	"sort"
+	"strings"
 
 	"github.com/dlock-dev/dlock/store"
 )
@@ -40,13 +41,19 @@ func (s *Store) State(ctx context.Context, name string) (store.State, error) {
 
 // List implements [store.Inspector]: it SCANs every primary for main keys
 // and for the keys of the other patterns, then reads the State of each
-// name found.
+// name found. With an empty key prefix every key of the database is a
+// would-be main key: List then skips dlock's auxiliary keys ("{tag}:...")
+// and keys without an expiry, which no lock is (a lock always has a TTL).
 func (s *Store) List(ctx context.Context) ([]store.State, error) {
 	seen := make(map[string]bool)
 	var names []string
+	bare := s.l.Prefix == ""
 	for _, match := range []string{s.l.ListPattern(), AuxPattern} {
 		err := s.c.Scan(ctx, match, func(k string) {
 			name, ok := s.l.MainName(k)
+			if ok && bare && auxKey(k) {
+				ok = false
+			}
 			if !ok {
 				name, ok = s.l.PatternName(k)
 			}
@@ -66,11 +73,24 @@ func (s *Store) List(ctx context.Context) ([]store.State, error) {
 		if err != nil {
 			return nil, err
 		}
+		if bare && st.TTL <= 0 && st.Queue == 0 {
+			continue // not a lock: no expiry
+		}
 		if st.Holders > 0 || st.Queue > 0 {
 			out = append(out, st)
 		}
 	}
 	return out, nil
+}
+
+// auxKey reports whether k has the shape of an auxiliary key: a hash tag
+// followed by ":" ("{lock:x}:fence").
+func auxKey(k string) bool {
+	if !strings.HasPrefix(k, "{") {
+		return false
+	}
+	i := strings.IndexByte(k, '}')
+	return i > 0 && strings.HasPrefix(k[i+1:], ":")
 }
 
 // Leader implements [store.Elector] in one round trip.

@@ -120,9 +120,9 @@ func describe(st store.State) string {
 	case st.Holders == 0:
 		s += "free"
 	case st.Holders == 1:
-		s += fmt.Sprintf("held (%s), %v left", st.Mode, roundTTL(st.TTL))
+		s += fmt.Sprintf("held (%s), %s", st.Mode, timeLeft(st.TTL))
 	default:
-		s += fmt.Sprintf("held by %d (%s), %v left", st.Holders, st.Mode, roundTTL(st.TTL))
+		s += fmt.Sprintf("held by %d (%s), %s", st.Holders, st.Mode, timeLeft(st.TTL))
 	}
 	if st.Limit > 0 {
 		s += fmt.Sprintf(", limit %d", st.Limit)
@@ -134,6 +134,16 @@ func describe(st store.State) string {
 		s += fmt.Sprintf(", fence %d", st.Fence)
 	}
 	return s
+}
+
+// timeLeft says how long a held lock has left. A hold without a TTL is a
+// key set without an expiry (by hand or by another program): it never
+// expires, and stays until someone deletes it.
+func timeLeft(ttl time.Duration) string {
+	if ttl <= 0 {
+		return "never expires (the key has no TTL)"
+	}
+	return fmt.Sprintf("%v left", roundTTL(ttl))
 }
 
 func roundTTL(d time.Duration) time.Duration {
@@ -179,7 +189,11 @@ func writeTable(w io.Writer, states []store.State) {
 		if st.Limit > 0 {
 			mode += fmt.Sprintf("/%d", st.Limit)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%v\t%d\t%d\n", st.Name, mode, st.Holders, roundTTL(st.TTL), st.Queue, st.Fence)
+		ttl := roundTTL(st.TTL).String()
+		if st.Holders > 0 && st.TTL <= 0 {
+			ttl = "never"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%d\n", st.Name, mode, st.Holders, ttl, st.Queue, st.Fence)
 	}
 	tw.Flush()
 }

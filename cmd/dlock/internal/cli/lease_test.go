@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -142,6 +143,51 @@ func TestExtendKeepsTheLeaseTTL(t *testing.T) {
 	var st stateJSON
 	if err := json.Unmarshal([]byte(out), &st); code != 0 || err != nil || st.TTLMs < 60000 {
 		t.Errorf("dlock status --json after extend = %d, %q, want a TTL of about 5m", code, out)
+	}
+}
+
+// TestKeysWithoutExpiry: a lock key set without an expiry (by hand) is
+// shown as never expiring, not as "0s left"; with --key-prefix= (every key
+// of the database a would-be lock), dlock list shows what looks like a lock
+// (keys with an expiry), not plain keys nor dlock's own auxiliary keys.
+func TestKeysWithoutExpiry(t *testing.T) {
+	srv := testredis.Start(t)
+	env := []string{"DLOCK_REDIS_URL=" + srv.URL()}
+	if _, err := srv.Do("SET", "lock:stuck", "x"); err != nil {
+		t.Fatal(err)
+	}
+	code, out, stderr := runDlock(t, env, "status", "stuck")
+	if want := "stuck: held (mutex), never expires (the key has no TTL)"; code != 0 || out != want {
+		t.Errorf("dlock status stuck = %d, %q, want %q; stderr:\n%s", code, out, want, stderr)
+	}
+	code, out, _ = runDlock(t, env, "list")
+	if code != 0 || !regexp.MustCompile(`(?m)^stuck +mutex +1 +never `).MatchString(out) {
+		t.Errorf("dlock list = %d, %q, want stuck with TTL never", code, out)
+	}
+
+	for _, cmd := range [][]string{
+		{"SET", "user:42", "alice"},
+		{"HSET", "cache:page", "body", "x"},
+		{"SET", "foreign-lock", "abc123", "PX", "60000"},
+	} {
+		if _, err := srv.Do(cmd...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if code, _, stderr := runDlock(t, env, "acquire", "--key-prefix=", "--ttl", "1m", "job"); code != 0 {
+		t.Fatalf("dlock acquire --key-prefix= = %d; stderr:\n%s", code, stderr)
+	}
+	code, out, stderr = runDlock(t, env, "list", "--key-prefix=", "--json")
+	var states []stateJSON
+	if err := json.Unmarshal([]byte(out), &states); code != 0 || err != nil {
+		t.Fatalf("dlock list --key-prefix= --json = %d, %q (%v); stderr:\n%s", code, out, err, stderr)
+	}
+	var names []string
+	for _, st := range states {
+		names = append(names, st.Name)
+	}
+	if want := []string{"foreign-lock", "job"}; !slices.Equal(names, want) {
+		t.Errorf("dlock list --key-prefix= lists %q, want %q", names, want)
 	}
 }
 
