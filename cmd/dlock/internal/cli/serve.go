@@ -3,7 +3,9 @@ package cli
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"net"
 	"os/signal"
 	"strings"
 	"syscall"
@@ -23,9 +25,10 @@ seed-compatible demo endpoints under /api/locks, /health, /metrics
 (Prometheus), /v1/events and the live dashboard at /. See docs/http.md.
 
 The store is chosen by flags: --redis-url for one Valkey/Redis node or
-cluster, --redlock-urls for a Redlock quorum over independent nodes; with
-neither, locks live in this process's memory (fine for a try-out or a single
-instance, shared by nobody else). SIGTERM or SIGINT stops accepting
+cluster, --redlock-urls for a Redlock quorum over independent nodes,
+--etcd-endpoints for etcd, --postgres-url for PostgreSQL, --zookeeper-servers
+for ZooKeeper; with none, locks live in this process's memory (fine for a
+try-out or a single instance, shared by nobody else). SIGTERM or SIGINT stops accepting
 connections, lets requests in flight finish, and releases the leases the
 service holds.
 
@@ -94,6 +97,7 @@ func (f *serveFlags) logger(x *cmd) (*slog.Logger, error) {
 	case "text":
 		return slog.New(slog.NewTextHandler(x.env.Stderr, opts)), nil
 	case "json":
+		opts.ReplaceAttr = durationString
 		return slog.New(slog.NewJSONHandler(x.env.Stderr, opts)), nil
 	}
 	return nil, errors.New("--log-format must be text or json")
@@ -117,6 +121,9 @@ func runServe(ctx context.Context, x *cmd, _, _ []string) int {
 	if f.shutdownTimeout <= 0 {
 		return x.usageFail("--shutdown-timeout must be positive")
 	}
+	if err := checkAddr(f.addr); err != nil {
+		return x.usageFail("%v", err)
+	}
 	if f.otlpEndpoint != "" {
 		if f.otlpEndpoint, err = otlpTracesURL(f.otlpEndpoint); err != nil {
 			return x.usageFail("%v", err)
@@ -131,7 +138,7 @@ func runServe(ctx context.Context, x *cmd, _, _ []string) int {
 	}
 	if b == nil {
 		b = &backend{store: memory.New(memory.WithFenceRetention(x.store.fenceRetention)), name: "memory", desc: "in-process memory", close: func() {}}
-		log.Warn("dlock: no --redis-url or --redlock-urls: using the in-memory store; locks are local to this process and vanish when it exits")
+		log.Warn("dlock: no store flag (--redis-url, --redlock-urls, --etcd-endpoints, --postgres-url, --zookeeper-servers): using the in-memory store; locks are local to this process and vanish when it exits")
 	}
 	defer b.close()
 	log.Info("dlock: store", "kind", b.name, "at", b.desc)
@@ -139,6 +146,28 @@ func runServe(ctx context.Context, x *cmd, _, _ []string) int {
 		return x.fail(err)
 	}
 	return 0
+}
+
+// durationString writes durations in JSON logs as Go durations ("25s"),
+// as the text format does, rather than integer nanoseconds.
+func durationString(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		a.Value = slog.StringValue(a.Value.Duration().String())
+	}
+	return a
+}
+
+// checkAddr refuses an --addr that no listener could take: not HOST:PORT,
+// or a port that is neither 0-65535 nor a service name.
+func checkAddr(addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err == nil {
+		_, err = net.LookupPort("tcp", port)
+	}
+	if err != nil {
+		return fmt.Errorf("--addr %q: want HOST:PORT or :PORT with a port from 0 to 65535 (%v)", addr, err)
+	}
+	return nil
 }
 
 // newLocker returns the service's Locker over b.

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -72,6 +73,9 @@ func serve(ctx context.Context, x *cmd, f *serveFlags, b *backend, log *slog.Log
 	}
 	stopReload := reloadOnHangup(srv, log)
 	err = srv.ListenAndServe(ctx)
+	if errors.Is(err, syscall.EADDRINUSE) {
+		err = fmt.Errorf("%w: another process listens on %s; stop it or choose another address with --addr", err, f.addr)
+	}
 	stopReload()
 	if cerr := locker.Close(); cerr != nil && err == nil {
 		log.Warn("dlock: releasing leases at shutdown", "err", cerr)

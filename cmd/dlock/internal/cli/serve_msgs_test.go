@@ -1,0 +1,52 @@
+//go:build unix
+
+package cli
+
+import (
+	"bytes"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dlock-dev/dlock/cmd/dlock/internal/runner"
+)
+
+// TestServeAddrErrors: an --addr no listener can take is a usage error (64),
+// and a port another process holds says so and names --addr.
+func TestServeAddrErrors(t *testing.T) {
+	code, _, stderr := runDlock(t, nil, "serve", "--addr", ":99999")
+	if code != runner.ExitUsage || !strings.Contains(stderr, "--addr") {
+		t.Errorf("dlock serve --addr :99999 = %d, stderr %q; want %d naming --addr", code, stderr, runner.ExitUsage)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	code, _, stderr = runDlock(t, nil, "serve", "--addr", ln.Addr().String())
+	if code == 0 || !strings.Contains(stderr, "address already in use") || !strings.Contains(stderr, "choose another address with --addr") {
+		t.Errorf("dlock serve on a taken port = %d, stderr %q; want a failure that points to --addr", code, stderr)
+	}
+	// The memory store's warning names every store flag.
+	for _, flag := range []string{"--redis-url", "--redlock-urls", "--etcd-endpoints", "--postgres-url", "--zookeeper-servers"} {
+		if !strings.Contains(stderr, flag) {
+			t.Errorf("serve's start-up warning lacks %s: %q", flag, stderr)
+		}
+	}
+}
+
+// TestServeJSONLogDurations: JSON logs write durations as "25s", like the
+// text format, not as integer nanoseconds.
+func TestServeJSONLogDurations(t *testing.T) {
+	var buf bytes.Buffer
+	x := &cmd{env: Env{Stderr: &buf}}
+	log, err := (&serveFlags{logLevel: "info", logFormat: "json"}).logger(x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log.Info("dlock: shutting down", "timeout", 25*time.Second)
+	if !strings.Contains(buf.String(), `"timeout":"25s"`) {
+		t.Errorf("JSON log = %s, want \"timeout\":\"25s\"", buf.String())
+	}
+}
