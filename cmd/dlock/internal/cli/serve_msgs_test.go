@@ -5,6 +5,8 @@ package cli
 import (
 	"bytes"
 	"net"
+	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -48,5 +50,20 @@ func TestServeJSONLogDurations(t *testing.T) {
 	log.Info("dlock: shutting down", "timeout", 25*time.Second)
 	if !strings.Contains(buf.String(), `"timeout":"25s"`) {
 		t.Errorf("JSON log = %s, want \"timeout\":\"25s\"", buf.String())
+	}
+}
+
+// TestDocsCommandCount: docs/cli.md's opening says how many commands its
+// table lists.
+func TestDocsCommandCount(t *testing.T) {
+	b, err := os.ReadFile("../../../../docs/cli.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	words := []string{"zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve"}
+	m := regexp.MustCompile(`One binary, (\w+) commands:`).FindSubmatch(b)
+	rows := len(regexp.MustCompile("(?m)^\\| \\[`dlock ").FindAll(b, -1))
+	if m == nil || rows >= len(words) || string(m[1]) != words[rows] {
+		t.Errorf("docs/cli.md: %q for a table of %d commands", m, rows)
 	}
 }

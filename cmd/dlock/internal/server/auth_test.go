@@ -438,6 +438,21 @@ func TestAuthFileDocExample(t *testing.T) {
 	if err != nil || len(entries) == 0 {
 		t.Fatalf("the example of docs/operations.md: %d entries, %v", len(entries), err)
 	}
+	// Each hash is a bearer token's, as the doc names them: a hash of
+	// "foo\n" (echo's output) is one no bearer token can match.
+	named := regexp.MustCompile("example's hashes are those of the tokens ([^\n]*(?:\n[^\n]*)?), in").FindSubmatch(doc)
+	if named == nil {
+		t.Fatal("docs/operations.md does not name the example's tokens")
+	}
+	tokens := regexp.MustCompile("`([^`]+)`").FindAllSubmatch(named[1], -1)
+	if len(tokens) != len(entries) {
+		t.Fatalf("docs/operations.md names %d tokens for %d entries", len(tokens), len(entries))
+	}
+	for i, e := range entries {
+		if tok := string(tokens[i][1]); !strings.EqualFold(e.SHA256, HashToken(tok)) {
+			t.Errorf("entry %d: sha256 %s is not the hash of the token %q", i, e.SHA256, tok)
+		}
+	}
 }
 
 // FuzzParseAuthFile: any file is parsed or refused, never a panic, and a

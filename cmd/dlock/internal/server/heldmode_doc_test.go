@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -31,8 +32,8 @@ func TestHeldModesDocumented(t *testing.T) {
 	}
 	const root = "../../../../"
 	for _, c := range []struct {
-		file string
-		line *regexp.Regexp // the line that lists the modes
+		file  string
+		line  *regexp.Regexp // the line that lists the modes
 		quote string
 	}{
 		{"clients/js/index.d.ts", regexp.MustCompile(`(?m)^export type HeldMode = .*$`), "'"},
@@ -64,4 +65,31 @@ func openAPISpec(t *testing.T) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// TestDemoRetryAfterDocumented: docs/http.md's demo 409 examples (an
+// immediate conflict with a fresh 15 s hold, held for durationMs + 5000 ms)
+// show what the server sends: a retryAfterMs just under 20 s and the
+// Retry-After that goes with it (whole seconds, rounded up: 20).
+func TestDemoRetryAfterDocumented(t *testing.T) {
+	b, err := os.ReadFile("../../../../docs/http.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	re := regexp.MustCompile(`"Resource locked".*"retryAfterMs":(\d+).*Retry-After: (\d+)|Retry-After: (\d+)\n# \{"error":"Resource locked".*"retryAfterMs":(\d+)`)
+	found := re.FindAllStringSubmatch(string(b), -1)
+	if len(found) == 0 {
+		t.Fatal("docs/http.md: no demo 409 example with Retry-After")
+	}
+	for _, m := range found {
+		ms, after := m[1], m[2]
+		if ms == "" {
+			ms, after = m[4], m[3]
+		}
+		n, _ := strconv.Atoi(ms)
+		s, _ := strconv.Atoi(after)
+		if n <= 19000 || n > 20000 || s != (n+999)/1000 {
+			t.Errorf("docs/http.md: retryAfterMs %s with Retry-After %s; a fresh 15 s demo hold has just under 20000 ms left and Retry-After rounds up", ms, after)
+		}
+	}
 }
