@@ -100,6 +100,11 @@ func TestServerAuthTokenRejected(t *testing.T) {
 	if code != runner.ExitUsage || !strings.Contains(stderr, "auth token") {
 		t.Errorf("dlock run with a wrong auth token = %d, stderr %q; want %d and a message about the auth token", code, stderr, runner.ExitUsage)
 	}
+	// No token at all: say the server needs one, not that it is invalid.
+	code, _, stderr = runDlock(t, []string{"DLOCK_SERVER=" + url}, "status", uniqueName(t))
+	if code != runner.ExitUsage || !strings.Contains(stderr, "the server requires --auth-token") || strings.Contains(stderr, "invalid auth token") {
+		t.Errorf("dlock status without an auth token = %d, stderr %q; want %d and \"the server requires --auth-token\"", code, stderr, runner.ExitUsage)
+	}
 }
 
 func TestServerUnavailable(t *testing.T) {
