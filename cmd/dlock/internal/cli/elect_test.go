@@ -164,6 +164,21 @@ func TestElectWaitAndUnsupported(t *testing.T) {
 	}
 }
 
+// TestElectMessages: dlock elect without a store lists the stores it can
+// run on, not --server (which it refuses), and --verbose says "elected"
+// with the term rather than "lock acquired".
+func TestElectMessages(t *testing.T) {
+	code, _, stderr := runDlock(t, nil, "elect", uniqueName(t), "--", "true")
+	if code != runner.ExitUsage || !strings.Contains(stderr, "--redis-url") || strings.Contains(stderr, "--server") {
+		t.Errorf("dlock elect without a store = %d, stderr %q; want %d listing the stores, without --server", code, stderr, runner.ExitUsage)
+	}
+	srv := testredis.Start(t)
+	code, _, stderr = runDlock(t, []string{"DLOCK_REDIS_URL=" + srv.URL()}, "elect", "--verbose", uniqueName(t), "--", "true")
+	if code != 0 || !strings.Contains(stderr, `msg="dlock: elected"`) || !strings.Contains(stderr, "term=") || strings.Contains(stderr, "lock acquired") {
+		t.Errorf("dlock elect --verbose = %d, stderr %q; want 0 and \"dlock: elected\" with the term", code, stderr)
+	}
+}
+
 // TestElectOnRedlock runs dlock elect on a Redlock store over three
 // redis-servers: one candidate runs its command, a standby with --wait
 // gives up; when the leader's command exits a waiting standby is elected

@@ -61,6 +61,12 @@ var errNoStore = errors.New("needs a shared store: set --redis-url, --redlock-ur
 	"--zookeeper-servers or --server (env DLOCK_REDIS_URL, DLOCK_REDLOCK_URLS, DLOCK_ETCD_ENDPOINTS, DLOCK_POSTGRES_URL, " +
 	"DLOCK_ZOOKEEPER_SERVERS, DLOCK_SERVER); a lock that lives only in this process would protect nothing")
 
+// errNoElectStore is errNoStore for dlock elect, which a remote server
+// cannot serve.
+var errNoElectStore = errors.New("needs a shared store: set --redis-url, --redlock-urls, --etcd-endpoints, --postgres-url " +
+	"or --zookeeper-servers (env DLOCK_REDIS_URL, DLOCK_REDLOCK_URLS, DLOCK_ETCD_ENDPOINTS, DLOCK_POSTGRES_URL, " +
+	"DLOCK_ZOOKEEPER_SERVERS); an election that lives only in this process would elect everyone")
+
 // backend is an open store.
 type backend struct {
 	store store.Store
@@ -176,6 +182,9 @@ func (x *cmd) openClient(ctx context.Context) (*backend, int) {
 	ok, err := x.store.configured()
 	if err != nil {
 		return nil, x.usageFail("%v", err)
+	}
+	if !ok && x.command == electCmd {
+		return nil, x.usageFail("%v", errNoElectStore)
 	}
 	if !ok {
 		return nil, x.usageFail("%v", errNoStore)

@@ -112,7 +112,11 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 	if err != nil {
 		return code, err
 	}
-	log.Info("dlock: lock acquired", "name", cfg.Name, "fence", lease.Fence())
+	if cfg.Elect {
+		log.Info("dlock: elected", "name", cfg.Name, "term", lease.Fence())
+	} else {
+		log.Info("dlock: lock acquired", "name", cfg.Name, "fence", lease.Fence())
+	}
 	code, err = runChild(cfg, path, lease, log)
 	if lease.Err() == nil {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
