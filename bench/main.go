@@ -130,8 +130,7 @@ func main() {
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
-		stop()
-		os.Exit(1)
+		os.Exit(1) //nolint:gocritic // exitAfterDefer: the deferred stop only unregisters the signal handler
 	}
 	if err := rep.write(cfg.out); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)

@@ -113,7 +113,7 @@ func TestExtendKeepsTheLeaseTTL(t *testing.T) {
 		t.Fatalf("dlock acquire = %d; stderr:\n%s", code, stderr)
 	}
 	lease := parseAssignments(t, out)
-	evaled := append(env, "DLOCK_TOKEN="+lease["DLOCK_TOKEN"], "DLOCK_TTL_MS="+lease["DLOCK_TTL_MS"])
+	evaled := slices.Concat(env, []string{"DLOCK_TOKEN=" + lease["DLOCK_TOKEN"], "DLOCK_TTL_MS=" + lease["DLOCK_TTL_MS"]})
 	code, out, stderr = runDlock(t, evaled, "extend", name)
 	if want := name + ": renewed to 5m0s from now"; code != 0 || out != want {
 		t.Errorf("dlock extend = %d, %q, want 0, %q; stderr:\n%s", code, out, want, stderr)
