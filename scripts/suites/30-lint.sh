@@ -47,10 +47,10 @@ install_tool() {
 	local name=$1 version=$2 pkg=$3
 	local dir=$CACHE/$name-$version
 	if [ ! -x "$dir/$name" ]; then
-		log "go install $pkg@$version"
+		log "go install $pkg@$version" >&2
 		local start=$SECONDS
-		GOWORK=off GOFLAGS= GOBIN="$dir" go install "$pkg@$version"
-		log "built $name $version in $((SECONDS - start))s"
+		GOWORK=off GOFLAGS= GOBIN="$dir" go install "$pkg@$version" >&2
+		log "built $name $version in $((SECONDS - start))s" >&2
 	fi
 	printf '%s\n' "$dir/$name"
 }
