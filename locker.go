@@ -122,7 +122,13 @@ func (l *Locker) loseLocked(ls *Lease, err error) {
 func (l *Locker) afterLoss(ls *Lease) {
 	l.runLossHooks(ls)
 	l.emitLoss(ls)
-	l.cfg.logger.Warn("dlock: lease lost", "name", ls.req.Name, "fence", ls.fence, "err", ls.err)
+	if ls.autoRenew {
+		l.cfg.logger.Warn("dlock: lease lost", "name", ls.req.Name, "fence", ls.fence, "err", ls.err)
+	} else {
+		// Nothing renews it: its holder let it run out (or was refused an
+		// Extend), which is the holder's business, not a fault here.
+		l.cfg.logger.Info("dlock: lease ended unrenewed", "name", ls.req.Name, "fence", ls.fence, "err", ls.err)
+	}
 	l.mu.Lock()
 	closed := l.closed
 	if !closed && ls.delay == 0 {

@@ -1,9 +1,12 @@
 package dlock_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -165,6 +168,26 @@ func TestLeaseWithoutRenewalEndsAtLocalValidity(t *testing.T) {
 		}
 		if !errors.Is(lease.Err(), dlock.ErrLeaseLost) {
 			t.Errorf("Err() = %v, want ErrLeaseLost", lease.Err())
+		}
+	})
+}
+
+// TestUnrenewedLeaseEndIsNotAWarning: a lease nothing renews (a /v1 lease
+// of dlock serve, a TryLock without WithAutoRenew) that simply runs out is
+// logged at INFO, not as a WARN "lease lost".
+func TestUnrenewedLeaseEndIsNotAWarning(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var buf bytes.Buffer
+		log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
+		l := newLocker(t, memory.New(), dlock.WithTTL(time.Second), dlock.WithLogger(log))
+		lease, err := l.Mutex("lapse").TryLock(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-lease.Done()
+		synctest.Wait()
+		if out := buf.String(); !strings.Contains(out, `level=INFO msg="dlock: lease ended unrenewed"`) || strings.Contains(out, "WARN") {
+			t.Errorf("log = %q, want an INFO line and no WARN", out)
 		}
 	})
 }
