@@ -4,7 +4,7 @@
 # processes on loopback ports.
 #
 # Uses Debian's /usr/bin/python3 (python3, python3-pytest, mypy,
-# python3-setuptools), installed when missing. The dlock binary is DLOCK_BIN
+# python3-setuptools, python3-wheel, python3-pip), installed when missing. The dlock binary is DLOCK_BIN
 # when set, else built here once. Exits non-zero on any failure, including
 # a pytest run that collected no tests.
 set -euo pipefail
@@ -32,6 +32,8 @@ missing=()
 "$PY" -c 'import pytest' 2>/dev/null || missing+=(python3-pytest)
 "$PY" -m mypy --version >/dev/null 2>&1 || missing+=(mypy)
 "$PY" -c 'import setuptools' 2>/dev/null || missing+=(python3-setuptools)
+"$PY" -c 'import wheel' 2>/dev/null || missing+=(python3-wheel)
+"$PY" -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)
 if [ "${#missing[@]}" -gt 0 ]; then apt_install "${missing[@]}"; fi
 log "$("$PY" --version), pytest $("$PY" -c 'import pytest; print(pytest.__version__)'), $("$PY" -m mypy --version)"
 
@@ -74,6 +76,15 @@ for want in ("dlock_client/__init__.py", "dlock_client/py.typed"):
         sys.exit(f"wheel {sys.argv[1]} lacks {want}: {names}")
 print("wheel ok:", sys.argv[1].rsplit("/", 1)[-1])
 PY
+
+# The offline install clients/python/README.md documents: no package index,
+# the build backend from the Python installation.
+log "pip install --no-build-isolation --no-index clients/python (offline)"
+cp -r clients/python "$TMP/offline-src"
+PIP_NO_INDEX=1 PIP_DISABLE_PIP_VERSION_CHECK=1 "$PY" -m pip install --quiet --no-build-isolation --no-index --no-deps \
+	--target "$TMP/offline" "$TMP/offline-src" >"$TMP/pip.log" 2>&1 || { cat "$TMP/pip.log"; exit 1; }
+(cd "$TMP" && PYTHONPATH="$TMP/offline" "$PY" -c 'import dlock_client, sys; sys.exit(0 if dlock_client.__file__.startswith(sys.argv[1]) else 1)' "$TMP/offline") ||
+	{ echo "20-python-client: the offline install did not install dlock_client" >&2; exit 1; }
 
 log "pytest clients/python"
 rc=0
