@@ -361,7 +361,7 @@ func (s *Store) Ping(ctx context.Context) error {
 
 // statusError turns an unexpected status into an error: 400 is an
 // [*store.InvalidError], 401 and 403 an [*store.InvalidError] about the
-// auth token, 501 wraps [store.ErrNotSupported] (the server's store cannot
+// auth token (a 401 without one says the server requires it), 501 wraps [store.ErrNotSupported] (the server's store cannot
 // do it), anything else is a [*store.StoreError] (wrapping
 // [store.ErrNoQuorum] when the server says so).
 func (s *Store) statusError(op string, status int, er errorReply) error {
@@ -379,6 +379,8 @@ func (s *Store) statusError(op string, status int, er errorReply) error {
 			field = "request"
 		}
 		return &store.InvalidError{Field: field, Reason: fmt.Sprintf("server said %d %s", status, msg)}
+	case status == http.StatusUnauthorized && s.auth == "":
+		return &authRequiredError{said: fmt.Sprintf("%d %s", status, msg)}
 	case status == http.StatusUnauthorized || status == http.StatusForbidden:
 		return &store.InvalidError{Field: "auth token", Reason: fmt.Sprintf("server said %d %s", status, msg)}
 	case status == http.StatusNotImplemented:
@@ -388,6 +390,16 @@ func (s *Store) statusError(op string, status int, er errorReply) error {
 	}
 	return &store.StoreError{Op: op, Node: -1, Err: fmt.Errorf("server said %d %s", status, msg)}
 }
+
+// authRequiredError is a 401 to a client that sent no token at all. It
+// wraps [store.ErrInvalid], like a wrong token's error.
+type authRequiredError struct{ said string }
+
+func (e *authRequiredError) Error() string {
+	return "dlock: the server requires --auth-token (env DLOCK_AUTH_TOKEN); it said " + e.said
+}
+
+func (e *authRequiredError) Unwrap() error { return store.ErrInvalid }
 
 // url returns the URL of path, an escaped path below the base URL.
 func (s *Store) url(path string) string {
