@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -65,5 +66,38 @@ func TestDocsCommandCount(t *testing.T) {
 	rows := len(regexp.MustCompile("(?m)^\\| \\[`dlock ").FindAll(b, -1))
 	if m == nil || rows >= len(words) || string(m[1]) != words[rows] {
 		t.Errorf("docs/cli.md: %q for a table of %d commands", m, rows)
+	}
+}
+
+// TestDocsServeStartupLog: the start-up log docs/cli.md shows for the
+// memory store has the messages dlock serve prints, in order.
+func TestDocsServeStartupLog(t *testing.T) {
+	b, err := os.ReadFile("../../../../docs/cli.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	block := regexp.MustCompile("(?s)The log says so at start:\n\n```\n(.*?)```").FindSubmatch(b)
+	if block == nil {
+		t.Fatal("docs/cli.md: no start-up log")
+	}
+	msg := regexp.MustCompile(`(?m)^(?:time=\S+ )?level=(\w+) msg=("[^"]*"|\S+)`)
+	var want []string
+	for _, m := range msg.FindAllSubmatch(block[1], -1) {
+		want = append(want, string(m[1])+" "+string(m[2]))
+	}
+	p := startDlock(t, nil, "serve", "--addr", "127.0.0.1:0")
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(p.stderr.String(), `msg="dlock: serving"`) {
+		if time.Now().After(deadline) {
+			t.Fatalf("dlock serve did not log serving within 30s; stderr:\n%s", p.stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	var got []string
+	for _, m := range msg.FindAllStringSubmatch(p.stderr.String(), -1) {
+		got = append(got, m[1]+" "+m[2])
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("dlock serve logs at start\n%q\ndocs/cli.md shows\n%q", got, want)
 	}
 }
