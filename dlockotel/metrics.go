@@ -13,7 +13,7 @@ import (
 // are recorded as "other", so the number of series stays bounded.
 var (
 	patterns       = [...]string{"mutex", "reentrant", "read", "write", "fair", "semaphore"}
-	acquireResults = [...]string{"acquired", "locked", "canceled", "error"}
+	acquireResults = [...]string{"acquired", "locked", "canceled", "invalid", "error"}
 	renewResults   = [...]string{"ok", "lost", "error"}
 	storeOps       = [...]string{"acquire", "extend", "release", "watch", "ping"}
 )

@@ -54,7 +54,7 @@ func (o *Observer) acquired(ctx context.Context, ev dlock.Event) {
 		}
 	}
 	_, span := o.tracer.Start(ctx, "dlock.acquire", trace.WithTimestamp(start), trace.WithAttributes(attrs...))
-	if ev.Result == "error" {
+	if ev.Result == "error" || ev.Result == "invalid" {
 		span.SetStatus(codes.Error, errText(ev.Err, "acquire failed"))
 	}
 	span.End(trace.WithTimestamp(end))
