@@ -2,15 +2,10 @@ module github.com/dlock-dev/dlock/bench
 
 go 1.26.0
 
-replace (
-	github.com/dlock-dev/dlock => ../
-	github.com/dlock-dev/dlock/store/goredis => ../store/goredis
-)
-
 require (
 	github.com/bsm/redislock v0.9.4
-	github.com/dlock-dev/dlock v0.0.0
-	github.com/dlock-dev/dlock/store/goredis v0.0.0
+	github.com/dlock-dev/dlock v0.1.0
+	github.com/dlock-dev/dlock/store/goredis v0.1.0
 	github.com/go-redsync/redsync/v4 v4.18.1
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/valkey-io/valkey-go v1.0.79

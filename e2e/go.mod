@@ -2,12 +2,10 @@ module github.com/dlock-dev/dlock/e2e
 
 go 1.26.0
 
-replace github.com/dlock-dev/dlock => ../
-
 require (
 	github.com/Shopify/toxiproxy/v2 v2.12.0
 	github.com/anishathalye/porcupine v1.3.1
-	github.com/dlock-dev/dlock v0.0.0-00010101000000-000000000000
+	github.com/dlock-dev/dlock v0.1.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/rs/zerolog v1.33.0
 	go.uber.org/goleak v1.3.0

@@ -71,10 +71,15 @@ else
 	log "redis-server: not installed"
 fi
 
-# go.work (for `go run ./bench` and `go run ./cmd/dlock` from the root) is
-# switched off here: each module is vetted and tested as its users build it,
-# with its own go.mod and replace lines.
-export GOWORK=off
+# Every module is vetted and tested through go.work, the development
+# workspace: the modules require each other at release versions (no replace
+# lines, so that `go install` and `go get` work for users), and go.work points
+# those versions at the directories of this checkout. With GOWORK=off a module
+# would look its siblings up on the module proxy, which has no unreleased
+# version. How each published module builds as its users get it, from module
+# zips and no workspace, is checked by the release rehearsal (the module
+# scripts/release, TestRehearsal; docs/releasing.md).
+export GOWORK="$PWD/go.work"
 
 # DLOCK_LONG=1 turns on the long fault/soak profiles; the tests read it. The
 # soak (e2e/soak) then runs 30 minutes, beyond the default per-binary timeout.

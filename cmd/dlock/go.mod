@@ -5,12 +5,12 @@ go 1.26.0
 require (
 	github.com/chromedp/cdproto v0.159.0
 	github.com/chromedp/chromedp v0.22.1
-	github.com/dlock-dev/dlock v0.0.0
-	github.com/dlock-dev/dlock/dlockotel v0.0.0
-	github.com/dlock-dev/dlock/dlockprom v0.0.0
-	github.com/dlock-dev/dlock/store/etcd v0.0.0
-	github.com/dlock-dev/dlock/store/postgres v0.0.0
-	github.com/dlock-dev/dlock/store/zookeeper v0.0.0
+	github.com/dlock-dev/dlock v0.1.0
+	github.com/dlock-dev/dlock/dlockotel v0.1.0
+	github.com/dlock-dev/dlock/dlockprom v0.1.0
+	github.com/dlock-dev/dlock/store/etcd v0.1.0
+	github.com/dlock-dev/dlock/store/postgres v0.1.0
+	github.com/dlock-dev/dlock/store/zookeeper v0.1.0
 	github.com/getkin/kin-openapi v0.153.0
 	github.com/prometheus/client_golang v1.25.0
 	go.opentelemetry.io/otel v1.47.0
@@ -66,13 +66,4 @@ require (
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260928230214-8a89bd6388cc // indirect
 	google.golang.org/grpc v1.83.2 // indirect
 	pgregory.net/rapid v1.3.0 // indirect
-)
-
-replace (
-	github.com/dlock-dev/dlock => ../../
-	github.com/dlock-dev/dlock/dlockotel => ../../dlockotel
-	github.com/dlock-dev/dlock/dlockprom => ../../dlockprom
-	github.com/dlock-dev/dlock/store/etcd => ../../store/etcd
-	github.com/dlock-dev/dlock/store/postgres => ../../store/postgres
-	github.com/dlock-dev/dlock/store/zookeeper => ../../store/zookeeper
 )

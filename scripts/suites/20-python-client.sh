@@ -44,7 +44,7 @@ if [ -z "${DLOCK_BIN:-}" ]; then
 		export PATH="/usr/local/go/bin:$PATH"
 	fi
 	log "go build cmd/dlock"
-	(cd cmd/dlock && GOWORK=off go build -o "$TMP/dlock" .)
+	(cd cmd/dlock && go build -o "$TMP/dlock" .)
 	DLOCK_BIN=$TMP/dlock
 fi
 export DLOCK_BIN

@@ -3,7 +3,7 @@ module github.com/dlock-dev/dlock/store/goredis
 go 1.26.0
 
 require (
-	github.com/dlock-dev/dlock v0.0.0
+	github.com/dlock-dev/dlock v0.1.0
 	github.com/redis/go-redis/v9 v9.23.0
 	go.uber.org/goleak v1.3.0
 )
@@ -15,5 +15,3 @@ require (
 	golang.org/x/sys v0.49.0 // indirect
 	pgregory.net/rapid v1.3.0 // indirect
 )
-
-replace github.com/dlock-dev/dlock => ../../

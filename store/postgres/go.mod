@@ -3,7 +3,7 @@ module github.com/dlock-dev/dlock/store/postgres
 go 1.26.0
 
 require (
-	github.com/dlock-dev/dlock v0.0.0
+	github.com/dlock-dev/dlock v0.1.0
 	github.com/jackc/pgx/v5 v5.12.0
 	go.uber.org/goleak v1.3.0
 )
@@ -17,5 +17,3 @@ require (
 	golang.org/x/text v0.43.0 // indirect
 	pgregory.net/rapid v1.3.0 // indirect
 )
-
-replace github.com/dlock-dev/dlock => ../..

@@ -3,10 +3,10 @@ module github.com/dlock-dev/dlock/store/postgres/storebench
 go 1.26.0
 
 require (
-	github.com/dlock-dev/dlock v0.0.0
-	github.com/dlock-dev/dlock/store/etcd v0.0.0
-	github.com/dlock-dev/dlock/store/postgres v0.0.0
-	github.com/dlock-dev/dlock/store/zookeeper v0.0.0
+	github.com/dlock-dev/dlock v0.1.0
+	github.com/dlock-dev/dlock/store/etcd v0.1.0
+	github.com/dlock-dev/dlock/store/postgres v0.1.0
+	github.com/dlock-dev/dlock/store/zookeeper v0.1.0
 )
 
 require (
@@ -34,11 +34,4 @@ require (
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260803160001-6ac0973c030d // indirect
 	google.golang.org/grpc v1.83.2 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
-)
-
-replace (
-	github.com/dlock-dev/dlock => ../../..
-	github.com/dlock-dev/dlock/store/etcd => ../../etcd
-	github.com/dlock-dev/dlock/store/postgres => ..
-	github.com/dlock-dev/dlock/store/zookeeper => ../../zookeeper
 )
