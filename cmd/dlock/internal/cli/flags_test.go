@@ -219,3 +219,16 @@ func TestHelpIsComplete(t *testing.T) {
 		}
 	}
 }
+
+// TestVersionStamped checks that a release build's stamped version (the
+// -ldflags -X of .goreleaser.yaml) is the version printed, over the module
+// version of the build information.
+func TestVersionStamped(t *testing.T) {
+	old := stampedVersion
+	stampedVersion = "v9.8.7"
+	t.Cleanup(func() { stampedVersion = old })
+	code, out, _ := mainResult(t, nil, "version")
+	if code != 0 || !strings.HasPrefix(out, "dlock v9.8.7 ") {
+		t.Errorf("dlock version with stampedVersion v9.8.7 = %d, %q, want it to start with %q", code, out, "dlock v9.8.7 ")
+	}
+}

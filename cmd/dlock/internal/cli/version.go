@@ -12,8 +12,9 @@ var versionCmd = &command{
 	synopsis: "[flags]",
 	summary:  "print dlock's version and the Go version it was built with",
 	help: `
-Print the module version of dlock (from the build information: a release tag
-when installed with 'go install ...@version', "(devel)" in a source tree),
+Print the version of dlock: the release's version in a release archive or
+package, the module version when installed with 'go install ...@version',
+"(devel)" in a source tree;
 the VCS revision when known, and the Go version and platform.
 
 Example:
@@ -28,6 +29,13 @@ func init() {
 	versionCmd.run = runVersion
 }
 
+// stampedVersion is the version a release build stamps with
+// -ldflags "-X github.com/dlock-dev/dlock/cmd/dlock/internal/cli.stampedVersion=v1.2.3"
+// (.goreleaser.yaml). A build without it reports the module version from the
+// build information: the version given to `go install ...@version`, or
+// "(devel)" in a source tree.
+var stampedVersion string
+
 type versionInfo struct {
 	Version  string `json:"version"`
 	Revision string `json:"revision,omitempty"`
@@ -39,22 +47,23 @@ type versionInfo struct {
 
 func buildVersion() versionInfo {
 	v := versionInfo{Version: "(unknown)", Go: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return v
-	}
-	if bi.Main.Version != "" {
-		v.Version = bi.Main.Version
-	}
-	for _, s := range bi.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			v.Revision = s.Value
-		case "vcs.time":
-			v.Time = s.Value
-		case "vcs.modified":
-			v.Modified = s.Value == "true"
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		if bi.Main.Version != "" {
+			v.Version = bi.Main.Version
 		}
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				v.Revision = s.Value
+			case "vcs.time":
+				v.Time = s.Value
+			case "vcs.modified":
+				v.Modified = s.Value == "true"
+			}
+		}
+	}
+	if stampedVersion != "" {
+		v.Version = stampedVersion
 	}
 	return v
 }
