@@ -31,6 +31,15 @@ func bump(root, version string) error {
 		return err
 	}
 	for _, file := range mods {
+		f, err := readMod(file)
+		if err != nil {
+			return err
+		}
+		if len(f.Replace) > 0 {
+			return fmt.Errorf("%s: replace directives; a published go.mod has none (go.work joins the modules)", file)
+		}
+	}
+	for _, file := range mods {
 		if err := bumpMod(file, version); err != nil {
 			return err
 		}
@@ -53,9 +62,6 @@ func bumpMod(file, version string) error {
 				return err
 			}
 		}
-	}
-	if len(f.Replace) > 0 {
-		return fmt.Errorf("%s: replace directives; a published go.mod has none (go.work joins the modules)", file)
 	}
 	return writeIfChanged(file, data, modfile.Format(f.Syntax))
 }

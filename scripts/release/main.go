@@ -8,6 +8,8 @@
 //	go run ./scripts/release pack VERSION DIR   the published modules at VERSION as a file proxy in DIR
 //	go run ./scripts/release rehearse [VERSION] pack, then go install / go get from that proxy only
 //	go run ./scripts/release tags VERSION       the tags of a release, one a line
+//	go run ./scripts/release required           the version the modules require of each other
+//	go run ./scripts/release tidy DIR...        go mod tidy in module directories (docs/releasing.md)
 //
 // It is a module of its own (golang.org/x/mod), not published: the root
 // module requires valkey-go and nothing heavier.
@@ -27,19 +29,31 @@ func main() {
 
 func run(args []string) error {
 	if len(args) == 0 {
-		return fmt.Errorf("usage: release bump|pack|rehearse|tags VERSION")
+		return fmt.Errorf("usage: release bump|pack|rehearse|tags VERSION, release required, release tidy DIR...")
 	}
 	root, err := repoRoot()
 	if err != nil {
 		return err
 	}
 	cmd, args := args[0], args[1:]
-	if cmd == "rehearse" && len(args) == 0 {
+	switch cmd {
+	case "required", "rehearse", "tidy":
 		v, err := requiredVersion(root)
 		if err != nil {
 			return err
 		}
-		args = []string{v}
+		switch {
+		case cmd == "required":
+			fmt.Println(v)
+			return nil
+		case cmd == "tidy":
+			if len(args) == 0 {
+				return fmt.Errorf("usage: release tidy DIR...")
+			}
+			return tidy(root, v, args, os.Stdout)
+		case len(args) == 0:
+			args = []string{v}
+		}
 	}
 	if len(args) == 0 {
 		return fmt.Errorf("%s: missing VERSION", cmd)

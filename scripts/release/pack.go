@@ -37,7 +37,7 @@ func pack(root, version, out string) error {
 }
 
 func packModule(root, dir, version, out string, all []string) error {
-	mv := module.Version{Path: pathOf(dir), Version: version}
+	mv := modVersion(dir, version)
 	esc, err := module.EscapePath(mv.Path)
 	if err != nil {
 		return err
@@ -138,4 +138,8 @@ func (f file) Lstat() (os.FileInfo, error) {
 
 func (f file) Open() (io.ReadCloser, error) {
 	return os.Open(filepath.Join(f.root, filepath.FromSlash(f.rel)))
+}
+
+func modVersion(dir, version string) module.Version {
+	return module.Version{Path: pathOf(dir), Version: version}
 }

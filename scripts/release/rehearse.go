@@ -94,7 +94,9 @@ func rehearse(root, version string, log io.Writer) (*rehearsal, error) {
 // workspace, an empty module cache, the two file proxies and nothing else,
 // and no checksum database (none is reachable offline, and the candidate
 // versions are in none); the go.sum files of the modules still check every
-// third-party module they list.
+// third-party module they list. -trimpath keeps the paths of the temporary
+// module cache out of the build cache's keys, so that a second rehearsal
+// reuses the compiled packages of the first.
 func rehearsalEnv(tmp, proxy, cache string) []string {
 	var env []string
 	for _, kv := range os.Environ() {
