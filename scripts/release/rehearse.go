@@ -156,9 +156,10 @@ func rehearseConsumer(tmp, version string, env []string, log io.Writer, r *rehea
 	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(consumerMain), 0o644); err != nil {
 		return err
 	}
-	get := []string{"get"}
+	get, list := []string{"get"}, []string{"list", "-m"}
 	for _, m := range []string{".", "store/goredis", "store/etcd"} {
 		get = append(get, pathOf(m)+"@"+version)
+		list = append(list, pathOf(m))
 	}
 	if _, err := goCmd(dir, env, log, get...); err != nil {
 		return err
@@ -173,11 +174,14 @@ func rehearseConsumer(tmp, version string, env []string, log io.Writer, r *rehea
 	if want := "consumer: held consumer fence true"; strings.TrimSpace(out) != want {
 		return fmt.Errorf("consumer printed %q, want %q", strings.TrimSpace(out), want)
 	}
-	list, err := goCmd(dir, env, log, "list", "-m", "all")
+	// Not "all": offline, the module cache has only the go.mod files of
+	// modules no package of the build needs, and listing them wants their
+	// .info files as well.
+	selected, err := goCmd(dir, env, log, list...)
 	if err != nil {
 		return err
 	}
-	for line := range strings.SplitSeq(list, "\n") {
+	for line := range strings.SplitSeq(selected, "\n") {
 		if f := strings.Fields(line); len(f) == 2 && isSibling(f[0]) {
 			r.Installed = append(r.Installed, "consumer: "+f[0]+" "+f[1])
 		}
