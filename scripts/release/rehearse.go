@@ -78,6 +78,9 @@ func rehearse(root, version string, log io.Writer) (*rehearsal, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := downloadThirdParty(root, tmp, log); err != nil {
+		return nil, err
+	}
 	env := rehearsalEnv(tmp, proxy, cache)
 	fmt.Fprintf(log, "rehearsal %s: GOPROXY=%s GOMODCACHE=%s (empty)\n", version, envValue(env, "GOPROXY"), envValue(env, "GOMODCACHE"))
 	r := &rehearsal{}
@@ -88,6 +91,42 @@ func rehearse(root, version string, log io.Writer) (*rehearsal, error) {
 		return nil, err
 	}
 	return r, nil
+}
+
+// downloadThirdParty makes sure the machine's module cache, the rehearsal's
+// proxy of third-party modules, holds every module the published go.mod
+// files require (they list every module that provides a package of their
+// build, at the version a user's build selects): `go mod download` of each,
+// outside any module, with the usual GOPROXY. It downloads nothing that the
+// tests of the modules already fetched.
+func downloadThirdParty(root, tmp string, log io.Writer) error {
+	seen := map[string]bool{}
+	args := []string{"mod", "download"}
+	for _, dir := range published {
+		f, err := readMod(filepath.Join(root, dir, "go.mod"))
+		if err != nil {
+			return err
+		}
+		for _, r := range f.Require {
+			if mv := r.Mod.Path + "@" + r.Mod.Version; !isSibling(r.Mod.Path) && !seen[mv] {
+				seen[mv] = true
+				args = append(args, mv)
+			}
+		}
+	}
+	var env []string
+	for _, kv := range os.Environ() {
+		if k, _, _ := strings.Cut(kv, "="); k != "GOWORK" && k != "GOFLAGS" {
+			env = append(env, kv)
+		}
+	}
+	env = append(env, "GOWORK=off", "GOFLAGS=")
+	start := time.Now()
+	if _, err := goCmd(tmp, env, io.Discard, args...); err != nil {
+		return err
+	}
+	fmt.Fprintf(log, "$ go mod download (the %d third-party modules the published go.mod files require)  (%.1fs)\n", len(args)-2, time.Since(start).Seconds())
+	return nil
 }
 
 // rehearsalEnv is the environment of the rehearsal's go commands: no
