@@ -17,7 +17,7 @@ const modulePath = "github.com/dlock-dev/dlock"
 // root first and each after the modules it requires. bench, e2e,
 // store/postgres/storebench and scripts/release are not published: they
 // are built through go.work only.
-var published = []string{".", "dlockprom", "store/etcd", "store/goredis", "store/postgres", "store/zookeeper", "cmd/dlock"}
+var published = []string{".", "dlockotel", "dlockprom", "store/etcd", "store/goredis", "store/postgres", "store/zookeeper", "cmd/dlock"}
 
 // pathOf is the module path of the module in dir (relative to the root).
 func pathOf(dir string) string {
