@@ -75,22 +75,22 @@ func bumpWork(file, version string) error {
 	if err != nil {
 		return err
 	}
-	type rep struct{ path, version, dir string }
-	var reps []rep
+	// Each replacement's line keeps its place (and its block): only the
+	// version token changes.
 	for _, r := range w.Replace {
-		if isSibling(r.Old.Path) {
-			reps = append(reps, rep{r.Old.Path, r.Old.Version, r.New.Path})
+		if !isSibling(r.Old.Path) || r.Old.Version == version {
+			continue
 		}
-	}
-	for _, r := range reps {
-		if err := w.DropReplace(r.path, r.version); err != nil {
-			return err
+		tok := r.Syntax.Token
+		i := 1 // in a replace block: path, version, =>, dir
+		if len(tok) > 0 && tok[0] == "replace" {
+			i = 2
 		}
-	}
-	for _, r := range reps {
-		if err := w.AddReplace(r.path, version, r.dir, ""); err != nil {
-			return err
+		if len(tok) <= i || tok[i] != r.Old.Version {
+			return fmt.Errorf("%s:%d: cannot find the version of %s", file, r.Syntax.Start.Line, r.Old.Path)
 		}
+		tok[i] = version
+		r.Old.Version = version
 	}
 	w.Cleanup()
 	return writeIfChanged(file, data, modfile.Format(w.Syntax))

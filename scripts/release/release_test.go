@@ -186,3 +186,26 @@ func TestCheckVersion(t *testing.T) {
 		}
 	}
 }
+
+// TestBumpKeepsTheReplaceBlock checks that bump leaves go.work as it is when
+// the versions are already right, and changes only the versions otherwise.
+func TestBumpKeepsTheReplaceBlock(t *testing.T) {
+	dir := t.TempDir()
+	work := "go 1.26.0\n\nuse (\n\t.\n\t./store/etcd\n)\n\nreplace (\n\tgithub.com/dlock-dev/dlock v0.1.0 => ./\n\tgithub.com/dlock-dev/dlock/store/etcd v0.1.0 => ./store/etcd\n)\n"
+	if err := os.WriteFile(filepath.Join(dir, "go.work"), []byte(work), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := bumpWork(filepath.Join(dir, "go.work"), "v0.1.0"); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(filepath.Join(dir, "go.work")); string(got) != work {
+		t.Errorf("bumpWork to the same version rewrote go.work:\n%s\nwant\n%s", got, work)
+	}
+	if err := bumpWork(filepath.Join(dir, "go.work"), "v0.2.0"); err != nil {
+		t.Fatal(err)
+	}
+	want := strings.ReplaceAll(work, "v0.1.0", "v0.2.0")
+	if got, _ := os.ReadFile(filepath.Join(dir, "go.work")); string(got) != want {
+		t.Errorf("bumpWork to v0.2.0 wrote:\n%s\nwant\n%s", got, want)
+	}
+}
