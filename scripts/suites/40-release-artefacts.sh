@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# scripts/suites/30-release-artefacts.sh: the release artefacts of
+# scripts/suites/40-release-artefacts.sh: the release artefacts of
 # .goreleaser.yaml, built as a snapshot and checked, published nowhere.
 #
 # Installs GoReleaser at the pinned version with `go install` into a cache
