@@ -167,8 +167,8 @@ func TestAcquireAndHoldSpans(t *testing.T) {
 	for i, w := range want {
 		got := attrs(acq[i])
 		for k, v := range w {
-			if got[k].Emit() != v {
-				t.Errorf("acquire span %d: %s = %q, want %q (all: %v)", i, k, got[k].Emit(), v, acq[i].Attributes)
+			if got[k].String() != v {
+				t.Errorf("acquire span %d: %s = %q, want %q (all: %v)", i, k, got[k].String(), v, acq[i].Attributes)
 			}
 		}
 		if acq[i].Parent.SpanID() != caller.SpanContext().SpanID() {
@@ -176,7 +176,7 @@ func TestAcquireAndHoldSpans(t *testing.T) {
 		}
 	}
 	if got := attrs(acq[2]); got["dlock.attempts"].AsInt64() < 2 || got["dlock.wait_ms"].Type() != attribute.INT64 {
-		t.Errorf("waited acquire span: attempts %v, wait_ms %v; want at least 2 attempts and the wait", got["dlock.attempts"].Emit(), got["dlock.wait_ms"].Emit())
+		t.Errorf("waited acquire span: attempts %v, wait_ms %v; want at least 2 attempts and the wait", got["dlock.attempts"].String(), got["dlock.wait_ms"].String())
 	}
 
 	// Spans end in no fixed order between the holder and the waiter: the

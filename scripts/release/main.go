@@ -16,6 +16,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 )
@@ -29,7 +30,7 @@ func main() {
 
 func run(args []string) error {
 	if len(args) == 0 {
-		return fmt.Errorf("usage: release bump|pack|rehearse|tags VERSION, release required, release tidy DIR...")
+		return errors.New("usage: release bump|pack|rehearse|tags VERSION, release required, release tidy DIR")
 	}
 	root, err := repoRoot()
 	if err != nil {
@@ -48,7 +49,7 @@ func run(args []string) error {
 			return nil
 		case cmd == "tidy":
 			if len(args) == 0 {
-				return fmt.Errorf("usage: release tidy DIR...")
+				return errors.New("usage: release tidy DIR")
 			}
 			return tidy(root, v, args, os.Stdout)
 		case len(args) == 0:

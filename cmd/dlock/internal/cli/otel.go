@@ -40,7 +40,7 @@ func newTracerProvider(ctx context.Context, tracesURL, version string) (*sdktrac
 		resource.WithAttributes(attribute.String("service.name", "dlock"), attribute.String("service.version", version)),
 		resource.WithFromEnv(), resource.WithTelemetrySDK())
 	if err != nil {
-		exp.Shutdown(ctx)
+		_ = exp.Shutdown(ctx)
 		return nil, err
 	}
 	return sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp, sdktrace.WithBatchTimeout(time.Second)), sdktrace.WithResource(res)), nil

@@ -136,7 +136,7 @@ func (ca *CA) Server() (*Pair, error) {
 // WriteFile writes the CA certificate to dir/name.pem and returns its path.
 func (ca *CA) WriteFile(dir, name string) (string, error) {
 	p := filepath.Join(dir, name+".pem")
-	return p, os.WriteFile(p, ca.PEM, 0o644)
+	return p, os.WriteFile(p, ca.PEM, 0o600)
 }
 
 // WriteFiles writes dir/name.pem and dir/name-key.pem (replacing them
