@@ -90,6 +90,31 @@ if [ -n "${DLOCK_LONG:-}" ]; then
 	log "DLOCK_LONG=$DLOCK_LONG: long fault/soak profiles on"
 fi
 
+# --- suites beside the modules -------------------------------------------------
+# A suite marked with a line "# beside-modules" (the linters, the release
+# artefacts) builds tools and reads the tree without starting servers: it starts
+# now, in the background, so that its tool builds and compiles overlap the module
+# tests, which spend much of their time waiting on servers and leases. Its log is
+# printed, and its result counted, after the modules.
+BG_DIR=$(mktemp -d)
+trap 'rm -rf "$BG_DIR"' EXIT
+bg_suites=()
+bg_pids=()
+for suite in scripts/suites/*.sh; do
+	grep -qx '# beside-modules' "$suite" 2>/dev/null || continue
+	logf="$BG_DIR/$(basename "$suite")"
+	(
+		start=$SECONDS
+		rc=0
+		APT_UPDATED=$APT_UPDATED bash "$suite" >"$logf.log" 2>&1 || rc=$?
+		echo $((SECONDS - start)) >"$logf.secs"
+		exit "$rc"
+	) &
+	bg_suites+=("$suite")
+	bg_pids+=($!)
+	log "suite $suite: started beside the modules (its log follows them)"
+done
+
 # --- modules --------------------------------------------------------------------
 
 mapfile -t modules < <(
@@ -129,8 +154,22 @@ done
 # Each scripts/suites/*.sh (clients in other languages, linters) installs what it
 # needs, runs its suite and exits non-zero on failure. They run after the Go
 # modules, in name order, with the same environment.
+for i in "${!bg_suites[@]}"; do
+	suite=${bg_suites[$i]}
+	echo
+	log "suite $suite (ran beside the modules)"
+	status=PASS
+	if ! wait "${bg_pids[$i]}"; then
+		status=FAIL
+		failed=$((failed + 1))
+	fi
+	logf="$BG_DIR/$(basename "$suite")"
+	cat "$logf.log"
+	summary+=("$(printf '%-4s  %-24s  %-24s  %4ds' "$status" "$suite" "(beside the modules)" "$(cat "$logf.secs" 2>/dev/null || echo 0)")")
+done
 for suite in scripts/suites/*.sh; do
 	[ -e "$suite" ] || continue
+	grep -qx '# beside-modules' "$suite" && continue
 	echo
 	log "suite $suite"
 	start=$SECONDS

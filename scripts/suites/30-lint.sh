@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# beside-modules
 # scripts/suites/30-lint.sh: golangci-lint (configuration: .golangci.yml) and
 # govulncheck over every Go module of the repository.
 #

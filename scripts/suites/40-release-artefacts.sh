@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# beside-modules
 # scripts/suites/40-release-artefacts.sh: the release artefacts of
 # .goreleaser.yaml, built as a snapshot and checked, published nowhere.
 #
