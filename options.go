@@ -59,10 +59,11 @@ func (c *config) fail(field, reason string) {
 	}
 }
 
-// MinTTL and MaxTTL bound every lease length.
+// MinTTL and MaxTTL bound every lease length; MaxHold bounds [WithMaxHold].
 const (
-	MinTTL = 100 * time.Millisecond
-	MaxTTL = 24 * time.Hour
+	MinTTL  = 100 * time.Millisecond
+	MaxTTL  = 24 * time.Hour
+	MaxHold = 365 * 24 * time.Hour
 )
 
 // WithTTL sets the lease length. Default 30s; from 100ms to 24h.
@@ -183,9 +184,6 @@ func WithLockDelay(d time.Duration) Option {
 		c.lockDelay = d
 	}
 }
-
-// MaxHold bounds [WithMaxHold].
-const MaxHold = 365 * 24 * time.Hour
 
 // WithMaxHold bounds how long a lease may be held, counted from when the
 // request that got its grant was sent: renewal (and [Lease.Extend]) never
