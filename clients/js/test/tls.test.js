@@ -112,7 +112,10 @@ console.log('ok');`;
     await lease.release();
 
     const none = new Client({ url: msrv.url, tls: { ca: pem('ca.pem') }, retries: 0 });
-    await assert.rejects(none.locks(), (e) => e instanceof TransportError && /certificate required/i.test(e.message));
+    // The server's alert names the missing certificate, unless (TLS 1.3 ends
+    // the client's handshake before the server checks; on a busy machine the
+    // request may go out after the server closed) the connection is reset first.
+    await assert.rejects(none.locks(), (e) => e instanceof TransportError && /certificate required|ECONNRESET|EPIPE|socket hang up/i.test(e.message));
     await assert.rejects(as('stranger').locks(), (e) => e instanceof TransportError);
   });
 

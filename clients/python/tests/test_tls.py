@@ -71,11 +71,15 @@ def test_mtls_identities(mtls_server: Server, certs: Path) -> None:
     assert reader.state("py-a/x")["held"] is True
     team_a.release(lease)
 
-    # No client certificate: the server's alert names it. One of another
-    # CA: the server ends the handshake.
+    # No client certificate: the server's alert names it, unless (TLS 1.3
+    # ends the client's handshake before the server checks; on a busy
+    # machine the request may be written after the server closed) the
+    # connection is reset first. One of another CA: the server ends the
+    # handshake.
     with pytest.raises(TransportError) as t:
         Client(mtls_server.url, ca_file=str(certs / "ca.pem"), retries=0).locks()
-    assert "CERTIFICATE_REQUIRED" in str(t.value)
+    msg = str(t.value)
+    assert any(s in msg for s in ("CERTIFICATE_REQUIRED", "reset", "Broken pipe", "EOF")), msg
     stranger = Client(
         mtls_server.url,
         ca_file=str(certs / "ca.pem"),
