@@ -147,6 +147,8 @@ func TestMainUsage(t *testing.T) {
 		{args: []string{"status"}, code: runner.ExitUsage, stderr: "missing NAME"},
 		{args: []string{"list", "extra"}, code: runner.ExitUsage, stderr: "unexpected argument"},
 		{args: []string{"serve", "--log-level", "loud"}, code: runner.ExitUsage, stderr: "--log-level"},
+		{args: []string{"serve", "--max-event-streams", "0"}, code: runner.ExitUsage, stderr: "--max-event-streams"},
+		{args: []string{"serve"}, env: []string{"DLOCK_MAX_EVENT_STREAMS=many"}, code: runner.ExitUsage, stderr: "DLOCK_MAX_EVENT_STREAMS"},
 		{args: []string{"serve", "--server", "http://a"}, code: runner.ExitUsage, stderr: "not defined"},
 		{args: []string{"serve", "--redis-url", "redis://a", "--redlock-urls", "redis://b"}, code: runner.ExitUsage, stderr: "only one"},
 		{args: []string{"serve", "--auth-token", "t", "--auth-file", "/nonexistent"}, code: runner.ExitUsage, stderr: "cannot be combined"},

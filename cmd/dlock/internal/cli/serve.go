@@ -64,6 +64,7 @@ type serveFlags struct {
 	otlpEndpoint              string
 	tls                       serveTLSFlags // tlsflags.go
 	shutdownTimeout           time.Duration
+	maxEventStreams           int
 }
 
 func init() {
@@ -80,6 +81,8 @@ func init() {
 		f.tls.register(x.fs)
 		x.fs.Duration(&f.shutdownTimeout, "shutdown-timeout", "DLOCK_SHUTDOWN_TIMEOUT", 25*time.Second,
 			"on SIGTERM, how long requests in flight may take to finish")
+		x.fs.Int(&f.maxEventStreams, "max-event-streams", "N", "DLOCK_MAX_EVENT_STREAMS", 64,
+			"at most N concurrent /v1/events and observe streams; more get 503 (each lists the locks every second)")
 		x.fs.String(&f.logLevel, "log-level", "LEVEL", "DLOCK_LOG_LEVEL", "info", "debug, info, warn or error")
 		x.fs.String(&f.logFormat, "log-format", "FORMAT", "DLOCK_LOG_FORMAT", "text", "text or json")
 		return f
@@ -128,6 +131,9 @@ func runServe(ctx context.Context, x *cmd, _, _ []string) int {
 		if f.otlpEndpoint, err = otlpTracesURL(f.otlpEndpoint); err != nil {
 			return x.usageFail("%v", err)
 		}
+	}
+	if f.maxEventStreams < 1 || f.maxEventStreams > 1_000_000 {
+		return x.usageFail("--max-event-streams must be from 1 to 1000000")
 	}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()

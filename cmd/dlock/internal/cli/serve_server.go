@@ -66,6 +66,7 @@ func serve(ctx context.Context, x *cmd, f *serveFlags, b *backend, log *slog.Log
 		Observer:       tracing.Observer,
 
 		ShutdownTimeout: f.shutdownTimeout,
+		MaxEventStreams: f.maxEventStreams,
 	})
 	if err != nil {
 		locker.Close()
