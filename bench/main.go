@@ -9,6 +9,8 @@
 //	cd bench && go run . -quick     # smoke run: 1 short run, seconds
 //	cd bench && go run . -only 'W3/dlock'   # just the cells whose id matches
 //	cd bench && go run . -docs ../docs/benchmarks.md   # also refresh the tables there
+//	go run ./bench -scale -docs docs/benchmarks.md     # the scaling curves, about 12 minutes
+//	go run ./bench -scale -quick                      # every curve at tiny sizes, seconds
 //
 // Workloads (see docs/benchmarks.md): W1 one goroutine, fresh name per
 // acquire+release; W2 the same on 64 goroutines (W1-same, W2-same: each
@@ -19,6 +21,11 @@
 // and W2 on 5 nodes; W5 the /v1 HTTP API of `dlock serve` with 64
 // keep-alive clients; W6 100 000 auto-renewed leases in one process. Every cell runs -runs times, interleaved, and the
 // tables show the medians.
+//
+// -scale measures how the cost grows instead (scale.go): distinct names,
+// waiters on one name, auto-renewed leases, waiting /v1 acquires and
+// /v1/events streams on `dlock serve`, and a Redis Cluster of 1 and 3
+// masters; one run of every point, tables and one SVG plot per curve.
 package main
 
 import (
@@ -85,7 +92,11 @@ func main() {
 	render := flag.String("render", "", "run nothing: re-render results.md, chart.svg (and -docs) from this results.json")
 	docs := flag.String("docs", "", "also replace the generated tables in this Markdown file (docs/benchmarks.md)")
 	only := flag.String("only", "", "run only cells whose id (workload/contender, e.g. W3/dlock) matches this regexp")
+	scale := flag.Bool("scale", false, "run the scaling curves instead (names, waiters, leases, dlock serve, cluster); with -quick, tiny sizes in seconds; writes to <out>/scale")
 	flag.Parse()
+	if *scale {
+		os.Exit(scaleMain(*quick, *out, *render, *docs, *only))
+	}
 	if *quick {
 		cfg = quickConfig()
 	}
@@ -157,4 +168,48 @@ func defaultOut() string {
 		return filepath.Join("bench", "results")
 	}
 	return "results"
+}
+
+// scaleMain runs (or, with render, re-renders) the scaling curves and
+// returns the exit status.
+func scaleMain(quick bool, out, render, docs, only string) int {
+	cfg := defaultScaleConfig()
+	if quick {
+		cfg = quickScaleConfig()
+	}
+	if only != "" {
+		re, err := regexp.Compile(only)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench: -only:", err)
+			return 2
+		}
+		cfg.only = re
+	}
+	cfg.out = filepath.Join(out, "scale")
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	var rep *scaleReport
+	var err error
+	if render != "" {
+		rep, err = loadScale(render)
+	} else {
+		rep, err = runScale(ctx, cfg, os.Stderr)
+	}
+	if err == nil {
+		err = rep.write(cfg.out)
+	}
+	if err == nil && docs != "" {
+		err = rep.updateDocs(docs, cfg.out)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		return 1
+	}
+	abs, _ := filepath.Abs(cfg.out)
+	fmt.Fprintf(os.Stderr, "bench: wrote %s/{scale.md,scale.json,scale-*.svg}\n", abs)
+	if n := rep.violations(); n > 0 {
+		fmt.Fprintf(os.Stderr, "bench: %d mutual-exclusion violations\n", n)
+		return 1
+	}
+	return 0
 }

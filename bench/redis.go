@@ -26,6 +26,8 @@ type node struct {
 	cmd   *exec.Cmd
 	admin vk.Client
 	done  chan struct{}
+	port  int
+	bus   int // cluster bus port, 0 off a cluster
 }
 
 // redisPath returns the redis-server binary: the one in PATH, else the
@@ -55,6 +57,13 @@ func freePort() (int, error) {
 // directory under root and waits until it answers PING. The kernel kills it
 // if the driver dies (Pdeathsig); stop kills it by PID.
 func startNode(root string) (*node, error) {
+	return startNodeWith(root, false)
+}
+
+// startNodeWith is startNode; with cluster set the server runs with
+// cluster-enabled yes and its cluster bus on a second free port, and
+// serves nothing until startRedisCluster joins it and gives it slots.
+func startNodeWith(root string, cluster bool) (*node, error) {
 	path, err := redisPath()
 	if err != nil {
 		return nil, err
@@ -73,8 +82,16 @@ func startNode(root string) (*node, error) {
 		if err != nil {
 			return nil, err
 		}
-		cmd := exec.Command(path, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir,
-			"--save", "", "--appendonly", "no", "--protected-mode", "no")
+		args := []string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir,
+			"--save", "", "--appendonly", "no", "--protected-mode", "no"}
+		var bus int
+		if cluster {
+			if bus, err = freePort(); err != nil {
+				return nil, err
+			}
+			args = append(args, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-port", strconv.Itoa(bus))
+		}
+		cmd := exec.Command(path, args...)
 		cmd.Stdout, cmd.Stderr = logf, logf
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		if err := cmd.Start(); err != nil {
@@ -82,10 +99,10 @@ func startNode(root string) (*node, error) {
 			return nil, err
 		}
 		logf.Close()
-		n := &node{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), dir: dir, cmd: cmd, done: make(chan struct{})}
+		n := &node{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), dir: dir, cmd: cmd, done: make(chan struct{}), port: port, bus: bus}
 		go func() { _ = cmd.Wait(); close(n.done) }()
 		if last = n.waitReady(10 * time.Second); last == nil {
-			n.admin, last = vk.NewClient(vk.ClientOption{InitAddress: []string{n.addr}, DisableCache: true})
+			n.admin, last = vk.NewClient(vk.ClientOption{InitAddress: []string{n.addr}, DisableCache: true, ForceSingleClient: true})
 			if last == nil {
 				return n, nil
 			}
@@ -273,4 +290,28 @@ func plainPing(ctx context.Context, addr string, count int) ([]time.Duration, er
 	}
 	slices.Sort(lat)
 	return lat, nil
+}
+
+// flushSync empties the server and frees the memory before it returns.
+func (n *node) flushSync(ctx context.Context) error {
+	return n.admin.Do(ctx, n.admin.B().Flushall().Sync().Build()).Error()
+}
+
+// usedMemory is INFO memory's used_memory, in bytes.
+func (n *node) usedMemory(ctx context.Context) (int64, error) {
+	info, err := n.admin.Do(ctx, n.admin.B().Info().Section("memory").Build()).ToString()
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
+			return strconv.ParseInt(v, 10, 64)
+		}
+	}
+	return 0, errors.New("INFO memory without used_memory")
+}
+
+// dbsize is the number of keys of the server.
+func (n *node) dbsize(ctx context.Context) (int64, error) {
+	return n.admin.Do(ctx, n.admin.B().Dbsize().Build()).AsInt64()
 }

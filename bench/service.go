@@ -308,11 +308,12 @@ func httpLoad(ctx context.Context, nodes cluster, addr string, svcCPU func() tim
 // server sends is understood (a status line, headers, a Content-Length
 // body); anything else is an error, and the connection is dialled again.
 type httpConn struct {
-	addr string
-	c    net.Conn
-	br   *bufio.Reader
-	req  []byte
-	body []byte
+	addr    string
+	timeout time.Duration // per request; 0 is 10 s
+	c       net.Conn
+	br      *bufio.Reader
+	req     []byte
+	body    []byte
 }
 
 func (h *httpConn) close() {
@@ -333,7 +334,11 @@ func (h *httpConn) post(path string, body []byte) ([]byte, error) {
 		h.c = c
 		h.br = bufio.NewReaderSize(c, 4096)
 	}
-	h.c.SetDeadline(time.Now().Add(10 * time.Second))
+	timeout := h.timeout
+	if timeout == 0 {
+		timeout = 10 * time.Second
+	}
+	h.c.SetDeadline(time.Now().Add(timeout))
 	r := append(h.req[:0], "POST "...) //nolint:gocritic // appendAssign: reuses h.req's array; stored back in h.req below
 	r = append(r, path...)
 	r = append(r, " HTTP/1.1\r\nHost: "...)
@@ -468,6 +473,12 @@ func heapAlloc() uint64 {
 // renewals went out: Extend calls (each one pipelined round trip), leases
 // per call, and server commands per renewal.
 func manyLeases(ctx context.Context, nodes cluster, n int, ttl, window time.Duration) (metrics, error) {
+	return manyLeasesFor(ctx, nodes, n, ttl, ttl/3, window)
+}
+
+// manyLeasesFor is manyLeases with settle, the time between the last
+// acquisition and the measured window.
+func manyLeasesFor(ctx context.Context, nodes cluster, n int, ttl, settle, window time.Duration) (metrics, error) {
 	if err := nodes.flush(ctx); err != nil {
 		return nil, err
 	}
@@ -498,7 +509,7 @@ func manyLeases(ctx context.Context, nodes cluster, n int, ttl, window time.Dura
 	h1 := heapAlloc()
 	// Let the acquisitions' renewal schedule settle into its rounds, then
 	// measure over the window.
-	if err := sleepCtx(ctx, ttl/3); err != nil {
+	if err := sleepCtx(ctx, settle); err != nil {
 		return nil, err
 	}
 	s0, err := nodes.stats(ctx)
