@@ -170,21 +170,24 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 	h.Set("X-Accel-Buffering", "no")
 	h.Set("X-Content-Type-Options", "nosniff")
 
-	ch := make(chan eventBody, eventBuffer)
+	ch := make(chan *feedEvent, eventBuffer)
 	p := principalFrom(r.Context()) // a scoped token sees only names in scope
 	unsub := s.rep.feed.subscribe(ch)
 	defer unsub()
 
-	send := func(event string, v any) bool {
-		b, err := json.Marshal(v)
-		if err != nil {
-			return false
-		}
+	sendData := func(event string, b []byte) bool {
 		rc.SetWriteDeadline(time.Now().Add(10 * time.Second))
 		if _, err := fmt.Fprintf(w, "event: %s\ndata: %s\n\n", event, b); err != nil {
 			return false
 		}
 		return rc.Flush() == nil
+	}
+	send := func(event string, v any) bool {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return false
+		}
+		return sendData(event, b)
 	}
 	w.WriteHeader(http.StatusOK)
 	rc.SetWriteDeadline(time.Now().Add(10 * time.Second))
@@ -204,10 +207,10 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 			send("shutdown", map[string]string{"message": "server shutting down"})
 			return
 		case ev := <-ch:
-			if !p.allows(ev.Name) {
+			if !p.allows(ev.name) {
 				continue
 			}
-			if !send(ev.Type, ev) {
+			if !sendData(ev.typ, ev.data) {
 				return
 			}
 		case <-tick.C:

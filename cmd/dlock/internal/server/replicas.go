@@ -373,14 +373,21 @@ func (s *Server) publishLoop() {
 type feed struct {
 	mu   sync.Mutex
 	next int
-	subs map[int]chan<- eventBody
+	subs map[int]chan<- *feedEvent
 }
 
-func (f *feed) subscribe(ch chan<- eventBody) func() {
+// feedEvent is one event as every stream sends it: encoded once, shared
+// by the streams (a stream's buffer holds pointers, not copies).
+type feedEvent struct {
+	typ, name string
+	data      []byte // the event's JSON
+}
+
+func (f *feed) subscribe(ch chan<- *feedEvent) func() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.subs == nil {
-		f.subs = make(map[int]chan<- eventBody)
+		f.subs = make(map[int]chan<- *feedEvent)
 	}
 	id := f.next
 	f.next++
@@ -396,9 +403,13 @@ func (f *feed) subscribe(ch chan<- eventBody) func() {
 func (f *feed) send(ev eventBody) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if len(f.subs) == 0 {
+		return
+	}
+	fe := &feedEvent{typ: ev.Type, name: ev.Name, data: ev.appendJSON(nil)}
 	for _, ch := range f.subs {
 		select {
-		case ch <- ev:
+		case ch <- fe:
 		default:
 		}
 	}
