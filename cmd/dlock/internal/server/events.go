@@ -231,7 +231,7 @@ func (s *Server) snapshot(ctx context.Context, first bool) snapshotBody {
 	if in, ok := s.locker.Store().(store.Inspector); ok {
 		snap.Inspect = true
 		lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		lb, err := s.list(lctx, in)
+		lb, err := s.listShared(lctx, in)
 		cancel()
 		if err != nil {
 			snap.Error = err.Error()
@@ -245,4 +245,36 @@ func (s *Server) snapshot(ctx context.Context, first bool) snapshotBody {
 		snap.History, snap.HistoryEnd = s.history.series(now)
 	}
 	return snap
+}
+
+// listCache keeps the store's list of locks for the streams' snapshots:
+// one List per half SnapshotInterval, however many streams are open,
+// instead of one per stream.
+type listCache struct {
+	mu     sync.Mutex
+	at     time.Time
+	states []store.State
+	err    error
+}
+
+// listShared is list for a snapshot: the store's locks as listed at most
+// half a SnapshotInterval ago (a failure too), filtered for the caller's
+// principal.
+func (s *Server) listShared(ctx context.Context, in store.Inspector) (listBody, error) {
+	c := &s.lists
+	c.mu.Lock()
+	if c.at.IsZero() || time.Since(c.at) >= s.cfg.SnapshotInterval/2 {
+		states, err := in.List(ctx)
+		if err != nil && ctx.Err() != nil { // this caller's own end: nothing to share
+			c.mu.Unlock()
+			return listBody{}, err
+		}
+		c.states, c.err, c.at = states, err, time.Now()
+	}
+	states, err := c.states, c.err
+	c.mu.Unlock()
+	if err != nil {
+		return listBody{}, err
+	}
+	return filterList(ctx, states), nil
 }

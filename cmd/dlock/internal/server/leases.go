@@ -668,6 +668,12 @@ func (s *Server) list(ctx context.Context, in store.Inspector) (listBody, error)
 	if err != nil {
 		return listBody{}, err
 	}
+	return filterList(ctx, states), nil
+}
+
+// filterList returns the states the principal of ctx may see, at most
+// maxList of them.
+func filterList(ctx context.Context, states []store.State) listBody {
 	lb := listBody{Locks: make([]stateBody, 0, min(len(states), maxList))}
 	p := principalFrom(ctx) // a scoped token sees only names in scope
 	for _, st := range states {
@@ -680,5 +686,5 @@ func (s *Server) list(ctx context.Context, in store.Inspector) (listBody, error)
 		}
 		lb.Locks = append(lb.Locks, toState(st))
 	}
-	return lb, nil
+	return lb
 }

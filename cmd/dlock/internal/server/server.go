@@ -123,6 +123,7 @@ type Server struct {
 	leases  leaseTable
 	multi   multiTable   // /v1/multi (multi.go)
 	streams atomic.Int64 // open /v1/events streams
+	lists   listCache    // the store's locks, shared by the streams' snapshots
 	demo    demoSet
 	history *history
 	rep     replicaState // replicas.go
