@@ -168,14 +168,27 @@ func (n *node) flush(ctx context.Context) error {
 type serverStats struct {
 	calls int64   // commands run, those run inside scripts included, INFO excluded
 	cpu   float64 // used_cpu_user + used_cpu_sys, seconds
+	byCmd map[string]int64
 }
 
 func (s serverStats) sub(o serverStats) serverStats {
-	return serverStats{calls: s.calls - o.calls, cpu: s.cpu - o.cpu}
+	return serverStats{calls: s.calls - o.calls, cpu: s.cpu - o.cpu, byCmd: mergeCmds(s.byCmd, o.byCmd, -1)}
 }
 
 func (s serverStats) add(o serverStats) serverStats {
-	return serverStats{calls: s.calls + o.calls, cpu: s.cpu + o.cpu}
+	return serverStats{calls: s.calls + o.calls, cpu: s.cpu + o.cpu, byCmd: mergeCmds(s.byCmd, o.byCmd, 1)}
+}
+
+// mergeCmds returns a + sign*b, by command.
+func mergeCmds(a, b map[string]int64, sign int64) map[string]int64 {
+	out := make(map[string]int64, len(a))
+	for k, v := range a {
+		out[k] = v
+	}
+	for k, v := range b {
+		out[k] += sign * v
+	}
+	return out
 }
 
 // stats reads INFO commandstats and INFO cpu.
@@ -196,6 +209,10 @@ func (n *node) stats(ctx context.Context) (serverStats, error) {
 			calls, _, _ := strings.Cut(strings.TrimPrefix(rest, "calls="), ",")
 			v, _ := strconv.ParseInt(calls, 10, 64)
 			st.calls += v
+			if st.byCmd == nil {
+				st.byCmd = map[string]int64{}
+			}
+			st.byCmd[name] = v
 		case strings.HasPrefix(line, "used_cpu_user:"), strings.HasPrefix(line, "used_cpu_sys:"):
 			_, v, _ := strings.Cut(line, ":")
 			f, _ := strconv.ParseFloat(v, 64)

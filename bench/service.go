@@ -497,15 +497,29 @@ func manyLeasesFor(ctx context.Context, nodes cluster, n int, ttl, settle, windo
 	leases := make([]*dlock.Lease, n)
 	h0 := heapAlloc()
 	t0 := time.Now()
+	// An acquire that fails (its op timeout on a loaded machine) is
+	// counted, and the cell goes on with the leases it has; more than one
+	// in a thousand fails the cell.
+	var acqFailed atomic.Int64
+	var firstAcqErr atomic.Value
 	err = parallelDo(n, func(i int) error {
 		ls, err := l.Mutex(prefix + strconv.Itoa(i)).TryLock(ctx)
+		if err != nil && ctx.Err() == nil {
+			acqFailed.Add(1)
+			firstAcqErr.CompareAndSwap(nil, err)
+			return nil
+		}
 		leases[i] = ls
 		return err
 	})
 	acquireTime := time.Since(t0)
-	if err != nil {
-		return nil, fmt.Errorf("w6: acquire: %w", err)
+	if err == nil && acqFailed.Load() > int64(n/1000) {
+		err = firstAcqErr.Load().(error)
 	}
+	if err != nil {
+		return nil, fmt.Errorf("w6: acquire (%d failed): %w", acqFailed.Load(), err)
+	}
+	leases = slices.DeleteFunc(leases, func(ls *dlock.Lease) bool { return ls == nil })
 	h1 := heapAlloc()
 	// Let the acquisitions' renewal schedule settle into its rounds, then
 	// measure over the window.
@@ -539,7 +553,7 @@ func manyLeasesFor(ctx context.Context, nodes cluster, n int, ttl, settle, windo
 	// it should never happen.
 	rctx := context.WithoutCancel(ctx)
 	var notHeld atomic.Int64
-	relErr := parallelDo(n, func(i int) error {
+	relErr := parallelDo(len(leases), func(i int) error {
 		err := leases[i].Release(rctx)
 		switch {
 		case err == nil, errors.Is(err, dlock.ErrLeaseLost):
@@ -553,13 +567,15 @@ func manyLeasesFor(ctx context.Context, nodes cluster, n int, ttl, settle, windo
 	if relErr != nil {
 		return nil, fmt.Errorf("w6: release: %w", relErr)
 	}
-	rounds := float64(renewed) / float64(n)
+	held := len(leases)
+	rounds := float64(renewed) / float64(held)
 	return metrics{
-		"leases":              float64(n),
+		"leases":              float64(held),
 		"ttl_ms":              float64(ttl.Milliseconds()),
 		"window_s":            wall.Seconds(),
 		"acquire_s":           acquireTime.Seconds(),
-		"heap_per_lease_b":    float64(int64(h1)-int64(h0)) / float64(n),
+		"heap_per_lease_b":    float64(int64(h1)-int64(h0)) / float64(held),
+		"acquire_failed":      float64(acqFailed.Load()),
 		"cpu_pct_one_core":    float64(cpu) / float64(wall) * 100,
 		"renewals_per_s":      float64(renewed) / wall.Seconds(),
 		"renewal_rounds":      rounds,

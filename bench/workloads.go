@@ -407,7 +407,7 @@ func (s *w3Sample) metrics(name string, w *window, rttLoad float64) (metrics, er
 	if len(over) > 0 {
 		overMax, overP99 = over[len(over)-1], over[(len(over)-1)*99/100]
 	}
-	return metrics{
+	m := metrics{
 		"cs_per_s":              float64(cs) / w.wall.Seconds(),
 		"busy":                  float64(s.busy) / float64(w.wall),
 		"hold_us":               meanUS(s.holds),
@@ -432,7 +432,14 @@ func (s *w3Sample) metrics(name string, w *window, rttLoad float64) (metrics, er
 		"violations":            float64(s.violations),
 		"rtt_load_p50_us":       rttLoad,
 		"errors":                float64(s.errors),
-	}, nil
+	}
+	// Which commands the server ran, per critical section.
+	for name, v := range w.srv.byCmd {
+		if v > 0 {
+			m["cmd_"+name+"_per_cs"] = float64(v) / float64(cs)
+		}
+	}
+	return m, nil
 }
 
 // grantAt is one grant: the worker (client) it went to, and when.
