@@ -15,3 +15,6 @@ func LeaseContexts(ls *Lease) int {
 	defer ls.l.mu.Unlock()
 	return len(ls.ctxs)
 }
+
+// MaxRenewBatch is the most leases one renewal Extend call carries.
+const MaxRenewBatch = maxRenewBatch
