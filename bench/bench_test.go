@@ -23,7 +23,16 @@ func TestMain(m *testing.M) {
 	if lockServiceMode() { // a W5 lock service re-executed by a test
 		os.Exit(lockServiceMain())
 	}
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m,
+		// The scaling curve's Redis Cluster points (TestScaleQuick): valkey-go's
+		// cluster client closes connections to nodes dropped by a topology
+		// refresh after 5 seconds, and closes each node's connections at
+		// Close, on goroutines of its own that outlive Close (as in
+		// store/valkey's tests).
+		goleak.IgnoreAnyFunction("github.com/valkey-io/valkey-go.(*clusterClient)._refresh.func2"),
+		goleak.IgnoreAnyFunction("github.com/valkey-io/valkey-go.(*mux).Close"),
+		goleak.IgnoreAnyFunction("github.com/valkey-io/valkey-go.(*clusterClient).refreshConns.func1"),
+	)
 }
 
 // startCluster starts n servers for a test or benchmark and stops them when

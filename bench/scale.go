@@ -377,7 +377,7 @@ func hotWaiters(ctx context.Context, c contender, nodes cluster, n int, cfg scal
 
 // manyLeasesScale is W6 at one size, with a settle time of its own.
 func manyLeasesScale(ctx context.Context, nodes cluster, n int, ttl, settle, window time.Duration) (metrics, error) {
-	m, err := manyLeasesFor(ctx, nodes, n, ttl, settle, window)
+	m, err := manyLeasesFor(ctx, nodes, n, ttl, settle, window, 64)
 	if err != nil {
 		return nil, err
 	}

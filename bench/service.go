@@ -433,32 +433,6 @@ func (c *countingStore) Extend(ctx context.Context, reqs []dlock.Request) []erro
 	return errs
 }
 
-// parallelDo runs fn(i) for i in [0, n) on 64 goroutines.
-func parallelDo(n int, fn func(i int) error) error {
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	var firstErr atomic.Value
-	for range 64 {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= n {
-					return
-				}
-				if err := fn(i); err != nil {
-					firstErr.CompareAndSwap(nil, err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	if e, ok := firstErr.Load().(error); ok {
-		return e
-	}
-	return nil
-}
-
 func heapAlloc() uint64 {
 	runtime.GC()
 	runtime.GC()
@@ -473,12 +447,13 @@ func heapAlloc() uint64 {
 // renewals went out: Extend calls (each one pipelined round trip), leases
 // per call, and server commands per renewal.
 func manyLeases(ctx context.Context, nodes cluster, n int, ttl, window time.Duration) (metrics, error) {
-	return manyLeasesFor(ctx, nodes, n, ttl, ttl/3, window)
+	return manyLeasesFor(ctx, nodes, n, ttl, ttl/3, window, 64)
 }
 
 // manyLeasesFor is manyLeases with settle, the time between the last
-// acquisition and the measured window.
-func manyLeasesFor(ctx context.Context, nodes cluster, n int, ttl, settle, window time.Duration) (metrics, error) {
+// acquisition and the measured window, and conc goroutines acquiring and
+// releasing.
+func manyLeasesFor(ctx context.Context, nodes cluster, n int, ttl, settle, window time.Duration, conc int) (metrics, error) {
 	if err := nodes.flush(ctx); err != nil {
 		return nil, err
 	}
@@ -502,7 +477,7 @@ func manyLeasesFor(ctx context.Context, nodes cluster, n int, ttl, settle, windo
 	// in a thousand fails the cell.
 	var acqFailed atomic.Int64
 	var firstAcqErr atomic.Value
-	err = parallelDo(n, func(i int) error {
+	err = parallelDoN(conc, n, func(i int) error {
 		ls, err := l.Mutex(prefix + strconv.Itoa(i)).TryLock(ctx)
 		if err != nil && ctx.Err() == nil {
 			acqFailed.Add(1)
@@ -553,7 +528,7 @@ func manyLeasesFor(ctx context.Context, nodes cluster, n int, ttl, settle, windo
 	// it should never happen.
 	rctx := context.WithoutCancel(ctx)
 	var notHeld atomic.Int64
-	relErr := parallelDo(len(leases), func(i int) error {
+	relErr := parallelDoN(conc, len(leases), func(i int) error {
 		err := leases[i].Release(rctx)
 		switch {
 		case err == nil, errors.Is(err, dlock.ErrLeaseLost):
