@@ -194,7 +194,7 @@ func mergeCmds(a, b map[string]int64, sign int64) map[string]int64 {
 // stats reads INFO commandstats and INFO cpu.
 func (n *node) stats(ctx context.Context) (serverStats, error) {
 	var st serverStats
-	info, err := n.admin.Do(ctx, n.admin.B().Info().Section("commandstats").Section("cpu").Build()).ToString()
+	info, err := n.admin.Do(ctx, n.admin.B().Info().Section("commandstats").Section("cpu").Section("stats").Build()).ToString()
 	if err != nil {
 		return st, err
 	}
@@ -213,6 +213,13 @@ func (n *node) stats(ctx context.Context) (serverStats, error) {
 				st.byCmd = map[string]int64{}
 			}
 			st.byCmd[name] = v
+		case strings.HasPrefix(line, "total_connections_received:"):
+			_, v, _ := strings.Cut(line, ":")
+			n, _ := strconv.ParseInt(v, 10, 64)
+			if st.byCmd == nil {
+				st.byCmd = map[string]int64{}
+			}
+			st.byCmd["(connections)"] = n
 		case strings.HasPrefix(line, "used_cpu_user:"), strings.HasPrefix(line, "used_cpu_sys:"):
 			_, v, _ := strings.Cut(line, ":")
 			f, _ := strconv.ParseFloat(v, 64)
