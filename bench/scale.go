@@ -129,6 +129,13 @@ func scaleSteps(cfg scaleConfig, one cluster) []scaleStep {
 			steps = append(steps, scaleStep{curve, contender, x, fn})
 		}
 	}
+	// Leases first: their heap per lease is read in a process that has
+	// not yet opened and closed thousands of clients.
+	for _, n := range cfg.leases {
+		add("leases", "dlock", n, func(ctx context.Context) (metrics, error) {
+			return manyLeasesScale(ctx, one, n, cfg.leaseTTL, cfg.leaseSettle, cfg.leaseWindow)
+		})
+	}
 	for _, n := range cfg.names {
 		for _, c := range namesContenders() {
 			add("names", c.name, n, func(ctx context.Context) (metrics, error) { return distinctNames(ctx, c, one, n) })
@@ -138,11 +145,6 @@ func scaleSteps(cfg scaleConfig, one cluster) []scaleStep {
 		for _, c := range waitersContenders() {
 			add("waiters", c.name, n, func(ctx context.Context) (metrics, error) { return hotWaiters(ctx, c, one, n, cfg) })
 		}
-	}
-	for _, n := range cfg.leases {
-		add("leases", "dlock", n, func(ctx context.Context) (metrics, error) {
-			return manyLeasesScale(ctx, one, n, cfg.leaseTTL, cfg.leaseSettle, cfg.leaseWindow)
-		})
 	}
 	for _, n := range cfg.serve {
 		add("serve", "dlock serve", n, func(ctx context.Context) (metrics, error) { return serveWaiters(ctx, one, n, cfg) })

@@ -433,6 +433,24 @@ func (c *countingStore) Extend(ctx context.Context, reqs []dlock.Request) []erro
 	return errs
 }
 
+// steadyHeap returns heapAlloc once two readings 200 ms apart differ by
+// less than 1 MiB (what earlier cells closed may still be freeing), or
+// after 5 s.
+func steadyHeap(ctx context.Context) uint64 {
+	h := heapAlloc()
+	for range 25 {
+		if sleepCtx(ctx, 200*time.Millisecond) != nil {
+			return h
+		}
+		next := heapAlloc()
+		if d := int64(next) - int64(h); d > -1<<20 && d < 1<<20 {
+			return next
+		}
+		h = next
+	}
+	return h
+}
+
 func heapAlloc() uint64 {
 	runtime.GC()
 	runtime.GC()
@@ -470,7 +488,7 @@ func manyLeasesFor(ctx context.Context, nodes cluster, n int, ttl, settle, windo
 	defer l.Close()
 	prefix := "r" + strconv.FormatInt(cellSeq.Add(1), 10) + "-"
 	leases := make([]*dlock.Lease, n)
-	h0 := heapAlloc()
+	h0 := steadyHeap(ctx)
 	t0 := time.Now()
 	// An acquire that fails (its op timeout on a loaded machine) is
 	// counted, and the cell goes on with the leases it has; more than one
