@@ -228,7 +228,7 @@ func median(runs []metrics) metrics {
 		}
 	}
 	// Violations and errors are totals, not medians.
-	for _, k := range []string{"violations", "errors", "lost", "stuck", "not_held_at_release", "renewals_failed", "acquire_failed"} {
+	for _, k := range []string{"violations", "errors", "lost", "stuck", "not_held_at_release", "renewals_failed", "acquire_failed", "release_failed"} {
 		if _, ok := runs[0][k]; ok {
 			sum := 0.0
 			for _, r := range runs {

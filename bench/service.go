@@ -545,7 +545,8 @@ func manyLeasesFor(ctx context.Context, nodes cluster, n int, ttl, settle, windo
 	// lease the Locker still held but the store no longer did is counted:
 	// it should never happen.
 	rctx := context.WithoutCancel(ctx)
-	var notHeld atomic.Int64
+	var notHeld, relFailed atomic.Int64
+	var firstRelErr atomic.Value
 	relErr := parallelDoN(conc, len(leases), func(i int) error {
 		err := leases[i].Release(rctx)
 		switch {
@@ -555,10 +556,17 @@ func manyLeasesFor(ctx context.Context, nodes cluster, n int, ttl, settle, windo
 			notHeld.Add(1)
 			return nil
 		}
-		return err
+		// A release that fails (its op timeout) is counted as an acquire
+		// is; the key expires with its TTL.
+		relFailed.Add(1)
+		firstRelErr.CompareAndSwap(nil, err)
+		return nil
 	})
+	if relErr == nil && relFailed.Load() > int64(n/1000) {
+		relErr = firstRelErr.Load().(error)
+	}
 	if relErr != nil {
-		return nil, fmt.Errorf("w6: release: %w", relErr)
+		return nil, fmt.Errorf("w6: release (%d failed): %w", relFailed.Load(), relErr)
 	}
 	held := len(leases)
 	rounds := float64(renewed) / float64(held)
@@ -569,6 +577,7 @@ func manyLeasesFor(ctx context.Context, nodes cluster, n int, ttl, settle, windo
 		"acquire_s":           acquireTime.Seconds(),
 		"heap_per_lease_b":    float64(int64(h1)-int64(h0)) / float64(held),
 		"acquire_failed":      float64(acqFailed.Load()),
+		"release_failed":      float64(relFailed.Load()),
 		"cpu_pct_one_core":    float64(cpu) / float64(wall) * 100,
 		"renewals_per_s":      float64(renewed) / wall.Seconds(),
 		"renewal_rounds":      rounds,
