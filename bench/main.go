@@ -9,7 +9,7 @@
 //	cd bench && go run . -quick     # smoke run: 1 short run, seconds
 //	cd bench && go run . -only 'W3/dlock'   # just the cells whose id matches
 //	cd bench && go run . -docs ../docs/benchmarks.md   # also refresh the tables there
-//	go run ./bench -scale -docs docs/benchmarks.md     # the scaling curves, about 12 minutes
+//	go run ./bench -scale -docs docs/benchmarks.md     # the scaling curves, 7 to 11 minutes here
 //	go run ./bench -scale -quick                      # every curve at tiny sizes, seconds
 //
 // Workloads (see docs/benchmarks.md): W1 one goroutine, fresh name per
