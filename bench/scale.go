@@ -107,9 +107,11 @@ func raiseFileLimit() uint64 {
 		return 0
 	}
 	if rl.Cur < rl.Max {
-		rl.Cur = rl.Max
-		syscall.Setrlimit(syscall.RLIMIT_NOFILE, &rl)
-		syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl)
+		raised := rl
+		raised.Cur = rl.Max
+		if syscall.Setrlimit(syscall.RLIMIT_NOFILE, &raised) == nil {
+			rl = raised
+		}
 	}
 	return rl.Cur
 }
