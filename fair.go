@@ -112,8 +112,8 @@ func (l *Locker) waitGrant(ctx context.Context, c *config, req Request, since ti
 			return ls, nil
 		}
 		if err != nil && (ctx.Err() != nil || !errors.Is(err, ErrUnavailable)) {
-			l.releaseBehind(ctx, c, req) // its place, or what the attempt may hold
-			return nil, err              // after ctx ended, it matches ctx.Err()
+			l.releaseBehind(ctx, c, req)                       // its place, or what the attempt may hold
+			return nil, endedAfter(ctx, err, q.last, req.Name) // after ctx ended, it matches ctx.Err()
 		}
 		delay, trusted := q.round(l, w, sent, g, err)
 		if err != nil && !w.watching() && !w.handOver(ctx, req) {

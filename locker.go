@@ -300,6 +300,7 @@ func (l *Locker) waitWatched(ctx context.Context, c *config, req Request) (*Leas
 	w := newWaiter(l.store, c)
 	defer w.close()
 	w.watch(ctx, req.Name, req.Mode)
+	var last error // the previous round's refusal or failure
 	for {
 		ls, g, err := l.tryOnce(ctx, c, req, true)
 		if ls != nil {
@@ -307,9 +308,9 @@ func (l *Locker) waitWatched(ctx context.Context, c *config, req Request) (*Leas
 		}
 		if err != nil && (!errors.Is(err, ErrUnavailable) || ctx.Err() != nil) {
 			l.releaseBehind(ctx, c, req) // what the attempt may hold, or its place
-			return nil, err
+			return nil, endedAfter(ctx, err, last, req.Name)
 		}
-		last := err
+		last = err
 		if err != nil {
 			c.logger.Debug("dlock: acquire failed; retrying", "name", req.Name, "err", err)
 		} else {

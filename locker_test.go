@@ -527,3 +527,54 @@ func TestLeaseDoneBeforeAndAfterTheEnd(t *testing.T) {
 		t.Errorf("after Close: Done closed %v / %v, Err %v; want closed and ErrLeaseLost", closed(lostDone), closed(lost.Done()), lost.Err())
 	}
 }
+
+// cancelAfterRefusal refuses through the memory store, and at the second
+// refusal (the wait's first round after the first attempt) ends the wait's
+// context; its Watch always reports a change, so the wait's sleep may wake
+// on it rather than on the ended context and try once more.
+type cancelAfterRefusal struct {
+	*memory.Store
+	cancel  context.CancelFunc
+	refused int
+}
+
+func (s *cancelAfterRefusal) Acquire(ctx context.Context, req dlock.Request) (store.Grant, error) {
+	g, err := s.Store.Acquire(ctx, req)
+	if err == nil && !g.Acquired && s.cancel != nil {
+		if s.refused++; s.refused == 2 {
+			s.cancel()
+		}
+	}
+	return g, err
+}
+
+func (s *cancelAfterRefusal) Watch(context.Context, string, dlock.Mode) (<-chan struct{}, func(), error) {
+	ch := make(chan struct{})
+	close(ch)
+	return ch, func() {}, nil
+}
+
+// TestWaitEndedKeepsTheLastRefusal: a wait whose context ends between a
+// refused round and the next attempt (which is then never sent) reports the
+// refusal it had, with its RetryAfter and Held, joined with ctx.Err(). The
+// sleep picks the watch or the ended context at random, so 32 waits all but
+// surely take the path where the next attempt finds the context ended
+// (before the fix: a LockedError with RetryAfter 0).
+func TestWaitEndedKeepsTheLastRefusal(t *testing.T) {
+	ctx := context.Background()
+	s := &cancelAfterRefusal{Store: memory.New()}
+	l := newLocker(t, s)
+	if _, err := l.Reentrant("busy").TryLock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range 32 {
+		wctx, cancel := context.WithCancel(ctx)
+		s.cancel, s.refused = cancel, 0
+		_, err := l.Reentrant("busy", dlock.WithOwner("other")).Lock(wctx)
+		var le *dlock.LockedError
+		if !errors.Is(err, context.Canceled) || !errors.As(err, &le) || le.RetryAfter <= 0 || le.Held != dlock.ModeReentrant {
+			t.Fatalf("Lock with a context ended after a refusal = %v (%+v), want the refusal (RetryAfter > 0, Held reentrant) and context.Canceled", err, le)
+		}
+		cancel()
+	}
+}

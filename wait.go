@@ -126,6 +126,18 @@ func ended(ctx context.Context, last error, name string) error {
 	return errors.Join(last, ctx.Err())
 }
 
+// endedAfter is what a wait returns when an attempt's error err came with
+// ctx ended (an attempt never sent, or cut short): the previous round's
+// outcome last joined with ctx.Err(), so that a refusal's RetryAfter and
+// Held survive; err itself when there was no previous round or err is not
+// the context's.
+func endedAfter(ctx context.Context, err, last error, name string) error {
+	if last != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		return ended(ctx, last, name)
+	}
+	return err
+}
+
 // releaseBehind gives up whatever req's token holds on the store (a hold, a
 // queue place, a write intent) for a caller that gave up or got a grant it
 // cannot use: with c's op timeout, whatever ctx's state.
