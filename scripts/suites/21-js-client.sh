@@ -62,7 +62,7 @@ if [ -z "${DLOCK_MKCERTS:-}" ]; then
 		export PATH="/usr/local/go/bin:$PATH"
 	fi
 	log "go build cmd/dlock/internal/tlstest/mkcerts"
-	(cd cmd/dlock && GOWORK=off go build -o "$TMP/mkcerts" ./internal/tlstest/mkcerts)
+	(cd cmd/dlock && go build -o "$TMP/mkcerts" ./internal/tlstest/mkcerts)
 	DLOCK_MKCERTS=$TMP/mkcerts
 fi
 export DLOCK_MKCERTS
