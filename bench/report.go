@@ -435,14 +435,32 @@ const (
 // (between docsStart and docsEnd) with this report's tables, headings one
 // level down, and the chart linked relative to path.
 func (r *report) updateDocs(path, outDir string) error {
+	return replaceGenerated(path, docsStart, docsEnd, outDir, func(rel string) string {
+		body := r.markdown()
+		body = body[strings.Index(body, "\n")+1:] // drop the title
+		var sb strings.Builder
+		for line := range strings.Lines(body) {
+			if strings.HasPrefix(line, "#") {
+				line = "#" + line
+			}
+			sb.WriteString(line)
+		}
+		return strings.ReplaceAll(sb.String(), "](chart.svg)", "]("+rel+"/chart.svg)")
+	})
+}
+
+// replaceGenerated replaces what stands between the markers start and end
+// in the Markdown file at path with body(rel), rel being outDir relative to
+// the file's directory (slash-separated), for the links to its plots.
+func replaceGenerated(path, start, end, outDir string, body func(rel string) string) error {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return err
 	}
 	doc := string(b)
-	i, j := strings.Index(doc, docsStart), strings.Index(doc, docsEnd)
+	i, j := strings.Index(doc, start), strings.Index(doc, end)
 	if i < 0 || j < i {
-		return fmt.Errorf("%s: markers %q and %q not found", path, docsStart, docsEnd)
+		return fmt.Errorf("%s: markers %q and %q not found", path, start, end)
 	}
 	absOut, err := filepath.Abs(outDir)
 	if err != nil {
@@ -452,22 +470,12 @@ func (r *report) updateDocs(path, outDir string) error {
 	if err != nil {
 		return err
 	}
-	rel, err := filepath.Rel(absDoc, filepath.Join(absOut, "chart.svg"))
+	rel, err := filepath.Rel(absDoc, absOut)
 	if err != nil {
 		return err
 	}
-	body := r.markdown()
-	body = body[strings.Index(body, "\n")+1:] // drop the title
-	var sb strings.Builder
-	for line := range strings.Lines(body) {
-		if strings.HasPrefix(line, "#") {
-			line = "#" + line
-		}
-		sb.WriteString(line)
-	}
-	gen := strings.ReplaceAll(sb.String(), "](chart.svg)", "]("+filepath.ToSlash(rel)+")")
-	doc = doc[:i] + docsStart + "\n\n" + gen + "\n" + doc[j:]
-	return os.WriteFile(path, []byte(doc), 0o644)
+	doc = doc[:i] + start + "\n\n" + body(filepath.ToSlash(rel)) + "\n" + doc[j:]
+	return os.WriteFile(path, []byte(doc), 0o644) //nolint:gosec // G306: a document of the repository
 }
 
 // load reads a report written by write, for re-rendering.

@@ -435,29 +435,9 @@ const (
 // updateDocs replaces the generated scaling section of the Markdown file
 // at path, with the plots linked relative to it.
 func (r *scaleReport) updateDocs(path, outDir string) error {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err
-	}
-	doc := string(b)
-	i, j := strings.Index(doc, scaleDocsStart), strings.Index(doc, scaleDocsEnd)
-	if i < 0 || j < i {
-		return fmt.Errorf("%s: markers %q and %q not found", path, scaleDocsStart, scaleDocsEnd)
-	}
-	absOut, err := filepath.Abs(outDir)
-	if err != nil {
-		return err
-	}
-	absDoc, err := filepath.Abs(filepath.Dir(path))
-	if err != nil {
-		return err
-	}
-	rel, err := filepath.Rel(absDoc, absOut)
-	if err != nil {
-		return err
-	}
-	doc = doc[:i] + scaleDocsStart + "\n\n" + r.markdown(filepath.ToSlash(rel)+"/") + "\n" + doc[j:]
-	return os.WriteFile(path, []byte(doc), 0o644)
+	return replaceGenerated(path, scaleDocsStart, scaleDocsEnd, outDir, func(rel string) string {
+		return r.markdown(rel + "/")
+	})
 }
 
 // violations sums the mutual-exclusion violations of every point.
