@@ -23,7 +23,11 @@ func TestLeaderWaitsForSettledTerm(t *testing.T) {
 		ms[i] = memory.New()
 		nodes[i] = ms[i]
 	}
-	s, err := New(nodes, WithNodeTimeout(20*time.Millisecond))
+	// A node timeout a busy machine keeps: a memory node's answer can take
+	// tens of milliseconds under -race beside other work (20ms failed so,
+	// every node timing out). Leader waits up to twice it for the term to
+	// settle before it reports nobody.
+	s, err := New(nodes, WithNodeTimeout(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
