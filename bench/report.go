@@ -475,7 +475,7 @@ func replaceGenerated(path, start, end, outDir string, body func(rel string) str
 		return err
 	}
 	doc = doc[:i] + start + "\n\n" + body(filepath.ToSlash(rel)) + "\n" + doc[j:]
-	return os.WriteFile(path, []byte(doc), 0o644) //nolint:gosec // G306: a document of the repository
+	return os.WriteFile(path, []byte(doc), 0o644)
 }
 
 // load reads a report written by write, for re-rendering.
