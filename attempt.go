@@ -6,17 +6,45 @@ import (
 	"time"
 )
 
+// attemptLog is what one acquire call keeps of its requests.
+type attemptLog struct {
+	n int // requests sent, for the call's Event
+	// unknownSince is the send of the call's first request whose outcome
+	// stayed unknown (zero: none). Such a request may still reach the
+	// store at any time, after a later grant and a longer Extend too, and
+	// (Acquire being idempotent per token) set the hold back to its TTL from
+	// then: the lease made by the call is capped as by an unanswered
+	// extension (see newLease).
+	unknownSince time.Time
+}
+
+// sent counts a request of the call.
+func (a *attemptLog) sent() {
+	if a != nil {
+		a.n++
+	}
+}
+
+// unknown records that the request sent at sent got no answer.
+func (a *attemptLog) unknown(sent time.Time) {
+	if a != nil && a.unknownSince.IsZero() {
+		a.unknownSince = sent
+	}
+}
+
 // attemptContext returns the context of one store call made for ctx: it
 // has ctx's values but not its end, which cuts the call short only grace
-// later; a ctx without a deadline gives the call grace from now (up to
-// grace/32 more, see expiries). The deadline also lets a client run a lone
-// call on its own connection directly (valkey-go sends a call without one
+// later; a ctx that never ends, or ends by cancellation only, gives the
+// call grace from now (up to grace/32 more, see expiries), so that a store
+// that never answers cannot hold the call forever. The deadline also lets
+// a client run a lone call on its own connection directly (valkey-go sends a call without one
 // through its pipeline goroutines, so that it can be abandoned). The
 // caller must call the returned cancel.
 func (e *expiries) attemptContext(ctx context.Context, grace time.Duration) (context.Context, context.CancelFunc) {
 	if ctx.Done() == nil {
-		// ctx never ends (Background, WithoutCancel): nothing to outlive.
-		return ctx, noCancel
+		// ctx never ends (Background, WithoutCancel): the call still ends,
+		// grace from now.
+		return e.context(ctx, grace), noCancel
 	}
 	dl, ok := ctx.Deadline()
 	if !ok {
@@ -41,6 +69,21 @@ func (e *expiries) attemptContext(ctx context.Context, grace time.Duration) (con
 }
 
 func noCancel() {}
+
+// callContext returns the context of a store call whose answer ctx's caller
+// waits for: ctx itself when it has a deadline, otherwise ctx ended at the
+// latest the op timeout from now, so that a store that never answers
+// cannot hold the caller forever (see [WithOpTimeout]). The caller must
+// call the returned cancel.
+func (l *Locker) callContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, noCancel
+	}
+	if ctx.Done() == nil {
+		return l.expiries.context(ctx, l.cfg.opTimeout), noCancel
+	}
+	return context.WithTimeout(ctx, l.cfg.opTimeout)
+}
 
 // expiries hands out the deadlines of a Locker's store calls whose context
 // never ends otherwise. The calls asked for in the same stretch of d/32

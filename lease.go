@@ -181,7 +181,10 @@ func (ls *Lease) Err() error {
 // still have been applied, so the lease then keeps no more validity than
 // the shorter of its current validity and ttl from the send, and later
 // extensions count no more than ttl either (a delayed request can still
-// reach the store after them).
+// reach the store after them). Likewise, when a request of the acquire that
+// made the lease got no answer, no extension counts beyond the acquire's
+// TTL. With a ctx without a deadline the call is bounded by
+// [WithOpTimeout].
 func (ls *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	if ttl != 0 && (ttl < MinTTL || ttl > MaxTTL) {
 		return invalid("ttl", "must be between 100ms and 24h")
@@ -201,8 +204,10 @@ func (ls *Lease) extend(ctx context.Context, ttl time.Duration) error {
 	if err != nil {
 		return err
 	}
+	ectx, cancel := ls.l.callContext(ctx)
+	defer cancel()
 	sent := time.Now()
-	return ls.endExtend(sent, req, ls.l.store.Extend(ctx, []Request{req})[0])
+	return ls.endExtend(sent, req, ls.l.store.Extend(ectx, []Request{req})[0])
 }
 
 // beginExtend waits for ls's one extension slot, until ctx ends, and takes

@@ -217,15 +217,15 @@ func (l *Locker) acquire(ctx context.Context, c *config, req Request, wait bool)
 	if req.Queue {
 		req.QueueTTL = c.queueTTLOrDefault()
 	}
+	cc := *c // this call's own, to keep its attempts
+	cc.attempts = new(attemptLog)
 	if l.cfg.observer == nil {
-		return l.take(ctx, c, req, wait, own)
+		return l.take(ctx, &cc, req, wait, own)
 	}
 	start := time.Now()
-	cc := *c // this call's own, to count its attempts
-	cc.attempts = new(int)
 	ls, err := l.take(ctx, &cc, req, wait, own)
 	ev := Event{Kind: EventAcquire, Mode: req.Mode, Name: req.Name, Duration: time.Since(start), Waited: wait,
-		Context: ctx, Start: start, Attempts: *cc.attempts, Err: err}
+		Context: ctx, Start: start, Attempts: cc.attempts.n, Err: err}
 	switch {
 	case ls != nil:
 		ev.Result, ev.Fence, ev.Lease = "acquired", ls.fence, ls.id
@@ -380,11 +380,11 @@ func (l *Locker) tryOnce(ctx context.Context, c *config, req Request, keep bool)
 
 // ask sends req's Acquire, and asks once more with the same token when the
 // reply was lost and ctx has not ended. It returns the grant and when the
-// request that got it was sent.
+// request that got it was sent, and records in c.attempts every request
+// whose outcome stayed unknown: it may still reach the store, however
+// late (see newLease).
 func (l *Locker) ask(ctx context.Context, c *config, req Request) (store.Grant, time.Time, error) {
-	if c.attempts != nil {
-		*c.attempts++
-	}
+	c.attempts.sent()
 	sent := time.Now()
 	actx, acancel := l.expiries.attemptContext(ctx, c.opTimeout)
 	g, err := l.store.Acquire(actx, req)
@@ -392,6 +392,7 @@ func (l *Locker) ask(ctx context.Context, c *config, req Request) (store.Grant, 
 	if err == nil || errors.Is(err, ErrInvalid) || errors.Is(err, ErrNotSupported) || errors.Is(err, ErrUpgrade) {
 		return g, sent, err
 	}
+	c.attempts.unknown(sent)
 	if ctx.Err() == nil {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opTimeout)
 		sent = time.Now()
@@ -405,12 +406,15 @@ func (l *Locker) ask(ctx context.Context, c *config, req Request) (store.Grant, 
 }
 
 // newLease turns grant g of req, asked for at sent, into a held Lease and
-// hands it to the scheduler. A grant that came too late, after ctx ended or
+// hands it to the scheduler. When a request of the call got no answer
+// (c.attempts), the lease is capped as by an unanswered extension, and its
+// max hold counts from that request's send. A grant that came too late, after ctx ended or
 // after Close is refused with an error, and the caller must release it (or
 // ask again with the same token).
 func (l *Locker) newLease(ctx context.Context, c *config, req Request, g store.Grant, sent time.Time) (*Lease, error) {
 	ttl := req.TTL - c.lockDelay
 	validUntil := sent.Add(ttl - l.driftFor(c.driftFactor, ttl))
+	first := sent // the first send that may have made the hold
 	if ctx.Err() != nil || !time.Now().Before(validUntil) {
 		// The caller gave up, or the grant came too late to be of use: the
 		// caller releases it, or asks again.
@@ -435,10 +439,17 @@ func (l *Locker) newLease(ctx context.Context, c *config, req Request, g store.G
 		renewAt:     sent.Add(c.renewInterval()),
 		index:       -1,
 	}
+	if a := c.attempts; a != nil && !a.unknownSince.IsZero() {
+		// A request of the call whose outcome is unknown may still reach
+		// the store and set the hold back to ttl from then: no extension
+		// counts beyond ttl, and the max hold counts from its send.
+		ls.capTTL = ttl
+		first = a.unknownSince
+	}
 	if c.maxHold > 0 {
-		ls.holdEnd = sent.Add(c.maxHold)
+		ls.holdEnd = first.Add(c.maxHold)
 		ls.validUntil = earliest(validUntil, ls.holdEnd)
-		ls.atMaxHold = ttl >= c.maxHold
+		ls.atMaxHold = !sent.Add(ttl).Before(ls.holdEnd)
 	}
 	l.mu.Lock()
 	if l.closed {

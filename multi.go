@@ -169,7 +169,7 @@ func (m *Multi) attempt(ctx context.Context, token string) (*MultiLease, store.G
 	if ms := m.atomic(); ms != nil {
 		return m.attemptAtomic(ctx, ms, token)
 	}
-	c := &m.cfg
+	c := m.callConfig()
 	leases := make([]*Lease, 0, len(m.names))
 	for _, name := range m.names {
 		req := Request{Name: name, Token: token, Mode: ModeMutex, TTL: c.leaseTTL() + c.lockDelay}
@@ -192,6 +192,14 @@ func (m *Multi) attempt(ctx context.Context, token string) (*MultiLease, store.G
 	return m.held(ctx, &MultiLease{token: token, names: m.names, leases: leases, done: make(chan struct{})})
 }
 
+// callConfig returns the config of one attempt: the Multi's, with a log of
+// its own requests (see attemptLog).
+func (m *Multi) callConfig() *config {
+	c := m.cfg
+	c.attempts = new(attemptLog)
+	return &c
+}
+
 // held returns ml once it is known that none of its leases ran out while
 // the others were taken; otherwise it releases every name and returns a
 // [*StoreError], and the caller may try again.
@@ -210,7 +218,7 @@ func (m *Multi) held(ctx context.Context, ml *MultiLease) (*MultiLease, store.Gr
 // to a network error is asked for again with the same token (the store
 // answers idempotently), and released when that fails too, as tryOnce does.
 func (m *Multi) attemptAtomic(ctx context.Context, ms store.MultiStore, token string) (*MultiLease, store.Grant, string, error) {
-	c, l := &m.cfg, m.l
+	c, l := m.callConfig(), m.l
 	l.mu.Lock()
 	closed := l.closed
 	l.mu.Unlock()
@@ -229,6 +237,7 @@ func (m *Multi) attemptAtomic(ctx context.Context, ms store.MultiStore, token st
 		if errors.Is(err, ErrInvalid) || errors.Is(err, ErrNotSupported) {
 			return nil, store.Grant{}, "", err
 		}
+		c.attempts.unknown(sent) // it may still reach the store: see newLease
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opTimeout)
 		defer cancel()
 		sent = time.Now()

@@ -25,9 +25,9 @@ type config struct {
 	lockDelay   time.Duration
 	maxHold     time.Duration // 0: none
 	err         error
-	// attempts counts the acquire requests of one call, for its Event;
-	// set on the call's own copy of the config only.
-	attempts *int
+	// attempts is what one acquire call keeps of its requests; set on the
+	// call's own copy of the config only (see Locker.acquire).
+	attempts *attemptLog
 }
 
 func defaultConfig() config {
@@ -140,7 +140,10 @@ func WithQueueTTL(d time.Duration) Option {
 }
 
 // WithOpTimeout bounds each store call made without a caller's deadline
-// (renewals, the ownership re-check after a lost reply, releases), and how
+// (renewals, the ownership re-check after a lost reply, releases, and an
+// acquire attempt or [Lease.Extend] whose ctx has no deadline, even one
+// that never ends such as context.Background(): the call then fails with
+// a [*StoreError], its outcome unknown, once the bound passes), and how
 // long an acquire call still in flight when the caller's ctx ends may take
 // to answer: it is not abandoned at once, so that the cleanup that follows
 // cannot overtake it and leave a grant or queue place behind. A store that
@@ -186,7 +189,9 @@ func WithLockDelay(d time.Duration) Option {
 }
 
 // WithMaxHold bounds how long a lease may be held, counted from when the
-// request that got its grant was sent: renewal (and [Lease.Extend]) never
+// request that got its grant was sent or, when an earlier request of the
+// same acquire got no answer (it may have been granted), from the first
+// such request's send: renewal (and [Lease.Extend]) never
 // takes the lease past d, and once d is reached the lease ends like any
 // lost lease: [Lease.Done] closes and [Lease.Err] returns an error wrapping
 // both [ErrLeaseLost] and [ErrMaxHold]. It is the watchdog's bound: a holder
