@@ -14,7 +14,6 @@ import (
 	"github.com/dlock-dev/dlock/store/memory"
 )
 
-
 // lostAcquires wraps the memory store (in a synctest bubble): its first
 // fail Acquire calls get no answer. The first of them reaches the store
 // late, after the caller gave up on it, and the others never do; every
