@@ -29,6 +29,12 @@ type Locker struct {
 
 	stop chan struct{}
 	wg   sync.WaitGroup // the scheduler, renewal batches, background releases
+
+	// signals runs what follows the losses the scheduler finds (loss
+	// hooks, the release behind), and reports the observer's events and
+	// the log lines of what the Locker does by itself, each on a goroutine
+	// of its own, so that neither holds up renewals (notify.go).
+	signals, reports lane
 }
 
 // New returns a Locker over store. Options set the defaults of every lock it
@@ -102,6 +108,8 @@ func (l *Locker) Close() error {
 	}
 	close(l.stop)
 	l.wg.Wait()
+	l.signals.close() // may still queue reports
+	l.reports.close()
 	return errors.Join(errs...)
 }
 
@@ -117,18 +125,13 @@ func (l *Locker) loseLocked(ls *Lease, err error) {
 	ls.end()
 }
 
-// afterLoss runs the loss hooks and frees the store's copy of the lock in the
-// background (the store may still hold it if a renewal's reply was lost).
+// afterLoss runs the loss hooks, queues the loss's event and log line, and
+// frees the store's copy of the lock in the background (the store may
+// still hold it if a renewal's reply was lost).
 func (l *Locker) afterLoss(ls *Lease) {
 	l.runLossHooks(ls)
 	l.emitLoss(ls)
-	if ls.autoRenew {
-		l.cfg.logger.Warn("dlock: lease lost", "name", ls.req.Name, "fence", ls.fence, "err", ls.err)
-	} else {
-		// Nothing renews it: its holder let it run out (or was refused an
-		// Extend), which is the holder's business, not a fault here.
-		l.cfg.logger.Info("dlock: lease ended unrenewed", "name", ls.req.Name, "fence", ls.fence, "err", ls.err)
-	}
+	l.logLoss(ls)
 	l.mu.Lock()
 	closed := l.closed
 	if !closed && ls.delay == 0 {
@@ -176,18 +179,6 @@ func (l *Locker) emit(ev Event) {
 	if l.cfg.observer != nil {
 		l.cfg.observer(ev)
 	}
-}
-
-// emitLoss reports the loss of ls. Its error is read under l.mu: it was
-// set when ls was lost, before this is called.
-func (l *Locker) emitLoss(ls *Lease) {
-	if l.cfg.observer == nil {
-		return
-	}
-	l.mu.Lock()
-	err := ls.err
-	l.mu.Unlock()
-	l.emit(Event{Kind: EventLeaseLost, Mode: ls.req.Mode, Name: ls.req.Name, Fence: ls.fence, Duration: time.Since(ls.acquiredAt), Lease: ls.id, Err: err})
 }
 
 // lockConfig returns the Locker's defaults overridden by opts.

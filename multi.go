@@ -301,7 +301,8 @@ func (m *Multi) undo(ctx context.Context, leases []*Lease, unresolved []Request)
 }
 
 // MultiLease is the hold of a [Multi]: one [Lease] per name, all with one
-// token. It ends as a whole: when any of its leases is lost, Done closes and
+// token. It ends as a whole: when any of its leases is lost (past its
+// validity it is, whether or not the Locker has noticed), Done closes and
 // Err reports the loss; the other names stay held until Release (or their
 // TTL). A MultiLease is safe for concurrent use.
 type MultiLease struct {
@@ -355,21 +356,46 @@ func (ml *MultiLease) Fences() map[string]int64 {
 
 // Done returns a channel closed when the hold ends: released, or any name's
 // lease lost. From then on every name must be presumed held by someone else.
-func (ml *MultiLease) Done() <-chan struct{} { return ml.done }
+// As for [Lease.Done], a hold whose validity has passed is lost whether or
+// not the Locker has noticed: Done then returns a closed channel, and a
+// channel asked for earlier closes when the loss is noticed (by the
+// Locker's scheduler, or by a call of Done, Err, TTL, Extend or Release).
+func (ml *MultiLease) Done() <-chan struct{} {
+	ml.expire()
+	return ml.done
+}
 
-// Err returns nil while held and after Release; after a loss, the first
-// lost lease's error (wrapping [ErrLeaseLost]).
+// Err returns nil while held and after Release; after a loss, or once any
+// name's validity has passed, a lost lease's error (wrapping
+// [ErrLeaseLost]).
 func (ml *MultiLease) Err() error {
+	ml.expire()
 	ml.mu.Lock()
 	defer ml.mu.Unlock()
 	return ml.err
 }
 
-// TTL returns the shortest remaining validity of the leases, or 0 once the
-// hold ended.
-func (ml *MultiLease) TTL() time.Duration {
+// expire ends the hold as lost when a name's lease is lost or past its
+// validity, whether or not the Locker has noticed yet (see [Lease.Err]).
+func (ml *MultiLease) expire() {
 	select {
 	case <-ml.done:
+		return
+	default:
+	}
+	for _, ls := range ml.leases {
+		if err := ls.Err(); err != nil {
+			ml.end(err)
+			return
+		}
+	}
+}
+
+// TTL returns the shortest remaining validity of the leases, or 0 once the
+// hold ended or its validity passed.
+func (ml *MultiLease) TTL() time.Duration {
+	select {
+	case <-ml.Done():
 		return 0
 	default:
 	}

@@ -115,8 +115,14 @@ func (s *scheduler) run(stop <-chan struct{}) {
 		s.wakeAt = now.Add(wait)
 		s.timer.Reset(wait)
 		l.mu.Unlock()
-		for _, ls := range lost {
-			l.afterLoss(ls)
+		if len(lost) > 0 {
+			// Done and Err tell of the losses already; the hooks, reports
+			// and releases that follow must not hold up other leases.
+			l.signals.push(func() {
+				for _, ls := range lost {
+					l.afterLoss(ls)
+				}
+			})
 		}
 		if len(batch) > 0 {
 			l.wg.Add(1)
@@ -205,12 +211,13 @@ func (l *Locker) renew(batch []*Lease) {
 	errs := l.store.Extend(ctx, reqs)
 	cancel()
 
-	var evs []Event
+	// Each renewal's event is queued under l.mu, as its lease is settled,
+	// so that a loss found later is reported after it.
 	l.mu.Lock()
 	for i, ls := range batch {
 		switch ls.settleLocked(sent, reqs[i].TTL-ls.delay, errs[i]) {
 		case extendOK:
-			evs = append(evs, renewEvent(ls, "ok", sent, nil))
+			l.report(renewEvent(ls, "ok", sent, nil))
 		case extendLost:
 			result := "error"
 			if errors.Is(errs[i], ErrNotHeld) {
@@ -220,11 +227,11 @@ func (l *Locker) renew(batch []*Lease) {
 			if err == nil {
 				err = ls.err // confirmed after the lease ran out
 			}
-			evs = append(evs, renewEvent(ls, result, sent, err))
+			l.report(renewEvent(ls, result, sent, err))
 			lost = append(lost, ls)
 		case extendUnknown:
 			// Not confirmed; try again soon while the lease is still valid.
-			evs = append(evs, renewEvent(ls, "error", sent, errs[i]))
+			l.report(renewEvent(ls, "error", sent, errs[i]))
 			// Not sooner than minBackoff: near the end of validity a third
 			// of what is left shrinks towards nothing.
 			ls.renewAt = time.Now().Add(max(min(l.cfg.minBackoff*4, time.Until(ls.validUntil)/3), l.cfg.minBackoff))
@@ -232,9 +239,6 @@ func (l *Locker) renew(batch []*Lease) {
 		}
 	}
 	l.mu.Unlock()
-	for _, ev := range evs {
-		l.emit(ev)
-	}
 	for _, ls := range lost {
 		l.afterLoss(ls)
 	}
