@@ -23,6 +23,29 @@ const (
 // Name is the lock name; an observer exporting metrics must not use it as a
 // label value.
 //
+// Events are delivered in one of two ways, and a Locker promises this
+// much about their order:
+//
+//   - An event that reports a caller's call (EventAcquire, EventExtend,
+//     EventRelease) is delivered in the caller's goroutine, before the call
+//     returns.
+//   - An event of what the Locker does by itself (EventRenew,
+//     EventLeaseLost, including the losses of Close) is queued and
+//     delivered from a goroutine of the Locker, one at a time, in the order
+//     the Locker queued them. For each lease, its EventLeaseLost comes
+//     after every EventRenew of it and is the last of these; a renewal
+//     still in flight when its lease is lost is not reported. Close returns
+//     once every queued event has been delivered.
+//
+// Nothing else is ordered: the events of a caller and those of the Locker
+// may interleave (a lease's EventLeaseLost can even be delivered before its
+// EventAcquire, when it is lost before the acquire returns), and the
+// observer is called from several goroutines at once. A slow observer
+// delays no renewal and no loss signal (Done, Err, [Lease.Context]): the
+// Locker's events queue behind it, in memory and without bound, so an
+// observer learns of a loss no sooner than the holder does, and possibly
+// much later.
+//
 // Start and Duration time the call an event reports: for EventAcquire,
 // EventExtend and EventRenew, the call itself (an acquire's waiting
 // included); for EventRelease, Start is when Release was called and

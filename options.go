@@ -237,8 +237,12 @@ func WithLogger(l *slog.Logger) Option {
 	}
 }
 
-// WithObserver registers a function called for every [Event]; it must be
-// fast and must not block. Default none. See packages dlockprom
+// WithObserver registers a function called for every [Event], from several
+// goroutines at once; [Event] says when each is delivered and in what
+// order. It should be fast: a slow observer holds up the caller whose call
+// an event reports, and the Locker's own events (renewals, losses) queue
+// behind it, though it never delays a renewal or a loss signal. Default
+// none. See packages dlockprom
 // (Prometheus) and dlockotel (OpenTelemetry spans and metrics), each in a
 // module of its own.
 func WithObserver(fn func(Event)) Option {

@@ -10,7 +10,11 @@ import (
 
 // scheduler is the one goroutine per Locker that renews auto-renewed leases
 // and ends leases whose local validity ran out. Its heap orders leases by
-// their next deadline; all fields are guarded by Locker.mu.
+// their next deadline; all fields are guarded by Locker.mu. It runs no
+// code of the caller's: renewals go out on goroutines of their own, and
+// what follows a loss it finds (loss hooks, the observer's event, the log
+// line, the release behind) on the Locker's lanes (notify.go), so that
+// nothing slow there holds up other leases' renewals or loss signals.
 type scheduler struct {
 	l *Locker
 	h leaseHeap
@@ -175,6 +179,22 @@ func (l *Locker) renewChunked(batch []*Lease) {
 // renew extends a batch of leases in one pipelined store call. Each lease's
 // extension slot was taken by the loop; settleLocked gives it back.
 func (l *Locker) renew(batch []*Lease) {
+	batch, reqs, deadline := l.renewals(batch)
+	if len(batch) == 0 {
+		return
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	sent := time.Now()
+	errs := l.store.Extend(ctx, reqs)
+	cancel()
+	l.settleRenewals(batch, reqs, sent, errs)
+}
+
+// renewals returns the leases of batch to renew, their requests, and the
+// deadline of the call: the op timeout, or the earliest validity. A lease
+// with nothing left of its max hold worth renewing for is lost instead,
+// before the call is sent.
+func (l *Locker) renewals(batch []*Lease) ([]*Lease, []Request, time.Time) {
 	reqs := make([]Request, 0, len(batch))
 	var lost []*Lease
 	l.mu.Lock()
@@ -183,7 +203,6 @@ func (l *Locker) renew(batch []*Lease) {
 	for _, ls := range batch {
 		ttl, ok := ls.holdTTLLocked(ls.req.TTL - ls.delay)
 		if !ok {
-			// Nothing left of its max hold worth renewing for.
 			ls.freeExtendLocked()
 			l.loseLocked(ls, &maxHoldError{ls.maxHold})
 			lost = append(lost, ls)
@@ -198,21 +217,18 @@ func (l *Locker) renew(batch []*Lease) {
 			deadline = ls.validUntil
 		}
 	}
-	batch = send
 	l.mu.Unlock()
-	if len(batch) == 0 {
-		for _, ls := range lost {
-			l.afterLoss(ls)
-		}
-		return
+	for _, ls := range lost {
+		l.afterLoss(ls)
 	}
-	ctx, cancel := context.WithDeadline(context.Background(), deadline)
-	sent := time.Now()
-	errs := l.store.Extend(ctx, reqs)
-	cancel()
+	return send, reqs, deadline
+}
 
-	// Each renewal's event is queued under l.mu, as its lease is settled,
-	// so that a loss found later is reported after it.
+// settleRenewals applies the store's answers errs to the renewals reqs of
+// batch, sent at sent. Each renewal's event is queued under l.mu, as its
+// lease is settled, so that a loss found later is reported after it.
+func (l *Locker) settleRenewals(batch []*Lease, reqs []Request, sent time.Time, errs []error) {
+	var lost []*Lease
 	l.mu.Lock()
 	for i, ls := range batch {
 		switch ls.settleLocked(sent, reqs[i].TTL-ls.delay, errs[i]) {

@@ -2,6 +2,7 @@ package dlock_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strconv"
 	"sync"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 	"github.com/dlock-dev/dlock/store/memory"
 )
 
@@ -124,4 +126,85 @@ func (h *lossLogger) Handle(_ context.Context, rec slog.Record) error {
 		return true
 	})
 	return nil
+}
+
+// failingExtends is a store whose Extend calls for one name go unanswered.
+type failingExtends struct {
+	store.Store
+	name string
+}
+
+func (s failingExtends) Extend(ctx context.Context, reqs []dlock.Request) []error {
+	errs := s.Store.Extend(ctx, reqs)
+	for i, req := range reqs {
+		if req.Name == s.name {
+			errs[i] = errReplyLost
+		}
+	}
+	return errs
+}
+
+// TestObserverSeesALossAfterItsRenewals: the observer gets a lease's loss
+// after every renewal event of that lease, even when it is slow on another
+// lease's renewal reported first: "x" fails its renewals and runs out
+// while the observer still blocks on the renewal of "a", renewed in the
+// same batch.
+func TestObserverSeesALossAfterItsRenewals(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		var mu sync.Mutex
+		var evs []dlock.Event
+		blocked := false
+		observe := func(ev dlock.Event) {
+			mu.Lock()
+			evs = append(evs, ev)
+			block := !blocked && ev.Kind == dlock.EventRenew && ev.Name == "a"
+			blocked = blocked || block
+			mu.Unlock()
+			if block {
+				time.Sleep(2 * time.Second) // the bubble's clock: past x's validity
+			}
+		}
+		st := failingExtends{Store: memory.New(), name: "x"}
+		l := newLocker(t, st, dlock.WithTTL(time.Second), dlock.WithAutoRenew(), dlock.WithObserver(observe))
+		start := time.Now()
+		if _, err := l.Mutex("a").TryLock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond) // x due just after a: one batch, a first
+		x, err := l.Mutex("x").TryLock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-x.Done()
+		time.Sleep(3 * time.Second)
+		synctest.Wait() // every report delivered
+		mu.Lock()
+		defer mu.Unlock()
+		checkLossLast(t, evs, start)
+		if !errors.Is(x.Err(), dlock.ErrLeaseLost) {
+			t.Errorf("x: Err() = %v, want ErrLeaseLost", x.Err())
+		}
+	})
+}
+
+// checkLossLast checks that evs report each lease's loss after all its
+// renewals, and report renewals of "x" and its loss.
+func checkLossLast(t *testing.T, evs []dlock.Event, start time.Time) {
+	t.Helper()
+	lost := make(map[uint64]bool)
+	renewed := false
+	for _, ev := range evs {
+		switch {
+		case ev.Kind == dlock.EventLeaseLost:
+			lost[ev.Lease] = true
+		case ev.Kind == dlock.EventRenew && lost[ev.Lease]:
+			t.Errorf("renewal of %q (%s, sent at +%v) reported after its loss", ev.Name, ev.Result, ev.Start.Sub(start))
+		case ev.Kind == dlock.EventRenew && ev.Name == "x":
+			renewed = true
+		}
+	}
+	if !renewed || len(lost) != 1 {
+		t.Errorf("%d losses reported, renewals of x reported: %v; want x's loss after its failed renewals", len(lost), renewed)
+	}
 }
