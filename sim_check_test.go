@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -46,6 +47,15 @@ import (
 //	    store to hold it past that (sent at s with TTL t: s+t, less its
 //	    lock-delay).
 //
+// When the store goes back to an earlier snapshot (the profiles with
+// rewinds), a lease cannot hold through the store losing its state: (a),
+// (b), (d), (f) and the fenced writes of (c) are not asked of a hold whose
+// acquire began before the last rewind, nor a reader's fence of (c) after
+// any rewind (readers share the current fence, which the rewind took
+// back). Fences are still checked as the store issues them: every new
+// grant of an exclusive kind or a permit gets a fence above every fence
+// the store issued on the name before, whatever it lived through.
+//
 // Failures name the seed, the virtual time, the name, the holds with their
 // fences and tokens, and end with the net's trace of the name.
 
@@ -77,6 +87,7 @@ type simHeld struct {
 	extra   time.Duration // the lock-delay the store adds to its TTL (a Multi's too, which (d) leaves out)
 	lease   simLease
 	granted time.Time // by the store, per the model
+	epoch   int       // the net's rewinds when its acquire began (see rewound)
 
 	net      *simNet
 	validEnd time.Time // the end of validity, as last seen
@@ -97,6 +108,10 @@ func (h *simHeld) String() string {
 }
 
 func (h *simHeld) exclusive() bool { return !h.mode.Shared() }
+
+// rewound reports whether the store went back to a snapshot since h's
+// acquire began: its hold may be gone. Caller holds no lock of h.net.
+func (h *simHeld) rewound() bool { return h.epoch < h.net.epoch() }
 
 // sameHold reports whether two leases are one hold: re-entries of a
 // reentrant lock share its fence.
@@ -213,22 +228,24 @@ func (c *simChecker) add(h *simHeld) {
 		// it took the others): it tells the truth, and never holds.
 		return
 	}
-	if !h.reentry {
+	if !h.reentry && !h.rewound() {
 		switch {
-		case h.mode == dlock.ModeRead && h.fence < c.maxExcl[h.name]:
+		case h.mode == dlock.ModeRead && h.fence < c.maxExcl[h.name] && c.net.epoch() == 0:
 			c.failf(h.name, "(c) reader %v got fence %d below the exclusive fence %d granted before", h, h.fence, c.maxExcl[h.name])
 		case h.mode == dlock.ModeSemaphore && h.fence <= c.maxExcl[h.name]:
 			c.failf(h.name, "(c) permit %v got fence %d, not above the exclusive fence %d granted before", h, h.fence, c.maxExcl[h.name])
 		case h.exclusive() && h.fence <= c.maxAny[h.name]:
 			c.failf(h.name, "(c) exclusive %v got fence %d, not above the fence %d granted before", h, h.fence, c.maxAny[h.name])
 		}
+	}
+	if !h.reentry {
 		c.maxAny[h.name] = max(c.maxAny[h.name], h.fence)
 		if h.exclusive() {
 			c.maxExcl[h.name] = max(c.maxExcl[h.name], h.fence)
 		}
 	}
 	for _, o := range c.held[h.name] {
-		if o.delay > 0 && o.over && !o.clean && !sameHold(o, h) && !store.Coexist(o.mode, h.mode) && h.granted.Before(o.validEnd.Add(o.delay)) {
+		if o.delay > 0 && o.over && !o.clean && !sameHold(o, h) && !o.rewound() && !h.rewound() && !store.Coexist(o.mode, h.mode) && h.granted.Before(o.validEnd.Add(o.delay)) {
 			c.failf(h.name, "(d) %v granted at %s, before %v (lock-delay %v, validity ended %s, not released in time) let the name go at %s",
 				h, h.at(h.granted), o, o.delay, o.at(o.validEnd), o.at(o.validEnd.Add(o.delay)))
 		}
@@ -254,7 +271,7 @@ func (c *simChecker) action(h *simHeld) {
 		reg = new(fence.Register[string])
 		c.regs[h.name] = reg
 	}
-	if err := reg.Write(h.fence, h.who); err != nil {
+	if err := reg.Write(h.fence, h.who); err != nil && !h.rewound() {
 		last, f := reg.Read()
 		c.failf(h.name, "(c) %v sees its lease valid, but its write was refused: %v (written last by %s with fence %d)", h, err, last, f)
 	}
@@ -313,6 +330,9 @@ func (c *simChecker) run(every time.Duration) (stop func()) {
 }
 
 func (c *simChecker) checkAllLocked() {
+	for _, b := range c.net.takeBadFences() {
+		c.failf(b[0], "%s", b[1])
+	}
 	for name := range c.held {
 		c.checkLocked(name)
 	}
@@ -334,16 +354,16 @@ func (c *simChecker) checkLocked(name string) {
 			}
 			live = append(live, h)
 			h.validEnd = now.Add(ttl)
-			if left, _ := c.net.left(name, h.lease.Token()); ttl > left {
+			if left, _ := c.net.left(name, h.lease.Token()); ttl > left && !h.rewound() {
 				c.failf(name, "(b) %v has TTL %v but the store holds it for %v more", h, ttl, left)
 			}
-			if g, _ := c.net.regranted(name, h.lease.Token()); h.maxHold > 0 && !g.IsZero() && h.validEnd.After(g.Add(h.maxHold)) {
+			if g, _ := c.net.regranted(name, h.lease.Token()); h.maxHold > 0 && !g.IsZero() && h.validEnd.After(g.Add(h.maxHold)) && !h.rewound() {
 				c.failf(name, "(f) %v is valid until %s, past its max hold %v from its grant at %s", h, h.at(h.validEnd), h.maxHold, h.at(g))
 			}
 		} else {
 			h.over = true
 		}
-		if g, reach := c.net.regranted(name, h.lease.Token()); h.maxHold > 0 && !g.IsZero() && reach.After(g.Add(h.maxHold+h.extra)) {
+		if g, reach := c.net.regranted(name, h.lease.Token()); h.maxHold > 0 && !g.IsZero() && reach.After(g.Add(h.maxHold+h.extra)) && !h.rewound() {
 			c.failf(name, "(f) %v asked the store to hold it until %s, past its max hold %v (lock-delay %v) from its grant at %s", h, h.at(reach), h.maxHold, h.extra, h.at(g))
 		}
 		if !h.over || h.delay > 0 && !h.clean && now.Before(h.validEnd.Add(h.delay)) {
@@ -352,6 +372,7 @@ func (c *simChecker) checkLocked(name string) {
 	}
 	clear(c.held[name][len(keep):])
 	c.held[name] = keep
+	live = slices.DeleteFunc(live, (*simHeld).rewound)
 	permits := 0
 	for i, x := range live {
 		if x.mode == dlock.ModeSemaphore {

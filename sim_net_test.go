@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"math/rand/v2"
 	"regexp"
 	"slices"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/memsnap"
 	"github.com/dlock-dev/dlock/store"
 	"github.com/dlock-dev/dlock/store/memory"
 )
@@ -22,19 +24,27 @@ import (
 // request reaches the store after a delay (or never), may be applied twice,
 // and the reply comes back after another delay (or is lost). Flights are
 // independent goroutines, so the store applies a link's requests in one
-// order and the caller hears the replies in another. A request reaches
-// the store within its Locker's op timeout or never (leases are safe only
-// under bounded delays). A link can also go down for a while: calls made
-// meanwhile fail fast, unapplied, and replies arriving meanwhile are lost. Grants and wake-ups the store pushes
-// are delivered late. Everything runs on synctest's virtual clock.
+// order and the caller hears the replies in another. A request usually
+// reaches the store within its Locker's op timeout or never; in profiles
+// with late deliveries, some land seconds past it while the caller was
+// told at once that the call failed (a connection reset with the request
+// still in a buffer). A link can also go down for a while: calls made
+// meanwhile fail fast, unapplied, and replies arriving meanwhile are lost.
+// Grants and wake-ups the store pushes are delivered late. The store
+// itself can go back to an earlier snapshot of its state (a restart from a
+// snapshot, a failover to a replica that lagged), after a downtime in
+// which requests that reach it are lost. Everything runs on synctest's
+// virtual clock.
 //
 // The net also keeps the model the invariant checker compares leases with:
 // what the store holds for each (name, token) after every request it
 // applied, with the time it was granted and when it expires.
 
 var (
-	errSimDown = fmt.Errorf("%w: sim: link down", dlock.ErrUnavailable)
-	errSimLost = fmt.Errorf("%w: sim: reply lost", dlock.ErrUnavailable)
+	errSimDown    = fmt.Errorf("%w: sim: link down", dlock.ErrUnavailable)
+	errSimLost    = fmt.Errorf("%w: sim: reply lost", dlock.ErrUnavailable)
+	errSimReset   = fmt.Errorf("%w: sim: connection reset", dlock.ErrUnavailable)
+	errSimRestart = fmt.Errorf("%w: sim: store restarting", dlock.ErrUnavailable)
 )
 
 // simFlight is what the network does with one call.
@@ -45,6 +55,9 @@ type simFlight struct {
 	gap     time.Duration
 	back    time.Duration // from the store back to the caller (for a push: its delay)
 	lost    bool          // the reply never comes: the call fails after out+back
+	// reset, when positive, is when the caller is told the call failed
+	// (a connection reset), while the request flies on: a late delivery.
+	reset time.Duration
 }
 
 // simCall describes a call to the plan that decides its flight.
@@ -83,6 +96,7 @@ type simHold struct {
 	// applied asked for, counted from when it was sent: its send plus
 	// its TTL (for a handoff, the handoff plus its TTL).
 	reach time.Time
+	fence int64 // of its grant
 }
 
 // simNet is the network and the store's model. Its mutex orders every
@@ -104,18 +118,110 @@ type simNet struct {
 	queued map[simKey]time.Duration // a fair waiter's lease TTL, granted on handoff
 	trace  []string                 // ring of the last traceCap events
 	next   int
+
+	rewinds   int              // how many times the store went back to a snapshot
+	downUntil time.Time        // the store restarts: requests reaching it are lost
+	fences    map[string]int64 // the highest fence issued on each name
+	everIss   map[string]map[int64]bool
+	// badFences are the new grants whose fence was not above every fence
+	// the store issued on their name before: name and message, for the
+	// checker (see issued).
+	badFences [][2]string
+}
+
+// simSnapshot is the state of the store and of the model at one moment.
+type simSnapshot struct {
+	at     time.Time
+	store  any
+	holds  map[simKey]simHold
+	queued map[simKey]time.Duration
+}
+
+// snapshot copies the store's state and the model's.
+func (n *simNet) snapshot() *simSnapshot {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	sn := &simSnapshot{at: time.Now(), store: memsnap.Take(n.inner), holds: make(map[simKey]simHold, len(n.holds)), queued: maps.Clone(n.queued)}
+	for k, h := range n.holds {
+		sn.holds[k] = *h
+	}
+	n.lockedLogf("store snapshot taken")
+	return sn
+}
+
+// rewind puts the store and the model back to sn, as a restart from that
+// snapshot does, and keeps the store down for down: requests that reach
+// it meanwhile are lost.
+func (n *simNet) rewind(sn *simSnapshot, down time.Duration) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	memsnap.Restore(n.inner, sn.store)
+	n.holds = make(map[simKey]*simHold, len(sn.holds))
+	for k, h := range sn.holds {
+		n.holds[k] = &h
+	}
+	n.queued = maps.Clone(sn.queued)
+	n.rewinds++
+	n.downUntil = time.Now().Add(down)
+	n.lockedLogf("STORE REWOUND to its snapshot of %.3fs, down for %v", sn.at.Sub(n.start).Seconds(), down)
+}
+
+// takeBadFences returns the bad fences found since the last call.
+func (n *simNet) takeBadFences() [][2]string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	b := n.badFences
+	n.badFences = nil
+	return b
+}
+
+// epoch is the number of rewinds so far: a lease whose acquire began in an
+// earlier epoch may have lost its hold to a rewind.
+func (n *simNet) epoch() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.rewinds
+}
+
+// storeDown reports whether the store is restarting, and logs the request
+// lost to it. Caller holds n.mu.
+func (n *simNet) storeDown(from, op string, reqs []dlock.Request) bool {
+	if !time.Now().Before(n.downUntil) {
+		return false
+	}
+	n.lockedLogf("%s %s %s: lost, the store is restarting", from, op, reqsString(reqs))
+	return true
+}
+
+// issued checks that a fence the store just issued with a new grant of
+// name is above every fence it issued on name before, whatever it lived
+// through; of a handoff (pushed), that it was never issued before: the
+// model hears of a handoff when the push is forwarded, after the store
+// issued it, and possibly after a later one. Caller holds n.mu.
+func (n *simNet) issued(name string, fence int64, what string, handoff bool) {
+	if n.everIss[name] == nil {
+		n.everIss[name] = make(map[int64]bool)
+	}
+	again := n.everIss[name][fence]
+	n.everIss[name][fence] = true
+	if last := n.fences[name]; again || fence <= last && !handoff {
+		n.badFences = append(n.badFences, [2]string{name, fmt.Sprintf("(c) the store issued fence %d to %s, not above its fence %d issued before on the name, or issued before (rewinds so far: %d)", fence, what, last, n.rewinds)})
+	}
+	n.fences[name] = max(n.fences[name], fence)
 }
 
 const traceCap = 4096
 
 func newSimNet(seed uint64, prof simProfile) *simNet {
 	return &simNet{
-		inner:  memory.New(),
-		start:  time.Now(),
-		prof:   prof,
-		seed:   seed,
-		holds:  make(map[simKey]*simHold),
-		queued: make(map[simKey]time.Duration),
+		inner:   memory.New(),
+		start:   time.Now(),
+		prof:    prof,
+		seed:    seed,
+		holds:   make(map[simKey]*simHold),
+		queued:  make(map[simKey]time.Duration),
+		fences:  make(map[string]int64),
+		everIss: make(map[string]map[int64]bool),
 	}
 }
 
@@ -238,6 +344,9 @@ func later(a, b time.Time) time.Time {
 func (n *simNet) acquire(from string, req dlock.Request, sent time.Time) (store.Grant, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if n.storeDown(from, "acquire", []dlock.Request{req}) {
+		return store.Grant{}, errSimRestart
+	}
 	now := time.Now()
 	g, err := n.inner.Acquire(context.Background(), req)
 	k := simKey{req.Name, req.Token}
@@ -248,8 +357,11 @@ func (n *simNet) acquire(from string, req dlock.Request, sent time.Time) (store.
 	case g.Acquired:
 		h := n.live(k, now)
 		if h == nil {
-			h = &simHold{mode: req.Mode, granted: now}
+			h = &simHold{mode: req.Mode, granted: now, fence: g.Fence}
 			n.holds[k] = h
+			if n.newFence(req) {
+				n.issued(req.Name, g.Fence, fmt.Sprintf("%s tok=%s", req.Mode, short(req.Token)), false)
+			}
 		}
 		h.regranted = now
 		h.reach = later(h.reach, sent.Add(req.TTL))
@@ -265,10 +377,35 @@ func (n *simNet) acquire(from string, req dlock.Request, sent time.Time) (store.
 	return g, nil
 }
 
+// newFence reports whether a new grant of req comes with a new fence: not
+// a reader's (readers share the current fence), nor a re-entry of a held
+// reentrant lock (it shares the hold's). Caller holds n.mu.
+func (n *simNet) newFence(req dlock.Request) bool {
+	switch req.Mode {
+	case dlock.ModeRead:
+		return false
+	case dlock.ModeReentrant:
+		now := time.Now()
+		for k, h := range n.holds {
+			if k.name == req.Name && k.token != req.Token && h.mode == dlock.ModeReentrant && now.Before(h.expires) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 // extend applies reqs, sent at sent, to the store and the model.
 func (n *simNet) extend(from string, reqs []dlock.Request, sent time.Time) []error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if n.storeDown(from, "extend", reqs) {
+		errs := make([]error, len(reqs))
+		for i := range errs {
+			errs[i] = errSimRestart
+		}
+		return errs
+	}
 	now := time.Now()
 	errs := n.inner.Extend(context.Background(), reqs)
 	for i, req := range reqs {
@@ -286,6 +423,9 @@ func (n *simNet) extend(from string, reqs []dlock.Request, sent time.Time) []err
 func (n *simNet) release(from string, req dlock.Request) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if n.storeDown(from, "release", []dlock.Request{req}) {
+		return errSimRestart
+	}
 	err := n.inner.Release(context.Background(), req)
 	if err == nil {
 		k := simKey{req.Name, req.Token}
@@ -308,7 +448,11 @@ func (n *simNet) handoff(to *simLink, req dlock.Request, g store.Grant) {
 		ttl = req.TTL
 	}
 	delete(n.queued, k)
-	n.holds[k] = &simHold{mode: req.Mode, granted: now, expires: now.Add(ttl), regranted: now, reach: now.Add(ttl)}
+	if h := n.live(k, now); h == nil || h.fence != g.Fence {
+		// Not the grant of an acquire the model saw.
+		n.issued(req.Name, g.Fence, fmt.Sprintf("%s tok=%s (handed over)", req.Mode, short(req.Token)), true)
+	}
+	n.holds[k] = &simHold{mode: req.Mode, granted: now, expires: now.Add(ttl), regranted: now, reach: now.Add(ttl), fence: g.Fence}
 	n.lockedLogf("%s handed %s %s tok=%s fence=%d ttl=%v by the store", to, req.Mode, req.Name, short(req.Token), g.Fence, ttl)
 }
 
@@ -424,6 +568,13 @@ func (k *simLink) plan(c simCall) simFlight {
 		f.out = min(f.out, k.maxOut)
 		f.gap = min(f.gap, k.maxOut-f.out)
 	}
+	if p.late > 0 && rng.Float64() < p.late {
+		// The caller hears of a failure at once; the request lands
+		// past the op timeout.
+		f.reset = leg() + time.Millisecond
+		f.out = k.maxOut + time.Millisecond + time.Duration(rng.Int64N(int64(p.lateMax)+1))
+		f.applied, f.twice, f.lost = true, false, true
+	}
 	return f
 }
 
@@ -467,7 +618,16 @@ func (k *simLink) call(ctx context.Context, c simCall, apply func(from string)) 
 		}
 		time.Sleep(f.back)
 	}()
+	var reset <-chan time.Time
+	if f.reset > 0 {
+		t := time.NewTimer(f.reset)
+		defer t.Stop()
+		reset = t.C
+	}
 	select {
+	case <-reset:
+		k.net.logf("%s %s %s: connection reset (the request lands %v after its send)", c.from, c.op, reqsString(c.reqs), f.out)
+		return errSimReset
 	case <-arrived:
 		if f.lost || k.down() {
 			k.net.logf("%s %s %s: reply lost", c.from, c.op, reqsString(c.reqs))

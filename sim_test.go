@@ -104,6 +104,10 @@ type simProfile struct {
 	lockDelay float64       // chance that a lock has a lock-delay
 	fair      float64       // chance that a step is a Fair.Lock (besides 1 in 10 patterns)
 	opTimeout time.Duration // the Lockers' op timeout (0: 200ms to 1s, by process)
+
+	late    float64       // chance that a request lands past the op timeout, its caller told at once it failed
+	lateMax time.Duration // by up to this much
+	rewinds int           // the store goes back to an earlier snapshot this many times a round
 }
 
 var simProfiles = []simProfile{
@@ -127,7 +131,15 @@ var simProfiles = []simProfile{
 		dup: 0.05, drop: 0.05, stall: 0.3, schedStall: 0.2, extends: 1, lockDelay: 0.25},
 	{name: "chaos", delay: 30 * time.Millisecond, slow: 0.05, slowMax: 1500 * time.Millisecond, pushDelay: time.Second,
 		dup: 0.1, drop: 0.1, outages: 3, outageMax: time.Second, stall: 0.3, schedStall: 0.2,
-		extends: 2, shrink: 0.02, lockDelay: 0.25, fair: 0.1},
+		extends: 2, shrink: 0.02, lockDelay: 0.25, fair: 0.1, late: 0.02, lateMax: 3 * time.Second, rewinds: 1},
+	// Requests that land seconds past the op timeout, after their caller
+	// was told they failed and moved on (a retry, a longer Extend).
+	{name: "overdue", delay: 5 * time.Millisecond, pushDelay: 20 * time.Millisecond, drop: 0.02, stall: 0.1,
+		extends: 1, lockDelay: 0.1, fair: 0.1, late: 0.1, lateMax: 3 * time.Second},
+	// The store goes back to an earlier snapshot of its state: leases may
+	// lose their holds (exclusion may break), but fences never repeat.
+	{name: "rewound", delay: 5 * time.Millisecond, pushDelay: 20 * time.Millisecond, drop: 0.02, stall: 0.1,
+		extends: 1, lockDelay: 0.1, fair: 0.1, late: 0.02, lateMax: time.Second, rewinds: 3},
 }
 
 // runSim runs the round of seed in a synctest bubble.
@@ -155,6 +167,7 @@ func runSim(t *testing.T, seed uint64) {
 			}
 		}
 		stopTicks := ck.run(simTick)
+		stopRewinds := net.rewinder(simRound)
 		done := make(chan struct{})
 		go func() {
 			workers.Wait()
@@ -169,10 +182,52 @@ func runSim(t *testing.T, seed uint64) {
 			return
 		}
 		stopTicks()
+		stopRewinds()
 		ck.stop()
 		for _, p := range procs {
 			p.l.Close()
 		}
 		net.wg.Wait()
 	})
+}
+
+// rewinder puts the store back to an earlier snapshot prof.rewinds times
+// during a round of length d: each takes a snapshot at a random moment and
+// rewinds to it 100ms to 2s later, the store then down for 5ms to 200ms
+// (a restart: fences are issued above the clock floor of a later
+// millisecond). The returned stop ends it and waits for it.
+func (n *simNet) rewinder(d time.Duration) (stop func()) {
+	quit := make(chan struct{})
+	var wg sync.WaitGroup
+	if n.prof.rewinds == 0 {
+		return func() {}
+	}
+	rng := rand.New(rand.NewPCG(n.seed, 7000))
+	sleep := func(d time.Duration) bool {
+		select {
+		case <-time.After(d):
+			return true
+		case <-quit:
+			return false
+		}
+	}
+	wg.Go(func() {
+		for range n.prof.rewinds {
+			at := time.Duration(rng.Int64N(int64(d / time.Duration(n.prof.rewinds))))
+			gap := 100*time.Millisecond + time.Duration(rng.Int64N(int64(1900*time.Millisecond)))
+			down := 5*time.Millisecond + time.Duration(rng.Int64N(int64(195*time.Millisecond)))
+			if !sleep(at) {
+				return
+			}
+			sn := n.snapshot()
+			if !sleep(gap) {
+				return
+			}
+			n.rewind(sn, down)
+		}
+	})
+	return func() {
+		close(quit)
+		wg.Wait()
+	}
 }

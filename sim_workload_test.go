@@ -186,12 +186,13 @@ func (w *simWorker) step() {
 // release (nil: Lease.Release).
 func (w *simWorker) one(s *simStep, what string, acquire func(context.Context) (*dlock.Lease, error), release func(context.Context) error, re *dlock.Reentrant) {
 	w.net.logf("%s %s %s ttl=%v auto=%v delay=%v maxHold=%v ctx ends %.3fs", w.who, what, s.name, s.ttl, s.auto, s.delay, s.hold, s.ctxEnd.Sub(w.net.start).Seconds())
+	epoch := w.net.epoch()
 	ls, err := acquire(s.ctx)
 	w.ck.returned(w.who, s.name, what+" "+s.name, s.ctxEnd, w.p.opTimeout, err)
 	if err != nil {
 		return
 	}
-	h := &simHeld{who: w.who, name: s.name, mode: ls.Mode(), fence: ls.Fence(), delay: s.delay, maxHold: s.hold, extra: s.delay, lease: ls}
+	h := &simHeld{who: w.who, name: s.name, mode: ls.Mode(), fence: ls.Fence(), delay: s.delay, maxHold: s.hold, extra: s.delay, lease: ls, epoch: epoch}
 	w.ck.add(h)
 	if release == nil {
 		release = ls.Release
@@ -214,6 +215,7 @@ func (w *simWorker) multi(s *simStep) {
 		lock, what = m.TryLock, "Multi.TryLock"
 	}
 	w.net.logf("%s %s %v ttl=%v auto=%v maxHold=%v ctx ends %.3fs", w.who, what, names, s.ttl, s.auto, s.hold, s.ctxEnd.Sub(w.net.start).Seconds())
+	epoch := w.net.epoch()
 	ml, err := lock(s.ctx)
 	w.ck.returned(w.who, names[0], what+" "+names[0]+","+names[1], s.ctxEnd, w.p.opTimeout, err)
 	if err != nil {
@@ -221,7 +223,7 @@ func (w *simWorker) multi(s *simStep) {
 	}
 	var hs []*simHeld
 	for _, n := range ml.Names() {
-		h := &simHeld{who: w.who, name: n, mode: dlock.ModeMutex, multi: true, fence: ml.Fence(n), maxHold: s.hold, extra: s.delay, lease: ml}
+		h := &simHeld{who: w.who, name: n, mode: dlock.ModeMutex, multi: true, fence: ml.Fence(n), maxHold: s.hold, extra: s.delay, lease: ml, epoch: epoch}
 		w.ck.add(h)
 		hs = append(hs, h)
 	}
@@ -324,7 +326,7 @@ func (w *simWorker) reenter(re *dlock.Reentrant, outer *dlock.Lease, h *simHeld)
 	if err != nil {
 		return
 	}
-	hin := &simHeld{who: w.who, name: h.name, mode: in.Mode(), fence: in.Fence(), reentry: in.Fence() == outer.Fence(), delay: h.delay, maxHold: h.maxHold, extra: h.extra, lease: in}
+	hin := &simHeld{who: w.who, name: h.name, mode: in.Mode(), fence: in.Fence(), reentry: in.Fence() == outer.Fence(), delay: h.delay, maxHold: h.maxHold, extra: h.extra, lease: in, epoch: h.epoch}
 	w.ck.add(hin)
 	w.ck.action(hin)
 	time.Sleep(time.Duration(w.rng.Int64N(int64(50 * time.Millisecond))))
