@@ -164,7 +164,7 @@ func (l *Layout) CheckName(name string) error {
 	if _, ok := HashTag(main); !ok && strings.IndexByte(main, '}') >= 0 {
 		return &store.InvalidError{Field: "name", Reason: `contains "}" outside a {hash tag}, so the lock's keys could not share a cluster slot`}
 	}
-	if l.isAuxKey(main) {
+	if l.isAuxKey(main) || isMarkKey(main) {
 		return &store.InvalidError{Field: "name", Reason: "its key would be an auxiliary key of another lock name"}
 	}
 	return nil
@@ -330,25 +330,42 @@ func millis(d time.Duration) int64 {
 // MarkSuffix ends the key of a hash slot's fence mark (see Mark).
 const MarkSuffix = "fence-mark"
 
-// Mark returns the key of the fence mark of lock name's hash slot: one key
-// per slot and key prefix, without expiry, at least every fence the
+// Mark returns the key of the fence mark of lock name's hash slot,
+// "{<t>}:fence-mark", where t is the shortest decimal number whose slot is
+// the name's: one key per slot, without expiry, at least every fence the
 // scripts issued on a name of the slot since the node last started empty
-// (see scripts/clock_lib.lua). It is the auxiliary key, suffix MarkSuffix,
-// of the lock name "{<t>}", where t is the shortest decimal number whose
-// slot is the name's: a key in the name's slot, as every key a script
-// touches must be on Redis Cluster, that no lock name's key can be (CheckName
-// refuses a name whose key has the form of another name's auxiliary key).
+// (see scripts/clock_lib.lua). It is keyed by the slot alone, whatever the
+// prefix: prefix "lock:" with name "app:x" and prefix "lock:app:" with name
+// "x" are one lock, one fence key, and must be one mark (on 636d7c8 the
+// mark carried the prefix, and a clock step back made that lock's fences go
+// down). The key is in the name's slot, as every key a script touches must
+// be on Redis Cluster, and no lock name's key can be it (CheckName refuses
+// a name whose key has a mark's form, under every prefix).
 func (l *Layout) Mark(name string) string {
-	main := l.Key(name)
-	s := Slot(main)
-	k := l.Aux("{"+strconv.FormatUint(uint64(slotTag(s)), 10)+"}", MarkSuffix)
-	if Slot(k) != s {
-		// A prefix with a "{" of its own that makes no hash tag: the mark
-		// key starts with the tag instead (TestMark and FuzzKeys check
-		// that no name's key is a mark).
-		k = "{" + strconv.FormatUint(uint64(slotTag(s)), 10) + "}:" + MarkSuffix + ":" + l.Prefix
+	return markKey(slotTag(Slot(l.Key(name))))
+}
+
+func markKey(tag uint32) string {
+	return "{" + strconv.FormatUint(uint64(tag), 10) + "}:" + MarkSuffix
+}
+
+// isMarkKey reports whether k has the form of a fence mark's key,
+// "{<decimal>}:fence-mark".
+func isMarkKey(k string) bool {
+	rest, ok := strings.CutPrefix(k, "{")
+	if !ok {
+		return false
 	}
-	return k
+	digits, ok := strings.CutSuffix(rest, "}:"+MarkSuffix)
+	if !ok || digits == "" {
+		return false
+	}
+	for _, c := range digits {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 var (

@@ -41,12 +41,34 @@ func TestMark(t *testing.T) {
 			t.Errorf("prefix %q: %d marks for %d slots, want one per slot", prefix, len(marks), len(slots))
 		}
 	}
-	if got := NewLayout("lock:", time.Hour).Mark("x"); got != "{"+strconv.FormatUint(uint64(slotTag(Slot("lock:x"))), 10)+"}:lock:{"+strconv.FormatUint(uint64(slotTag(Slot("lock:x"))), 10)+"}:fence-mark" {
-		t.Errorf("Mark(x) = %q", got)
+	if got, want := NewLayout("lock:", time.Hour).Mark("x"), "{"+strconv.FormatUint(uint64(slotTag(Slot("lock:x"))), 10)+"}:fence-mark"; got != want {
+		t.Errorf("Mark(x) = %q, want %q", got, want)
 	}
 	for s := range uint16(16384) {
 		if got := Slot(strconv.FormatUint(uint64(slotTag(s)), 10)); got != s {
 			t.Fatalf("slotTag(%d) hashes to slot %d", s, got)
+		}
+	}
+}
+
+// TestMarkBySlotAlone: two prefixes that reach one main key are one lock
+// (one fence key) and share one mark, and every prefix's names of a slot
+// share the slot's one mark. On 636d7c8 the mark carried the prefix: prefix
+// "lock:" with name "app:x" and prefix "lock:app:" with name "x" had two
+// marks, and after a clock step back that lock's fences went down.
+func TestMarkBySlotAlone(t *testing.T) {
+	a, b := NewLayout("lock:", time.Hour), NewLayout("lock:app:", time.Hour)
+	if a.Aux("app:x", "fence") != b.Aux("x", "fence") {
+		t.Fatalf("fence keys %q and %q differ", a.Aux("app:x", "fence"), b.Aux("x", "fence"))
+	}
+	if ma, mb := a.Mark("app:x"), b.Mark("x"); ma != mb {
+		t.Errorf("Mark(app:x) under prefix lock: = %q, Mark(x) under prefix lock:app: = %q, want one mark", ma, mb)
+	}
+	for _, prefix := range []string{"", "{", "{1", "x"} {
+		l := NewLayout(prefix, time.Hour)
+		m := NewLayout("lock:", time.Hour).Mark("x")
+		if name, ok := strings.CutPrefix(m, prefix); ok && l.CheckName(name) == nil {
+			t.Errorf("prefix %q: name %q is valid, and its key is the mark %q", prefix, name, m)
 		}
 	}
 }

@@ -178,3 +178,39 @@ func TestFenceRetentionValidated(t *testing.T) {
 		}
 	}
 }
+
+// TestFenceKeyNeverShortened: a grant or a repeat only ever raises the
+// name's fence key's expiry. On 636d7c8 a 200 ms semaphore permit cut the
+// key of a 1 h permit beside it to 1.2 s (and State then reported Fence 0
+// while the hour's permit was held), and the fair and semaphore repeats,
+// whose TTL may be longer than the grant's, did not keep the key at all.
+func TestFenceKeyNeverShortened(t *testing.T) {
+	srv := testredis.Start(t)
+	ctx := prototest.Context(t)
+	s := dial(t, srv.URL(), valkey.WithFenceRetention(time.Second))
+	long := store.Request{Name: "permits", Token: "hour", TTL: time.Hour, Mode: store.ModeSemaphore, Limit: 2}
+	short := store.Request{Name: "permits", Token: "brief", TTL: 200 * time.Millisecond, Mode: store.ModeSemaphore, Limit: 2}
+	for _, req := range []store.Request{long, short} {
+		if g, err := s.Acquire(ctx, req); err != nil || !g.Acquired {
+			t.Fatalf("Acquire(%s) = %+v, %v", req.Token, g, err)
+		}
+	}
+	if got := counterTTL(t, srv, s, "permits"); got < 3_600_000 {
+		t.Errorf("fence key PTTL after a 200 ms permit beside a 1 h one = %d ms, want at least the hour", got)
+	}
+
+	for _, m := range []store.Mode{store.ModeFair, store.ModeSemaphore, store.ModeMutex, store.ModeReentrant, store.ModeRead, store.ModeWrite, store.ModeElection} {
+		name := "repeat-" + m.String()
+		req := store.Request{Name: name, Token: "t", TTL: time.Second, Mode: m, Limit: 1}
+		if g, err := s.Acquire(ctx, req); err != nil || !g.Acquired {
+			t.Fatalf("%v: Acquire = %+v, %v", m, g, err)
+		}
+		req.TTL = time.Hour // the holder's repeat with a longer TTL
+		if g, err := s.Acquire(ctx, req); err != nil || !g.Acquired {
+			t.Fatalf("%v: repeated Acquire = %+v, %v", m, g, err)
+		}
+		if got := counterTTL(t, srv, s, name); got < 3_600_000 {
+			t.Errorf("%v: fence key PTTL after the holder's repeat for an hour = %d ms, want at least the hour", m, got)
+		}
+	}
+}

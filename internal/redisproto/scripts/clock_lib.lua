@@ -16,13 +16,17 @@
 --     at least every fence issued on a name of the slot since the node last
 --     started empty.
 --
--- A grant that finds the fence key issues its value + 1; one that does not
--- issues max(mark + 1, clock floor), the clock floor being server time in
--- ms * 1000. Either sets the fence key and raises the mark. A version of
--- dlock before 2026-11 keeps only the fence key (then a counter kept a
--- day): its grants INCR the key when it exists and start it at the clock
--- floor otherwise, so a fleet mixing the two issues increasing fences on a
--- name (docs/safety.md states the bound on clock steps this takes).
+-- Every grant issues max(fence key + 1, clock floor), or, when the fence
+-- key is absent, max(mark + 1, clock floor), the clock floor being server
+-- time in ms * 1000: the floor on every grant, because a restart from an
+-- RDB snapshot or AOF everysec, or a failover to a replica that lagged,
+-- brings the fence key and the mark back stale (on 636d7c8, which took the
+-- floor only when the key was absent, fences repeated so). Either sets the
+-- fence key, whose expiry a grant only ever raises, and raises the mark. A
+-- version of dlock before 2026-11 keeps only the fence key (then a counter
+-- kept a day): its grants INCR the key when it exists and start it at the
+-- clock floor otherwise, so a fleet mixing the two issues increasing fences
+-- on a name (docs/safety.md states the bound on clock steps this takes).
 
 local now_ms
 -- now is the server's time in milliseconds, read once per script.
@@ -36,64 +40,85 @@ end
 
 local function dec(n) return string.format('%.0f', n) end
 
+-- keep makes fence key fk outlive a hold that now ends ttl ms from now by
+-- rho ms, never shortening it (a key that is gone stays gone, one without
+-- an expiry keeps none).
+local function keep(fk, ttl, rho)
+  local left = redis.call('PTTL', fk)
+  if left >= 0 and left < ttl + rho then
+    redis.call('PEXPIRE', fk, dec(ttl + rho))
+  end
+end
+
 -- issue issues the next fence of the name whose fence key is fk and whose
--- slot's mark is mk, for a grant of ttl ms kept rho ms after its TTL.
--- floor, if any, is a floor proposed by store/redlock: taken when the key
--- is absent and it is above the fence by at most 100 ms of this node's
--- clock floor (so that nodes of one grant issue the same fence). A fence
--- key that holds anything but an integer raises an error, writing nothing.
+-- slot's mark is mk, for a grant of ttl ms kept rho ms after its TTL:
+-- max(last + 1, clock floor), last the fence key's value, or the mark's
+-- when the key is absent. floor, if any, is a floor proposed by
+-- store/redlock: taken when it is above that fence by at most 100 ms of
+-- this node's clock floor (so that nodes of one grant issue the same
+-- fence). A fence key that holds anything but an integer raises an error,
+-- writing nothing.
+--
+-- The fence key's expiry is only ever raised while a hold lives: the grant
+-- of a shared hold (shared true: a reader, a permit) keeps the key's expiry
+-- (SET KEEPTTL, then keep), so that it does not cut the key of a longer
+-- hold beside it. An exclusive grant is the name's only hold: it sets the
+-- key's expiry to its own TTL plus rho (what an earlier hold left beyond
+-- that serves no hold; the mark keeps the fence state).
 --
 -- The mark is a sorted set whose one member, "m", scores it: ZADD GT
 -- raises it in one call, without reading it (scores hold integers below
--- 2^53 exactly). A name whose key exists costs INCR (which keeps the
--- key's expiry), PEXPIRE and ZADD; one without it INCR, ZSCORE, TIME, SET
--- and ZADD.
-local function issue(fk, mk, ttl, rho, floor)
-  local f = redis.pcall('INCR', fk)
-  if type(f) == 'table' then
-    error(f)
+-- 2^53 exactly). An exclusive grant on a name whose key exists costs GET,
+-- TIME, SET and ZADD; one without it GET, ZSCORE, TIME, SET and ZADD.
+local function issue(fk, mk, ttl, rho, floor, shared)
+  local c = redis.pcall('GET', fk)
+  if type(c) == 'table' then
+    error(c)
   end
-  local px = dec(ttl + rho)
-  if f < 1e15 then
-    -- INCR created the key (or found a number below any fence, set by
-    -- hand): issue from the mark and the clock.
-    local m = tonumber(redis.call('ZSCORE', mk, 'm')) or 0
-    local phi = now() * 1000
-    f = math.max(m + 1, phi)
-    if floor and floor > f and floor <= phi + 100000 then
-      f = floor
+  local last
+  if c then
+    last = tonumber(c)
+    if not last or last ~= math.floor(last) then
+      error({err = 'ERR dlock: fence key ' .. fk .. ' holds no integer'})
     end
-    redis.call('SET', fk, dec(f), 'PX', px)
   else
-    redis.call('PEXPIRE', fk, px)
+    last = tonumber(redis.call('ZSCORE', mk, 'm')) or 0
+  end
+  local phi = now() * 1000
+  local f = math.max(last + 1, phi)
+  if floor and floor > f and floor <= phi + 100000 then
+    f = floor
+  end
+  if c and shared then
+    redis.call('SET', fk, dec(f), 'KEEPTTL')
+    keep(fk, ttl, rho)
+  else
+    redis.call('SET', fk, dec(f), 'PX', dec(ttl + rho))
   end
   redis.call('ZADD', mk, 'GT', f, 'm')
   return f
 end
 
--- keep makes fence key fk outlive a hold that now ends ttl ms from now by
--- rho ms (a key that is gone stays gone).
-local function keep(fk, ttl, rho)
-  local left = redis.call('PTTL', fk)
-  if left ~= -2 and left < ttl + rho then
-    redis.call('PEXPIRE', fk, dec(ttl + rho))
-  end
-end
-
 -- raise makes fence key fk and mark mk at least f, for a hold that ends
 -- left ms from now (Redlock's write-back), keeping fk rho ms past it.
 local function raise(fk, mk, f, left, rho)
-  if f > (tonumber(redis.call('GET', fk)) or 0) then
+  local c = redis.call('GET', fk)
+  if not c then
     redis.call('SET', fk, dec(f), 'PX', dec(math.max(left, 0) + rho))
-  else
-    keep(fk, math.max(left, 0), rho)
+    redis.call('ZADD', mk, 'GT', f, 'm')
+    return
   end
+  if f > (tonumber(c) or 0) then
+    redis.call('SET', fk, dec(f), 'KEEPTTL')
+  end
+  keep(fk, math.max(left, 0), rho)
   redis.call('ZADD', mk, 'GT', f, 'm')
 end
 
--- fence issues the name's next fence for a pattern's grant of TTL ttl ms.
-local function fence(ttl)
-  return issue(KEYS[2], KEYS[#KEYS], ttl, tonumber(ARGV[7]))
+-- fence issues the name's next fence for a pattern's grant of TTL ttl ms,
+-- a shared hold's (a reader, a permit) when shared is true.
+local function fence(ttl, shared)
+  return issue(KEYS[2], KEYS[#KEYS], ttl, tonumber(ARGV[7]), nil, shared)
 end
 
 -- keep_fence keeps the name's fence key for a pattern's hold that now ends

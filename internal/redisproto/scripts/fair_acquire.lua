@@ -26,6 +26,7 @@ if tok == me then
   end
   redis.call('PEXPIRE', H, ttl)
   mark('dlock:fair', ttl, own)
+  keep_fence(ttl)
   return {1, f, 0, 1, 0}
 end
 local held, left

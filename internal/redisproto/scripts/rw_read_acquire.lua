@@ -39,7 +39,7 @@ f = tonumber(redis.call('GET', F))
 if f then
   keep_fence(ttl)
 else
-  f = fence(ttl)
+  f = fence(ttl, true)
 end
 hold(me, ttl, f)
 sync()

@@ -22,6 +22,7 @@ if exp then
   redis.call('ZADD', R, now() + ttl, me)
   ensure(R, ttl + 60000)
   ensure(M, ttl + 60000)
+  keep_fence(ttl)
   sync()
   return {1, tonumber(redis.call('HGET', M, 'f:' .. me)), 0}
 end
@@ -36,7 +37,7 @@ if redis.call('ZCARD', R) >= limit then
   redis.call('SET', G, '1', 'PX', soonest(), 'NX')
   return {0, 0, soonest(), 0, 0, 5}
 end
-local f = fence(ttl)
+local f = fence(ttl, true)
 redis.call('ZADD', R, now() + ttl, me)
 redis.call('HSET', M, 'f:' .. me, string.format('%.0f', f), 'limit', limit)
 ensure(R, ttl + 60000)
