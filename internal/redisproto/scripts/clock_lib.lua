@@ -43,10 +43,16 @@ local function dec(n) return string.format('%.0f', n) end
 -- keep makes fence key fk outlive a hold that now ends ttl ms from now by
 -- rho ms, never shortening it (a key that is gone stays gone, one without
 -- an expiry keeps none).
+--
+-- PEXPIRE GT does it in one call from Redis 7.0 on (GT leaves a key without
+-- an expiry and a missing key alone); before, PTTL and PEXPIRE.
 local function keep(fk, ttl, rho)
-  local left = redis.call('PTTL', fk)
-  if left >= 0 and left < ttl + rho then
-    redis.call('PEXPIRE', fk, dec(ttl + rho))
+  local r = redis.pcall('PEXPIRE', fk, dec(ttl + rho), 'GT')
+  if type(r) == 'table' and r.err then
+    local left = redis.call('PTTL', fk)
+    if left >= 0 and left < ttl + rho then
+      redis.call('PEXPIRE', fk, dec(ttl + rho))
+    end
   end
 end
 
@@ -59,18 +65,17 @@ end
 -- fence). A fence key that holds anything but an integer raises an error,
 -- writing nothing.
 --
--- The fence key's expiry is only ever raised while a hold lives: the grant
--- of a shared hold (shared true: a reader, a permit) keeps the key's expiry
--- (SET KEEPTTL, then keep), so that it does not cut the key of a longer
--- hold beside it. An exclusive grant is the name's only hold: it sets the
--- key's expiry to its own TTL plus rho (what an earlier hold left beyond
--- that serves no hold; the mark keeps the fence state).
+-- The fence key's expiry is only ever raised (SET KEEPTTL, then keep): a
+-- grant of a shared hold must not cut the key of a longer hold beside it,
+-- and a key that expires by a clock that stepped back no sooner than every
+-- write of it asked keeps a mixed fleet's fences rising (docs/safety.md,
+-- Claim 3).
 --
 -- The mark is a sorted set whose one member, "m", scores it: ZADD GT
 -- raises it in one call, without reading it (scores hold integers below
--- 2^53 exactly). An exclusive grant on a name whose key exists costs GET,
--- TIME, SET and ZADD; one without it GET, ZSCORE, TIME, SET and ZADD.
-local function issue(fk, mk, ttl, rho, floor, shared)
+-- 2^53 exactly). A grant on a name whose key exists costs GET, TIME, SET,
+-- PEXPIRE and ZADD; one without it GET, ZSCORE, TIME, SET and ZADD.
+local function issue(fk, mk, ttl, rho, floor)
   local c = redis.pcall('GET', fk)
   if type(c) == 'table' then
     error(c)
@@ -89,7 +94,7 @@ local function issue(fk, mk, ttl, rho, floor, shared)
   if floor and floor > f and floor <= phi + 100000 then
     f = floor
   end
-  if c and shared then
+  if c then
     redis.call('SET', fk, dec(f), 'KEEPTTL')
     keep(fk, ttl, rho)
   else
@@ -115,10 +120,9 @@ local function raise(fk, mk, f, left, rho)
   redis.call('ZADD', mk, 'GT', f, 'm')
 end
 
--- fence issues the name's next fence for a pattern's grant of TTL ttl ms,
--- a shared hold's (a reader, a permit) when shared is true.
-local function fence(ttl, shared)
-  return issue(KEYS[2], KEYS[#KEYS], ttl, tonumber(ARGV[7]), nil, shared)
+-- fence issues the name's next fence for a pattern's grant of TTL ttl ms.
+local function fence(ttl)
+  return issue(KEYS[2], KEYS[#KEYS], ttl, tonumber(ARGV[7]))
 end
 
 -- keep_fence keeps the name's fence key for a pattern's hold that now ends

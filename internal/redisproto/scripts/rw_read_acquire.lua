@@ -39,7 +39,7 @@ f = tonumber(redis.call('GET', F))
 if f then
   keep_fence(ttl)
 else
-  f = fence(ttl, true)
+  f = fence(ttl)
 end
 hold(me, ttl, f)
 sync()

@@ -37,7 +37,7 @@ if redis.call('ZCARD', R) >= limit then
   redis.call('SET', G, '1', 'PX', soonest(), 'NX')
   return {0, 0, soonest(), 0, 0, 5}
 end
-local f = fence(ttl, true)
+local f = fence(ttl)
 redis.call('ZADD', R, now() + ttl, me)
 redis.call('HSET', M, 'f:' .. me, string.format('%.0f', f), 'limit', limit)
 ensure(R, ttl + 60000)
