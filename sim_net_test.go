@@ -464,9 +464,8 @@ type simLink struct {
 	id  int
 
 	// maxOut bounds how long a request takes to reach the store (0: no
-	// bound). Leases are safe only if delays are bounded, and the op
-	// timeout is the bound a Locker knows of: a request it gave up on
-	// lands within it, or never.
+	// bound), but for the late deliveries of profiles that have them
+	// (simProfile.late), which land past it.
 	maxOut time.Duration
 
 	mu      sync.Mutex
