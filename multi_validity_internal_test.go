@@ -11,18 +11,6 @@ import (
 	"github.com/dlock-dev/dlock/store/memory"
 )
 
-// holdScheduler stops l's scheduler from looking at its leases again until
-// l is closed, as a scheduler held up (a loaded machine, a long pause of
-// its goroutine) would be. Call it inside a synctest bubble once every
-// goroutine is blocked, so that the scheduler waits on its timer.
-func holdScheduler(l *Locker) {
-	synctest.Wait()
-	l.mu.Lock()
-	l.sched.timer.Stop()
-	l.sched.wakeAt = time.Time{} // no lease is due before it: nothing resets the timer
-	l.mu.Unlock()
-}
-
 // TestMultiLeaseValidityIsTruth: past its validity a MultiLease is lost for
 // Err and Done whether or not the scheduler has noticed, as a Lease is:
 // with the scheduler held up, a second Multi holds both names while the
@@ -60,7 +48,7 @@ func multiPastValidity(t *testing.T, atomic bool) {
 		t.Fatalf("Atomic() = %v, want %v", got, atomic)
 	}
 	done := ml.Done()
-	holdScheduler(first)
+	HoldScheduler(first)
 	time.Sleep(2 * time.Second) // the bubble's clock: past the 1s TTL
 	other, err := second.Multi(names).TryLock(ctx)
 	if err != nil {

@@ -241,7 +241,8 @@ func WithLogger(l *slog.Logger) Option {
 // goroutines at once; [Event] says when each is delivered and in what
 // order. It should be fast: a slow observer holds up the caller whose call
 // an event reports, and the Locker's own events (renewals, losses) queue
-// behind it, though it never delays a renewal or a loss signal. Default
+// behind it, though it never delays a renewal or a loss signal. It must
+// not call the Locker's Close, which waits for the events queued. Default
 // none. See packages dlockprom
 // (Prometheus) and dlockotel (OpenTelemetry spans and metrics), each in a
 // module of its own.
