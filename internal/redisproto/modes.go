@@ -180,14 +180,19 @@ func (o *Ops) Args(l *Layout, req store.Request) []string {
 // AcquireArgs returns ARGV for o.Acquire: Args, and for the mutex more:
 // {"" (unused), the fence floor proposed in ctx (WithFenceFloor) or "",
 // queue (1), queue TTL ms}, ending after the unused argument or the floor
-// when the request does not queue (see mutex_acquire.lua).
+// when the request does not queue (see mutex_acquire.lua). The other
+// patterns' scripts take the proposed floor, if any, as ARGV[8] (see fence
+// in clock_lib.lua).
 func (o *Ops) AcquireArgs(ctx context.Context, l *Layout, req store.Request) []string {
 	args := o.Args(l, req)
+	floor, _ := ctx.Value(fenceFloorKey{}).(string)
 	if req.Mode != store.ModeMutex {
+		if floor != "" {
+			args = append(args, floor)
+		}
 		return args
 	}
 	args = append(args, "")
-	floor, _ := ctx.Value(fenceFloorKey{}).(string)
 	switch {
 	case req.Queue:
 		args = append(args, floor, "1", Millis(req.QueueTTL))
@@ -199,11 +204,12 @@ func (o *Ops) AcquireArgs(ctx context.Context, l *Layout, req store.Request) []s
 
 type fenceFloorKey struct{}
 
-// WithFenceFloor returns ctx proposing floor to the mutex acquire scripts of
-// the stores it reaches: store/redlock proposes one floor to every node of a
-// grant, so that nodes without the name's fence key issue the same fence and
-// the grant needs no fence write-back. A node takes the floor only above
-// its own clock floor, and by at most 100 ms (mutex_acquire.lua).
+// WithFenceFloor returns ctx proposing floor to the acquire scripts of the
+// stores it reaches: store/redlock proposes one floor to every node of a
+// grant, so that nodes, which take their own clock floor on every grant,
+// issue the same fence and the grant needs no fence write-back. A node
+// takes the floor only above the fence it would issue, and by at most
+// 100 ms above its own clock floor (issue in clock_lib.lua).
 func WithFenceFloor(ctx context.Context, floor int64) context.Context {
 	// In decimal, once for every store it reaches.
 	return context.WithValue(ctx, fenceFloorKey{}, strconv.FormatInt(floor, 10))

@@ -43,6 +43,13 @@ func (c *cluster) countingNodes(raises *atomic.Int64) []store.Store {
 // straddled a millisecond differed: 36 write-backs in 100 grants on one
 // machine.
 func TestFencesAgreeOnReusedName(t *testing.T) {
+	// The write lock too: every mode's grant takes the proposed floor.
+	for _, mode := range []store.Mode{store.ModeMutex, store.ModeWrite} {
+		t.Run(mode.String(), func(t *testing.T) { fencesAgreeOnReusedName(t, mode) })
+	}
+}
+
+func fencesAgreeOnReusedName(t *testing.T, mode store.Mode) {
 	c := startNodes(t, 5)
 	var raises atomic.Int64
 	s := newRedlock(t, c.countingNodes(&raises))
@@ -51,7 +58,7 @@ func TestFencesAgreeOnReusedName(t *testing.T) {
 	var last int64
 	grant := func(i int) {
 		t.Helper()
-		req := store.Request{Name: "reused", Token: "t" + strconv.Itoa(i), TTL: 10 * time.Second, Mode: store.ModeMutex}
+		req := store.Request{Name: "reused", Token: "t" + strconv.Itoa(i), TTL: 10 * time.Second, Mode: mode}
 		g, err := s.Acquire(ctx, req)
 		if err != nil || !g.Acquired || g.Fence <= last {
 			t.Fatalf("grant %d = %+v, %v; want a fence above %d", i, g, err, last)

@@ -163,14 +163,12 @@ func (s *Store) startAcquire(ctx context.Context, req store.Request) *acquisitio
 		nodeReq.Value = ""
 	}
 	a.nodeReq = nodeReq
-	nodeCtx := ctx
-	if req.Mode == store.ModeMutex {
-		// One floor for every node: nodes with no counter for the name then
-		// issue the same fence, and the grant writes nothing back. 20 ms
-		// ahead of this clock, to be above the nodes' clocks when they run
-		// the script (see redisproto.WithFenceFloor; other stores ignore it).
-		nodeCtx = redisproto.WithFenceFloor(ctx, time.Now().UnixMilli()*1000+proposedFloorLead)
-	}
+	// One floor for every node: every grant takes the node's clock floor,
+	// so nodes that saw the same grants issue the same fence only from a
+	// floor proposed to all of them, and the grant writes nothing back. 20
+	// ms ahead of this clock, to be above the nodes' clocks when they run
+	// the script (see redisproto.WithFenceFloor; other stores ignore it).
+	nodeCtx := redisproto.WithFenceFloor(ctx, time.Now().UnixMilli()*1000+proposedFloorLead)
 	a.f = fanOut(s, nodeCtx, a.timeout, s.all, func(ctx context.Context, i int) acquireReply {
 		if err := fl.wait(ctx, i); err != nil {
 			return acquireReply{err: err}

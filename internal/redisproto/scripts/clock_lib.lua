@@ -2,8 +2,9 @@
 -- that issues, keeps or raises fences. The patterns' scripts (read-write,
 -- fair, semaphore, reentrant, election) call fence, keep_fence and
 -- raise_fence, for which KEYS[2] is the lock name's fence key, the last key
--- (KEYS[#KEYS], after the main key) its slot's fence mark, and ARGV[7] the
--- fence retention in milliseconds; the mutex and multi-lock scripts call
+-- (KEYS[#KEYS], after the main key) its slot's fence mark, ARGV[7] the
+-- fence retention in milliseconds and ARGV[8], when given, a fence floor
+-- proposed by store/redlock; the mutex and multi-lock scripts call
 -- issue, keep and raise with their own keys.
 --
 -- Two keys carry the fences (see docs/safety.md, "Fences on Valkey/Redis"):
@@ -120,9 +121,10 @@ local function raise(fk, mk, f, left, rho)
   redis.call('ZADD', mk, 'GT', f, 'm')
 end
 
--- fence issues the name's next fence for a pattern's grant of TTL ttl ms.
+-- fence issues the name's next fence for a pattern's grant of TTL ttl ms,
+-- taking the floor store/redlock proposed in ARGV[8], if any.
 local function fence(ttl)
-  return issue(KEYS[2], KEYS[#KEYS], ttl, tonumber(ARGV[7]))
+  return issue(KEYS[2], KEYS[#KEYS], ttl, tonumber(ARGV[7]), tonumber(ARGV[8]))
 end
 
 -- keep_fence keeps the name's fence key for a pattern's hold that now ends
