@@ -21,9 +21,13 @@ type Options struct {
 // The defaults of Options.
 const (
 	DefaultPrefix = "lock:"
-	// ClockStepBound is the largest step back of a server's clock that the
-	// default fence retention covers (see docs/safety.md, "Fences on
-	// Valkey/Redis").
+	// ClockStepBound is the largest total step back of a server's clock,
+	// within any 2 × DefaultFenceRetention, that the default fence
+	// retention covers while clients of the version before 2026-11 lock the
+	// same names (docs/safety.md, "Fences on Valkey/Redis", Claim 3). A
+	// total, not a bound on each step: steps back add up, so four steps of
+	// 10 s within two minutes exceed it. This version alone, on a node that
+	// keeps its data, needs no bound on the clock (Claim 1).
 	ClockStepBound = 30 * time.Second
 	// FenceLeadBound bounds how far a fence may be ahead of its server's
 	// clock floor when issued: under a millisecond on one node; up to the
@@ -31,10 +35,15 @@ const (
 	// between Redlock nodes (assumed under 900 ms) for a written-back fence.
 	FenceLeadBound = time.Second
 	// DefaultFenceRetention is how long a name's fence key stays past the
-	// TTL of its last hold: 2 × ClockStepBound + FenceLeadBound, 61 s. One
-	// ClockStepBound absorbs a step back, the other lets the clock floor
-	// outrun the grants of a version without fence marks on the name
-	// meanwhile (at any rate below 490 per ms; a node serves about 60).
+	// TTL of its last hold: 2 × ClockStepBound + FenceLeadBound, 61 s. Once
+	// the key is gone, a version without fence marks starts the name at the
+	// clock floor, which must be above the name's last fence by then. That
+	// fence leads the clock floor by at most FenceLeadBound plus the steps
+	// back of the clock before the key's last write (carried by the key or
+	// the slot's mark), and the clock may step back again before the next
+	// grant: all those steps within one ClockStepBound in total (Claim 3),
+	// the other ClockStepBound is left to outrun the grants meanwhile
+	// (fewer than 250 per ms on a hash slot; a node serves about 60).
 	DefaultFenceRetention = 2*ClockStepBound + FenceLeadBound
 )
 

@@ -12,6 +12,8 @@
 // the environment variable CI is true: in CI a missing server is a failure,
 // never a skip. scripts/test.sh installs Debian's redis-server.
 //
+// [WithClockShim] lets a test step a server's wall clock ([Server.StepClock]).
+//
 // Functions that take a testing.TB call its Fatal and Skip methods, so they
 // must be called from the goroutine running the test. The methods of
 // [Server] that take no testing.TB are safe for concurrent use.
@@ -90,6 +92,7 @@ type Option func(*options)
 type options struct {
 	persistence bool
 	cluster     bool
+	clockShim   bool
 	args        []string
 }
 
@@ -124,6 +127,7 @@ type Server struct {
 	port    int
 	busPort int // cluster bus port, 0 unless WithCluster
 	opts    options
+	clock   *clock // the wall clock's shim, nil unless WithClockShim
 
 	mu     sync.Mutex // serialises Kill, Stop, Restart, Pause and Resume
 	cmd    *exec.Cmd
@@ -156,6 +160,9 @@ func Start(tb testing.TB, opts ...Option) *Server {
 	s := &Server{path: path, dir: dir, logPath: filepath.Join(dir, "redis.log"), opts: o}
 	// Registered after TempDir, so it runs before the directory is removed.
 	tb.Cleanup(s.Kill)
+	if o.clockShim {
+		s.clock = newClock(tb, dir)
+	}
 
 	var last error
 	for range startAttempts {
@@ -241,6 +248,9 @@ func (s *Server) launch() error {
 	cmd := exec.Command(s.path, s.argv()...)
 	cmd.Dir = s.dir
 	cmd.Stdout, cmd.Stderr = logf, logf
+	if s.clock != nil {
+		cmd.Env = s.clock.env()
+	}
 	cmd.SysProcAttr = sysProcAttr()
 	err = cmd.Start()
 	logf.Close() // the child holds its own descriptor
