@@ -60,13 +60,18 @@ func (q *lane) close() {
 	q.wg.Wait()
 }
 
-// report queues ev for the observer, behind every report queued before it.
-// Callers that order a lease's reports (its renewals, then its loss) queue
-// them under l.mu, or after a change they made under l.mu.
-func (l *Locker) report(ev Event) {
-	if l.cfg.observer != nil {
-		l.reports.push(func() { l.cfg.observer(ev) })
+// report queues evs for the observer, behind every report queued before
+// them. Callers that order a lease's reports (its renewals, then its loss)
+// queue them under l.mu, or after a change they made under l.mu.
+func (l *Locker) report(evs ...Event) {
+	if l.cfg.observer == nil || len(evs) == 0 {
+		return
 	}
+	l.reports.push(func() {
+		for _, ev := range evs {
+			l.cfg.observer(ev)
+		}
+	})
 }
 
 // emitLoss queues the report of the loss of ls. Its error is read under

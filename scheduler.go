@@ -225,15 +225,16 @@ func (l *Locker) renewals(batch []*Lease) ([]*Lease, []Request, time.Time) {
 }
 
 // settleRenewals applies the store's answers errs to the renewals reqs of
-// batch, sent at sent. Each renewal's event is queued under l.mu, as its
-// lease is settled, so that a loss found later is reported after it.
+// batch, sent at sent. The renewals' events are queued under l.mu, with
+// their leases settled, so that a loss found later is reported after them.
 func (l *Locker) settleRenewals(batch []*Lease, reqs []Request, sent time.Time, errs []error) {
 	var lost []*Lease
+	var evs []Event
 	l.mu.Lock()
 	for i, ls := range batch {
 		switch ls.settleLocked(sent, reqs[i].TTL-ls.delay, errs[i]) {
 		case extendOK:
-			l.report(renewEvent(ls, "ok", sent, nil))
+			evs = append(evs, renewEvent(ls, "ok", sent, nil))
 		case extendLost:
 			result := "error"
 			if errors.Is(errs[i], ErrNotHeld) {
@@ -243,17 +244,18 @@ func (l *Locker) settleRenewals(batch []*Lease, reqs []Request, sent time.Time, 
 			if err == nil {
 				err = ls.err // confirmed after the lease ran out
 			}
-			l.report(renewEvent(ls, result, sent, err))
+			evs = append(evs, renewEvent(ls, result, sent, err))
 			lost = append(lost, ls)
 		case extendUnknown:
 			// Not confirmed; try again soon while the lease is still valid.
-			l.report(renewEvent(ls, "error", sent, errs[i]))
+			evs = append(evs, renewEvent(ls, "error", sent, errs[i]))
 			// Not sooner than minBackoff: near the end of validity a third
 			// of what is left shrinks towards nothing.
 			ls.renewAt = time.Now().Add(max(min(l.cfg.minBackoff*4, time.Until(ls.validUntil)/3), l.cfg.minBackoff))
 			l.sched.reschedule(ls)
 		}
 	}
+	l.report(evs...)
 	l.mu.Unlock()
 	for _, ls := range lost {
 		l.afterLoss(ls)
