@@ -489,7 +489,15 @@ func (s *Server) guard(pattern string, h http.Handler) http.Handler {
 			return
 		}
 		if scope.names {
-			for _, n := range bodyNames(r) {
+			names, e := bodyNames(r)
+			if e != nil {
+				// Fail closed: a body whose names cannot be read passes
+				// no scope check; it gets the answer its handler would
+				// give it (400 naming the problem, or 413).
+				writeAPIError(sw, e)
+				return
+			}
+			for _, n := range names {
 				if !p.allows(n) {
 					deny("out_of_scope", &apiError{Status: http.StatusForbidden, Error: "out of scope", Field: "names", Name: n,
 						Message: fmt.Sprintf("tenant %q: lock %q is outside the token's name prefixes", p.tenant, n)})
@@ -570,10 +578,11 @@ func (s *Server) reserveHolds(ctx context.Context, n int) (func(done <-chan stru
 
 // bodyNames returns the "names" listed by the request's JSON body, and
 // puts the body back for the handler, with the read error (a body over
-// MaxBodyBytes) at its end. A body that is not such an object lists no
-// names: the handler decodes it with the same encoding/json rules, more
-// strictly, and refuses it (400 or 413) before it touches a lock.
-func bodyNames(r *http.Request) []string {
+// MaxBodyBytes) at its end. A body that is not one JSON object whose
+// "names", if any, is a list of strings (read by decodeJSON's rules, other
+// fields ignored: the handler judges those) lists no names that could be
+// checked: bodyNames then returns the 400 or 413 that says why.
+func bodyNames(r *http.Request) ([]string, *apiError) {
 	data, err := io.ReadAll(r.Body)
 	var rest io.Reader = bytes.NewReader(nil)
 	if err != nil {
@@ -583,10 +592,10 @@ func bodyNames(r *http.Request) []string {
 	var b struct {
 		Names []string `json:"names"`
 	}
-	if err != nil || json.Unmarshal(data, &b) != nil {
-		return nil
+	if e := decodeOne(json.NewDecoder(io.MultiReader(bytes.NewReader(data), rest)), &b, false); e != nil {
+		return nil, e
 	}
-	return b.Names
+	return b.Names, nil
 }
 
 type errReader struct{ err error }

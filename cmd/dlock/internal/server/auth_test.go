@@ -3,9 +3,11 @@ package server
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/http/httptrace"
 	"os"
 	"path/filepath"
@@ -522,4 +524,61 @@ func TestScopedEventsAcrossReplicas(t *testing.T) {
 			return time.Now().After(deadline)
 		})
 	}
+}
+
+// TestScopeCheckFailsClosed: a multi-lock body whose names cannot be read
+// passes no scope check. The guard answers it (400 naming the problem, or
+// 413) without reaching the handler, which here would take any body; and
+// through the server such a request is not charged to the token's
+// acquiresPerSecond, since it never passed the checks before that limit.
+func TestScopeCheckFailsClosed(t *testing.T) {
+	file := `{"tokens":[
+  {"tenant":"team-a","sha256":"` + HashToken(tokA) + `","prefixes":["team-a/"],"access":"read-write"},
+  {"tenant":"slow","sha256":"` + HashToken("rate") + `","prefixes":["s/"],"access":"read-write","acquiresPerSecond":0.001}
+]}`
+	e := newEnv(t, memory.New(), Config{AuthFile: writeAuthFile(t, t.TempDir(), file)})
+	p := e.srv.auth.Load().byHash[sha256.Sum256([]byte(tokA))]
+	if p == nil {
+		t.Fatal("team-a's entry is not loaded")
+	}
+	bodies := []struct {
+		what, body string
+		code       int
+		field      string
+	}{
+		{"truncated JSON naming team-b/x", `{"names":["team-b/x"`, http.StatusBadRequest, "body"},
+		{"team-b/x then garbage", `{"names":["team-b/x"]} x`, http.StatusBadRequest, "body"},
+		{"team-b/x then a number", `{"names":["team-b/x",1]}`, http.StatusBadRequest, "names"},
+		{"names as a string", `{"names":"team-b/x"}`, http.StatusBadRequest, "names"},
+		{"an array", `["team-b/x"]`, http.StatusBadRequest, "body"},
+		{"an empty body", ``, http.StatusBadRequest, "body"},
+		{"team-b/x in a body over 64 KiB", `{"names":["team-b/x"],"pad":"` + strings.Repeat("x", MaxBodyBytes) + `"}`, http.StatusRequestEntityTooLarge, ""},
+	}
+	for _, pattern := range []string{"POST /v1/multi/acquire", "POST /v1/multi/extend", "POST /v1/multi/release"} {
+		reached := false
+		h := e.srv.guard(pattern, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			reached = true
+			w.WriteHeader(http.StatusOK)
+		}))
+		for _, b := range bodies {
+			reached = false
+			w := httptest.NewRecorder()
+			r := httptest.NewRequestWithContext(context.WithValue(t.Context(), principalKey{}, p), http.MethodPost, patternPath(pattern), strings.NewReader(b.body))
+			r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes)
+			h.ServeHTTP(w, r)
+			var got apiError
+			_ = json.Unmarshal(w.Body.Bytes(), &got)
+			if reached || w.Code != b.code || got.Field != b.field {
+				t.Errorf("%s with %s: handler reached %v, answer %d %s; want %d naming %q, handler not reached", pattern, b.what, reached, w.Code, w.Body, b.code, b.field)
+			}
+		}
+	}
+
+	slow := bearerOf("rate")
+	r := e.post("/v1/multi/acquire", `{"names":["s/1"`, slow...)
+	wantCode(t, "multi acquire with truncated JSON", r, http.StatusBadRequest)
+	if f := r.json(t)["field"]; f != "body" {
+		t.Errorf("multi acquire with truncated JSON: field %v, want body (%s)", f, r.body)
+	}
+	wantCode(t, "multi acquire after a refused body: the token's one acquire is left", e.post("/v1/multi/acquire", `{"names":["s/1"]}`, slow...), http.StatusOK)
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"time"
 
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/store"
@@ -111,3 +112,31 @@ func newClientStore(st store.Store) store.Store {
 
 // SupportsLockDelay implements [store.LockDelayer] as the store does.
 func (s clientStore) SupportsLockDelay() bool { return store.SupportsLockDelay(s.Store) }
+
+// Drift implements [store.Drifter] as the store does (0 when it is not
+// one: the Locker's own margin then applies), so that a /v1 lease's
+// validity subtracts the margin a Locker on the store itself would.
+func (s clientStore) Drift(ttl time.Duration) time.Duration {
+	if dr, ok := s.Store.(store.Drifter); ok {
+		return dr.Drift(ttl)
+	}
+	return 0
+}
+
+// leaseDriftFactor is the [dlock.WithDriftFactor] of the /v1 leases.
+const leaseDriftFactor = 0.01
+
+// validMs is the ttlMs a /v1 answer gives for a hold of ttl whose request
+// was sent to the store at sent: the validity a Lease counts for it, by
+// the formula of [dlock.WithDriftFactor] (TTL - elapsed - (factor*TTL +
+// 2ms)) with the larger margin of a [store.Drifter] store. An instance
+// that passes an extend of a lease it does not know to the store answers
+// with it, so it answers as the instance that granted the lease does
+// (Lease.TTL, by the same formula).
+func (s *Server) validMs(sent time.Time, ttl time.Duration) int64 {
+	drift := time.Duration(float64(ttl)*leaseDriftFactor) + 2*time.Millisecond
+	if dr, ok := s.v1.Store().(store.Drifter); ok {
+		drift = max(drift, dr.Drift(ttl))
+	}
+	return durationMs(time.Until(sent.Add(ttl - drift)))
+}

@@ -215,12 +215,13 @@ func (s *Server) handleElectionExtend(w http.ResponseWriter, r *http.Request) {
 	if ttl == 0 {
 		ttl = DefaultTTLMs * time.Millisecond
 	}
+	sent := time.Now()
 	err := s.locker.Store().Extend(ctx, []dlock.Request{{Name: name, Token: token, TTL: ttl, Mode: dlock.ModeElection}})[0]
 	if err != nil {
 		writeAPIError(w, lockError(ctx, name, err))
 		return
 	}
-	writeJSON(w, http.StatusOK, termBody{Name: name, TTLMs: ttl.Milliseconds()})
+	writeJSON(w, http.StatusOK, termBody{Name: name, TTLMs: s.validMs(sent, ttl)})
 }
 
 type resignBody struct {

@@ -161,6 +161,12 @@ func decodeJSON(r io.Reader, v any, emptyOK bool) *apiError {
 	}
 	dec := json.NewDecoder(r)
 	dec.DisallowUnknownFields()
+	return decodeOne(dec, v, emptyOK)
+}
+
+// decodeOne decodes one JSON object from dec into v, and nothing after it,
+// with the errors of decodeJSON.
+func decodeOne(dec *json.Decoder, v any, emptyOK bool) *apiError {
 	if err := dec.Decode(v); err != nil {
 		if errors.Is(err, io.EOF) && emptyOK {
 			return nil

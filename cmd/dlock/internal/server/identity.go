@@ -3,10 +3,12 @@ package server
 import (
 	"crypto/sha256"
 	"crypto/x509"
+	"encoding/asn1"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"strings"
 )
 
@@ -23,17 +25,26 @@ import (
 //     certificate by the SPIFFE rules; made to name a workload;
 //  2. a DNS SAN ("dns:billing.prod.internal"): what an ordinary internal
 //     CA puts in a certificate;
-//  3. the subject common name ("cn:billing"): the legacy field, used only
-//     when the certificate has no SAN at all (RFC 6125 deprecates it for
-//     names, and Go ignores it when verifying servers).
+//  3. an e-mail SAN ("email:billing@example.org"): what a CA that names
+//     people or service accounts by mailbox issues;
+//  4. an IP SAN ("ip:10.0.0.7", "ip:2001:db8::7", in Go's net.IP form):
+//     the weakest name, since an address passes from host to host;
+//  5. the subject common name ("cn:billing"): the legacy field, used only
+//     when the certificate has no SubjectAltName extension at all (RFC 6125
+//     deprecates it for names, and Go ignores it when verifying servers).
+//     A certificate with the extension but none of the four names above
+//     (say only an otherName) stands for no one: its CN does not count.
 //
 // A higher class hides the lower ones, so a certificate has one identity
 // whatever else it carries; two values of the winning class are
 // ambiguous and the certificate stands for no one. The class is part of
-// the identity, so a CN can never pass for a URI or DNS entry.
+// the identity, so a CN can never pass for a SAN entry.
 
 // identityClasses are the prefixes of an auth file's "identity".
-var identityClasses = []string{"uri:", "dns:", "cn:"}
+var identityClasses = []string{"uri:", "dns:", "email:", "ip:", "cn:"}
+
+// oidSubjectAltName is the SubjectAltName extension (RFC 5280 4.2.1.6).
+var oidSubjectAltName = asn1.ObjectIdentifier{2, 5, 29, 17}
 
 // certIdentity returns the identity of a verified client certificate.
 func certIdentity(c *x509.Certificate) (string, error) {
@@ -46,10 +57,31 @@ func certIdentity(c *x509.Certificate) (string, error) {
 		return "dns:" + c.DNSNames[0], nil
 	case len(c.DNSNames) > 1:
 		return "", fmt.Errorf("the client certificate has %d DNS SANs and no URI SAN; one is needed to name it", len(c.DNSNames))
+	case len(c.EmailAddresses) == 1:
+		return "email:" + c.EmailAddresses[0], nil
+	case len(c.EmailAddresses) > 1:
+		return "", fmt.Errorf("the client certificate has %d e-mail SANs and no URI or DNS SAN; one is needed to name it", len(c.EmailAddresses))
+	case len(c.IPAddresses) == 1:
+		return "ip:" + c.IPAddresses[0].String(), nil
+	case len(c.IPAddresses) > 1:
+		return "", fmt.Errorf("the client certificate has %d IP SANs and no URI, DNS or e-mail SAN; one is needed to name it", len(c.IPAddresses))
+	case hasSANExtension(c):
+		return "", errors.New("the client certificate's SubjectAltName extension has no URI, DNS, e-mail or IP name, and its subject CN counts only without the extension")
 	case c.Subject.CommonName != "":
 		return "cn:" + c.Subject.CommonName, nil
 	}
-	return "", errors.New("the client certificate has no URI SAN, DNS SAN or subject CN")
+	return "", errors.New("the client certificate has no SubjectAltName and no subject CN")
+}
+
+// hasSANExtension reports whether c carries a SubjectAltName extension,
+// whatever names it holds.
+func hasSANExtension(c *x509.Certificate) bool {
+	for _, e := range c.Extensions {
+		if e.Id.Equal(oidSubjectAltName) {
+			return true
+		}
+	}
+	return false
 }
 
 // checkEntryKey validates the credential of an auth file entry: exactly
@@ -64,7 +96,14 @@ func checkEntryKey(e authEntry, where string, seen map[string]bool) error {
 			ok = ok || (strings.HasPrefix(e.Identity, c) && len(e.Identity) > len(c))
 		}
 		if !ok || len(e.Identity) > 1024 {
-			return fmt.Errorf(`%s.identity must be "uri:URI", "dns:NAME" or "cn:NAME" (at most 1024 bytes)`, where)
+			return fmt.Errorf(`%s.identity must be "uri:URI", "dns:NAME", "email:ADDRESS", "ip:ADDRESS" or "cn:NAME" (at most 1024 bytes)`, where)
+		}
+		if ip, ok := strings.CutPrefix(e.Identity, "ip:"); ok {
+			// Matching is byte for byte: an address must be written as
+			// the certificate's is read (net.IP.String).
+			if a, err := netip.ParseAddr(ip); err != nil || a.Zone() != "" || a.Unmap().String() != ip {
+				return fmt.Errorf(`%s.identity %q must be an IP address in its canonical form ("ip:10.0.0.7", "ip:2001:db8::7")`, where, e.Identity)
+			}
 		}
 		if seen["id "+e.Identity] {
 			return fmt.Errorf("%s.identity repeats an earlier entry's", where)

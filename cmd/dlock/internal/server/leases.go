@@ -540,6 +540,7 @@ func (s *Server) handleExtend(w http.ResponseWriter, r *http.Request) {
 	if holdLeft > 0 {
 		ttl = min(ttl, holdLeft)
 	}
+	sent := time.Now()
 	mode, err := s.byToken(ctx, dlock.Request{Name: name, Token: *b.Token, TTL: ttl, Mode: mode}, known, func(req dlock.Request) error {
 		return s.locker.Store().Extend(ctx, []dlock.Request{req})[0]
 	})
@@ -548,7 +549,7 @@ func (s *Server) handleExtend(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.servedElsewhere(name, *b.Token, mode, false)
-	writeOK(w, &extendBody{Name: name, TTLMs: ttl.Milliseconds()})
+	writeOK(w, &extendBody{Name: name, TTLMs: s.validMs(sent, ttl)})
 }
 
 type releaseBody struct {

@@ -225,13 +225,14 @@ func (s *Server) handleMultiExtend(w http.ResponseWriter, r *http.Request) {
 	for i, n := range b.Names {
 		reqs[i] = dlock.Request{Name: n, Token: *b.Token, TTL: ttl, Mode: dlock.ModeMutex}
 	}
+	sent := time.Now()
 	for i, err := range s.locker.Store().Extend(ctx, reqs) {
 		if err != nil {
 			writeAPIError(w, lockError(ctx, b.Names[i], err))
 			return
 		}
 	}
-	writeJSON(w, http.StatusOK, multiExtendBody{Names: b.Names, TTLMs: ttl.Milliseconds()})
+	writeJSON(w, http.StatusOK, multiExtendBody{Names: b.Names, TTLMs: s.validMs(sent, ttl)})
 }
 
 type multiReleaseBody struct {

@@ -227,7 +227,7 @@ func New(locker *dlock.Locker, cfg Config) (*Server, error) {
 			extra(ev)
 		}
 	}
-	v1, err := dlock.New(newClientStore(locker.Store()), dlock.WithObserver(observe), dlock.WithLogger(log))
+	v1, err := dlock.New(newClientStore(locker.Store()), dlock.WithDriftFactor(leaseDriftFactor), dlock.WithObserver(observe), dlock.WithLogger(log))
 	if err != nil {
 		return nil, fmt.Errorf("dlock: server: %w", err)
 	}

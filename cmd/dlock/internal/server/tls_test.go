@@ -6,6 +6,8 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/asn1"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -342,8 +344,10 @@ func TestMutualTLS(t *testing.T) {
 	}
 }
 
-// TestCertIdentity: URI SAN, then DNS SAN, then CN; two values of the
-// winning class name no one.
+// TestCertIdentity: URI SAN, then DNS SAN, then e-mail SAN, then IP SAN,
+// then (with no SubjectAltName extension at all) CN; two values of the
+// winning class name no one; an auth file's ip: entry is an address in
+// the form the certificate's is read.
 func TestCertIdentity(t *testing.T) {
 	u := func(s string) *url.URL { v, _ := url.Parse(s); return v }
 	for _, tc := range []struct {
@@ -353,7 +357,7 @@ func TestCertIdentity(t *testing.T) {
 	}{
 		{x509.Certificate{URIs: []*url.URL{u("spiffe://a/b")}, DNSNames: []string{"x"}}, "uri:spiffe://a/b", ""},
 		{x509.Certificate{DNSNames: []string{"svc.internal"}}, "dns:svc.internal", ""},
-		{x509.Certificate{}, "", "no URI SAN, DNS SAN or subject CN"},
+		{x509.Certificate{}, "", "no SubjectAltName and no subject CN"},
 		{x509.Certificate{URIs: []*url.URL{u("spiffe://a/b"), u("spiffe://a/c")}}, "", "2 URI SANs"},
 		{x509.Certificate{DNSNames: []string{"a", "b"}}, "", "2 DNS SANs"},
 	} {
@@ -367,14 +371,137 @@ func TestCertIdentity(t *testing.T) {
 	if got, err := certIdentity(&cn); got != "cn:batch" || err != nil {
 		t.Errorf("certIdentity(CN batch) = %q, %v; want cn:batch", got, err)
 	}
+	// Issued certificates, parsed as the server reads them: the CN counts
+	// only without a SubjectAltName extension.
+	ca, err := tlstest.NewCA("identity CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		what    string
+		leaf    tlstest.Leaf
+		want    string
+		wantErr string
+	}{
+		{"CN only", tlstest.Leaf{CN: "batch"}, "cn:batch", ""},
+		{"e-mail SAN and CN", tlstest.Leaf{CN: "batch", Emails: []string{"billing@dlock.test"}}, "email:billing@dlock.test", ""},
+		{"IPv4 SAN and CN", tlstest.Leaf{CN: "batch", IPs: []net.IP{net.IPv4(10, 0, 0, 7)}}, "ip:10.0.0.7", ""},
+		{"IPv6 SAN and CN", tlstest.Leaf{CN: "batch", IPs: []net.IP{net.ParseIP("2001:db8::7")}}, "ip:2001:db8::7", ""},
+		{"e-mail and IP SANs", tlstest.Leaf{Emails: []string{"billing@dlock.test"}, IPs: []net.IP{net.IPv4(10, 0, 0, 7)}}, "email:billing@dlock.test", ""},
+		{"DNS and e-mail SANs", tlstest.Leaf{DNS: []string{"svc.internal"}, Emails: []string{"billing@dlock.test"}}, "dns:svc.internal", ""},
+		{"two e-mail SANs", tlstest.Leaf{CN: "batch", Emails: []string{"a@dlock.test", "b@dlock.test"}}, "", "2 e-mail SANs"},
+		{"two IP SANs", tlstest.Leaf{CN: "batch", IPs: []net.IP{net.IPv4(10, 0, 0, 7), net.IPv4(10, 0, 0, 8)}}, "", "2 IP SANs"},
+		{"an otherName SAN only, and CN", tlstest.Leaf{CN: "batch", Extra: []pkix.Extension{otherNameSAN(t)}}, "", "counts only without the extension"},
+	} {
+		p, err := ca.Issue(tc.leaf)
+		if err != nil {
+			t.Fatalf("%s: Issue = %v", tc.what, err)
+		}
+		got, err := certIdentity(p.Cert)
+		if got != tc.want || (err == nil) != (tc.wantErr == "") || (err != nil && !strings.Contains(err.Error(), tc.wantErr)) {
+			t.Errorf("certIdentity(%s) = %q, %v; want %q, %q", tc.what, got, err, tc.want, tc.wantErr)
+		}
+	}
 	for _, bad := range []string{
 		`{"tokens":[{"tenant":"a","identity":"spiffe://x","prefixes":[""],"access":"read-write"}]}`,
 		`{"tokens":[{"tenant":"a","identity":"uri:","prefixes":[""],"access":"read-write"}]}`,
 		`{"tokens":[{"tenant":"a","identity":"cn:x","sha256":"` + HashToken("t") + `","prefixes":[""],"access":"read-write"}]}`,
 		`{"tokens":[` + idTeamA + `,` + strings.Replace(idTeamA, "team-a\",\"identity", "team-b\",\"identity", 1) + `]}`,
+		`{"tokens":[{"tenant":"a","identity":"ip:10.0.0.07","prefixes":[""],"access":"read-write"}]}`,
+		`{"tokens":[{"tenant":"a","identity":"ip:2001:DB8::7","prefixes":[""],"access":"read-write"}]}`,
+		`{"tokens":[{"tenant":"a","identity":"ip:::ffff:10.0.0.7","prefixes":[""],"access":"read-write"}]}`,
+		`{"tokens":[{"tenant":"a","identity":"ip:host.internal","prefixes":[""],"access":"read-write"}]}`,
+		`{"tokens":[{"tenant":"a","identity":"email:","prefixes":[""],"access":"read-write"}]}`,
 	} {
 		if _, err := parseAuthFile([]byte(bad)); err == nil || !strings.Contains(err.Error(), "tokens[") {
 			t.Errorf("parseAuthFile(%s) = %v, want an error naming the entry", bad, err)
+		}
+	}
+	good := `{"tokens":[{"tenant":"a","identity":"ip:2001:db8::7","prefixes":[""],"access":"read-write"},` +
+		`{"tenant":"b","identity":"ip:10.0.0.7","prefixes":[""],"access":"read-write"},` +
+		`{"tenant":"c","identity":"email:billing@dlock.test","prefixes":[""],"access":"read-write"}]}`
+	if _, err := parseAuthFile([]byte(good)); err != nil {
+		t.Errorf("parseAuthFile(%s) = %v, want it accepted", good, err)
+	}
+}
+
+// otherNameSAN is a SubjectAltName extension holding one otherName (a
+// Microsoft UPN), a name Go does not read into a field.
+func otherNameSAN(t *testing.T) pkix.Extension {
+	t.Helper()
+	upn, err := asn1.Marshal("batch@corp.example")
+	if err != nil {
+		t.Fatal(err)
+	}
+	inner, err := asn1.Marshal(struct {
+		ID    asn1.ObjectIdentifier
+		Value asn1.RawValue `asn1:"explicit,tag:0"`
+	}{asn1.ObjectIdentifier{1, 3, 6, 1, 4, 1, 311, 20, 2, 3}, asn1.RawValue{FullBytes: upn}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Re-tag the SEQUENCE as otherName, [0] IMPLICIT (constructed).
+	var seq asn1.RawValue
+	if _, err := asn1.Unmarshal(inner, &seq); err != nil {
+		t.Fatal(err)
+	}
+	names, err := asn1.Marshal([]asn1.RawValue{{Class: asn1.ClassContextSpecific, Tag: 0, IsCompound: true, Bytes: seq.Bytes}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pkix.Extension{Id: asn1.ObjectIdentifier{2, 5, 29, 17}, Value: names}
+}
+
+// TestMutualTLSCNOnlyWithoutSAN: over HTTPS with client certificates, a
+// certificate whose SubjectAltName holds only an e-mail address, only an
+// IP address or only an otherName is not its CN: with only the CN's entry
+// in the auth file, each gets 401 naming its identity or why it has none;
+// once the file lists the e-mail and IP identities, those certificates
+// get their entries' scopes, not the CN's.
+func TestMutualTLSCNOnlyWithoutSAN(t *testing.T) {
+	p := newPKI(t)
+	authPath := filepath.Join(p.dir, "auth.json")
+	authWith(t, authPath, idLegacy)
+	s := startTLS(t, Config{TLSCert: p.certFile, TLSKey: p.keyOut, ClientCA: p.caFile, AuthFile: authPath})
+	client := func(l tlstest.Leaf) *http.Client { return httpsClient(t, p.ca.Pool(), false, issue(t, p.ca, l)) }
+
+	legacy := client(tlstest.Leaf{CN: "legacy-batch"})
+	mail := client(tlstest.Leaf{CN: "legacy-batch", Emails: []string{"billing@dlock.test"}})
+	ip := client(tlstest.Leaf{CN: "legacy-batch", IPs: []net.IP{net.IPv4(10, 0, 0, 7)}})
+	other := client(tlstest.Leaf{CN: "legacy-batch", Extra: []pkix.Extension{otherNameSAN(t)}})
+
+	mustCall(t, legacy, 200, "POST", s.base+"/v1/locks/legacy%2Fa/acquire", `{"ttlMs":30000}`)
+	for _, tc := range []struct {
+		what, want string
+		c          *http.Client
+	}{
+		{"an e-mail SAN", `"email:billing@dlock.test" is not in the auth file`, mail},
+		{"an IP SAN", `"ip:10.0.0.7" is not in the auth file`, ip},
+		{"an otherName SAN", "has no URI, DNS, e-mail or IP name", other},
+	} {
+		r, err := call(tc.c, "POST", s.base+"/v1/locks/legacy%2Fb/acquire", `{"ttlMs":30000}`)
+		if msg, _ := r.body["message"].(string); err != nil || r.code != 401 || !strings.Contains(msg, tc.want) {
+			t.Errorf("certificate with CN legacy-batch and %s acquiring legacy/b = %d %v, %v; want 401 with %q (the CN does not count)", tc.what, r.code, r.body, err, tc.want)
+		}
+	}
+
+	authWith(t, authPath, idLegacy,
+		`{"tenant":"billing","identity":"email:billing@dlock.test","prefixes":["billing/"],"access":"read-write"}`,
+		`{"tenant":"edge","identity":"ip:10.0.0.7","prefixes":["edge/"],"access":"read-write"}`)
+	if err := s.srv.ReloadAuth(); err != nil {
+		t.Fatalf("ReloadAuth = %v", err)
+	}
+	for _, tc := range []struct {
+		what   string
+		c      *http.Client
+		inside string // a name in the identity's scope
+	}{
+		{"an e-mail SAN", mail, "billing%2Fa"},
+		{"an IP SAN", ip, "edge%2Fa"},
+	} {
+		mustCall(t, tc.c, 200, "POST", s.base+"/v1/locks/"+tc.inside+"/acquire", `{"ttlMs":30000}`)
+		if r := mustCall(t, tc.c, 403, "POST", s.base+"/v1/locks/legacy%2Fb/acquire", `{"ttlMs":30000}`); r.body["error"] != "out of scope" {
+			t.Errorf("certificate with CN legacy-batch and %s acquiring legacy/b: %v, want out of scope", tc.what, r.body)
 		}
 	}
 }

@@ -28,10 +28,14 @@ type CA struct {
 // Leaf describes a certificate to issue. The zero value is valid from an
 // hour ago for a day, for a server and a client, with no name.
 type Leaf struct {
-	CN        string
-	DNS       []string
-	IPs       []net.IP
-	URIs      []string
+	CN     string
+	DNS    []string
+	IPs    []net.IP
+	URIs   []string
+	Emails []string
+	// Extra are added as they are: a SubjectAltName extension here
+	// replaces the one made of DNS, IPs, URIs and Emails.
+	Extra     []pkix.Extension
 	NotBefore time.Time
 	NotAfter  time.Time
 }
@@ -93,14 +97,16 @@ func (ca *CA) Issue(l Leaf) (*Pair, error) {
 		l.NotAfter = time.Now().Add(24 * time.Hour)
 	}
 	tmpl := &x509.Certificate{
-		SerialNumber: sn,
-		Subject:      pkix.Name{CommonName: l.CN},
-		DNSNames:     l.DNS,
-		IPAddresses:  l.IPs,
-		NotBefore:    l.NotBefore,
-		NotAfter:     l.NotAfter,
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		SerialNumber:    sn,
+		Subject:         pkix.Name{CommonName: l.CN},
+		DNSNames:        l.DNS,
+		IPAddresses:     l.IPs,
+		EmailAddresses:  l.Emails,
+		ExtraExtensions: l.Extra,
+		NotBefore:       l.NotBefore,
+		NotAfter:        l.NotAfter,
+		KeyUsage:        x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:     []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 	}
 	for _, s := range l.URIs {
 		u, err := url.Parse(s)
