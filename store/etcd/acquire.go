@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/dlock-dev/dlock/store"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -136,7 +137,7 @@ func (s *Store) claimHead(ctx context.Context, k kind, req store.Request, vw *vi
 		}
 		return g, nil
 	}
-	fence, err := s.claim(ctx, req.Name, me, req.TTL, key, true, s.othersUnchanged(k, req.Name, vw))
+	fence, err := s.claim(ctx, req.Name, me, vw.fence, req.TTL, key, true, s.othersUnchanged(k, req.Name, vw))
 	if err != nil {
 		return store.Grant{}, err
 	}
@@ -291,9 +292,9 @@ func (s *Store) admitReader(req store.Request, vw *view, h newHold) (newHold, bo
 	if vw.fence != nil {
 		// The current fence, checked to be still current at commit
 		// (a writer that came and went since the read changed it).
-		h.fence = vw.fence.ModRevision
-		h.v.Fence = h.fence // a retry returns it, not the key's revision
-		h.cmps = append(h.cmps, clientv3.Compare(clientv3.ModRevision(s.fenceKey(req.Name)), "=", h.fence))
+		h.fence = lastFence(vw.fence)
+		h.v.Fence = h.fence // a retry returns it
+		h.cmps = append(h.cmps, s.fenceUnchanged(req.Name, vw.fence))
 	}
 	return h, true
 }
@@ -301,24 +302,26 @@ func (s *Store) admitReader(req store.Request, vw *view, h newHold) (newHold, bo
 // commitHold writes h, req's new key, on an etcd lease of its own and
 // returns the grant, or errRetry when a comparison failed (the lock changed
 // since vw was read). A grant whose fence was not known before the write
-// gets the transaction's revision, which it records on the name's fence key.
+// gets a new one ([Store.nextFence]), recorded in its key and on the name's fence
+// key, and commits only if no other grant issued a fence since vw was read.
 func (s *Store) commitHold(ctx context.Context, k kind, req store.Request, vw *view, key string, h newHold) (store.Grant, error) {
 	lease, err := s.cli.Grant(ctx, seconds(req.TTL))
 	if err != nil {
 		return store.Grant{}, err
 	}
 	cmps := h.cmps
+	var fenceOps []clientv3.Op
+	if h.fence == 0 {
+		h.fence = s.nextFence(vw.fence)
+		h.v.Fence = h.fence
+		cmps = append(cmps, s.fenceUnchanged(req.Name, vw.fence))
+		fenceOps = append(fenceOps, s.fencePut(req.Name, h.fence))
+	}
 	ops := []clientv3.Op{clientv3.OpPut(key, h.v.encode(), clientv3.WithLease(lease.ID))}
 	if h.slot != "" {
 		ops = append(ops, clientv3.OpPut(h.slot, req.Token, clientv3.WithLease(lease.ID)))
 	}
-	if h.fence == 0 {
-		fk := s.fenceKey(req.Name)
-		ops = append(ops, clientv3.OpPut(fk, ""))
-		if req.Mode == store.ModeRead {
-			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(fk), "=", 0))
-		}
-	}
+	ops = append(ops, fenceOps...)
 	resp, err := s.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
 	if err != nil || !resp.Succeeded {
 		s.revoke(lease.ID)
@@ -328,15 +331,11 @@ func (s *Store) commitHold(ctx context.Context, k kind, req store.Request, vw *v
 		return store.Grant{}, err
 	}
 	s.track(key, lease.ID, req.TTL)
-	fence := h.fence
-	if fence == 0 {
-		fence = resp.Header.Revision
-	}
 	count := 1
 	if k == kindReentrant {
 		count = len(vw.entries) + 1
 	}
-	return store.Grant{Acquired: true, Fence: fence, Count: count}, nil
+	return store.Grant{Acquired: true, Fence: h.fence, Count: count}, nil
 }
 
 // keepPlace renews the queue place me of a queued request for its queue
@@ -370,12 +369,13 @@ func (s *Store) count(k kind, vw *view, me *entry) int {
 
 // claim turns a queue key that reached the head into a hold of ttl: the
 // key moves to a new lease of ttl (its queue lease was as short as the
-// queue TTL), and the claiming transaction's revision is the fence,
-// recorded on the fence key. It fails with errRetry when the key changed
-// since it was read (expired, or claimed by someone else), or when this
+// queue TTL) and gets a new fence ([Store.nextFence] after fk, the name's fence
+// key as read with me), recorded in the key and on the fence key. It fails
+// with errRetry when the key or the fence key changed since they were read
+// (expired, claimed by someone else, another grant), or when this
 // store judged the place lapsed. A hold claimed for a waiter of this store
 // (mine, or a handoff to a place it tracks) is tracked for ttl.
-func (s *Store) claim(ctx context.Context, name string, me *entry, ttl time.Duration, key string, mine bool, others []clientv3.Cmp) (int64, error) {
+func (s *Store) claim(ctx context.Context, name string, me *entry, fk *mvccpb.KeyValue, ttl time.Duration, key string, mine bool, others []clientv3.Cmp) (int64, error) {
 	old := clientv3.LeaseID(me.kv.Lease)
 	if s.isDead(old) {
 		return 0, errRetry // the place lapsed: its revocation is on its way
@@ -385,14 +385,16 @@ func (s *Store) claim(ctx context.Context, name string, me *entry, ttl time.Dura
 	if err != nil {
 		return 0, err
 	}
+	fence := s.nextFence(fk)
 	nv := me.v
-	nv.Held, nv.TTL, nv.Fence = true, ms(ttl), 0
+	nv.Held, nv.TTL, nv.Fence = true, ms(ttl), fence
 	resp, err := s.cli.Txn(ctx).If(append([]clientv3.Cmp{
 		clientv3.Compare(clientv3.CreateRevision(key), "=", me.kv.CreateRevision),
 		clientv3.Compare(clientv3.ModRevision(key), "=", me.kv.ModRevision), // nobody claimed it since
+		s.fenceUnchanged(name, fk),
 	}, others...)...).Then(
 		clientv3.OpPut(key, nv.encode(), clientv3.WithLease(lease.ID)),
-		clientv3.OpPut(s.fenceKey(name), ""),
+		s.fencePut(name, fence),
 	).Commit()
 	if err != nil || !resp.Succeeded {
 		s.revoke(lease.ID)
@@ -405,7 +407,7 @@ func (s *Store) claim(ctx context.Context, name string, me *entry, ttl time.Dura
 		s.track(key, lease.ID, ttl)
 	}
 	s.revoke(old)
-	return resp.Header.Revision, nil
+	return fence, nil
 }
 
 // enqueue adds the caller's queue key (fair waiter or writer intent) on a

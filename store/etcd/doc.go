@@ -44,13 +44,27 @@
 //
 // # Fences
 //
-// The fence of a grant is the etcd revision of the transaction that made it
-// (for a new key, its create revision): strictly increasing across grants,
-// cluster-wide, and durable. Readers get the current fence, the revision of
-// the lock's last exclusive grant. These numbers are far smaller than the
-// fences of the Valkey and PostgreSQL stores (which follow the clock, about
-// 10^15): a resource that recorded fences from another store keeps refusing
-// etcd's until it is reset.
+// The fence of a grant is max(last + 1, clock floor): last is the name's
+// previous fence, kept as the value of the name's fence key
+// (<prefix>f/n/<len>:<name>, no lease), and the floor is the granting
+// process's wall clock in milliseconds × 1000, the rule of every dlock store.
+// The grant's transaction writes the new fence into the hold's key and the
+// fence key, and commits only if the fence key is as read, so fences of a
+// name rise strictly while etcd keeps its data, whatever the clocks do.
+// Readers get the current fence, the lock's last exclusive grant's. Fences are
+// comparable with those of the Valkey and PostgreSQL stores (about 10^15).
+//
+// Builds before 0.1.0 used the grant's etcd revision as the fence. Revisions
+// start again from the snapshot's when etcd is restored from a snapshot or a
+// backup (etcdctl snapshot restore without etcd 3.5's --bump-revision), so a
+// fence repeated; the clock floor keeps the next fence above every fence
+// issued before a restore as long as the restore takes longer than the
+// granting processes' clocks differ and no clock stepped back by more
+// (docs/safety.md, "Fences through a restore or a failover, store by
+// store"). A fence key an older build wrote (an empty value) counts with its
+// ModRevision, so fences still rise across the upgrade; an older build
+// running beside this one on the same cluster would issue revisions again,
+// far below: stop older processes first.
 //
 // # What is not guaranteed
 //

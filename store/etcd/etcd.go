@@ -46,6 +46,7 @@ type Store struct {
 	stop   chan struct{}     // closed by Close
 	wg     sync.WaitGroup    // the reaper and WatchGrant goroutines
 	bus    busState          // the lease of published messages (broadcast.go)
+	floor  func() int64      // a fence's clock floor: wallFloor, or a test's clock
 	// dead are the leases revoked for a lapsed TTL, for deadFor: a
 	// keep-alive that reached etcd before the revocation renews nothing.
 	dead map[clientv3.LeaseID]time.Time
@@ -88,7 +89,7 @@ func New(ctx context.Context, endpoints []string, opts ...Option) (*Store, error
 // NewWithClient returns a store on the caller's client; Close leaves it
 // open.
 func NewWithClient(cli *clientv3.Client, opts ...Option) *Store {
-	s := &Store{cli: cli, prefix: DefaultPrefix, local: map[string]*local{}, dead: map[clientv3.LeaseID]time.Time{}, kick: make(chan struct{}, 1), stop: make(chan struct{})}
+	s := &Store{cli: cli, prefix: DefaultPrefix, floor: wallFloor, local: map[string]*local{}, dead: map[clientv3.LeaseID]time.Time{}, kick: make(chan struct{}, 1), stop: make(chan struct{})}
 	for _, o := range opts {
 		o(s)
 	}

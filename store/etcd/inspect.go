@@ -24,9 +24,7 @@ func (s *Store) Ping(ctx context.Context) error {
 
 func (s *Store) state(k kind, name string, vw *view) store.State {
 	st := store.State{Name: name, Mode: k.mode()}
-	if vw.fence != nil {
-		st.Fence = vw.fence.ModRevision
-	}
+	st.Fence = lastFence(vw.fence)
 	for i, e := range vw.entries {
 		if vw.holds(k, i) {
 			st.Holders++

@@ -124,11 +124,54 @@ func (s *Store) key(k kind, req store.Request) string {
 	return s.lockPrefix(k, req.Name) + sub(req.Mode) + req.Token
 }
 
-// fenceKey is the key whose ModRevision is the name's last exclusive fence
-// (the current fence readers get), one for every kind: a name is one lock.
-// It has no lease.
+// fenceKey is the key whose value is the name's last exclusive fence (the
+// current fence readers get), one for every kind: a name is one lock. It has
+// no lease. A key written by an older build holds "": its ModRevision was
+// the fence.
 func (s *Store) fenceKey(name string) string {
 	return s.prefix + "f/" + nameKey(fenceSegment, name)
+}
+
+// lastFence is the fence the name's fence key fk records: its value, or its
+// ModRevision for a key of an older build; 0 when there is none.
+func lastFence(fk *mvccpb.KeyValue) int64 {
+	if fk == nil {
+		return 0
+	}
+	if f, err := strconv.ParseInt(string(fk.Value), 10, 64); err == nil && f > 0 {
+		return f
+	}
+	return fk.ModRevision
+}
+
+// wallFloor is the clock floor of a fence: this process's wall clock in
+// milliseconds × 1000, as on every dlock store.
+func wallFloor() int64 { return time.Now().UnixMilli() * 1000 }
+
+// nextFence is the fence of a new grant on a name whose fence key is fk:
+// max(last + 1, clock floor), the rule of every dlock store. last + 1 keeps
+// fences strictly rising while etcd keeps its data, whatever the clocks do
+// (the grant's transaction commits only if fk is unchanged: see
+// [Store.fenceUnchanged]); the floor keeps them rising when etcd comes back from
+// a snapshot or a backup whose fence key is stale (revisions, the fences of
+// builds before, start again from the snapshot's there).
+func (s *Store) nextFence(fk *mvccpb.KeyValue) int64 {
+	return max(lastFence(fk)+1, s.floor())
+}
+
+// fenceUnchanged holds while the fence key is as read into fk (absent when
+// fk is nil): no other grant issued a fence since.
+func (s *Store) fenceUnchanged(name string, fk *mvccpb.KeyValue) clientv3.Cmp {
+	key := s.fenceKey(name)
+	if fk == nil {
+		return clientv3.Compare(clientv3.CreateRevision(key), "=", 0)
+	}
+	return clientv3.Compare(clientv3.ModRevision(key), "=", fk.ModRevision)
+}
+
+// fencePut records fence as the name's last fence.
+func (s *Store) fencePut(name string, fence int64) clientv3.Op {
+	return clientv3.OpPut(s.fenceKey(name), strconv.FormatInt(fence, 10))
 }
 
 // slotKey is permit i of a semaphore: a key created with the permit's hold
@@ -148,7 +191,7 @@ type val struct {
 	Owner string     `json:"o,omitempty"`
 	Held  bool       `json:"h,omitempty"`  // claimed: granted to its token
 	TTL   int64      `json:"t"`            // lease length asked for, ms
-	Fence int64      `json:"f,omitempty"`  // the grant's fence when the key was rewritten after the grant
+	Fence int64      `json:"f,omitempty"`  // the grant's fence (a key of an older build: 0 until rewritten after the grant)
 	Limit int        `json:"l,omitempty"`  // semaphore
 	Slot  int        `json:"s,omitempty"`  // semaphore: slot index + 1
 	Hold  int64      `json:"ht,omitempty"` // queue key: the hold's TTL to claim with, ms
@@ -166,8 +209,9 @@ type entry struct {
 	v     val
 }
 
-// fence of a claimed entry: the revision of the transaction that claimed
-// it, which is its ModRevision unless it was rewritten since.
+// fence of a claimed entry: the fence its value records, or, for a key
+// granted by an older build (whose fences were revisions) and not rewritten
+// since, its ModRevision.
 func (e *entry) fence() int64 {
 	if e.v.Fence != 0 {
 		return e.v.Fence

@@ -376,7 +376,7 @@ func (s *Store) handOff(ctx context.Context, name string) {
 		if hold == 0 {
 			hold = head.v.TTL
 		}
-		_, err = s.claim(ctx, name, head, time.Duration(hold)*time.Millisecond, key, false, s.othersUnchanged(kindFair, name, vw))
+		_, err = s.claim(ctx, name, head, vw.fence, time.Duration(hold)*time.Millisecond, key, false, s.othersUnchanged(kindFair, name, vw))
 		if !errors.Is(err, errRetry) {
 			return
 		}

@@ -180,6 +180,11 @@ func (s *Server) Endpoint() string {
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.clientPort))
 }
 
+// DataDir returns the server's data directory (etcd's --data-dir). Copy or
+// replace it only while the server is stopped ([Server.Kill]); a
+// [Server.Restart] then starts from what it holds, as from a backup.
+func (s *Server) DataDir() string { return filepath.Join(s.dir, "data") }
+
 // URL returns the client URL, http://host:port.
 func (s *Server) URL() string { return "http://" + s.Endpoint() }
 

@@ -435,3 +435,47 @@ func (s *Server) Restart(tb testing.TB) {
 	}
 	tb.Fatalf("pgtest: restart postgres: %v", err)
 }
+
+// StartStandby makes a streaming standby of primary (pg_basebackup -R -X
+// stream: asynchronous, hot standby) on a free port of 127.0.0.1 and returns
+// once it accepts connections. Like [Start], a t.Cleanup kills it by PID and
+// removes its directory. Its postgresql.auto.conf holds primary_conninfo;
+// promote it with pg_promote().
+func StartStandby(tb testing.TB, primary *Server) *Server {
+	tb.Helper()
+	cred, err := serverCred()
+	if err != nil {
+		tb.Fatalf("pgtest: %v", err)
+	}
+	dir, err := mkdir("pgtest-standby-", cred)
+	if err != nil {
+		tb.Fatalf("pgtest: %v", err)
+	}
+	s := &Server{bin: primary.bin, dir: dir, cred: cred, fsync: primary.fsync}
+	tb.Cleanup(func() {
+		s.Kill()
+		os.RemoveAll(dir)
+	})
+	bb := command(cred, filepath.Join(s.bin, "pg_basebackup"),
+		"-h", "127.0.0.1", "-p", strconv.Itoa(primary.port), "-U", "postgres",
+		"-D", filepath.Join(dir, "data"), "-R", "-X", "stream", "-c", "fast", "--no-sync")
+	bb.Dir = dir
+	if out, err := bb.CombinedOutput(); err != nil {
+		tb.Fatalf("pgtest: pg_basebackup: %v\n%s", err, out)
+	}
+	var last error
+	for range startAttempts {
+		if s.port, err = freePort(); err != nil {
+			tb.Fatalf("pgtest: %v", err)
+		}
+		s.mu.Lock()
+		err = s.launch()
+		s.mu.Unlock()
+		if err == nil {
+			return s
+		}
+		last = err
+	}
+	tb.Fatalf("pgtest: start standby: %v", last)
+	return nil
+}

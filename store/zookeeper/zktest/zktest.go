@@ -201,6 +201,12 @@ func (s *Server) logTail() string {
 	return string(b)
 }
 
+// DataDir returns the server's data directory (dataDir: snapshots and
+// transaction log). Copy or replace it only while the server is stopped
+// ([Server.Kill]); a [Server.Restart] then starts from what it holds, as
+// from a backup.
+func (s *Server) DataDir() string { return filepath.Join(s.dir, "data") }
+
 // Addr returns host:port of the server.
 func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
 

@@ -38,7 +38,7 @@ func (s *storeFlags) register(fs *flagSet, client bool) {
 	fs.String(&s.redlockURLs, "redlock-urls", "URL,...", "DLOCK_REDLOCK_URLS", "",
 		"comma-separated URLs of independent Valkey/Redis nodes for Redlock (a majority must agree)")
 	fs.String(&s.etcd, "etcd-endpoints", "HOST:PORT,...", "DLOCK_ETCD_ENDPOINTS", "",
-		"comma-separated etcd endpoints (store/etcd: fences are key revisions, loss when the session ends)")
+		"comma-separated etcd endpoints (store/etcd: fences rise past a snapshot restore, loss when the session ends)")
 	fs.String(&s.postgresURL, "postgres-url", "URL", "DLOCK_POSTGRES_URL", "",
 		"PostgreSQL URL, postgres://user:pass@host:5432/db (store/postgres: a lease table judged by the database clock)")
 	fs.String(&s.zookeeper, "zookeeper-servers", "HOST:PORT,...", "DLOCK_ZOOKEEPER_SERVERS", "",
