@@ -97,12 +97,20 @@ type env struct {
 
 func newEnv(t *testing.T, nodes int, fenced bool, opts ...testredis.Option) *env {
 	t.Helper()
-	e := &env{t: t, store: "valkey"}
-	if nodes > 1 {
-		e.store = "redlock"
-	}
+	var srvs []*testredis.Server
 	for range nodes {
-		e.nodes = append(e.nodes, testredis.Start(t, opts...))
+		srvs = append(srvs, testredis.Start(t, opts...))
+	}
+	return newEnvOn(t, fenced, srvs...)
+}
+
+// newEnvOn is newEnv over nodes already started, which a group of
+// scenarios may share (servers started once per group).
+func newEnvOn(t *testing.T, fenced bool, nodes ...*testredis.Server) *env {
+	t.Helper()
+	e := &env{t: t, store: "valkey", nodes: nodes}
+	if len(nodes) > 1 {
+		e.store = "redlock"
 	}
 	e.reg = newRegister(t, fenced)
 	e.tp = toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop())

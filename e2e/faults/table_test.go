@@ -19,6 +19,7 @@ type result struct {
 	Fenced        bool
 	Grants        int
 	Overlaps      int
+	Promise       string // "none promised" (overlaps of valid leases must be 0) or "not promised" (counted, shown); empty before T26
 	StaleAccepted int
 	StaleRejected int
 	Lost          int // read-sleep-write increments lost
@@ -138,7 +139,11 @@ func printTable(w io.Writer, markdown bool) {
 		if r.Extra != "" {
 			note += "; " + r.Extra
 		}
-		cells := []string{shortName(r.Scenario), fenced, fmt.Sprint(r.Grants), fmt.Sprint(r.Overlaps), fmt.Sprint(r.StaleAccepted),
+		overlaps := fmt.Sprint(r.Overlaps)
+		if r.Promise != "" {
+			overlaps += " (" + r.Promise + ")"
+		}
+		cells := []string{shortName(r.Scenario), fenced, fmt.Sprint(r.Grants), overlaps, fmt.Sprint(r.StaleAccepted),
 			fmt.Sprint(r.StaleRejected), lost, fmt.Sprintf("%d/%d", r.FenceDups, r.FenceOrder), string(r.Register), r.Verdict, note}
 		if markdown {
 			fmt.Fprintf(w, "| %s |\n", strings.Join(cells, " | "))

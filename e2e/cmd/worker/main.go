@@ -60,6 +60,7 @@ type config struct {
 	startAfter  time.Duration
 	queueTTL    time.Duration
 	names       []string
+	clockLib    string
 }
 
 func main() {
@@ -92,7 +93,16 @@ func main() {
 	flag.DurationVar(&c.nodeTimeout, "node-timeout", 0, "redlock: per-node timeout (0: library default)")
 	flag.DurationVar(&c.startAfter, "start-after", 0, "wait this long after the start event before the first attempt")
 	flag.DurationVar(&c.queueTTL, "queue-ttl", 0, "queue place TTL of fair and write waiters (0: library default)")
+	flag.StringVar(&c.clockLib, "clock-lib", "", "negative control: run the Valkey/Redis scripts with this clock_lib.lua instead of the embedded one")
 	flag.Parse()
+	if c.clockLib != "" {
+		n, err := swapClockLib(c.clockLib)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "worker:", err)
+			os.Exit(1)
+		}
+		fmt.Fprintf(os.Stderr, "worker: %d scripts run %s\n", n, c.clockLib)
+	}
 	if addrs != "" {
 		c.addrs = strings.Split(addrs, ",")
 	}
