@@ -47,6 +47,12 @@ import (
 //	    store to hold it past that (sent at s with TTL t: s+t, less its
 //	    lock-delay).
 //
+// The checker also holds the simulation to its own word (s): a process
+// whose scheduler is stalled (see simNet.stallScheduler) sends no renewal
+// and its scheduler makes no pass over its leases until the stall ends,
+// so that what a lease does past its validity is checked with the
+// scheduler not having noticed.
+//
 // When the store goes back to an earlier snapshot (the profiles with
 // rewinds), a lease cannot hold through the store losing its state: (a),
 // (b), (d), (f) and the fenced writes of (c) are not asked of a hold whose
@@ -157,6 +163,11 @@ func newSimChecker(t testing.TB, net *simNet, replay string) *simChecker {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		c.failf("", "(e) livelock: %s", msg)
+	}
+	net.stallBroken = func(msg string) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.failf("", "(s) %s", msg)
 	}
 	return c
 }

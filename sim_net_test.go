@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlock-dev/dlock"
@@ -111,7 +112,14 @@ type simNet struct {
 	script func(c simCall) (simFlight, bool)
 	// spin, when set, is told of a livelock (see simLink.guard).
 	spin func(msg string)
-	wg   sync.WaitGroup // flights and deliveries still on their way
+	// stallBroken, when set, is told of a stalled scheduler that did not
+	// hold (see simNet.stallScheduler).
+	stallBroken func(msg string)
+	// stallSem lets one goroutine at a time begin a scheduler stall: it
+	// waits for the bubble to block (synctest.Wait), which two may not do
+	// at once. A channel made in the bubble: waiting on it blocks durably.
+	stallSem chan struct{}
+	wg       sync.WaitGroup // flights and deliveries still on their way, stalls still to end
 
 	mu     sync.Mutex
 	holds  map[simKey]*simHold
@@ -214,14 +222,15 @@ const traceCap = 4096
 
 func newSimNet(seed uint64, prof simProfile) *simNet {
 	return &simNet{
-		inner:   memory.New(),
-		start:   time.Now(),
-		prof:    prof,
-		seed:    seed,
-		holds:   make(map[simKey]*simHold),
-		queued:  make(map[simKey]time.Duration),
-		fences:  make(map[string]int64),
-		everIss: make(map[string]map[int64]bool),
+		inner:    memory.New(),
+		start:    time.Now(),
+		prof:     prof,
+		seed:     seed,
+		holds:    make(map[simKey]*simHold),
+		queued:   make(map[simKey]time.Duration),
+		fences:   make(map[string]int64),
+		everIss:  make(map[string]map[int64]bool),
+		stallSem: make(chan struct{}, 1),
 	}
 }
 
@@ -473,6 +482,11 @@ type simLink struct {
 	outages [][2]time.Duration    // [from, to) in round time: the link is down
 	instant time.Duration         // the virtual time of the last call
 	calls   int                   // calls made at instant
+
+	// renewals counts the calls of the Locker's scheduler (its renewals'
+	// Extend calls), made on the link, whether or not they reach the
+	// store: a stalled scheduler makes none.
+	renewals atomic.Int64
 }
 
 var (
@@ -587,6 +601,7 @@ func (k *simLink) call(ctx context.Context, c simCall, apply func(from string)) 
 	case c.from != "":
 	case c.op == "extend":
 		c.from = k.String() + " renewal"
+		k.renewals.Add(1)
 	default:
 		c.from = k.String() + " locker"
 	}

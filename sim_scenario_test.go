@@ -2,6 +2,7 @@ package dlock_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -232,19 +233,22 @@ func TestSimStaleFairGrant(t *testing.T) {
 
 // TestSimReleaseAfterValidity: a holder with a lock-delay resumes from a
 // pause after its lease's validity ended, but before its Locker's
-// scheduler (itself held up, here in the observer reporting another
-// lease's loss) marked the lease lost, and releases it. The release must
-// not free the name: the lock-delay keeps it until validity + delay.
+// scheduler (itself held up, here from when it reported another lease's
+// loss) marked the lease lost, and releases it. The release must not free
+// the name: the lock-delay keeps it until validity + delay.
 func TestSimReleaseAfterValidity(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := newSimScenario(t, nil)
+		stalls := make(chan *simStall, 1)
+		var a *dlock.Locker
 		stall := dlock.WithObserver(func(ev dlock.Event) {
 			if ev.Kind == dlock.EventLeaseLost && ev.Name == "decoy" {
 				s.net.logf("p1 stalls 1s reporting the loss of decoy %s", simProcessStall)
-				time.Sleep(time.Second) // the scheduler's goroutine is held up
+				stalls <- s.net.stallScheduler(a, a.Store().(*simLink), time.Second, nil)
 			}
 		})
-		a, b := s.locker(1, stall), s.locker(2)
+		a = s.locker(1, stall)
+		b := s.locker(2)
 		ctx := s.ctx("p1/w0")
 		// The decoy's validity ends at 889ms, and the scheduler stalls then.
 		if _, err := a.Mutex("decoy", dlock.WithTTL(900*time.Millisecond)).TryLock(ctx); err != nil {
@@ -255,9 +259,35 @@ func TestSimReleaseAfterValidity(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		validEnd := time.Now().Add(ls.TTL())
+		done := ls.Done()
 		h := s.hold("p1/w0", ls, delay)
 
 		s.sleepUntil(1200 * time.Millisecond) // the holder's pause: validity ended at 988ms
+		var st *simStall
+		select {
+		case st = <-stalls:
+		default:
+			t.Fatal("the scheduler did not stall when it reported the decoy's loss")
+		}
+		// The scheduler has not looked at its leases since before the
+		// lease's validity ended: it has not noticed. Err and Done tell
+		// of the loss all the same.
+		if !st.start.Before(validEnd) || time.Now().Before(validEnd) {
+			t.Fatalf("the stall began at %v, the validity ended at %v, now is %v: want a stall across the end of validity",
+				st.start.Sub(s.start), validEnd.Sub(s.start), time.Since(s.start))
+		}
+		if n := st.st.Looks(); n != 0 {
+			t.Fatalf("the stalled scheduler made %d passes over its leases, want none: it may have noticed the loss", n)
+		}
+		if err := ls.Err(); !errors.Is(err, dlock.ErrLeaseLost) {
+			t.Errorf("Err() = %v past the lease's validity, want ErrLeaseLost", err)
+		}
+		select {
+		case <-done:
+		default:
+			t.Error("Done() is open past the lease's validity")
+		}
 		s.ck.releasing(h)
 		err = ls.Release(ctx)
 		s.net.logf("p1/w0 released n after its validity: %v", err)
@@ -265,6 +295,72 @@ func TestSimReleaseAfterValidity(t *testing.T) {
 		s.sleepUntil(1300 * time.Millisecond)
 		if lb, err := b.Mutex("n").TryLock(s.ctx("p2/w0")); err == nil {
 			s.hold("p2/w0", lb, 0)
+		}
+		if n := st.st.Looks(); n != 0 {
+			t.Fatalf("the stalled scheduler made %d passes over its leases by 1.3s, want none", n)
+		}
+	})
+}
+
+// TestSimStalledSchedulerRenewsNothing: an auto-renewed lease of 1s whose
+// Locker's scheduler stalls from 100ms to 1.5s is not renewed: no renewal
+// call goes out, and its validity ends at 1s with the scheduler not having
+// noticed; Err and Done tell of the loss before anything looks at it
+// (validity is truth), and another Locker takes the name once the store's
+// hold ran out. When the scheduler resumes, it sends nothing for it. A
+// stall that did not hold the scheduler (as a slow observer no longer
+// does) fails here: the lease would be renewed at 333ms.
+func TestSimStalledSchedulerRenewsNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSimScenario(t, nil)
+		a, b := s.locker(1), s.locker(2)
+		link := a.Store().(*simLink)
+		ctx := s.ctx("p1/w0")
+		ls, err := a.Mutex("n", dlock.WithTTL(time.Second), dlock.WithAutoRenew()).TryLock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := ls.Done()
+		// Registered with the checker (s.hold) only once it has been
+		// looked at here: the checker's reads of Err and TTL would end it.
+
+		s.sleepUntil(100 * time.Millisecond)
+		s.net.logf("p1 stalls 1.4s %s", simProcessStall)
+		st := s.net.stallScheduler(a, link, 1400*time.Millisecond, nil)
+
+		s.sleepUntil(1100 * time.Millisecond) // past the lease's validity, renewal due at 333ms
+		if n := st.renewalsSent(); n != 0 {
+			t.Errorf("%d renewal calls went out with the scheduler stalled, want none", n)
+		}
+		if n := st.st.Looks(); n != 0 {
+			t.Errorf("the stalled scheduler made %d passes over its leases, want none", n)
+		}
+		if !dlock.HeldPastValidity(ls) {
+			t.Errorf("the lease is not held past its validity at 1.1s with the scheduler stalled since 100ms (TTL %v): renewed, or ended by the scheduler", ls.TTL())
+		}
+		if err := ls.Err(); !errors.Is(err, dlock.ErrLeaseLost) {
+			t.Errorf("Err() = %v past the lease's validity, want ErrLeaseLost", err)
+		}
+		select {
+		case <-done:
+		default:
+			t.Error("Done() is open past the lease's validity")
+		}
+		if dlock.HeldPastValidity(ls) {
+			t.Error("the lease is still held after Err reported its loss")
+		}
+		h := s.hold("p1/w0", ls, 0)
+		lb, err := b.Mutex("n", dlock.WithTTL(time.Second)).TryLock(s.ctx("p2/w0"))
+		if err != nil {
+			t.Errorf("TryLock by another Locker after the unrenewed lease's hold ran out: %v", err)
+		} else {
+			s.hold("p2/w0", lb, 0)
+		}
+		s.ck.action(h)
+
+		s.sleepUntil(1600 * time.Millisecond) // the stall ended at 1.5s
+		if n := link.renewals.Load(); n != 0 {
+			t.Errorf("%d renewal calls went out by 1.6s, want none: the lease was lost before the scheduler resumed", n)
 		}
 	})
 }

@@ -97,7 +97,7 @@ type simProfile struct {
 	outages    int           // up to this many outages per link and round
 	outageMax  time.Duration // each up to this long
 	stall      float64       // chance that a holder's pause is a stall of 1 to 2 TTLs
-	schedStall float64       // chance that a process stalls up to 1s reporting a lease loss
+	schedStall float64       // chance that a process's scheduler stalls up to 1s when it reports a lease loss
 
 	extends   int           // holders extend: 0 never, 1 one at a time, 2 also twice at once
 	shrink    float64       // chance that an extension may shorten the lease

@@ -2,6 +2,7 @@ package dlock_test
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -15,8 +16,10 @@ import (
 // lock-delay), under ctx deadlines and cancels, and then hold: they write
 // to the fenced register, extend (also twice at once with different TTLs),
 // re-enter, work, stall past their TTL, and release or abandon the lease.
-// Each process's goroutine that reports a lease loss may stall too, as a
-// process's scheduler does under load.
+// When a process reports a lease loss, its Locker's scheduler may stall
+// for up to a second, as under load (see simNet.stallScheduler): it
+// renews nothing and ends no lease meanwhile, while its leases' validity
+// still ends on time.
 
 var (
 	simNames   = []string{"n1", "n2", "n3"}
@@ -36,8 +39,9 @@ type simProc struct {
 	link      *simLink
 	opTimeout time.Duration
 
-	mu  sync.Mutex
-	rng *rand.Rand // the observer's stalls
+	mu      sync.Mutex
+	rng     *rand.Rand // the scheduler's stalls
+	stalled bool       // its scheduler is stalled
 }
 
 func newSimProc(net *simNet, id int, dur time.Duration) (*simProc, error) {
@@ -47,6 +51,9 @@ func newSimProc(net *simNet, id int, dur time.Duration) (*simProc, error) {
 		p.opTimeout = net.prof.opTimeout
 	}
 	p.link.maxOut = p.opTimeout
+	// The observer stalls the scheduler: with the loss reports off its
+	// loop, a slow observer no longer would. Not once the round is over
+	// (the Lockers close), nor while it is stalled already.
 	stall := func(ev dlock.Event) {
 		if ev.Kind != dlock.EventLeaseLost {
 			return
@@ -56,16 +63,84 @@ func newSimProc(net *simNet, id int, dur time.Duration) (*simProc, error) {
 		if p.rng.Float64() < net.prof.schedStall {
 			d = time.Duration(p.rng.Int64N(int64(time.Second)))
 		}
+		if p.stalled || net.since() >= dur {
+			d = 0
+		}
+		if d > 0 {
+			p.stalled = true
+		}
 		p.mu.Unlock()
 		if d > 0 {
 			net.logf("p%d stalls %v reporting the loss of %s %s fence=%d %s", id, d, ev.Mode, ev.Name, ev.Fence, simProcessStall)
-			time.Sleep(d)
+			net.stallScheduler(p.l, p.link, d, func() {
+				p.mu.Lock()
+				p.stalled = false
+				p.mu.Unlock()
+			})
 		}
 	}
 	l, err := dlock.New(p.link, dlock.WithTTL(time.Second), dlock.WithOpTimeout(p.opTimeout),
 		dlock.WithBackoff(5*time.Millisecond, 250*time.Millisecond), dlock.WithObserver(stall))
 	p.l = l
 	return p, err
+}
+
+// simStall is a stall of a process's scheduler (see simNet.stallScheduler).
+type simStall struct {
+	net      *simNet
+	st       *dlock.SchedulerStall
+	link     *simLink
+	renewals int64 // the link's renewal calls when it began
+	start    time.Time
+	once     sync.Once
+	ended    func()
+}
+
+// stallScheduler stalls the scheduler of l, the Locker on link k, from now
+// for d (0: until end is called), as a loaded machine or a long pause of
+// its goroutine would: it makes no pass over its leases, so it renews
+// none and ends none whose validity passed (their accessors still do:
+// validity is truth), while the process's other goroutines go on. ended,
+// when set, is called when the stall ends.
+//
+// When the stall ends, the net checks that it held (s): the scheduler made
+// no pass over its leases and no renewal call went out on k meanwhile. It
+// begins once every goroutine of the bubble is blocked (see
+// dlock.StallScheduler), so a renewal the scheduler started before it has
+// made its call by then.
+func (n *simNet) stallScheduler(l *dlock.Locker, k *simLink, d time.Duration, ended func()) *simStall {
+	n.stallSem <- struct{}{}
+	st := dlock.StallScheduler(l)
+	<-n.stallSem
+	s := &simStall{net: n, st: st, link: k, renewals: k.renewals.Load(), start: time.Now(), ended: ended}
+	if d > 0 {
+		n.wg.Go(func() {
+			time.Sleep(d)
+			s.end()
+		})
+	}
+	return s
+}
+
+// renewalsSent returns how many renewal calls went out on the stalled
+// link since the stall began.
+func (s *simStall) renewalsSent() int64 { return s.link.renewals.Load() - s.renewals }
+
+// end ends the stall (once) and checks (s).
+func (s *simStall) end() {
+	s.once.Do(func() {
+		sent := s.renewalsSent() // before the scheduler resumes
+		looks := s.st.Resume()
+		s.net.logf("%s scheduler resumes after %v: %d passes over its leases and %d renewal calls meanwhile %s",
+			s.link, time.Since(s.start), looks, sent, simProcessStall)
+		if s.ended != nil {
+			s.ended()
+		}
+		if (looks != 0 || sent != 0) && s.net.stallBroken != nil {
+			s.net.stallBroken(fmt.Sprintf("%s scheduler stalled at %.3fs for %v made %d passes over its leases and %d renewal calls, want none: the stall did not hold it",
+				s.link, s.start.Sub(s.net.start).Seconds(), time.Since(s.start), looks, sent))
+		}
+	})
 }
 
 // simWorker is one goroutine of a process, taking locks until the round
