@@ -64,8 +64,13 @@ func (e *LockedError) Error() string {
 	if e.Held == ModeElection {
 		a = "an"
 	}
-	return fmt.Sprintf("dlock: lock %q held by %s %v hold (retry after %v)", e.Name, a, e.Held, e.RetryAfter)
+	return fmt.Sprintf("dlock: lock %q held by %s %v hold (retry after %v)", e.Name, a, e.Held, roundDuration(e.RetryAfter))
 }
+
+// roundDuration rounds d for an error string to the millisecond, the
+// precision stores count in: "4.999998418s" prints as "5s". The field that
+// holds d keeps it exact.
+func roundDuration(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
 
 func (e *LockedError) Unwrap() error { return ErrLocked }
 
@@ -86,7 +91,7 @@ type StoreError = store.StoreError
 type maxHoldError struct{ d time.Duration }
 
 func (e *maxHoldError) Error() string {
-	return fmt.Sprintf("dlock: lease lost: held for its max hold (%v)", e.d)
+	return fmt.Sprintf("dlock: lease lost: held for its max hold (%v)", roundDuration(e.d))
 }
 
 func (e *maxHoldError) Unwrap() []error { return []error{ErrLeaseLost, ErrMaxHold} }

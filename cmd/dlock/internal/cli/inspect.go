@@ -16,14 +16,15 @@ import (
 var statusCmd = &command{
 	name:     "status",
 	synopsis: "[flags] NAME",
-	summary:  "show who holds a lock: holders, mode, time left, fence, queue",
+	summary:  "show a lock's state: free or held, holder count, mode, time left, fence, queue",
 	argNames: []string{"NAME"},
 	minpos:   1,
 	help: `
 Show the state of lock NAME on a shared store: whether it is held, by how
 many holders, in which mode, for how much longer, its last fencing token and
-how many waiters are queued. Tokens are never shown. Exits 0 whether the lock
-is held or free.
+how many waiters are queued. It counts holders but does not say who they
+are: holders carry no identity. Tokens are never shown. Exits 0 whether the
+lock is held or free.
 
 Examples:
   dlock status --redis-url redis://127.0.0.1:6379 nightly

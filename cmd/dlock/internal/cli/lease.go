@@ -17,8 +17,9 @@ import (
 
 const sharedNote = `
 acquire, extend and release only make sense on a shared store (--redis-url,
---redlock-urls or --server): dlock exits right after, so a lock in its own
-memory would be gone at once. Without one they fail with exit code 64.`
+--redlock-urls, --etcd-endpoints, --postgres-url, --zookeeper-servers or
+--server): dlock exits right after, so a lock in its own memory would be gone
+at once. Without one they fail with exit code 64.`
 
 var acquireCmd = &command{
 	name:     "acquire",
