@@ -18,7 +18,11 @@ import (
 // store's clock, so it delays the others by at most one queue TTL. A
 // release hands the lock directly to the live head of the queue, which is
 // woken already holding it (on stores implementing [store.GrantWatcher]); one
-// release wakes one waiter.
+// release wakes one waiter. The store holds a handed-over lock for the
+// waiter no longer than its queue TTL until the waiter claims it (Lock does
+// so at once, with one more round trip when the queue TTL is shorter than
+// the lease TTL), so a waiter that dies in between delays the others by at
+// most one queue TTL too.
 //
 // Order is arrival order at the store among waiters that stay alive; a
 // waiter whose store calls fail keeps its token, and its place if the store
@@ -185,5 +189,16 @@ func (q *queueWait) round(l *Locker, w *waiter, sent time.Time, g store.Grant, e
 	if (g.Position == 0 || req.Mode == ModeMutex) && g.RetryAfter > 0 {
 		delay = min(delay, g.RetryAfter+time.Millisecond)
 	}
-	return min(delay, q.fresh/2), !q.doubt
+	return min(delay, q.fresh/2), !q.doubt && !q.windowed()
+}
+
+// windowed reports whether a fair lock handed to the waiter may be held
+// for less than its TTL: the store holds a handed-over grant until the
+// waiter's queue deadline at most (the claim window, so that a waiter that
+// died before claiming it keeps the others waiting no longer than its
+// place would have), and the waiter's next Acquire claims the whole TTL.
+// With a queue TTL shorter than the hold, a pushed grant is confirmed by
+// that Acquire (one more round trip) rather than taken as it is.
+func (q *queueWait) windowed() bool {
+	return q.req.Mode == ModeFair && q.req.QueueTTL < q.req.TTL
 }

@@ -35,7 +35,7 @@ type mHold struct {
 // mWaiter is a queue place: a fair ticket or a writer's intent.
 type mWaiter struct {
 	tok      string
-	ttl      time.Duration // lease length on handoff
+	ttl      time.Duration // lease length on handoff (until its claim: at most to the place's expiry)
 	enq      time.Duration // when it queued (earliest)
 	minFence int64
 	lo, hi   time.Duration
@@ -224,7 +224,10 @@ func promote(nm *mName, e time.Duration) {
 	q := nm.fairQ[0]
 	nm.fairQ = nm.fairQ[1:]
 	from := max(nm.freeLo, q.enq)
-	nm.holds = append(nm.holds, mHold{toks: []string{q.tok}, los: []time.Duration{from + q.ttl}, his: []time.Duration{e + q.ttl}, mode: store.ModeFair, minFence: q.minFence})
+	// Held until the waiter's TTL from the handoff, but no longer than its
+	// queue deadline (the claim window) until it claims the lock.
+	lo, hi := min(from+q.ttl, q.lo), min(e+q.ttl, q.hi)
+	nm.holds = append(nm.holds, mHold{toks: []string{q.tok}, los: []time.Duration{lo}, his: []time.Duration{hi}, mode: store.ModeFair, minFence: q.minFence})
 }
 
 // promotions returns w with the fair queue of name n served (forced) or

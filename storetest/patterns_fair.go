@@ -28,6 +28,8 @@ func testFair(t *testing.T, h Harness) {
 		{"OneReleaseWakesOneWaiter", fairOneWakeUp},
 		{"DeadWaiterPruned", fairDeadWaiterPruned},
 		{"KilledHeadSkipped", fairKilledHead},
+		{"UnclaimedHandoffPassesOn", fairUnclaimedHandoff},
+		{"ClaimedHandoffKeepsTTL", fairClaimedHandoff},
 		{"WaiterLeaves", fairWaiterLeaves},
 		{"ExpiredHolderHandsOver", fairExpiredHolder},
 		{"Inspector", fairInspector},
@@ -237,6 +239,61 @@ func fairKilledHead(t *testing.T, s store.Store) {
 		t.Errorf("fence of the waiter after %d, want > %d", g2.Fence, g.Fence)
 	}
 	mustRelease(t, s, after)
+}
+
+// fairUnclaimedHandoff checks that a lock handed to a head waiter that never
+// claims it (it died after queueing, or nobody holds its token) keeps the
+// name from the next waiter no longer than the dead waiter's queue TTL, not
+// for the whole TTL it asked to hold for: the grant's claim window.
+func fairUnclaimedHandoff(t *testing.T, s store.Store) {
+	name := lockName(t)
+	holder := fairReq(name, longTTL)
+	gh := mustAcquire(t, s, holder)
+	const queueTTL = 300 * time.Millisecond
+	dead := fairWaiter(name, queueTTL) // asks to hold for longTTL
+	mustQueue(t, s, dead, 0)
+	next := fairWaiter(name, longTTL)
+	mustQueue(t, s, next, 1)
+	released := time.Now()
+	mustRelease(t, s, holder) // hands the lock to the dead waiter
+	// acquireWhenFree gives up after waitTimeout, a third of longTTL.
+	g, at := acquireWhenFree(t, s, next)
+	t.Logf("next waiter served %v after the release to a waiter that never claimed", at.Sub(released))
+	if g.Fence <= gh.Fence {
+		t.Errorf("fence of the next waiter %d, want > %d", g.Fence, gh.Fence)
+	}
+	if err := s.Extend(testContext(t), []store.Request{dead})[0]; !errors.Is(err, store.ErrNotHeld) {
+		t.Errorf("Extend by the waiter that never claimed = %v, want ErrNotHeld", err)
+	}
+	mustRelease(t, s, next)
+}
+
+// fairClaimedHandoff checks that a head waiter whose queue TTL is shorter
+// than its lease TTL claims the lock handed to it by its next Acquire, which
+// holds it for the whole TTL.
+func fairClaimedHandoff(t *testing.T, s store.Store) {
+	name := lockName(t)
+	holder := fairReq(name, longTTL)
+	gh := mustAcquire(t, s, holder)
+	const queueTTL = 2 * time.Second
+	w := fairWaiter(name, queueTTL) // asks to hold for longTTL
+	mustQueue(t, s, w, 0)
+	next := fairWaiter(name, longTTL)
+	mustQueue(t, s, next, 1)
+	mustRelease(t, s, holder)
+	g := mustAcquire(t, s, w) // the claim
+	if g.Fence <= gh.Fence {
+		t.Errorf("claimed fence %d, want > %d", g.Fence, gh.Fence)
+	}
+	if g2 := mustAcquire(t, s, w); g2.Fence != g.Fence {
+		t.Errorf("fence of a repeated claim %d, want %d (the same grant)", g2.Fence, g.Fence)
+	}
+	if r := mustRefuse(t, s, next); r.RetryAfter != 0 && r.RetryAfter <= queueTTL {
+		t.Errorf("next waiter RetryAfter = %v after the claim, want > %v (the claimed TTL %v)", r.RetryAfter, queueTTL, longTTL)
+	}
+	mustRelease(t, s, w)
+	mustAcquire(t, s, next)
+	mustRelease(t, s, next)
 }
 
 // fairWaiterLeaves checks that Release by a queued token drops its place.

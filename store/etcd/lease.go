@@ -372,8 +372,13 @@ func (s *Store) handOff(ctx context.Context, name string) {
 		}
 		head := vw.entries[0]
 		key := s.lockPrefix(kindFair, name) + holdSub + head.token
-		hold := head.v.Hold // the TTL the waiter asked to hold for
-		if hold == 0 {
+		// The TTL the waiter asked to hold for, but no longer than its queue
+		// TTL (the claim window): alive, the waiter claims its TTL by its
+		// next Acquire (its grant watch does it at once) before its place
+		// would have run out; dead, or a place nobody refreshes, it keeps the
+		// others waiting no longer than its place would have.
+		hold := head.v.Hold
+		if hold == 0 || head.v.TTL > 0 && hold > head.v.TTL {
 			hold = head.v.TTL
 		}
 		_, err = s.claim(ctx, name, head, vw.fence, time.Duration(hold)*time.Millisecond, key, false, s.othersUnchanged(kindFair, name, vw))

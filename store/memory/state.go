@@ -27,7 +27,18 @@ func (s *Store) settle(k key, lk *lock, now time.Time) *lock {
 		w := lk.queue[0]
 		lk.queue = lk.queue[1:]
 		f := s.issue(k.name, now)
-		lk.holders = append(lk.holders, &holder{token: w.token, expires: now.Add(w.ttl), fence: f})
+		// Held for the waiter until its queue deadline at most (the claim
+		// window): alive, it claims its TTL by its next Acquire before its
+		// place would have run out; dead, it keeps the others waiting no
+		// longer than its place would have.
+		until := now.Add(w.ttl)
+		if w.expires.Before(until) {
+			until = w.expires
+		}
+		if !until.After(now) {
+			until = now.Add(time.Millisecond) // a place that ran out this instant: passed over
+		}
+		lk.holders = append(lk.holders, &holder{token: w.token, expires: until, fence: f})
 		g := store.Grant{Acquired: true, Fence: f, Count: 1}
 		if ch := s.grants[grantKey{k.name, w.token}]; ch != nil {
 			select {

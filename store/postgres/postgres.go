@@ -128,7 +128,7 @@ func newStore(ctx context.Context, pool *pgxpool.Pool, own bool, opts []Option) 
 }
 
 // schemaVersion is the comment Schema puts on dlock_acquire.
-const schemaVersion = "dlock schema 4"
+const schemaVersion = "dlock schema 5"
 
 // Migrate runs [Schema] on pool's database in one transaction, serialised
 // against other migrations by an advisory lock. It does nothing when the

@@ -1,5 +1,7 @@
--- dlock PostgreSQL schema, version 4 (version 3 with a reader's own token
--- refused the write side). Idempotent: New runs it at start
+-- dlock PostgreSQL schema, version 5 (version 4 with a fair lock handed to
+-- its head waiter held no longer than the waiter's queue place until it is
+-- claimed; version 4: version 3 with a reader's own token refused the write
+-- side). Idempotent: New runs it at start
 -- unless WithoutMigrate is given (then a DBA runs this file once).
 --
 -- dlock_locks   one row per lock that has been used: the row every operation
@@ -261,7 +263,12 @@ BEGIN
         SELECT * INTO v_head FROM dlock_leases s WHERE s.kind = p_kind AND s.name = p_name AND NOT s.held ORDER BY s.ticket LIMIT 1;
         IF FOUND THEN
             v_last := dlock_next_fence(v_last, v_now);
-            UPDATE dlock_leases s SET held = true, fence = v_last, expires_at = v_now + v_head.ttl_ms * interval '1 millisecond'
+            -- Held for the waiter until its queue deadline at most (the
+            -- claim window): alive, it claims its TTL by its next acquire
+            -- before its place would have run out; dead, it keeps the
+            -- others waiting no longer than its place would have.
+            UPDATE dlock_leases s SET held = true, fence = v_last,
+                expires_at = least(v_head.expires_at, v_now + v_head.ttl_ms * interval '1 millisecond')
                 WHERE s.kind = p_kind AND s.name = p_name AND s.token = v_head.token;
             UPDATE dlock_locks l SET fence = v_last, updated_at = v_now WHERE l.kind IN (-1, p_kind) AND l.name = p_name;
         END IF;
@@ -271,4 +278,4 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION dlock_acquire(smallint, text, text, smallint, text, integer, bigint, boolean, bigint) IS 'dlock schema 4';
+COMMENT ON FUNCTION dlock_acquire(smallint, text, text, smallint, text, integer, bigint, boolean, bigint) IS 'dlock schema 5';

@@ -223,25 +223,29 @@ func fairAuditTTL(t *testing.T, srv *testredis.Server, s store.Store) {
 }
 
 // fairHandoffTTL: a release hands the fair lock to the head waiter with the
-// lease TTL the waiter asked for; a waiter whose handoff entry is missing
-// (its key lost, or written by another version of the scripts) is handed a
-// hold that ends at its queue deadline, when it would have been dropped
-// from the queue had it not come back.
+// lease TTL the waiter asked for, but no longer than until its queue
+// deadline (the claim window: a waiter that died before claiming keeps the
+// others waiting no longer than its place would have); a waiter whose
+// handoff entry is missing (its key lost, or written by another version of
+// the scripts) is handed a hold that ends at its queue deadline. The
+// waiter's next Acquire claims its whole TTL.
 func fairHandoffTTL(t *testing.T, srv *testredis.Server, s store.Store) {
 	for _, c := range []struct {
 		name     string
 		entry    func(name string) // what happens to the waiter's entry
+		queueTTL time.Duration     // the waiter's (its lease TTL is 20s)
 		min, max int               // the handed-over hold's PTTL, ms
 	}{
-		{"Entry", func(string) {}, 19000, 20000},
-		{"NoEntry", func(name string) { do(t, srv, "HDEL", layout.Aux(name, "fair:handoffs"), "t:waiter") }, 0, 5000},
-		{"NoHandoffs", func(name string) { do(t, srv, "DEL", layout.Aux(name, "fair:handoffs")) }, 0, 5000},
+		{"Entry", func(string) {}, 30 * time.Second, 19000, 20000},
+		{"EntryClaimWindow", func(string) {}, 5 * time.Second, 0, 5000},
+		{"NoEntry", func(name string) { do(t, srv, "HDEL", layout.Aux(name, "fair:handoffs"), "t:waiter") }, 5 * time.Second, 0, 5000},
+		{"NoHandoffs", func(name string) { do(t, srv, "DEL", layout.Aux(name, "fair:handoffs")) }, 5 * time.Second, 0, 5000},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			ctx := Context(t)
 			name := "prototest-handoff-" + c.name
 			holder := store.Request{Name: name, Token: "holder", TTL: time.Minute, Mode: store.ModeFair}
-			waiter := store.Request{Name: name, Token: "waiter", TTL: 20 * time.Second, Mode: store.ModeFair, Queue: true, QueueTTL: 5 * time.Second}
+			waiter := store.Request{Name: name, Token: "waiter", TTL: 20 * time.Second, Mode: store.ModeFair, Queue: true, QueueTTL: c.queueTTL}
 			grant(t, s, holder)
 			if g, err := s.Acquire(ctx, waiter); err != nil || g.Acquired || g.Position != 0 {
 				t.Fatalf("Acquire(waiter) = %+v, %v; want queued at 0", g, err)

@@ -89,16 +89,19 @@ local function promote()
     return nil, nil
   end
   local ttl, ch = string.match(redis.call('HGET', W, 't:' .. head) or '', '^(%d+) (.*)$')
+  -- The grant is held for the waiter until its queue deadline at most,
+  -- when its place would have been dropped: the claim window. Alive, the
+  -- waiter comes back by then (woken by the handoff, or to refresh its
+  -- place), learns that it holds, and takes its own TTL (fair_acquire);
+  -- dead, or a place nobody refreshes, it keeps the others waiting no
+  -- longer than its queue place would have. Without an entry (its key was
+  -- lost, or another version of these scripts queued the waiter) the whole
+  -- window is the grant. (A place without a deadline, which prune never
+  -- drops, is held for 1 ms: passed over.)
+  local window = math.max((tonumber(redis.call('ZSCORE', QX, head)) or 0) - now(), 1)
   ttl = tonumber(ttl)
-  if not ttl or ttl < 1 then
-    -- No entry (its key was lost, or another version of these scripts
-    -- queued the waiter): the lock is held for the waiter until its queue
-    -- deadline, when it would have been dropped. Alive, it comes back by
-    -- then to refresh its place, learns that it holds, and takes its own
-    -- TTL (fair_acquire); dead, it keeps the others waiting no longer than
-    -- its queue place would have. (A place without a deadline, which prune
-    -- never drops, is held for 1 ms: passed over.)
-    ttl = math.max((tonumber(redis.call('ZSCORE', QX, head)) or 0) - now(), 1)
+  if not ttl or ttl < 1 or ttl > window then
+    ttl = window
   end
   unqueue(head)
   local f = grant(head, ttl)

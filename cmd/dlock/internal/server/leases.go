@@ -117,6 +117,11 @@ func decodeAcquire(name string, body io.Reader) (acquireParams, *apiError) {
 		if mode != dlock.ModeFair && mode != dlock.ModeWrite {
 			return p, badField("queue", "applies to fair and write locks only")
 		}
+		// A place kept after the answer is refreshed, claimed and given up
+		// with its token: without one it would be nobody's.
+		if b.Token == "" {
+			return p, badField("token", "is required with queue: the queue place is refreshed, claimed and released with it")
+		}
 		p.req.Queue = true
 		if b.QueueTTLMs != nil {
 			if *b.QueueTTLMs < MinTTLMs || *b.QueueTTLMs > MaxTTLMs {
