@@ -26,6 +26,7 @@ func serve(ctx context.Context, x *cmd, f *serveFlags, b *backend, log *slog.Log
 	observe := m.Observe
 	var tracing server.Config
 	if f.otlpEndpoint != "" {
+		defer routeOTelLogs(log)() // after shutdownTracing: its flush's errors are logged too
 		tp, err := newTracerProvider(ctx, f.otlpEndpoint, buildVersion().Version)
 		if err != nil {
 			return wrap("setting up the OTLP exporter", err)
