@@ -28,13 +28,14 @@ var acquireCmd = &command{
 	argNames: []string{"NAME"},
 	minpos:   1,
 	help: `
-Take the exclusive lock NAME for --ttl and print the lease as shell
-assignments (or JSON with --json):
+Take the exclusive lock NAME for --ttl and print the lease as shell export
+lines (or JSON with --json), so that after eval the commands the script runs
+(dlock extend, dlock release) find the token and TTL by themselves:
 
-  DLOCK_NAME=deploy
-  DLOCK_TOKEN=6f1c...   the secret that extends and releases the lease
-  DLOCK_FENCE=17...     the fencing token: pass it to the protected resource
-  DLOCK_TTL_MS=300000
+  export DLOCK_NAME=deploy
+  export DLOCK_TOKEN=6f1c...   the secret that extends and releases the lease
+  export DLOCK_FENCE=17...     the fencing token: pass it to the protected resource
+  export DLOCK_TTL_MS=300000
 
 Nothing renews the lease: extend it with 'dlock extend' before it runs out, or
 use 'dlock run', which renews for you. With --token, the caller chooses the
@@ -55,7 +56,7 @@ Examples:
   lease=$(dlock acquire --ttl 5m deploy) || exit
   eval "$lease"
   ./deploy.sh --fence "$DLOCK_FENCE"
-  dlock release --token "$DLOCK_TOKEN" deploy`,
+  dlock release deploy`,
 }
 
 var extendCmd = &command{
@@ -194,7 +195,9 @@ func runAcquire(ctx context.Context, x *cmd, pos, _ []string) int {
 	if x.json {
 		return x.printJSON(out)
 	}
-	fmt.Fprintf(x.env.Stdout, "DLOCK_NAME=%s\nDLOCK_TOKEN=%s\nDLOCK_FENCE=%d\nDLOCK_TTL_MS=%d\n",
+	// export: the commands the script runs next (dlock extend, dlock
+	// release, a step that extends on its own) see them too.
+	fmt.Fprintf(x.env.Stdout, "export DLOCK_NAME=%s\nexport DLOCK_TOKEN=%s\nexport DLOCK_FENCE=%d\nexport DLOCK_TTL_MS=%d\n",
 		shellQuote(out.Name), out.Token, out.Fence, out.TTLMs)
 	return 0
 }

@@ -25,9 +25,10 @@ func parseAssignments(t *testing.T, out string) map[string]string {
 	t.Helper()
 	m := map[string]string{}
 	for _, l := range strings.Split(out, "\n") {
-		k, v, ok := strings.Cut(l, "=")
-		if !ok {
-			t.Fatalf("dlock acquire printed %q, want KEY=VALUE lines", out)
+		l, ok := strings.CutPrefix(l, "export ")
+		k, v, ok2 := strings.Cut(l, "=")
+		if !ok || !ok2 {
+			t.Fatalf("dlock acquire printed %q, want export KEY=VALUE lines", out)
 		}
 		m[k] = v
 	}

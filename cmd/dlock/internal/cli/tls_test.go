@@ -92,7 +92,7 @@ func TestRemoteTLS(t *testing.T) {
 	}
 	token := ""
 	for _, l := range strings.Split(out, "\n") {
-		if v, ok := strings.CutPrefix(l, "DLOCK_TOKEN="); ok {
+		if v, ok := strings.CutPrefix(l, "export DLOCK_TOKEN="); ok {
 			token = strings.Trim(v, `'"`)
 		}
 	}
