@@ -10,7 +10,8 @@
 // every pattern, is an ephemeral sequential znode under the name's one znode
 // (<root>/x/n<base64url(name)>/<k><r|w|x>[b]~<owner>~<token>-<seq>, k the
 // pattern's letter, b marking a node beside its owner's hold); the name's znode is a container, which ZooKeeper
-// deletes once it is empty.
+// would delete once empty, but its persistent child "fence" (the name's
+// last fence, see Fences) keeps it from the name's first grant on.
 // Acquire is the recipe of seeds 001 and 002: create the node, list the
 // children in sequence order, and hold when the rules of the mode say so (the
 // first node for an exclusive lock, the first Limit nodes for a semaphore, no
@@ -22,16 +23,32 @@
 // ([Store.WatchGrant]): one release wakes one waiter, no herd. A leader
 // election ([store.ModeElection], [Store.Leader]) is an exclusive pattern of
 // its own (letter e) whose node keeps the leader's value in its data; the
-// term is the node's czxid. Every pattern is supported.
+// term is the leader's fence. Every pattern is supported.
 //
-// The fence of a grant is its node's czxid, the zxid of the transaction that
-// created it: strictly increasing across grants ensemble-wide and across
-// restarts (seed 001, "ZooKeeper zxid as Fencing Token"). A re-entry gets
-// the first acquisition's fence; a reader the name's current fence (every
-// other grant, of any pattern, records its fence in the name znode's data),
-// or its own before any such grant. Like
-// etcd revisions, these numbers are far below the clock-based fences of the
-// Valkey and PostgreSQL stores.
+// # Fences
+//
+// A grant's fence is max(last + 1, clock floor), the rule of every dlock
+// store: last is the name's last fence, kept in the persistent child
+// "fence" of the name's znode; the floor is the granting process's wall
+// clock ms×1000. The grant writes it in one multi-op with two operations:
+// a set of its own node's data (recording the fence there), conditional on
+// the node's version, so the multi fails if the node is gone; and a set of
+// the fence child, conditional on its version (a compare-and-set; a round
+// lost to another grant of the name is tried again). So a node whose hold
+// ended (released, reaped, its session expired) before its fence was
+// written takes no fence: the node's deletion and the next holder's fence
+// come after the failed write in ZooKeeper's one order of transactions,
+// and a fence written while the node existed comes before the next
+// holder's, which reads it. While the ensemble keeps its data, fences of a
+// name rise by last + 1 whatever any clock does; after a restore from a
+// backup (zxids and the fence child come back from the backup's), the
+// clock floor keeps them rising (docs/safety.md, "Fences through a restore
+// or a failover"). Fences were czxids before; they are now comparable with
+// the other stores'. A re-entry gets its hold's fence (recorded in its
+// node); a reader the name's current fence, or a new one when the name has
+// none; an election's term is its leader's fence ([Store.Leader] reads it
+// from the leader's node). The fence child keeps the name's znode, a
+// container, from being deleted: one znode pair per name stays.
 //
 // # Sessions, TTLs and loss
 //
@@ -65,8 +82,8 @@
 // A name is one lock (see [store.Coexist]): the nodes of every pattern of a
 // name queue under the name's one znode, and a node holds only when no node
 // of another pattern is ahead of it, so a hold of one pattern refuses every
-// other pattern's request on the name. Fences are czxids, shared by all
-// patterns; every grant but a reader's records its fence for later readers.
+// other pattern's request on the name. Fences are the name's, shared by all
+// patterns; every grant but a reader's issues a new one.
 // Each node is created before its list is read and sequence numbers only
 // grow, so of two nodes of different patterns the later one finds the
 // earlier ahead of it and does not hold: they never both hold. A queued

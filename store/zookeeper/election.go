@@ -11,12 +11,14 @@ import (
 )
 
 // The election (store.ModeElection) is the exclusive pattern "e": the
-// leader's node keeps its value in its data, the term is its czxid.
+// leader's node keeps its value in its data, the term is its fence.
 
 var _ store.Elector = (*Store)(nil)
 
 // Leader implements [store.Elector]: it lists the name's nodes and reads
-// the holding node's data. The TTL is exact for a leader of this store and
+// the holding node's data. The term is the leader's fence, recorded in that
+// data (a leader whose grant has not written it yet gets it issued now, as
+// its own grant would). The TTL is exact for a leader of this store and
 // otherwise the TTL it asked for (an upper bound).
 func (s *Store) Leader(ctx context.Context, name string) (store.Leader, error) {
 	if err := store.ValidName(name); err != nil {
@@ -46,7 +48,14 @@ func (s *Store) Leader(ctx context.Context, name string) (store.Leader, error) {
 	if err := json.Unmarshal(b, &d); err != nil {
 		return store.Leader{}, storeErr("leader", err)
 	}
-	ld := store.Leader{Value: d.Value, Term: st.Czxid, TTL: time.Duration(d.TTL) * time.Millisecond}
+	term, err := s.nodeFence(dir, path, &known{d: d, ver: st.Version})
+	if errors.Is(err, errNodeGone) {
+		return store.Leader{}, store.ErrNoLeader // gone since the listing
+	}
+	if err != nil {
+		return store.Leader{}, storeErr("leader", err)
+	}
+	ld := store.Leader{Value: d.Value, Term: term, TTL: time.Duration(d.TTL) * time.Millisecond}
 	if r, ok := s.remaining(path); ok {
 		ld.TTL = r
 	}

@@ -8,8 +8,8 @@ import (
 	"github.com/dlock-dev/dlock/store/zookeeper"
 )
 
-// The ZooKeeper recipe behind dlock's API: ephemeral sequential nodes, czxid
-// fences, loss when the session expires.
+// The ZooKeeper recipe behind dlock's API: ephemeral sequential nodes,
+// fences max(last + 1, clock floor), loss when the session expires.
 func ExampleNew() {
 	ctx := context.Background()
 	s, err := zookeeper.New(ctx, []string{"127.0.0.1:2181"})

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"sort"
-	"strconv"
 	"strings"
 
 	"github.com/dlock-dev/dlock/store"
@@ -38,24 +37,16 @@ func (s *Store) state(kind, name string, es []entry) store.State {
 		if r, ok := s.remaining(path); ok {
 			st.TTL = max(st.TTL, r)
 		}
-		if _, stat, err := s.conn.Exists(path); err == nil && stat != nil && kind != "w" {
-			st.Fence = max(st.Fence, stat.Czxid)
+		if kind != "w" && kind != "r" {
+			st.Fence = max(st.Fence, s.recordedFence(path))
 		}
 	}
 	if h := firstHolder(es); kind == "r" && h >= 0 {
-		st.Fence, _ = s.holdFence(dir, es[ownerFirst(es, es[h].owner)])
+		st.Fence = s.recordedFence(dir + "/" + es[ownerFirst(es, es[h].owner)].name)
 	}
 	if kind == "w" {
-		if b, _, err := s.conn.Get(dir); err == nil {
-			st.Fence, _ = strconv.ParseInt(string(b), 10, 64)
-		}
-		for i, e := range es {
-			if holds(kind, es, i, 0) && e.mode == 'r' && st.Fence == 0 {
-				if _, stat, err := s.conn.Exists(dir + "/" + e.name); err == nil && stat != nil {
-					st.Fence = stat.Czxid
-				}
-			}
-		}
+		// The current fence: the writer's, or the one its readers share.
+		st.Fence = s.currentFence(dir)
 	}
 	if kind == "r" && st.Holders > 0 {
 		st.Holders = 1

@@ -244,12 +244,12 @@ func ownerFirst(es []entry, owner string) int {
 type nodeData struct {
 	TTL   int64  `json:"t"` // ms
 	Limit int    `json:"l,omitempty"`
-	Fence int64  `json:"f,omitempty"` // a re-entry's: its hold's fence
+	Fence int64  `json:"f,omitempty"` // its fence once issued (a re-entry's: its hold's)
 	Value string `json:"v,omitempty"` // a leader's value (election)
 }
 
 // ensure creates the lock's znode (a container, which ZooKeeper deletes
-// once it is empty) and its parents.
+// once it is empty, until the name's fence child keeps it) and its parents.
 func (s *Store) ensure(kind, dir string) error {
 	s.mu.Lock()
 	known := s.dirs[kind]

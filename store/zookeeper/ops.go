@@ -34,8 +34,9 @@ func validate(req store.Request, timeout time.Duration) error {
 // the caller's node is created under the lock's znode, the children are
 // listed, and the node holds when the rules of the mode say so (the first
 // node for an exclusive lock). A node that does not hold is deleted again,
-// unless the caller queues (fair waiter, writer intent). The fence is the
-// node's czxid.
+// unless the caller queues (fair waiter, writer intent). A grant's fence is
+// issued when it holds (see [Store.nodeFence]): max(last + 1, clock floor),
+// written with the holder's node in one multi-op.
 func (s *Store) Acquire(ctx context.Context, req store.Request) (store.Grant, error) {
 	kind, err := kindOf(req.Mode)
 	if err != nil {
@@ -89,7 +90,7 @@ func (s *Store) acquire(kind string, req store.Request) (store.Grant, error) {
 			}
 			return s.refusal(kind, dir, es, i, req.Limit), nil
 		}
-		return s.grant(kind, req, dir, path, es, i)
+		return s.grant(kind, req, dir, path, es, i, nil)
 	}
 	if req.Mode == store.ModeWrite && req.Owner != "" {
 		for i, e := range es {
@@ -112,7 +113,8 @@ func (s *Store) acquire(kind string, req store.Request) (store.Grant, error) {
 	if !holds(kind, append(es[:len(es):len(es)], me), len(es), req.Limit) && !queueable {
 		return s.refusal(kind, dir, es, -1, req.Limit), nil
 	}
-	data, _ := json.Marshal(nodeData{TTL: req.TTL.Milliseconds(), Limit: req.Limit, Value: req.Value})
+	nd := nodeData{TTL: req.TTL.Milliseconds(), Limit: req.Limit, Value: req.Value}
+	data, _ := json.Marshal(nd)
 	path, err := s.conn.Create(dir+"/"+nodePrefix(req, false), data, zk.FlagEphemeralSequential, s.acl)
 	if errors.Is(err, zk.ErrNoNode) {
 		if err = s.ensure(kind, dir); err == nil {
@@ -131,7 +133,7 @@ func (s *Store) acquire(kind string, req store.Request) (store.Grant, error) {
 		return store.Grant{}, errors.New("own node vanished")
 	}
 	if holds(kind, es, i, req.Limit) {
-		return s.grant(kind, req, dir, path, es, i)
+		return s.grant(kind, req, dir, path, es, i, &known{d: nd})
 	}
 	if queueable {
 		s.track(path, qttl, 0)
@@ -149,12 +151,13 @@ func (s *Store) acquire(kind string, req store.Request) (store.Grant, error) {
 // still exists. Node a held when listed and a node holds until deleted, so
 // the new node is created only while its owner holds; it then holds
 // whatever is queued ahead of it (see holds). A re-entry's node carries the
-// hold's fence, which outlives the first acquisition's node.
+// hold's fence (issued now if the hold has none yet), which outlives the
+// first acquisition's node.
 func (s *Store) acquireBeside(kind string, req store.Request, dir string, es []entry, a int) (store.Grant, error) {
 	d := nodeData{TTL: req.TTL.Milliseconds()}
 	if kind == "r" {
-		f, err := s.holdFence(dir, es[ownerFirst(es, req.Owner)])
-		if errors.Is(err, zk.ErrNoNode) {
+		f, err := s.nodeFence(dir, dir+"/"+es[ownerFirst(es, req.Owner)].name, nil)
+		if errors.Is(err, errNodeGone) {
 			return store.Grant{}, errAnchorGone
 		}
 		if err != nil {
@@ -197,12 +200,17 @@ func (s *Store) acquireBeside(kind string, req store.Request, dir string, es []e
 	if i < 0 {
 		return store.Grant{}, errors.New("own node vanished")
 	}
-	return s.grant(kind, req, dir, path, es, i)
+	return s.grant(kind, req, dir, path, es, i, &known{d: d})
 }
 
-// grant reports node i (path) as held by req, starting its TTL.
-func (s *Store) grant(kind string, req store.Request, dir, path string, es []entry, i int) (store.Grant, error) {
-	fence, err := s.fenceOf(kind, req.Mode, dir, path, es, i)
+// grant reports node i (path; own, when known, its data) as held by req,
+// starting its TTL. A node gone before its fence was written (its session
+// expired, or the reaper deleted it) is refused: it takes no fence.
+func (s *Store) grant(kind string, req store.Request, dir, path string, es []entry, i int, own *known) (store.Grant, error) {
+	fence, err := s.fenceOf(kind, req.Mode, dir, path, es, i, own)
+	if errors.Is(err, errNodeGone) {
+		return s.refusal(kind, dir, append(es[:i:i], es[i+1:]...), -1, req.Limit), nil
+	}
 	if err != nil {
 		return store.Grant{}, err
 	}

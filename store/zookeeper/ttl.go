@@ -8,7 +8,7 @@ import (
 // process's monotonic clock, and its fence once known.
 type local struct {
 	deadline time.Time
-	czxid    int64
+	fence    int64
 }
 
 // deadFor is how long a node deleted for a lapsed TTL is remembered:
@@ -30,7 +30,7 @@ func (s *Store) track(path string, ttl time.Duration, fence int64) bool {
 	}
 	l.deadline = time.Now().Add(ttl)
 	if fence != 0 {
-		l.czxid = fence
+		l.fence = fence
 	}
 	select {
 	case s.kick <- struct{}{}:
@@ -55,7 +55,7 @@ func (s *Store) cached(path string) int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if l := s.local[path]; l != nil {
-		return l.czxid
+		return l.fence
 	}
 	return 0
 }

@@ -146,8 +146,8 @@ func (s *Store) WatchGrant(ctx context.Context, req store.Request) (<-chan store
 			sort.Slice(es, func(i, j int) bool { return es[i].seq < es[j].seq })
 			i := find(es, req.Token)
 			if i >= 0 && holds("f", es, i, 0) {
-				g, err := s.grant("f", req, dir, dir+"/"+es[i].name, es, i)
-				if err == nil {
+				g, err := s.grant("f", req, dir, dir+"/"+es[i].name, es, i, nil)
+				if err == nil && g.Acquired {
 					gch <- g
 					return
 				}

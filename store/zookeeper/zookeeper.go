@@ -39,6 +39,8 @@ type Store struct {
 	// dead are the nodes deleted for a lapsed TTL, for deadFor: an
 	// operation racing the deletion renews nothing.
 	dead map[string]time.Time
+	// floor is the clock floor of a new fence (wallFloor; tests pin it).
+	floor func() int64
 }
 
 // handshakeTimeout bounds the wait for a server's answer to a new
@@ -107,7 +109,7 @@ func New(ctx context.Context, servers []string, opts ...Option) (*Store, error) 
 	s := &Store{
 		root: DefaultRoot, askTimeout: DefaultSessionTimeout, acl: zk.WorldACL(zk.PermAll),
 		local: map[string]*local{}, dead: map[string]time.Time{}, dirs: map[string]bool{}, nets: map[*netConn]struct{}{},
-		kick: make(chan struct{}, 1), stop: make(chan struct{}),
+		kick: make(chan struct{}, 1), stop: make(chan struct{}), floor: wallFloor,
 	}
 	for _, o := range opts {
 		o(s)
