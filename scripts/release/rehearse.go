@@ -63,7 +63,9 @@ func main() {
 // the module cache's download directory for third-party modules), installs
 // cmd/dlock at version and runs `dlock version`, then builds and runs a
 // consumer module that requires the root, store/goredis and store/etcd at
-// version. Progress goes to log.
+// version. Last it builds a module by README's recipe for the time before
+// any version is published: replace lines to a checkout, and no dlock module
+// on any proxy (rehearsePreRelease). Progress goes to log.
 func rehearse(root, version string, log io.Writer) (*rehearsal, error) {
 	tmp, err := os.MkdirTemp("", "dlock-rehearsal-")
 	if err != nil {
@@ -88,6 +90,9 @@ func rehearse(root, version string, log io.Writer) (*rehearsal, error) {
 		return nil, err
 	}
 	if err := rehearseConsumer(tmp, version, env, log, r); err != nil {
+		return nil, err
+	}
+	if err := rehearsePreRelease(root, tmp, cache, env, log, r); err != nil {
 		return nil, err
 	}
 	return r, nil

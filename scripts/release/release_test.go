@@ -42,9 +42,45 @@ func TestRehearsal(t *testing.T) {
 		"consumer: github.com/dlock-dev/dlock " + version,
 		"consumer: github.com/dlock-dev/dlock/store/goredis " + version,
 		"consumer: github.com/dlock-dev/dlock/store/etcd " + version,
+		// README's recipe for the time before v0.1.0 is published (remove
+		// this line with that section, after the first release).
+		"pre-release: github.com/dlock-dev/dlock " + version + " => ../dlock",
 	} {
 		if !contains(r.Installed, want) {
 			t.Errorf("rehearsal installed %q, want %q among them", r.Installed, want)
+		}
+	}
+}
+
+// TestReadmeGoGetClaim: while README.md has its pre-release section (no
+// version published), every paragraph that says `go get
+// github.com/dlock-dev/dlock` outside that section links to it, and the
+// section's recipe is complete (a replace line per library module). The
+// recipe itself is built by TestRehearsal.
+func TestReadmeGoGetClaim(t *testing.T) {
+	root, err := repoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	recipe, err := readRecipe(string(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := recipe.check(); err != nil {
+		t.Error(err)
+	}
+	anchor := "(#" + strings.NewReplacer(" ", "-", ".", "").Replace(strings.ToLower(strings.TrimLeft(recipeHeading, "# "))) + ")"
+	outside, section, _ := strings.Cut(string(b), "\n"+recipeHeading+"\n")
+	if i := strings.Index(section, "\n#"); i >= 0 {
+		outside += section[i:]
+	}
+	for _, p := range strings.Split(outside, "\n\n") {
+		if strings.Contains(p, "go get github.com/dlock-dev/dlock") && !strings.Contains(p, anchor) {
+			t.Errorf("README.md says `go get github.com/dlock-dev/dlock` without pointing at %s, while no version is published:\n%s", anchor, p)
 		}
 	}
 }
