@@ -93,7 +93,7 @@ func (s *storeFlags) configured() (bool, error) {
 // open opens the selected store. With no store flag it returns nil.
 func (s *storeFlags) open(ctx context.Context, log *slog.Logger) (*backend, error) {
 	if s.server == "" && s.tls.set() {
-		return nil, &dlock.InvalidError{Field: "ca-file", Reason: "--ca-file, --cert and --key apply to --server only"}
+		return nil, &dlock.InvalidError{Field: s.tls.first(), Reason: "--" + s.tls.first() + " applies to --server only (--ca-file, --cert and --key are for an https:// dlock server)"}
 	}
 	if s.server != "" && s.prefix != "lock:" {
 		return nil, &dlock.InvalidError{Field: "key-prefix", Reason: "is set by the server, not its clients"}

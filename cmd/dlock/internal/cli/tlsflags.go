@@ -52,13 +52,29 @@ func (t *clientTLSFlags) register(fs *flagSet) {
 
 func (t *clientTLSFlags) set() bool { return t.caFile != "" || t.cert != "" || t.key != "" }
 
-// config returns the TLS configuration for server, nil when no flag is
-// set. Errors name the flag and the file.
+// first names the first TLS flag set, for errors about them.
+func (t *clientTLSFlags) first() string {
+	switch {
+	case t.caFile != "":
+		return "ca-file"
+	case t.cert != "":
+		return "cert"
+	}
+	return "key"
+}
+
+// config returns the TLS configuration for server: nil for an http://
+// server without TLS flags; for every https:// server one that names the
+// missing flags when the server asks for a client certificate, whether or
+// not a flag is set (the system's roots, SSL_CERT_FILE included, are
+// trusted without --ca-file). Errors are usage errors naming the flag and
+// the file.
 func (t *clientTLSFlags) config(server string) (*tls.Config, error) {
-	if !t.set() {
+	https := strings.HasPrefix(strings.ToLower(server), "https://")
+	if !t.set() && !https {
 		return nil, nil
 	}
-	if !strings.HasPrefix(strings.ToLower(server), "https://") {
+	if !https {
 		return nil, &dlock.InvalidError{Field: "server", Reason: "must be an https:// URL for --ca-file, --cert and --key"}
 	}
 	if (t.cert == "") != (t.key == "") {
@@ -68,17 +84,29 @@ func (t *clientTLSFlags) config(server string) (*tls.Config, error) {
 	if t.caFile != "" {
 		data, err := os.ReadFile(t.caFile)
 		if err != nil {
-			return nil, fmt.Errorf("--ca-file: %w", err)
+			return nil, &dlock.InvalidError{Field: "ca-file", Reason: err.Error()}
 		}
 		c.RootCAs = x509.NewCertPool()
 		if !c.RootCAs.AppendCertsFromPEM(data) {
-			return nil, fmt.Errorf("--ca-file %s: no PEM certificate in it", t.caFile)
+			return nil, &dlock.InvalidError{Field: "ca-file", Reason: t.caFile + ": no PEM certificate in it"}
 		}
 	}
 	if t.cert != "" {
-		pair, err := tls.LoadX509KeyPair(t.cert, t.key)
+		certPEM, err := os.ReadFile(t.cert)
 		if err != nil {
-			return nil, fmt.Errorf("--cert %s with --key %s: %w", t.cert, t.key, err)
+			return nil, &dlock.InvalidError{Field: "cert", Reason: err.Error()}
+		}
+		keyPEM, err := os.ReadFile(t.key)
+		if err != nil {
+			return nil, &dlock.InvalidError{Field: "key", Reason: err.Error()}
+		}
+		pair, err := tls.X509KeyPair(certPEM, keyPEM)
+		if err != nil {
+			field := "cert"
+			if msg := err.Error(); strings.Contains(msg, "key input") || strings.Contains(msg, "private key") {
+				field = "key" // not a key, or not the key of --cert
+			}
+			return nil, &dlock.InvalidError{Field: field, Reason: fmt.Sprintf("--cert %s with --key %s: %v", t.cert, t.key, err)}
 		}
 		c.Certificates = []tls.Certificate{pair}
 	} else {

@@ -380,9 +380,15 @@ func (s *Store) statusError(op string, status int, er errorReply) error {
 		}
 		return &store.InvalidError{Field: field, Reason: fmt.Sprintf("server said %d %s", status, msg)}
 	case status == http.StatusUnauthorized && s.auth == "":
-		return &authRequiredError{said: fmt.Sprintf("%d %s", status, msg)}
+		return &authRequiredError{said: fmt.Sprintf("%d %s", status, msg), cert: s.clientCert()}
 	case status == http.StatusUnauthorized || status == http.StatusForbidden:
-		return &store.InvalidError{Field: "auth token", Reason: fmt.Sprintf("server said %d %s", status, msg)}
+		// Without a token, what the server refused is the client
+		// certificate (its message names the certificate's identity).
+		field := "auth token"
+		if s.auth == "" {
+			field = "credentials"
+		}
+		return &store.InvalidError{Field: field, Reason: fmt.Sprintf("server said %d %s", status, msg)}
 	case status == http.StatusNotImplemented:
 		return fmt.Errorf("%w: server said %d %s", store.ErrNotSupported, status, msg)
 	case status == http.StatusServiceUnavailable && strings.Contains(strings.ToLower(msg), "quorum"):
@@ -391,12 +397,25 @@ func (s *Store) statusError(op string, status int, er errorReply) error {
 	return &store.StoreError{Op: op, Node: -1, Err: fmt.Errorf("server said %d %s", status, msg)}
 }
 
-// authRequiredError is a 401 to a client that sent no token at all. It
-// wraps [store.ErrInvalid], like a wrong token's error.
-type authRequiredError struct{ said string }
+// authRequiredError is a 401 to a client that sent no token at all: with a
+// client certificate, the server refused the certificate's credentials (its
+// message names the certificate's identity); without one, it wants a token.
+// It wraps [store.ErrInvalid], like a wrong token's error.
+type authRequiredError struct {
+	said string
+	cert bool // a client certificate was offered
+}
 
 func (e *authRequiredError) Error() string {
+	if e.cert {
+		return "dlock: the server refused the credentials (the client certificate, no auth token); it said " + e.said
+	}
 	return "dlock: the server requires --auth-token (env DLOCK_AUTH_TOKEN); it said " + e.said
+}
+
+// clientCert reports whether the Store offers a client certificate.
+func (s *Store) clientCert() bool {
+	return s.tlsc != nil && len(s.tlsc.Certificates) > 0
 }
 
 func (e *authRequiredError) Unwrap() error { return store.ErrInvalid }

@@ -118,6 +118,16 @@ type principal struct {
 	stats    *tenantStats
 }
 
+// credential names what p authenticated with in its refusals: "the token",
+// or a client certificate by its identity, so that a certificate's user is
+// not told about tokens.
+func (p *principal) credential() string {
+	if p.identity != "" {
+		return fmt.Sprintf("the client certificate %q", p.identity)
+	}
+	return "the token"
+}
+
 // allows reports whether p may touch the lock name. A nil principal (no
 // auth file) may touch every name.
 func (p *principal) allows(name string) bool {
@@ -477,15 +487,15 @@ func (s *Server) guard(pattern string, h http.Handler) http.Handler {
 		switch {
 		case !listed:
 			deny("out_of_scope", &apiError{Status: http.StatusForbidden, Error: "forbidden",
-				Message: fmt.Sprintf("tenant %q: this endpoint is not open to scoped tokens", p.tenant)})
+				Message: fmt.Sprintf("tenant %q: this endpoint is not open to scoped credentials (%s)", p.tenant, p.credential())})
 			return
 		case scope.write && p.readOnly:
 			deny("read_only", &apiError{Status: http.StatusForbidden, Error: "read only",
-				Message: fmt.Sprintf("tenant %q: the token is read-only", p.tenant)})
+				Message: fmt.Sprintf("tenant %q: %s is read-only", p.tenant, p.credential())})
 			return
 		case scope.param != "" && !p.allows(name):
 			deny("out_of_scope", &apiError{Status: http.StatusForbidden, Error: "out of scope", Field: scope.param,
-				Message: fmt.Sprintf("tenant %q: lock %q is outside the token's name prefixes", p.tenant, name)})
+				Message: fmt.Sprintf("tenant %q: lock %q is outside the name prefixes of %s", p.tenant, name, p.credential())})
 			return
 		}
 		if scope.names {
@@ -500,7 +510,7 @@ func (s *Server) guard(pattern string, h http.Handler) http.Handler {
 			for _, n := range names {
 				if !p.allows(n) {
 					deny("out_of_scope", &apiError{Status: http.StatusForbidden, Error: "out of scope", Field: "names", Name: n,
-						Message: fmt.Sprintf("tenant %q: lock %q is outside the token's name prefixes", p.tenant, n)})
+						Message: fmt.Sprintf("tenant %q: lock %q is outside the name prefixes of %s", p.tenant, n, p.credential())})
 					return
 				}
 			}
@@ -509,7 +519,7 @@ func (s *Server) guard(pattern string, h http.Handler) http.Handler {
 			if wait, ok := p.lim.take(time.Now()); !ok {
 				ms := durationMs(wait)
 				deny("rate_limit", &apiError{Status: http.StatusTooManyRequests, Error: "rate limited", RetryAfterMs: &ms,
-					Message: fmt.Sprintf("tenant %q: over the token's %g acquires per second", p.tenant, p.lim.rate)})
+					Message: fmt.Sprintf("tenant %q: over the %g acquires per second of %s", p.tenant, p.lim.rate, p.credential())})
 				return
 			}
 		}
@@ -530,9 +540,9 @@ func (s *Server) guard(pattern string, h http.Handler) http.Handler {
 
 func holdsLimitError(p *principal, n int) *apiError {
 	one := int64(1000)
-	msg := fmt.Sprintf("tenant %q: the token already holds its limit of %d locks", p.tenant, p.lim.maxHolds)
+	msg := fmt.Sprintf("tenant %q: %s already holds its limit of %d locks", p.tenant, p.credential(), p.lim.maxHolds)
 	if n > 1 {
-		msg = fmt.Sprintf("tenant %q: %d more locks would pass the token's limit of %d", p.tenant, n, p.lim.maxHolds)
+		msg = fmt.Sprintf("tenant %q: %d more locks would pass the limit of %d of %s", p.tenant, n, p.lim.maxHolds, p.credential())
 	}
 	return &apiError{Status: http.StatusTooManyRequests, Error: "too many holds", RetryAfterMs: &one, Message: msg}
 }
