@@ -312,3 +312,32 @@ func TestMutexProposedFloor(t *testing.T) {
 		t.Errorf("fence of a known name with a floor proposed = %d, want %d", f, near+1)
 	}
 }
+
+// TestMutexFenceFromAMarkAhead: a fresh name whose slot's mark stands above
+// the clock floor (fences of the slot issued from a clock since stepped
+// back, or written back from a node whose clock is ahead) is issued the
+// mark + 1, in every pattern, and the fence key and the mark hold it.
+func TestMutexFenceFromAMarkAhead(t *testing.T) {
+	srv := testredis.Start(t)
+	s := dial(t, srv.URL())
+	ctx := prototest.Context(t)
+	for i, m := range []store.Mode{store.ModeMutex, store.ModeReentrant, store.ModeWrite, store.ModeFair, store.ModeSemaphore, store.ModeElection} {
+		name := "{ahead}" + m.String()
+		ahead := int64(9_000_000_000_000_000) + int64(i)*1000
+		mustDo(t, srv, "ZADD", s.MarkKey(name), strconv.FormatInt(ahead, 10), "m")
+		req := store.Request{Name: name, Token: "t", TTL: 10 * time.Second, Mode: m, Limit: 1}
+		g, err := s.Acquire(ctx, req)
+		if err != nil || !g.Acquired || g.Fence != ahead+1 {
+			t.Fatalf("%v: Acquire with the mark at %d = %+v, %v; want fence %d", m, ahead, g, err, ahead+1)
+		}
+		if got := mustDo(t, srv, "GET", s.AuxKey(name, "fence")); got != strconv.FormatInt(ahead+1, 10) {
+			t.Errorf("%v: fence key = %s, want %d", m, got, ahead+1)
+		}
+		if got := mustDo(t, srv, "ZSCORE", s.MarkKey(name), "m"); got != strconv.FormatInt(ahead+1, 10) {
+			t.Errorf("%v: mark = %s, want %d", m, got, ahead+1)
+		}
+		if ttl := pttl(t, srv, s.AuxKey(name, "fence")); ttl <= 0 {
+			t.Errorf("%v: fence key PTTL = %d, want the hold's TTL plus the retention", m, ttl)
+		}
+	}
+}
