@@ -19,7 +19,8 @@ func TestSharedStoreNoteNamesEveryStore(t *testing.T) {
 	if code != 64 || !strings.Contains(stderr, "needs a shared store") {
 		t.Fatalf("dlock acquire job without a store = %d, stderr %q, want 64 and the shared-store error", code, stderr)
 	}
-	list, _, _ := strings.Cut(stderr[strings.Index(stderr, "needs a shared store"):], "(env")
+	_, list, _ := strings.Cut(stderr, "needs a shared store")
+	list, _, _ = strings.Cut(list, "(env")
 	flags := regexp.MustCompile(`--[a-z-]+`).FindAllString(list, -1)
 	if len(flags) < 6 {
 		t.Fatalf("the shared-store error names %d store flags (%q), want at least 6", len(flags), flags)
