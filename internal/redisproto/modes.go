@@ -185,7 +185,10 @@ func (o *Ops) Args(l *Layout, req store.Request) []string {
 // in clock_lib.lua).
 func (o *Ops) AcquireArgs(ctx context.Context, l *Layout, req store.Request) []string {
 	args := o.Args(l, req)
-	floor, _ := ctx.Value(fenceFloorKey{}).(string)
+	var floor string
+	if f, ok := store.FenceFloor(ctx); ok {
+		floor = strconv.FormatInt(f, 10)
+	}
 	if req.Mode != store.ModeMutex {
 		if floor != "" {
 			args = append(args, floor)
@@ -202,17 +205,12 @@ func (o *Ops) AcquireArgs(ctx context.Context, l *Layout, req store.Request) []s
 	return args
 }
 
-type fenceFloorKey struct{}
-
 // WithFenceFloor returns ctx proposing floor to the acquire scripts of the
-// stores it reaches: store/redlock proposes one floor to every node of a
-// grant, so that nodes, which take their own clock floor on every grant,
-// issue the same fence and the grant needs no fence write-back. A node
-// takes the floor only above the fence it would issue, and by at most
-// 100 ms above its own clock floor (issue in clock_lib.lua).
+// stores it reaches (see store.WithFenceFloor): a node takes the floor only
+// above the fence it would issue, and by at most 100 ms above its own clock
+// floor (issue in clock_lib.lua).
 func WithFenceFloor(ctx context.Context, floor int64) context.Context {
-	// In decimal, once for every store it reaches.
-	return context.WithValue(ctx, fenceFloorKey{}, strconv.FormatInt(floor, 10))
+	return store.WithFenceFloor(ctx, floor)
 }
 
 // RaiseArgs returns ARGV for o.Raise: {token, fence, fence retention ms,

@@ -45,6 +45,10 @@ func (s *Store) Acquire(ctx context.Context, req store.Request) (store.Grant, er
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if f, ok := store.FenceFloor(ctx); ok {
+		s.proposed = f
+		defer func() { s.proposed = 0 }()
+	}
 	now := time.Now()
 	k := keyOf(req.Name, req.Mode)
 	lk := s.live(k, now)

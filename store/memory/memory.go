@@ -37,6 +37,7 @@ type Store struct {
 	fences    map[string]int64
 	mark      int64 // the highest fence issued or raised, every name
 	issued    int   // fences issued since the last prune
+	proposed  int64 // the fence floor the Acquire being served proposes, or 0
 	watchers  map[key]map[chan struct{}]struct{}
 	grants    map[grantKey]chan store.Grant
 }
@@ -126,13 +127,18 @@ func nextFence(last int64, now time.Time) int64 {
 
 // issue records and returns the next fence of name: above its last fence,
 // or, once that is forgotten, above every fence the store issued (the
-// mark), and at least the clock floor. Caller holds s.mu.
+// mark), and at least the clock floor; or the floor the Acquire being
+// served proposed (s.proposed, see store.WithFenceFloor), when it is above
+// that by at most 100 ms of the clock floor. Caller holds s.mu.
 func (s *Store) issue(name string, now time.Time) int64 {
 	last, ok := s.fences[name]
 	if !ok {
 		last = s.mark
 	}
 	f := nextFence(last, now)
+	if p := s.proposed; p > f && p <= now.UnixMilli()*1000+store.MaxFloorLead {
+		f = p
+	}
 	s.fences[name] = f
 	s.mark = max(s.mark, f)
 	if s.issued++; s.issued >= max(1024, len(s.fences)) {

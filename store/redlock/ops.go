@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/dlock-dev/dlock/internal/redisproto"
 	"github.com/dlock-dev/dlock/store"
 )
 
@@ -167,8 +166,9 @@ func (s *Store) startAcquire(ctx context.Context, req store.Request) *acquisitio
 	// so nodes that saw the same grants issue the same fence only from a
 	// floor proposed to all of them, and the grant writes nothing back. 20
 	// ms ahead of this clock, to be above the nodes' clocks when they run
-	// the script (see redisproto.WithFenceFloor; other stores ignore it).
-	nodeCtx := redisproto.WithFenceFloor(ctx, time.Now().UnixMilli()*1000+proposedFloorLead)
+	// the script (see store.WithFenceFloor; stores that do not honour it
+	// ignore it).
+	nodeCtx := store.WithFenceFloor(ctx, time.Now().UnixMilli()*1000+proposedFloorLead)
 	a.f = fanOut(s, nodeCtx, a.timeout, s.all, func(ctx context.Context, i int) acquireReply {
 		if err := fl.wait(ctx, i); err != nil {
 			return acquireReply{err: err}

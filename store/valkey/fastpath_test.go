@@ -256,7 +256,7 @@ func TestMutexFenceMatchesCounter(t *testing.T) {
 }
 
 // TestMutexProposedFloor checks the fence floor store/redlock proposes
-// (redisproto.WithFenceFloor): a name without a counter takes it when it is
+// (store.WithFenceFloor): a name without a counter takes it when it is
 // above the node's clock floor by at most 100 ms, and the node's own floor
 // otherwise; a name whose counter exists issues last + 1 whatever is
 // proposed.
