@@ -42,7 +42,7 @@ func (s *storeFlags) register(fs *flagSet, client bool) {
 	fs.String(&s.postgresURL, "postgres-url", "URL", "DLOCK_POSTGRES_URL", "",
 		"PostgreSQL URL, postgres://user:pass@host:5432/db (store/postgres: a lease table judged by the database clock)")
 	fs.String(&s.zookeeper, "zookeeper-servers", "HOST:PORT,...", "DLOCK_ZOOKEEPER_SERVERS", "",
-		"comma-separated ZooKeeper servers (store/zookeeper: ephemeral-sequential nodes, fences from czxid)")
+		"comma-separated ZooKeeper servers (store/zookeeper: ephemeral-sequential nodes, fences rise past a restore)")
 	fs.String(&s.prefix, "key-prefix", "PREFIX", "DLOCK_KEY_PREFIX", "lock:",
 		"prefix of the Valkey/Redis keys: the mutex on NAME is the key PREFIX+NAME")
 	fs.Duration(&s.fenceRetention, "fence-retention", "DLOCK_FENCE_RETENTION", valkey.DefaultFenceRetention,
