@@ -215,21 +215,30 @@ func Start(tb testing.TB, opts ...Option) *Server {
 	if out, err := cp.CombinedOutput(); err != nil {
 		tb.Fatalf("pgtest: copy template cluster: %v\n%s", err, out)
 	}
+	s.start(tb, "postgres")
+	return s
+}
+
+// start launches s on a free port, trying startAttempts ports, and fails
+// tb (naming what it starts) when none works.
+func (s *Server) start(tb testing.TB, what string) {
+	tb.Helper()
 	var last error
 	for range startAttempts {
-		if s.port, err = freePort(); err != nil {
+		port, err := freePort()
+		if err != nil {
 			tb.Fatalf("pgtest: %v", err)
 		}
+		s.port = port
 		s.mu.Lock()
 		err = s.launch()
 		s.mu.Unlock()
 		if err == nil {
-			return s
+			return
 		}
 		last = err
 	}
-	tb.Fatalf("pgtest: start postgres: %v", last)
-	return nil
+	tb.Fatalf("pgtest: start %s: %v", what, last)
 }
 
 func freePort() (int, error) {
@@ -463,19 +472,6 @@ func StartStandby(tb testing.TB, primary *Server) *Server {
 	if out, err := bb.CombinedOutput(); err != nil {
 		tb.Fatalf("pgtest: pg_basebackup: %v\n%s", err, out)
 	}
-	var last error
-	for range startAttempts {
-		if s.port, err = freePort(); err != nil {
-			tb.Fatalf("pgtest: %v", err)
-		}
-		s.mu.Lock()
-		err = s.launch()
-		s.mu.Unlock()
-		if err == nil {
-			return s
-		}
-		last = err
-	}
-	tb.Fatalf("pgtest: start standby: %v", last)
-	return nil
+	s.start(tb, "standby")
+	return s
 }
