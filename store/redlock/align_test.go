@@ -3,7 +3,6 @@ package redlock_test
 import (
 	"context"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -134,16 +133,4 @@ func TestFencesAgreeOnFreshNames(t *testing.T) {
 	if writeBacks > 3 {
 		t.Errorf("%d fence write-backs in %d grants of fresh names, want about none", writeBacks, n)
 	}
-}
-
-// commandCalls returns the calls of cmd (lower case) in an INFO
-// commandstats reply, 0 when it has none.
-func commandCalls(info, cmd string) int {
-	for _, line := range strings.Split(info, "\n") {
-		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":calls="); ok {
-			n, _ := strconv.Atoi(strings.SplitN(rest, ",", 2)[0])
-			return n
-		}
-	}
-	return 0
 }
