@@ -126,7 +126,8 @@ func (e *Election) Resign(ctx context.Context) error {
 }
 
 // Leader returns the current leader's value, term and remaining time by the
-// store's clock, or [ErrNoLeader] when nobody leads. It returns a
+// store's clock, or [ErrNoLeader] when nobody leads. With a ctx without a
+// deadline the store call is bounded by the op timeout ([WithOpTimeout]). It returns a
 // [*StoreError] when the store failed, an [*InvalidError] for a bad name,
 // and an error wrapping [ErrNotSupported] on a store without elections.
 func (e *Election) Leader(ctx context.Context) (Leader, error) {
@@ -134,7 +135,9 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 	if err != nil {
 		return Leader{}, err
 	}
-	ld, err := el.Leader(ctx, e.name)
+	cctx, cancel := e.l.callContext(ctx)
+	defer cancel()
+	ld, err := el.Leader(cctx, e.name)
 	switch {
 	case err == nil, errors.Is(err, ErrNoLeader), errors.Is(err, ErrNotSupported), errors.Is(err, ErrInvalid):
 		return ld, err

@@ -442,7 +442,9 @@ func (ml *MultiLease) extendAtomic(ctx context.Context, ttl time.Duration) error
 		reqs = append(reqs, req)
 	}
 	sent := time.Now()
-	errs := ml.ms.ExtendMulti(ctx, reqs)
+	cctx, cancel := ml.leases[0].l.callContext(ctx)
+	errs := ml.ms.ExtendMulti(cctx, reqs)
+	cancel()
 	var first error
 	for i, ls := range ml.leases {
 		if err := ls.endExtend(sent, reqs[i], errs[i]); err != nil && first == nil {

@@ -155,10 +155,46 @@ func (s silentStore) Extend(ctx context.Context, reqs []dlock.Request) []error {
 	return errs
 }
 
+// silentStore takes a multi-lock in one operation (name by name on the
+// memory store, which is atomic enough for one caller), so that a
+// MultiLease extends it with one ExtendMulti, which never answers.
+func (s silentStore) AtomicMulti(names []string) bool { return true }
+
+func (s silentStore) AcquireMulti(ctx context.Context, reqs []dlock.Request) (store.MultiGrant, error) {
+	var mg store.MultiGrant
+	for i, req := range reqs {
+		g, err := s.Acquire(ctx, req)
+		if err != nil || !g.Acquired {
+			s.ReleaseMulti(ctx, reqs[:i])
+			return store.MultiGrant{Refused: i, Refusal: g}, err
+		}
+		mg.Fences = append(mg.Fences, g.Fence)
+	}
+	mg.Acquired = true
+	return mg, nil
+}
+
+func (s silentStore) ReleaseMulti(ctx context.Context, reqs []dlock.Request) []error {
+	errs := make([]error, len(reqs))
+	for i, req := range reqs {
+		errs[i] = s.Release(ctx, req)
+	}
+	return errs
+}
+
+func (s silentStore) ExtendMulti(ctx context.Context, reqs []dlock.Request) []error {
+	return s.Extend(ctx, reqs)
+}
+
+func (s silentStore) Leader(ctx context.Context, name string) (store.Leader, error) {
+	<-ctx.Done()
+	return store.Leader{}, ctx.Err()
+}
+
 // A call whose ctx never ends is still bounded by the op timeout
-// (WithOpTimeout): TryLock and Extend with context.Background() on a store
-// that never answers return a StoreError (on 636d7c8 both blocked
-// forever). TryLock takes up to three op timeouts: the attempt, the
+// (WithOpTimeout): TryLock, Extend, an atomic MultiLease's Extend and
+// Election.Leader with context.Background() on a store that never answers
+// return a StoreError (on 636d7c8 each blocked forever). TryLock takes up to three op timeouts: the attempt, the
 // re-check by token, and the release behind it.
 func TestCallsWithoutDeadlineAreBounded(t *testing.T) {
 	const op = 200 * time.Millisecond
@@ -178,6 +214,19 @@ func TestCallsWithoutDeadlineAreBounded(t *testing.T) {
 				return fmt.Errorf("TryLock: %w", err)
 			}
 			return lease.Extend(context.Background(), 0)
+		}},
+		// MultiLease.Extend of an atomic Multi (one ExtendMulti) and
+		// Election.Leader passed the caller's ctx as it was.
+		{"MultiLease.Extend", silentStore{Store: memory.New(), extendsOnly: true}, op + op/32, func(l *dlock.Locker) error {
+			ml, err := l.Multi([]string{"silent-a", "silent-b"}).TryLock(context.Background())
+			if err != nil {
+				return fmt.Errorf("Multi.TryLock: %w", err)
+			}
+			return ml.Extend(context.Background(), 0)
+		}},
+		{"Election.Leader", silentStore{Store: memory.New(), extendsOnly: true}, op + op/32, func(l *dlock.Locker) error {
+			_, err := l.Election("silent").Leader(context.Background())
+			return err
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
