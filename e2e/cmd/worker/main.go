@@ -61,13 +61,35 @@ type config struct {
 	queueTTL    time.Duration
 	names       []string
 	clockLib    string
+	// opts are the -opt key=value pairs, read by the openers of
+	// extraStores (each store's file says which it takes).
+	opts map[string]string
+}
+
+// extraStores open the stores that have a file of their own in this
+// directory (sentinel, cluster, etcd, ...): each registers itself here in
+// an init, so a new store touches neither openStore nor the flags.
+var extraStores = map[string]func(context.Context, config) (store.Store, func(), error){}
+
+// optsFlag collects repeated -opt key=value flags.
+type optsFlag map[string]string
+
+func (o optsFlag) String() string { return fmt.Sprint(map[string]string(o)) }
+
+func (o optsFlag) Set(v string) error {
+	k, val, ok := strings.Cut(v, "=")
+	if !ok || k == "" {
+		return fmt.Errorf("-opt %q: want key=value", v)
+	}
+	o[k] = val
+	return nil
 }
 
 func main() {
 	var c config
 	var addrs string
 	flag.IntVar(&c.id, "id", 0, "worker ID")
-	flag.StringVar(&c.store, "store", "valkey", "valkey or redlock")
+	flag.StringVar(&c.store, "store", "valkey", "valkey, redlock, or a store of extraStores")
 	flag.StringVar(&addrs, "addrs", "", "comma-separated host:port of the lock nodes")
 	flag.StringVar(&c.register, "register", "", "base URL of the fenced register")
 	flag.StringVar(&c.key, "key", "x", "lock name")
@@ -93,6 +115,8 @@ func main() {
 	flag.DurationVar(&c.nodeTimeout, "node-timeout", 0, "redlock: per-node timeout (0: library default)")
 	flag.DurationVar(&c.startAfter, "start-after", 0, "wait this long after the start event before the first attempt")
 	flag.DurationVar(&c.queueTTL, "queue-ttl", 0, "queue place TTL of fair and write waiters (0: library default)")
+	c.opts = map[string]string{}
+	flag.Var(optsFlag(c.opts), "opt", "key=value for the store's opener (repeatable)")
 	flag.StringVar(&c.clockLib, "clock-lib", "", "negative control: run the Valkey/Redis scripts with this clock_lib.lua instead of the embedded one")
 	flag.Parse()
 	if c.clockLib != "" {
@@ -140,6 +164,9 @@ func errString(err error) string {
 }
 
 func openStore(ctx context.Context, c config) (store.Store, func(), error) {
+	if open, ok := extraStores[c.store]; ok {
+		return open(ctx, c)
+	}
 	switch c.store {
 	case "valkey":
 		if len(c.addrs) != 1 {
