@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # beside-modules
 # scripts/suites/30-lint.sh: golangci-lint (configuration: .golangci.yml) and
-# govulncheck over every Go module of the repository.
+# govulncheck over every Go module of the repository, after a look at the tree:
+# no executable or object file is tracked (lib/no-tracked-binaries.sh).
 #
 # Both tools are installed here at pinned versions from the Go module proxy
 # into .cache/lint (gitignored), once. Every module listed in go.work is linted
@@ -69,6 +70,15 @@ fi
 
 failed=0
 summary=()
+
+# --- the tree: no compiled file is tracked ------------------------------------------
+log "tracked files: no executable or object file"
+status=PASS
+if ! bash "$REPO/scripts/suites/lib/no-tracked-binaries.sh" "$REPO"; then
+	status=FAIL
+	failed=$((failed + 1))
+fi
+summary+=("$(printf '%-4s  tree           %-28s %4ds' "$status" "no tracked binaries" 0)")
 
 # --- golangci-lint ---------------------------------------------------------------
 for dir in "${modules[@]}"; do
