@@ -94,6 +94,9 @@ type options struct {
 	cluster     bool
 	clockShim   bool
 	args        []string
+	// sentinelConf, when set, makes the process a Sentinel (sentinel.go)
+	// reading and rewriting this config file.
+	sentinelConf string
 }
 
 // WithPersistence turns on the append-only file with appendfsync always, so
@@ -206,6 +209,9 @@ func freePort() (int, error) {
 }
 
 func (s *Server) argv() []string {
+	if s.opts.sentinelConf != "" {
+		return s.sentinelArgv()
+	}
 	a := []string{
 		"--port", strconv.Itoa(s.port),
 		"--bind", "127.0.0.1",
