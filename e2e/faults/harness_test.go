@@ -88,7 +88,10 @@ type env struct {
 	nodes []*testredis.Server
 	reg   *register
 	tp    *toxiproxy.ApiServer
-	store string // "valkey" or "redlock"
+	store string // "valkey", "redlock" or a store of the worker's extraStores
+	// args are flags every worker of the env gets after the harness's
+	// own (a store's -opt key=value)
+	args []string
 
 	mu      sync.Mutex
 	workers []*worker
@@ -189,7 +192,8 @@ func (w *worker) start(args ...string) *worker {
 		"-store", e.store,
 		"-addrs", strings.Join(addrs, ","),
 		"-register", "http://" + w.reg.Listen,
-	}, args...)
+	}, e.args...)
+	argv = append(argv, args...)
 	w.cmd = exec.Command(workerBin, argv...)
 	w.cmd.Stderr = &w.stderr
 	w.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
