@@ -35,6 +35,7 @@ type Lease struct {
 	fence       int64
 	count       int
 	delay       time.Duration // lock-delay: the store holds req.TTL = lease TTL + delay
+	ownerOnly   bool          // WithOwnerReleaseOnly: the Locker never releases the store's hold
 	autoRenew   bool
 	renewEvery  time.Duration
 	driftFactor float64

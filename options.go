@@ -24,6 +24,7 @@ type config struct {
 	onPosition  func(int) // fair lock: see WithQueuePosition
 	lockDelay   time.Duration
 	maxHold     time.Duration // 0: none
+	ownerOnly   bool          // WithOwnerReleaseOnly
 	err         error
 	// attempts is what one acquire call keeps of its requests; set on the
 	// call's own copy of the config only (see Locker.acquire).
@@ -214,6 +215,27 @@ func WithMaxHold(d time.Duration) Option {
 		}
 		c.maxHold = d
 	}
+}
+
+// WithOwnerReleaseOnly leaves the store's hold of a lease to its owner,
+// whoever holds its token: the Locker never releases it on its own. When
+// it counts the lease lost (its validity passed unrenewed, a renewal
+// failed, its max hold came) and when it is closed, the lease ends for the
+// Locker ([Lease.Done] closes, [Lease.Err] reports the loss), but the
+// store keeps the hold until the owner releases it ([Lease.Release], or a
+// Release on the store with its token, from this process or another) or
+// its TTL runs out; the owner may extend it meanwhile, by its token. Only
+// what no owner was ever told of is still given up at once: a grant that
+// arrives after its acquire gave up, a queue place left, a multi-lock's
+// names taken before one was refused.
+//
+// It is for leases whose owner lives elsewhere: the lock service's /v1
+// leases belong to its HTTP clients, which extend and release them through
+// any instance of the service by their token, so the Locker that granted
+// one must not release it when it stops watching it. Default off (a lost
+// lease is released at once, and Close releases every lease it holds).
+func WithOwnerReleaseOnly() Option {
+	return func(c *config) { c.ownerOnly = true }
 }
 
 // WithOwner sets the owner ID of a reentrant lock; holders with the same
