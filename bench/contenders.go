@@ -71,7 +71,7 @@ func oneNode() []contender {
 // compete.
 func diagnostics() []contender {
 	return []contender{
-		{name: "raw-valkeygo-fenced", nodes: 1, open: openRawFenced, note: "diagnostic: the least fenced lock on raw valkey-go, as raw-valkeygo but the acquire is one script that also issues a fence with dlock's guarantees (SET NX PX; TIME; the name's counter created at the clock floor with an expiry, by SET GET; the fence returned): what a fence costs on this server, before anything else dlock does"},
+		{name: "raw-valkeygo-fenced", nodes: 1, open: openRawFenced, note: "diagnostic: the least fenced lock on raw valkey-go, as raw-valkeygo but the acquire is one script that also issues a fence with dlock's guarantees (SET NX PX; TIME; the name's counter created at the clock floor with an expiry, by SET GET; the node's fence mark read when the counter is absent and raised by SET GET; the fence returned): what a fence costs on this server, before anything else dlock does"},
 		{name: "raw-valkeygo-hwm", nodes: 1, open: openRawHWM, note: "diagnostic: as raw-valkeygo-fenced, but the fence comes from one high-water mark per server (INCR of one key without expiry; the clock floor when it is missing), not from a counter per name, so a new name costs no second key: a fence design dlock does not use, measured for what it would save (see docs/benchmarks.md)"},
 		{name: "raw-valkeygo-pipelined", nodes: 1, open: openRawPipelined, note: "diagnostic: the raw baseline on a valkey-go client that always pipelines (AlwaysPipelining, what a client with an invalidation hook does, as dlock's and valkeylock's do): every round trip goes through valkey-go's writer and reader goroutines"},
 	}
@@ -189,8 +189,9 @@ func (r *rawLocker) each(fn func(c vk.Client) (bool, error)) (int, error) {
 }
 
 // leastFencedAcquire is the least a fenced acquire on a new name can do
-// with dlock's guarantees: SET NX PX, TIME, and the counter created at the
-// clock floor by SET GET (see the script's header). It returns the fence,
+// with dlock's guarantees: SET NX PX, TIME, the counter created at the
+// clock floor by SET GET, the node's mark read when the counter is absent
+// and raised by SET GET (see the script's header). It returns the fence,
 // or 0.
 var leastFencedAcquire = vk.NewLuaScript(redisproto.LeastFencedAcquire.Src)
 
@@ -199,8 +200,12 @@ var leastFencedAcquire = vk.NewLuaScript(redisproto.LeastFencedAcquire.Src)
 // script's header). It returns the fence, or 0.
 var leastHWMAcquire = vk.NewLuaScript(redisproto.LeastHWMAcquire.Src)
 
-// fenceMark is the key of raw-valkeygo-hwm's per-server fence mark.
-const fenceMark = "bench:fence-mark"
+// fenceMark is the key of raw-valkeygo-hwm's per-server fence mark;
+// fencedMark raw-valkeygo-fenced's.
+const (
+	fenceMark  = "bench:fence-mark"
+	fencedMark = "bench:fenced-mark"
+)
 
 // fencedLocker is the raw baseline with a fenced acquire. Each call has a
 // deadline, as dlock's have, so that valkey-go runs a lone call on its
@@ -230,7 +235,7 @@ func openFenced(addrs []string, hwm bool) (locker, error) {
 func (r fencedLocker) Lock(ctx context.Context, name string) (unlockFunc, error) {
 	tok := nextToken()
 	ttl, keep := strconv.FormatInt(lockTTL.Milliseconds(), 10), strconv.FormatInt((lockTTL+time.Minute).Milliseconds(), 10)
-	acquire, keys, args := leastFencedAcquire, []string{name, name + ":fence"}, []string{tok, ttl, keep}
+	acquire, keys, args := leastFencedAcquire, []string{name, name + ":fence", fencedMark}, []string{tok, ttl, keep}
 	if r.hwm {
 		acquire, keys, args = leastHWMAcquire, []string{name, fenceMark}, []string{tok, ttl}
 	}

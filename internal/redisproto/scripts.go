@@ -64,8 +64,9 @@ func withClock(path string) *Script {
 }
 
 // LeastFencedAcquire is the least a fenced acquire on a new name can do with
-// dlock's guarantees (scripts/least_fenced_acquire.lua). No store runs it:
-// it is the floor the benchmarks measure the mutex against.
+// dlock's guarantees (scripts/least_fenced_acquire.lua): a counter per name
+// that expires, the node's mark and the clock floor. No store runs it: it
+// is the floor the benchmarks measure the mutex against.
 var LeastFencedAcquire = load("scripts/least_fenced_acquire.lua")
 
 // LeastHWMAcquire is a fenced acquire of another design, a fence from one
