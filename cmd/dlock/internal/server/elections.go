@@ -128,7 +128,7 @@ func (s *Server) handleCampaign(w http.ResponseWriter, r *http.Request) {
 	if wait > 0 {
 		extendWriteDeadline(w, wait)
 	}
-	ctx, cancel := s.waitContext(requestContext(r.Context()), wait)
+	ctx, cancel := s.waitContext(r.Context(), wait)
 	defer cancel()
 	claim, e := s.reserveHold(r.Context()) // a leadership is a hold
 	if e != nil {
@@ -236,7 +236,7 @@ func (s *Server) handleResign(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, e)
 		return
 	}
-	ctx := requestContext(r.Context())
+	ctx := r.Context()
 	key := leaseKey{name, token}
 	if entry := s.leases.lookup(key); entry != nil {
 		entry.mu.Lock()

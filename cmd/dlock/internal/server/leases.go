@@ -339,7 +339,7 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 	if p.wait > 0 {
 		extendWriteDeadline(w, p.wait)
 	}
-	ctx, cancel := s.waitContext(requestContext(r.Context()), p.wait)
+	ctx, cancel := s.waitContext(r.Context(), p.wait)
 	defer cancel()
 
 	var entry *leaseEntry
@@ -569,7 +569,7 @@ func (s *Server) handleRelease(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, e)
 		return
 	}
-	ctx := requestContext(r.Context())
+	ctx := r.Context()
 	key := leaseKey{name, *b.Token}
 	known := b.Mode != ""
 	if entry := s.leases.lookup(key); entry != nil {
@@ -693,4 +693,21 @@ func filterList(ctx context.Context, states []store.State) listBody {
 		lb.Locks = append(lb.Locks, toState(st))
 	}
 	return lb
+}
+// leaseDriftFactor is the [dlock.WithDriftFactor] of the /v1 leases.
+const leaseDriftFactor = 0.01
+
+// validMs is the ttlMs a /v1 answer gives for a hold of ttl whose request
+// was sent to the store at sent: the validity a Lease counts for it, by
+// the formula of [dlock.WithDriftFactor] (TTL - elapsed - (factor*TTL +
+// 2ms)) with the larger margin of a [store.Drifter] store. An instance
+// that passes an extend of a lease it does not know to the store answers
+// with it, so it answers as the instance that granted the lease does
+// (Lease.TTL, by the same formula).
+func (s *Server) validMs(sent time.Time, ttl time.Duration) int64 {
+	drift := time.Duration(float64(ttl)*leaseDriftFactor) + 2*time.Millisecond
+	if dr, ok := s.v1.Store().(store.Drifter); ok {
+		drift = max(drift, dr.Drift(ttl))
+	}
+	return durationMs(time.Until(sent.Add(ttl - drift)))
 }

@@ -108,7 +108,7 @@ func (s *Server) handleMultiAcquire(w http.ResponseWriter, r *http.Request) {
 	if wait > 0 {
 		extendWriteDeadline(w, wait)
 	}
-	ctx, cancel := s.waitContext(requestContext(r.Context()), wait)
+	ctx, cancel := s.waitContext(r.Context(), wait)
 	defer cancel()
 	// Each name is a hold of the token (maxHolds); the request is one
 	// acquire (acquiresPerSecond, counted by guard).
@@ -246,7 +246,7 @@ func (s *Server) handleMultiRelease(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, e)
 		return
 	}
-	ctx := requestContext(r.Context())
+	ctx := r.Context()
 	if validToken(*b.Token) != nil {
 		writeAPIError(w, lockError(ctx, strings.Join(b.Names, ", "), dlock.ErrNotHeld))
 		return

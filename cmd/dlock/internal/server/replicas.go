@@ -221,9 +221,8 @@ func (s *Server) noteLease(key leaseKey) {
 }
 
 // detach stops tracking the lease of id, which a client extended or
-// released through another replica: the local Lease is released without
-// touching the store (its clientStore drops the call) and without an
-// event.
+// released through another replica: the local Lease is forgotten, without
+// touching the store and without an event.
 func (s *Server) detach(id string) {
 	r := &s.rep
 	r.mu.Lock()
@@ -240,7 +239,7 @@ func (s *Server) detach(id string) {
 	defer e.mu.Unlock()
 	if ls := e.lease; ls != nil && !ended(ls) {
 		r.silence(key.name, ls.Fence())
-		if ls.Release(context.Background()) != nil {
+		if ls.Forget() != nil {
 			r.unsilence(key.name, ls.Fence())
 		}
 	}

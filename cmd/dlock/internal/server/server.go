@@ -103,7 +103,7 @@ type Config struct {
 // Server serves the HTTP API of one Locker. Create it with New.
 type Server struct {
 	locker  *dlock.Locker // the caller's: demo operations
-	v1      *dlock.Locker // the server's own, on a clientStore: /v1 leases
+	v1      *dlock.Locker // the server's own, of dlock.WithOwnerReleaseOnly: /v1 leases
 	cfg     Config
 	log     *slog.Logger
 	metrics *dlockprom.Metrics
@@ -227,7 +227,7 @@ func New(locker *dlock.Locker, cfg Config) (*Server, error) {
 			extra(ev)
 		}
 	}
-	v1, err := dlock.New(newClientStore(locker.Store()), dlock.WithDriftFactor(leaseDriftFactor), dlock.WithObserver(observe), dlock.WithLogger(log))
+	v1, err := dlock.New(locker.Store(), dlock.WithOwnerReleaseOnly(), dlock.WithDriftFactor(leaseDriftFactor), dlock.WithObserver(observe), dlock.WithLogger(log))
 	if err != nil {
 		return nil, fmt.Errorf("dlock: server: %w", err)
 	}
