@@ -78,8 +78,8 @@ func (s *Server) MasterAddr(name string) (string, error) {
 
 // WaitSentinels waits, for at most timeout, until every Sentinel of ss
 // gives want as the primary of name and knows the others (num-other-
-// sentinels) and replicas replicas (num-slaves): a group ready to fail
-// over. It fails tb, quoting the last answer, when they do not.
+// sentinels) and replicas replicas (num-slaves), none of them down: a
+// group ready to fail over. It fails tb, quoting the last answer, when they do not.
 func WaitSentinels(tb testing.TB, ss []*Server, name, want string, replicas int, timeout time.Duration) {
 	tb.Helper()
 	deadline := time.Now().Add(timeout)
@@ -125,6 +125,18 @@ func (s *Server) sentinelReady(name, want string, others, replicas int) error {
 	}
 	if got["flags"] != "master" {
 		return fmt.Errorf("sentinel %s: %s flags %s", s.Addr(), name, got["flags"])
+	}
+	// Every replica known and up (a restarted one loses its s_down flag
+	// at its first answer): a failover may pick any of them.
+	v, err = s.DoTimeout(time.Second, "SENTINEL", "REPLICAS", name)
+	if err != nil {
+		return err
+	}
+	fields = strings.Split(v, "\n")
+	for i := 0; i+1 < len(fields); i += 2 {
+		if fields[i] == "flags" && fields[i+1] != "slave" {
+			return fmt.Errorf("sentinel %s: a replica of %s has flags %s", s.Addr(), name, fields[i+1])
+		}
 	}
 	return nil
 }
