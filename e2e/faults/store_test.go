@@ -138,11 +138,19 @@ func uniqueKey(t *testing.T) string {
 // queue behind it; the fault then strikes while it holds.
 func startRun(t *testing.T, e *env, clockLib string, mark func()) *storeRun {
 	t.Helper()
-	run := &storeRun{e: e, key: uniqueKey(t), clockLib: clockLib}
 	iters := 24
 	if long() {
 		iters = 150
 	}
+	return startRunIters(t, e, clockLib, iters, mark)
+}
+
+// startRunIters is startRun with iters grants per looper: a store whose
+// clients take longer to start (a cluster client learning the topology)
+// needs more, so that the loopers are still at work when the holder is.
+func startRunIters(t *testing.T, e *env, clockLib string, iters int, mark func()) *storeRun {
+	t.Helper()
+	run := &storeRun{e: e, key: uniqueKey(t), clockLib: clockLib}
 	common := []string{"-key", run.key}
 	if clockLib != "" {
 		common = append(common, "-clock-lib", clockLib)

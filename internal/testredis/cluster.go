@@ -17,10 +17,11 @@ const (
 	replicaTimeout = 30 * time.Second
 )
 
-// A Cluster is a Redis Cluster of masters without replicas, started by
-// [StartCluster].
+// A Cluster is a Redis Cluster started by [StartCluster]: masters, and the
+// replicas [Cluster.AddReplica] adds.
 type Cluster struct {
-	nodes []*Server
+	nodes    []*Server
+	replicas []*Server // added by AddReplica
 }
 
 // StartCluster starts masters cluster-enabled servers (see [WithCluster]),
@@ -90,7 +91,8 @@ func (c *Cluster) wait(timeout time.Duration) error {
 }
 
 func (c *Cluster) check() error {
-	for _, n := range c.nodes {
+	all := c.Servers()
+	for _, n := range all {
 		info, err := n.DoTimeout(time.Second, "CLUSTER", "INFO")
 		if err != nil {
 			return fmt.Errorf("node %s: %v", n.Addr(), err)
@@ -99,7 +101,7 @@ func (c *Cluster) check() error {
 			"cluster_state":          "ok",
 			"cluster_slots_assigned": strconv.Itoa(clusterSlots),
 			"cluster_slots_ok":       strconv.Itoa(clusterSlots),
-			"cluster_known_nodes":    strconv.Itoa(len(c.nodes)),
+			"cluster_known_nodes":    strconv.Itoa(len(all)),
 		} {
 			if got := infoField(info, field); got != want {
 				return fmt.Errorf("node %s: %s = %q, want %q", n.Addr(), field, got, want)
