@@ -58,7 +58,9 @@ func main() {
 }
 `
 
-// rehearse packs the published modules at version into a file proxy and,
+// rehearse checks that every published module importing another's internal
+// package requires it at exactly version (checkSeams), packs the published
+// modules at version into a file proxy and,
 // with an empty module cache and only file proxies (the packed modules, then
 // the module cache's download directory for third-party modules), installs
 // cmd/dlock at version and runs `dlock version`, then builds and runs a
@@ -72,6 +74,13 @@ func rehearse(root, version string, log io.Writer) (*rehearsal, error) {
 		return nil, err
 	}
 	defer os.RemoveAll(tmp)
+	seams, err := checkSeams(root, version)
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range seams {
+		fmt.Fprintf(log, "released together: %s imports %s and requires %s %s\n", s.Dir, s.Import, pathOf(s.Owner), version)
+	}
 	proxy := filepath.Join(tmp, "proxy")
 	if err := pack(root, version, proxy); err != nil {
 		return nil, err

@@ -4,6 +4,7 @@ import (
 	"archive/zip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -243,5 +244,60 @@ func TestBumpKeepsTheReplaceBlock(t *testing.T) {
 	want := strings.ReplaceAll(work, "v0.1.0", "v0.2.0")
 	if got, _ := os.ReadFile(filepath.Join(dir, "go.work")); string(got) != want {
 		t.Errorf("bumpWork to v0.2.0 wrote:\n%s\nwant\n%s", got, want)
+	}
+}
+
+// TestSeams: store/goredis imports the root's internal/redisproto, so the
+// rehearsal requires goredis to require the root at exactly the version it
+// rehearses; a copy of the tree whose goredis requires another version is
+// refused, naming the module, the package and both versions.
+func TestSeams(t *testing.T) {
+	root, err := repoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	version, err := requiredVersion(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seams, err := checkSeams(root, version)
+	if err != nil {
+		t.Fatalf("checkSeams(tree, %s): %v", version, err)
+	}
+	want := seam{Dir: "store/goredis", Import: modulePath + "/internal/redisproto", Owner: "."}
+	if !slices.Contains(seams, want) {
+		t.Fatalf("checkSeams(tree) = %+v, want %+v among them", seams, want)
+	}
+
+	// A tree of the published go.mod files and goredis's import, where
+	// goredis requires an older root.
+	tmp := t.TempDir()
+	for _, dir := range published {
+		data, err := os.ReadFile(filepath.Join(root, dir, "go.mod"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if dir == "store/goredis" {
+			data = []byte(strings.Replace(string(data), modulePath+" "+version, modulePath+" v0.0.9", 1))
+		}
+		if err := os.MkdirAll(filepath.Join(tmp, dir), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(tmp, dir, "go.mod"), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	src := "package goredis\n\nimport _ \"" + want.Import + "\"\n"
+	if err := os.WriteFile(filepath.Join(tmp, "store/goredis/client.go"), []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = checkSeams(tmp, version)
+	if err == nil {
+		t.Fatalf("checkSeams(goredis requiring v0.0.9, %s) = nil, want an error", version)
+	}
+	for _, s := range []string{"store/goredis", want.Import, "v0.0.9", version} {
+		if !strings.Contains(err.Error(), s) {
+			t.Errorf("checkSeams error %q does not name %q", err, s)
+		}
 	}
 }
