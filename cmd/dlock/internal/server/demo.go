@@ -47,98 +47,36 @@ type demoBody struct {
 	WaitedMs   int64  `json:"waitedMs,omitempty"`
 }
 
+// demoRequest is a demo request read from its path and query.
+type demoRequest struct {
+	pattern string
+	req     dlock.Request
+	opts    []dlock.Option
+	dur     int64         // durationMs of the operation
+	wait    time.Duration // retry and fair: how long to wait for the lock
+}
+
 func (s *Server) handleDemo(w http.ResponseWriter, r *http.Request) {
-	pattern := r.PathValue("pattern")
-	resource := r.PathValue("resourceId")
-	if !slices.Contains(demoPatterns, pattern) {
-		writeAPIError(w, badField("pattern", "must be one of "+strings.Join(demoPatterns, ", ")))
-		return
-	}
-	if err := dlock.ValidName(resource); err != nil {
-		writeAPIError(w, badField("resourceId", "must be 1-256 bytes of UTF-8 without control characters"))
-		return
-	}
-	dur, e := msParam(r, "durationMs", defaultDemoMs, 0, MaxDemoMs)
+	d, e := parseDemo(r)
 	if e != nil {
 		writeAPIError(w, e)
 		return
 	}
-	req := dlock.Request{Name: resource, TTL: time.Duration(dur+demoBufferMs) * time.Millisecond}
-	var opts []dlock.Option
-	var wait time.Duration
-	switch pattern {
-	case "simple", "redlock":
-		req.Mode = dlock.ModeMutex
-	case "retry":
-		req.Mode = dlock.ModeMutex
-		ms, e := msParam(r, "waitMs", defaultDemoWaitMs, 0, MaxWaitMs)
-		if e != nil {
-			writeAPIError(w, e)
-			return
-		}
-		wait = time.Duration(ms) * time.Millisecond
-	case "watchdog":
-		req.Mode = dlock.ModeMutex
-		req.TTL = watchdogTTL
-		opts = append(opts, dlock.WithAutoRenew())
-	case "reentrant":
-		req.Mode = dlock.ModeReentrant
-		if owner := r.URL.Query().Get("owner"); owner != "" {
-			if e := validText("owner", owner); e != nil {
-				writeAPIError(w, e)
-				return
-			}
-			req.Owner = owner
-		}
-	case "read":
-		req.Mode = dlock.ModeRead
-	case "write":
-		req.Mode = dlock.ModeWrite
-	case "fair":
-		req.Mode = dlock.ModeFair
-		ms, e := msParam(r, "waitMs", defaultDemoWaitMs, 0, MaxWaitMs)
-		if e != nil {
-			writeAPIError(w, e)
-			return
-		}
-		wait = time.Duration(ms) * time.Millisecond
-		req.Queue = wait > 0
-	case "semaphore":
-		req.Mode = dlock.ModeSemaphore
-		limit, e := msParam(r, "limit", defaultDemoLimit, 1, 1000)
-		if e != nil {
-			writeAPIError(w, e)
-			return
-		}
-		req.Limit = int(limit)
-	}
-	extendWriteDeadline(w, wait+time.Duration(dur)*time.Millisecond)
+	extendWriteDeadline(w, d.wait+time.Duration(d.dur)*time.Millisecond)
 
-	ctx, cancel := s.waitContext(r.Context(), wait)
+	ctx, cancel := s.waitContext(r.Context(), d.wait)
 	start := time.Now()
-	lease, err := s.locker.Acquire(ctx, req, wait > 0, opts...)
+	lease, err := s.locker.Acquire(ctx, d.req, d.wait > 0, d.opts...)
 	cancel()
 	if err != nil {
-		writeAPIError(w, demoError(ctx, resource, err))
+		writeAPIError(w, demoError(ctx, d.req.Name, err))
 		return
 	}
 	waited := time.Since(start)
 	s.demo.add(lease)
 	defer s.demo.remove(lease)
 
-	// The simulated operation.
-	op := time.NewTimer(time.Duration(dur) * time.Millisecond)
-	defer op.Stop()
-	var lost, gone, halted bool
-	select {
-	case <-op.C:
-	case <-lease.Done():
-		lost = true
-	case <-r.Context().Done():
-		gone = true
-	case <-s.halt:
-		halted = true
-	}
+	lost, gone, halted := s.runDemo(r.Context(), lease, time.Duration(d.dur)*time.Millisecond)
 	rctx, rcancel := context.WithTimeout(context.WithoutCancel(r.Context()), 5*time.Second)
 	relErr := lease.Release(rctx)
 	rcancel()
@@ -150,10 +88,92 @@ func (s *Server) handleDemo(w http.ResponseWriter, r *http.Request) {
 	case lost || errors.Is(relErr, dlock.ErrLeaseLost):
 		writeError(w, http.StatusGone, "Lease lost", "the lease was lost during the operation; its effects must be presumed unsafe")
 	default:
-		writeJSON(w, http.StatusOK, demoBody{Success: true, ResourceID: resource, DurationMs: dur,
-			Fence: lease.Fence(), Pattern: pattern, Mode: modeName(lease.Mode()), Count: countIfReentrant(lease),
-			WaitedMs: waitedIf(wait, waited)})
+		writeJSON(w, http.StatusOK, demoBody{Success: true, ResourceID: d.req.Name, DurationMs: d.dur,
+			Fence: lease.Fence(), Pattern: d.pattern, Mode: modeName(lease.Mode()), Count: countIfReentrant(lease),
+			WaitedMs: waitedIf(d.wait, waited)})
 	}
+}
+
+// runDemo is the simulated operation: it runs for dur under lease, and
+// says what cut it short: the lease's loss, the client going away, or the
+// shutdown timeout.
+func (s *Server) runDemo(ctx context.Context, lease *dlock.Lease, dur time.Duration) (lost, gone, halted bool) {
+	op := time.NewTimer(dur)
+	defer op.Stop()
+	select {
+	case <-op.C:
+	case <-lease.Done():
+		lost = true
+	case <-ctx.Done():
+		gone = true
+	case <-s.life.halt:
+		halted = true
+	}
+	return lost, gone, halted
+}
+
+// parseDemo reads a demo request, or returns the 400 naming the field.
+func parseDemo(r *http.Request) (*demoRequest, *apiError) {
+	d := &demoRequest{pattern: r.PathValue("pattern")}
+	resource := r.PathValue("resourceId")
+	if !slices.Contains(demoPatterns, d.pattern) {
+		return nil, badField("pattern", "must be one of "+strings.Join(demoPatterns, ", "))
+	}
+	if err := dlock.ValidName(resource); err != nil {
+		return nil, badField("resourceId", "must be 1-256 bytes of UTF-8 without control characters")
+	}
+	var e *apiError
+	if d.dur, e = msParam(r, "durationMs", defaultDemoMs, 0, MaxDemoMs); e != nil {
+		return nil, e
+	}
+	d.req = dlock.Request{Name: resource, TTL: time.Duration(d.dur+demoBufferMs) * time.Millisecond}
+	if e := d.pick(r); e != nil {
+		return nil, e
+	}
+	return d, nil
+}
+
+// pick sets the mode and the pattern's own parameters of d.
+func (d *demoRequest) pick(r *http.Request) *apiError {
+	waitMs := func() *apiError {
+		ms, e := msParam(r, "waitMs", defaultDemoWaitMs, 0, MaxWaitMs)
+		d.wait = time.Duration(ms) * time.Millisecond
+		return e
+	}
+	switch d.pattern {
+	case "simple", "redlock":
+		d.req.Mode = dlock.ModeMutex
+	case "retry":
+		d.req.Mode = dlock.ModeMutex
+		return waitMs()
+	case "watchdog":
+		d.req.Mode = dlock.ModeMutex
+		d.req.TTL = watchdogTTL
+		d.opts = append(d.opts, dlock.WithAutoRenew())
+	case "reentrant":
+		d.req.Mode = dlock.ModeReentrant
+		if owner := r.URL.Query().Get("owner"); owner != "" {
+			if e := validText("owner", owner); e != nil {
+				return e
+			}
+			d.req.Owner = owner
+		}
+	case "read":
+		d.req.Mode = dlock.ModeRead
+	case "write":
+		d.req.Mode = dlock.ModeWrite
+	case "fair":
+		d.req.Mode = dlock.ModeFair
+		e := waitMs()
+		d.req.Queue = d.wait > 0
+		return e
+	case "semaphore":
+		d.req.Mode = dlock.ModeSemaphore
+		limit, e := msParam(r, "limit", defaultDemoLimit, 1, 1000)
+		d.req.Limit = int(limit)
+		return e
+	}
+	return nil
 }
 
 func countIfReentrant(ls *dlock.Lease) int {

@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -57,45 +56,6 @@ func toElection(name string, ld dlock.Leader) electionBody {
 		return electionBody{Name: name}
 	}
 	return electionBody{Name: name, Leader: &leaderBody{Value: ld.Value, Term: ld.Term, TTLMs: durationMs(ld.TTL)}}
-}
-
-// holdTimes reads the ttlMs (default DefaultTTLMs), waitMs and lockDelayMs
-// fields of a campaign or a multi-lock acquire.
-func (s *Server) holdTimes(ttlMs, waitMs, lockDelayMs *int64) (ttl, wait, delay time.Duration, e *apiError) {
-	if ttl, e = msField("ttlMs", ttlMs, MinTTLMs, MaxTTLMs); e != nil {
-		return
-	}
-	if ttl == 0 {
-		ttl = DefaultTTLMs * time.Millisecond
-	}
-	if wait, e = msField("waitMs", waitMs, 0, MaxWaitMs); e != nil {
-		return
-	}
-	if delay, e = msField("lockDelayMs", lockDelayMs, 0, MaxLockDelayMs); e != nil {
-		return
-	}
-	return ttl, wait, delay, s.lockDelayError(delay)
-}
-
-// msField validates an optional millisecond field.
-func msField(field string, v *int64, lo, hi int64) (time.Duration, *apiError) {
-	if v == nil {
-		return 0, nil
-	}
-	if *v < lo || *v > hi {
-		return 0, badField(field, fmt.Sprintf("must be from %d to %d", lo, hi))
-	}
-	return time.Duration(*v) * time.Millisecond, nil
-}
-
-// lockDelayError is the 400 for a lock-delay on a store that cannot keep
-// one (store.LockDelayer), or nil.
-func (s *Server) lockDelayError(delay time.Duration) *apiError {
-	if delay == 0 || store.SupportsLockDelay(s.locker.Store()) {
-		return nil
-	}
-	return &apiError{Status: http.StatusBadRequest, Error: "not supported", Field: "lockDelayMs",
-		Message: "the store cannot keep a lock-delay: it does not end holds by its own clock"}
 }
 
 func (s *Server) handleCampaign(w http.ResponseWriter, r *http.Request) {
@@ -298,45 +258,18 @@ func (s *Server) handleObserve(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if n := s.streams.Add(1); n > int64(s.cfg.MaxEventStreams) {
-		s.streams.Add(-1)
-		w.Header().Set("Retry-After", "5")
-		writeError(w, http.StatusServiceUnavailable, "too many streams",
-			fmt.Sprintf("at most %d event streams at once", s.cfg.MaxEventStreams))
-		return
-	}
-	defer s.streams.Add(-1)
-	rc := http.NewResponseController(w)
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-store")
-	h.Set("X-Accel-Buffering", "no")
-	h.Set("X-Content-Type-Options", "nosniff")
 	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel()
 	changes := e.Observe(ctx)
 	defer func() {
 		cancel()
 		for range changes { // wait for the observer to end
 		}
 	}()
-	send := func(event string, v any) bool {
-		b, err := json.Marshal(v)
-		if err != nil {
-			return false
-		}
-		rc.SetWriteDeadline(time.Now().Add(10 * time.Second))
-		if _, err := fmt.Fprintf(w, "event: %s\ndata: %s\n\n", event, b); err != nil {
-			return false
-		}
-		return rc.Flush() == nil
-	}
-	w.WriteHeader(http.StatusOK)
-	rc.SetWriteDeadline(time.Now().Add(10 * time.Second))
-	if _, err := fmt.Fprint(w, "retry: 2000\n\n"); err != nil {
+	st, ok := s.openStream(w)
+	if !ok {
 		return
 	}
-	rc.Flush()
+	defer st.close()
 	p := principalFrom(r.Context())
 	var revokedC <-chan time.Time // a scoped token's stream ends when it leaves the auth file
 	if p != nil {
@@ -352,14 +285,14 @@ func (s *Server) handleObserve(w http.ResponseWriter, r *http.Request) {
 			if s.revoked(p) {
 				return
 			}
-		case <-s.drain:
-			send("shutdown", map[string]string{"message": "server shutting down"})
+		case <-s.life.drain:
+			st.send("shutdown", map[string]string{"message": "server shutting down"})
 			return
 		case ld, ok := <-changes:
 			if !ok {
 				return
 			}
-			if !send("leader", toElection(name, ld)) {
+			if !st.send("leader", toElection(name, ld)) {
 				return
 			}
 		}

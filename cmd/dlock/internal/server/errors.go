@@ -1,18 +1,15 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log"
 	"log/slog"
 	"math"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/dlock-dev/dlock"
@@ -134,107 +131,6 @@ func lockError(ctx context.Context, name string, err error) *apiError {
 	default:
 		return &apiError{Status: http.StatusServiceUnavailable, Error: "store unavailable", Message: err.Error()}
 	}
-}
-
-// decodeJSON decodes one JSON object from r into v strictly: unknown
-// fields, wrong types and anything after the object are errors. An empty
-// body decodes as {} when emptyOK. The errors are 400s naming the field,
-// or 413 for a body over [MaxBodyBytes].
-func decodeJSON(r io.Reader, v any, emptyOK bool) *apiError {
-	if fb, ok := v.(fastBody); ok {
-		// A small body is read whole and, when plain, decoded without
-		// encoding/json (fastjson.go); otherwise the decoder below reads
-		// the same bytes, and the same error after them.
-		buf := make([]byte, fastBodyBytes)
-		n, err := io.ReadFull(r, buf)
-		switch {
-		case err == io.EOF || err == io.ErrUnexpectedEOF:
-			if fb.decodeFast(buf[:n]) {
-				return nil
-			}
-			r = bytes.NewReader(buf[:n])
-		case err == nil:
-			r = io.MultiReader(bytes.NewReader(buf), r)
-		default:
-			r = io.MultiReader(bytes.NewReader(buf[:n]), errReader{err})
-		}
-	}
-	dec := json.NewDecoder(r)
-	dec.DisallowUnknownFields()
-	return decodeOne(dec, v, emptyOK)
-}
-
-// decodeOne decodes one JSON object from dec into v, and nothing after it,
-// with the errors of decodeJSON.
-func decodeOne(dec *json.Decoder, v any, emptyOK bool) *apiError {
-	if err := dec.Decode(v); err != nil {
-		if errors.Is(err, io.EOF) && emptyOK {
-			return nil
-		}
-		return jsonError(err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		if err != nil {
-			if e := jsonError(err); e.Status == http.StatusRequestEntityTooLarge {
-				return e
-			}
-		}
-		return badField("body", "must hold one JSON object and nothing after it")
-	}
-	return nil
-}
-
-func jsonError(err error) *apiError {
-	var maxErr *http.MaxBytesError
-	var typeErr *json.UnmarshalTypeError
-	var syntaxErr *json.SyntaxError
-	switch {
-	case errors.As(err, &maxErr):
-		return &apiError{Status: http.StatusRequestEntityTooLarge, Error: "body too large",
-			Message: fmt.Sprintf("the body must be at most %d bytes", MaxBodyBytes)}
-	case errors.As(err, &typeErr):
-		field := typeErr.Field
-		if field == "" {
-			return badField("body", "must be a JSON object")
-		}
-		want := typeErr.Type.String()
-		switch want {
-		case "int64", "*int64", "int":
-			want = "an integer"
-		case "bool":
-			want = "true or false"
-		case "string":
-			want = "a string"
-		}
-		return badField(field, "must be "+want)
-	case errors.As(err, &syntaxErr):
-		return badField("body", fmt.Sprintf("is not valid JSON (offset %d)", syntaxErr.Offset))
-	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
-		return badField("body", "is empty or truncated JSON")
-	}
-	msg := err.Error()
-	if f, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
-		f, _ = strconv.Unquote(f)
-		if f == "" {
-			f = "body"
-		}
-		return &apiError{Status: http.StatusBadRequest, Error: "unknown field", Field: f,
-			Message: fmt.Sprintf("unknown field %q", f)}
-	}
-	return badField("body", "is not valid JSON")
-}
-
-// msParam parses an integer query parameter in [lo, hi].
-func msParam(r *http.Request, name string, def, lo, hi int64) (int64, *apiError) {
-	s := r.URL.Query().Get(name)
-	if s == "" {
-		return def, nil
-	}
-	v, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || v < lo || v > hi {
-		return 0, badField(name, fmt.Sprintf("must be an integer from %d to %d", lo, hi))
-	}
-	return v, nil
 }
 
 func durationMs(d time.Duration) int64 {

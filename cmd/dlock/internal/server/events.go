@@ -2,8 +2,6 @@ package server
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 	"net/http"
 	"sync"
 	"time"
@@ -155,46 +153,16 @@ const eventBuffer = 512
 // handleEvents streams lock events and periodic snapshots as server-sent
 // events until the client goes away or the server shuts down.
 func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
-	if n := s.streams.Add(1); n > int64(s.cfg.MaxEventStreams) {
-		s.streams.Add(-1)
-		w.Header().Set("Retry-After", "5")
-		writeError(w, http.StatusServiceUnavailable, "too many streams",
-			fmt.Sprintf("at most %d event streams at once", s.cfg.MaxEventStreams))
-		return
-	}
-	defer s.streams.Add(-1)
-	rc := http.NewResponseController(w)
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-store")
-	h.Set("X-Accel-Buffering", "no")
-	h.Set("X-Content-Type-Options", "nosniff")
-
 	ch := make(chan *feedEvent, eventBuffer)
-	p := principalFrom(r.Context()) // a scoped token sees only names in scope
 	unsub := s.rep.feed.subscribe(ch)
 	defer unsub()
-
-	sendData := func(event string, b []byte) bool {
-		rc.SetWriteDeadline(time.Now().Add(10 * time.Second))
-		if _, err := fmt.Fprintf(w, "event: %s\ndata: %s\n\n", event, b); err != nil {
-			return false
-		}
-		return rc.Flush() == nil
-	}
-	send := func(event string, v any) bool {
-		b, err := json.Marshal(v)
-		if err != nil {
-			return false
-		}
-		return sendData(event, b)
-	}
-	w.WriteHeader(http.StatusOK)
-	rc.SetWriteDeadline(time.Now().Add(10 * time.Second))
-	if _, err := fmt.Fprint(w, "retry: 2000\n\n"); err != nil {
+	st, ok := s.openStream(w)
+	if !ok {
 		return
 	}
-	if !send("snapshot", s.snapshot(r.Context(), true)) {
+	defer st.close()
+	p := principalFrom(r.Context()) // a scoped token sees only names in scope
+	if !st.send("snapshot", s.snapshot(r.Context(), true)) {
 		return
 	}
 	tick := time.NewTicker(s.cfg.SnapshotInterval)
@@ -203,21 +171,21 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-r.Context().Done():
 			return
-		case <-s.drain:
-			send("shutdown", map[string]string{"message": "server shutting down"})
+		case <-s.life.drain:
+			st.send("shutdown", map[string]string{"message": "server shutting down"})
 			return
 		case ev := <-ch:
 			if !p.allows(ev.name) {
 				continue
 			}
-			if !sendData(ev.typ, ev.data) {
+			if !st.sendData(ev.typ, ev.data) {
 				return
 			}
 		case <-tick.C:
 			if s.revoked(p) { // the token left the auth file: end its stream
 				return
 			}
-			if !send("snapshot", s.snapshot(r.Context(), false)) {
+			if !st.send("snapshot", s.snapshot(r.Context(), false)) {
 				return
 			}
 		}
@@ -261,7 +229,7 @@ type listCache struct {
 // half a SnapshotInterval ago (a failure too), filtered for the caller's
 // principal.
 func (s *Server) listShared(ctx context.Context, in store.Inspector) (listBody, error) {
-	c := &s.lists
+	c := &s.streams.lists
 	c.mu.Lock()
 	if c.at.IsZero() || time.Since(c.at) >= s.cfg.SnapshotInterval/2 {
 		states, err := in.List(ctx)

@@ -35,7 +35,7 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 		_, err = st.State(ctx, "dlock-health")
 	}
 	b := healthBody{Status: "ok", Service: "distributed-lock", Store: s.cfg.StoreName, Version: s.cfg.Version,
-		UptimeS: int64(time.Since(s.started).Seconds())}
+		UptimeS: int64(time.Since(s.life.started).Seconds())}
 	code := http.StatusOK
 	if err != nil {
 		code = http.StatusServiceUnavailable

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/store"
@@ -76,65 +75,83 @@ func decodeAcquire(name string, body io.Reader) (acquireParams, *apiError) {
 	if p.maxHold, e = msField("maxHoldMs", b.MaxHoldMs, MinTTLMs, MaxHoldMs); e != nil {
 		return p, e
 	}
-	mode, e := parseMode(b.Mode, b.Fair, b.Owner != "", b.Limit != nil)
-	if e != nil {
+	if e = p.setMode(&b); e != nil {
 		return p, e
 	}
-	p.req.Mode = mode
-	if b.Fair && mode != dlock.ModeFair {
-		return p, badField("fair", "applies to exclusive locks only")
+	if e = p.setQueue(&b); e != nil {
+		return p, e
 	}
-	if b.Owner != "" {
-		if mode != dlock.ModeReentrant {
-			return p, badField("owner", "applies to reentrant locks only")
-		}
-		if e := validText("owner", b.Owner); e != nil {
-			return p, e
-		}
-		p.req.Owner = b.Owner
-	}
-	if b.Limit != nil {
-		if mode != dlock.ModeSemaphore {
-			return p, badField("limit", "applies to semaphores only")
-		}
-		if *b.Limit < 1 || *b.Limit > maxLimit {
-			return p, badField("limit", fmt.Sprintf("must be from 1 to %d", maxLimit))
-		}
-		p.req.Limit = int(*b.Limit)
-	} else if mode == dlock.ModeSemaphore {
-		return p, badField("limit", "is required for a semaphore")
-	}
-	if b.Token != "" {
-		if e := validToken(b.Token); e != nil {
-			return p, e
-		}
-		p.req.Token = b.Token
-	}
-	if b.QueueTTLMs != nil && !b.Queue {
-		return p, badField("queueTtlMs", "applies only with queue")
-	}
-	if b.Queue {
-		if mode != dlock.ModeFair && mode != dlock.ModeWrite {
-			return p, badField("queue", "applies to fair and write locks only")
-		}
-		// A place kept after the answer is refreshed, claimed and given up
-		// with its token: without one it would be nobody's.
-		if b.Token == "" {
-			return p, badField("token", "is required with queue: the queue place is refreshed, claimed and released with it")
-		}
-		p.req.Queue = true
-		if b.QueueTTLMs != nil {
-			if *b.QueueTTLMs < MinTTLMs || *b.QueueTTLMs > MaxTTLMs {
-				return p, badField("queueTtlMs", fmt.Sprintf("must be from %d to %d", MinTTLMs, MaxTTLMs))
-			}
-			p.req.QueueTTL = time.Duration(*b.QueueTTLMs) * time.Millisecond
-		}
-	}
+	mode := p.req.Mode
 	// A waiting fair locker or writer keeps its place in the queue.
 	if p.wait > 0 && (mode == dlock.ModeFair || mode == dlock.ModeWrite) {
 		p.req.Queue = true
 	}
 	return p, nil
+}
+
+// setMode sets the mode of p from b, with the fields that go with it
+// (fair, owner, limit).
+func (p *acquireParams) setMode(b *acquireBody) *apiError {
+	mode, e := parseMode(b.Mode, b.Fair, b.Owner != "", b.Limit != nil)
+	if e != nil {
+		return e
+	}
+	p.req.Mode = mode
+	if b.Fair && mode != dlock.ModeFair {
+		return badField("fair", "applies to exclusive locks only")
+	}
+	if b.Owner != "" {
+		if mode != dlock.ModeReentrant {
+			return badField("owner", "applies to reentrant locks only")
+		}
+		if e := validText("owner", b.Owner); e != nil {
+			return e
+		}
+		p.req.Owner = b.Owner
+	}
+	if b.Limit != nil {
+		if mode != dlock.ModeSemaphore {
+			return badField("limit", "applies to semaphores only")
+		}
+		if *b.Limit < 1 || *b.Limit > maxLimit {
+			return badField("limit", fmt.Sprintf("must be from 1 to %d", maxLimit))
+		}
+		p.req.Limit = int(*b.Limit)
+	} else if mode == dlock.ModeSemaphore {
+		return badField("limit", "is required for a semaphore")
+	}
+	return nil
+}
+
+// setQueue sets p's token and queue place from b.
+func (p *acquireParams) setQueue(b *acquireBody) *apiError {
+	if b.Token != "" {
+		if e := validToken(b.Token); e != nil {
+			return e
+		}
+		p.req.Token = b.Token
+	}
+	if b.QueueTTLMs != nil && !b.Queue {
+		return badField("queueTtlMs", "applies only with queue")
+	}
+	if b.Queue {
+		if p.req.Mode != dlock.ModeFair && p.req.Mode != dlock.ModeWrite {
+			return badField("queue", "applies to fair and write locks only")
+		}
+		// A place kept after the answer is refreshed, claimed and given up
+		// with its token: without one it would be nobody's.
+		if b.Token == "" {
+			return badField("token", "is required with queue: the queue place is refreshed, claimed and released with it")
+		}
+		p.req.Queue = true
+		if b.QueueTTLMs != nil {
+			if *b.QueueTTLMs < MinTTLMs || *b.QueueTTLMs > MaxTTLMs {
+				return badField("queueTtlMs", fmt.Sprintf("must be from %d to %d", MinTTLMs, MaxTTLMs))
+			}
+			p.req.QueueTTL = time.Duration(*b.QueueTTLMs) * time.Millisecond
+		}
+	}
+	return nil
 }
 
 // parseMode maps the API's mode to a dlock.Mode: "exclusive" (the default)
@@ -172,34 +189,6 @@ func modeName(m dlock.Mode) string { return m.String() }
 // one is a 400. A token of any other shape that the server never grants
 // (see validToken) does not hold the lock: 410.
 const MaxTokenBytes = 256
-
-func validToken(t string) *apiError {
-	if len(t) < 32 || len(t) > 128 {
-		return badField("token", "must be 32 to 128 hexadecimal characters")
-	}
-	for i := 0; i < len(t); i++ {
-		c := t[i]
-		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
-			return badField("token", "must be 32 to 128 hexadecimal characters")
-		}
-	}
-	return nil
-}
-
-func validText(field, s string) *apiError {
-	if s == "" || len(s) > 256 {
-		return badField(field, "must be 1 to 256 bytes")
-	}
-	if !utf8.ValidString(s) {
-		return badField(field, "must be valid UTF-8")
-	}
-	for _, r := range s {
-		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
-			return badField(field, "must not contain control characters")
-		}
-	}
-	return nil
-}
 
 // leaseKey identifies a /v1 lease: tokens are per lease, but a client may
 // (unwisely) use one token on several names.
@@ -349,31 +338,8 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 		entry = s.leases.entry(key)
 		entry.mu.Lock()
 		defer entry.mu.Unlock()
-		if ls := entry.lease; ls != nil {
-			if ls.Mode() != p.req.Mode {
-				writeAPIError(w, badField("token", "already holds this lock in mode "+modeName(ls.Mode())))
-				return
-			}
-			// A retried acquire: refresh the TTL as the store contract says.
-			err := ls.Extend(ctx, p.req.TTL)
-			if err == nil {
-				writeGrant(w, name, ls, min(p.req.TTL, ls.TTL()))
-				return
-			}
-			if !errors.Is(err, dlock.ErrLeaseLost) && !errors.Is(err, dlock.ErrNotHeld) || errors.Is(err, dlock.ErrMaxHold) {
-				// At its max hold the token gets no new grant either.
-				writeAPIError(w, lockError(ctx, name, err))
-				return
-			}
-			entry.lease = nil // lost meanwhile: acquire anew
-		}
-		// A max hold runs from the token's first grant.
-		if left, e := entry.holdLeft(name); e != nil || left > 0 {
-			if e != nil {
-				writeAPIError(w, e)
-				return
-			}
-			p.maxHold = left
+		if done := retryAcquire(ctx, w, entry, &p); done {
+			return
 		}
 	}
 
@@ -416,6 +382,41 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 	writeGrant(w, name, ls, ttl)
 }
 
+// retryAcquire answers an acquire that names a token this server granted
+// (entry, locked by the caller): while the lease is held, the retry
+// refreshes its TTL, as the store contract says, and is answered here
+// (done). Otherwise the acquire goes on, its max hold counted from the
+// token's first grant.
+func retryAcquire(ctx context.Context, w http.ResponseWriter, entry *leaseEntry, p *acquireParams) (done bool) {
+	name := p.req.Name
+	if ls := entry.lease; ls != nil {
+		if ls.Mode() != p.req.Mode {
+			writeAPIError(w, badField("token", "already holds this lock in mode "+modeName(ls.Mode())))
+			return true
+		}
+		err := ls.Extend(ctx, p.req.TTL)
+		if err == nil {
+			writeGrant(w, name, ls, min(p.req.TTL, ls.TTL()))
+			return true
+		}
+		if !errors.Is(err, dlock.ErrLeaseLost) && !errors.Is(err, dlock.ErrNotHeld) || errors.Is(err, dlock.ErrMaxHold) {
+			// At its max hold the token gets no new grant either.
+			writeAPIError(w, lockError(ctx, name, err))
+			return true
+		}
+		entry.lease = nil // lost meanwhile: acquire anew
+	}
+	left, e := entry.holdLeft(name)
+	if e != nil {
+		writeAPIError(w, e)
+		return true
+	}
+	if left > 0 {
+		p.maxHold = left
+	}
+	return false
+}
+
 func writeGrant(w http.ResponseWriter, name string, ls *dlock.Lease, ttl time.Duration) {
 	writeOK(w, &grantBody{Name: name, Token: ls.Token(), Fence: ls.Fence(), TTLMs: ttl.Milliseconds(), Mode: modeName(ls.Mode()), Count: ls.Count()})
 }
@@ -428,8 +429,8 @@ func (s *Server) waitContext(ctx context.Context, wait time.Duration) (context.C
 		return ctx, func() {}
 	}
 	cctx, cancelCause := context.WithCancelCause(ctx)
-	// s.drainCtx is a cancelCtx: AfterFunc registers with it, no goroutine.
-	stop := context.AfterFunc(s.drainCtx, func() { cancelCause(errShuttingDown) })
+	// s.life.drainCtx is a cancelCtx: AfterFunc registers with it, no goroutine.
+	stop := context.AfterFunc(s.life.drainCtx, func() { cancelCause(errShuttingDown) })
 	out, cancelTimeout := context.WithTimeout(cctx, wait)
 	return out, func() {
 		stop()
@@ -694,6 +695,7 @@ func filterList(ctx context.Context, states []store.State) listBody {
 	}
 	return lb
 }
+
 // leaseDriftFactor is the [dlock.WithDriftFactor] of the /v1 leases.
 const leaseDriftFactor = 0.01
 

@@ -102,34 +102,55 @@ type Config struct {
 
 // Server serves the HTTP API of one Locker. Create it with New.
 type Server struct {
-	locker  *dlock.Locker // the caller's: demo operations
-	v1      *dlock.Locker // the server's own, of dlock.WithOwnerReleaseOnly: /v1 leases
-	cfg     Config
-	log     *slog.Logger
-	metrics *dlockprom.Metrics
-	reg     *prometheus.Registry
-	tracer  trace.Tracer // nil: no request spans
-	mux     *routeMux
-	authSum [sha256.Size]byte
+	locker *dlock.Locker // the caller's: demo operations
+	v1     *dlock.Locker // the server's own, of dlock.WithOwnerReleaseOnly: /v1 leases
+	cfg    Config
+	log    *slog.Logger
+	mux    *routeMux
+	obs    instruments
 
+	authSum       [sha256.Size]byte
 	auth          atomic.Pointer[authState] // the auth file's tokens
 	authMu        sync.Mutex                // serialises loads of the auth file
 	tenantMetrics *tenantMetrics
 	tls           *tlsState // nil without TLS (tls.go)
 
-	httpRequests *prometheus.CounterVec
-	httpDuration *prometheus.HistogramVec
-
 	leases  leaseTable
-	multi   multiTable   // /v1/multi (multi.go)
-	streams atomic.Int64 // open /v1/events streams
-	lists   listCache    // the store's locks, shared by the streams' snapshots
+	multi   multiTable // /v1/multi (multi.go)
+	streams streams    // /v1/events and observe streams (stream.go)
 	demo    demoSet
 	history *history
 	rep     replicaState // replicas.go
-	unsub   func()
-	started time.Time
+	life    lifecycle
+}
 
+// instruments are the server's own metrics and tracer.
+type instruments struct {
+	reg      *prometheus.Registry
+	requests *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+	tracer   trace.Tracer // nil: no request spans
+}
+
+func newInstruments() instruments {
+	return instruments{
+		reg: prometheus.NewRegistry(),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dlock_http_requests_total",
+			Help: "HTTP requests by route pattern and status code.",
+		}, []string{"route", "code"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "dlock_http_request_duration_seconds",
+			Help:    "HTTP request latency by route pattern (demo operations and waits included).",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
+		}, []string{"route"}),
+	}
+}
+
+// lifecycle is the state of the server's start and shutdown.
+type lifecycle struct {
+	started   time.Time
+	unsub     func() // of the Metrics' events
 	inflight  sync.WaitGroup
 	closeOnce sync.Once
 	drain     chan struct{} // closed when shutdown starts: waits and event streams end
@@ -152,54 +173,18 @@ func New(locker *dlock.Locker, cfg Config) (*Server, error) {
 	if locker == nil {
 		return nil, errors.New("dlock: server: nil locker")
 	}
-	if cfg.Addr == "" {
-		cfg.Addr = DefaultAddr
-	}
-	if cfg.ShutdownTimeout <= 0 {
-		cfg.ShutdownTimeout = 25 * time.Second
-	}
-	if cfg.SnapshotInterval <= 0 {
-		cfg.SnapshotInterval = time.Second
-	}
-	if cfg.MaxEventStreams <= 0 {
-		cfg.MaxEventStreams = 64
-	}
-	if cfg.StoreName == "" {
-		cfg.StoreName = "unknown"
-	}
-	if cfg.Version == "" {
-		cfg.Version = "dev"
-	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	m := cfg.Metrics
-	if m == nil {
-		m = dlockprom.New()
-	}
+	cfg.setDefaults()
+	log, m := cfg.Logger, cfg.Metrics
 	s := &Server{
 		locker:  locker,
 		cfg:     cfg,
 		log:     log,
-		metrics: m,
-		reg:     prometheus.NewRegistry(),
 		mux:     newRouteMux(),
+		obs:     newInstruments(),
 		history: newHistory(historySeconds),
-		started: time.Now(),
-		drain:   make(chan struct{}),
-		halt:    make(chan struct{}),
-		httpRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "dlock_http_requests_total",
-			Help: "HTTP requests by route pattern and status code.",
-		}, []string{"route", "code"}),
-		httpDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "dlock_http_request_duration_seconds",
-			Help:    "HTTP request latency by route pattern (demo operations and waits included).",
-			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
-		}, []string{"route"}),
+		life:    lifecycle{started: time.Now(), drain: make(chan struct{}), halt: make(chan struct{})},
 	}
-	s.drainCtx, s.endDrain = context.WithCancel(context.Background())
+	s.life.drainCtx, s.life.endDrain = context.WithCancel(context.Background())
 	if cfg.AuthToken != "" {
 		s.authSum = sha256.Sum256([]byte(cfg.AuthToken))
 	}
@@ -218,8 +203,61 @@ func New(locker *dlock.Locker, cfg Config) (*Server, error) {
 		}
 	}
 	if cfg.TracerProvider != nil {
-		s.tracer = cfg.TracerProvider.Tracer(tracerScope)
+		s.obs.tracer = cfg.TracerProvider.Tracer(tracerScope)
 	}
+	v1, err := newV1Locker(locker, cfg)
+	if err != nil {
+		return nil, err
+	}
+	s.v1 = v1
+	for _, c := range []prometheus.Collector{m, s.obs.requests, s.obs.duration, s.tenantMetrics,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
+		if err := s.obs.reg.Register(c); err != nil {
+			v1.Close()
+			return nil, fmt.Errorf("dlock: server: register metrics: %w", err)
+		}
+	}
+	s.startReplicas()
+	s.life.unsub = m.Subscribe(s.localEvent)
+	s.mux.wrap = s.guard
+	s.routes()
+	return s, nil
+}
+
+// setDefaults fills in the defaults of the fields left zero.
+func (cfg *Config) setDefaults() {
+	if cfg.Addr == "" {
+		cfg.Addr = DefaultAddr
+	}
+	if cfg.ShutdownTimeout <= 0 {
+		cfg.ShutdownTimeout = 25 * time.Second
+	}
+	if cfg.SnapshotInterval <= 0 {
+		cfg.SnapshotInterval = time.Second
+	}
+	if cfg.MaxEventStreams <= 0 {
+		cfg.MaxEventStreams = 64
+	}
+	if cfg.StoreName == "" {
+		cfg.StoreName = "unknown"
+	}
+	if cfg.Version == "" {
+		cfg.Version = "dev"
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = dlockprom.New()
+	}
+}
+
+// newV1Locker returns the Locker of the /v1 leases, on locker's store:
+// they belong to their clients, so it never releases one on its own
+// ([dlock.WithOwnerReleaseOnly]). Its events go to cfg.Metrics and
+// cfg.Observer.
+func newV1Locker(locker *dlock.Locker, cfg Config) (*dlock.Locker, error) {
+	m := cfg.Metrics
 	observe := m.Observe
 	if extra := cfg.Observer; extra != nil {
 		observe = func(ev dlock.Event) {
@@ -227,23 +265,12 @@ func New(locker *dlock.Locker, cfg Config) (*Server, error) {
 			extra(ev)
 		}
 	}
-	v1, err := dlock.New(locker.Store(), dlock.WithOwnerReleaseOnly(), dlock.WithDriftFactor(leaseDriftFactor), dlock.WithObserver(observe), dlock.WithLogger(log))
+	v1, err := dlock.New(locker.Store(), dlock.WithOwnerReleaseOnly(), dlock.WithDriftFactor(leaseDriftFactor),
+		dlock.WithObserver(observe), dlock.WithLogger(cfg.Logger))
 	if err != nil {
 		return nil, fmt.Errorf("dlock: server: %w", err)
 	}
-	s.v1 = v1
-	for _, c := range []prometheus.Collector{m, s.httpRequests, s.httpDuration, s.tenantMetrics,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
-		if err := s.reg.Register(c); err != nil {
-			v1.Close()
-			return nil, fmt.Errorf("dlock: server: register metrics: %w", err)
-		}
-	}
-	s.startReplicas()
-	s.unsub = m.Subscribe(s.localEvent)
-	s.mux.wrap = s.guard
-	s.routes()
-	return s, nil
+	return v1, nil
 }
 
 func (s *Server) routes() {
@@ -264,7 +291,7 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("POST /v1/multi/acquire", s.handleMultiAcquire) // multi.go
 	s.mux.HandleFunc("POST /v1/multi/extend", s.handleMultiExtend)
 	s.mux.HandleFunc("POST /v1/multi/release", s.handleMultiRelease)
-	s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{ErrorLog: slogPrinter{s.log}}))
+	s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.obs.reg, promhttp.HandlerOpts{ErrorLog: slogPrinter{s.log}}))
 	s.mux.HandleFunc("GET /{$}", s.handleDashboard)
 	s.mux.HandleFunc("GET /static/{file...}", s.handleStatic)
 }
@@ -277,8 +304,8 @@ func (s *Server) Handler() http.Handler { return s }
 // ServeHTTP implements [http.Handler]: authentication, JSON errors for
 // unrouted requests, request metrics and logging around the routes.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	s.inflight.Add(1)
-	defer s.inflight.Done()
+	s.life.inflight.Add(1)
+	defer s.life.inflight.Done()
 	start := time.Now()
 	sw := &statusWriter{ResponseWriter: w}
 	_, pattern := s.mux.Handler(r)
@@ -286,7 +313,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if route == "" {
 		route = "unmatched"
 	}
-	if s.tracer != nil && traced(r.URL.Path) {
+	if s.obs.tracer != nil && traced(r.URL.Path) {
 		var span trace.Span
 		r, span = s.startSpan(r, route)
 		defer func() { endSpan(span, sw.status()) }() // after the recovery below
@@ -302,8 +329,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		code := sw.status()
-		s.httpRequests.WithLabelValues(route, strconv.Itoa(code)).Inc()
-		s.httpDuration.WithLabelValues(route).Observe(time.Since(start).Seconds())
+		s.obs.requests.WithLabelValues(route, strconv.Itoa(code)).Inc()
+		s.obs.duration.WithLabelValues(route).Observe(time.Since(start).Seconds())
 		lvl := slog.LevelDebug
 		if code >= 500 {
 			lvl = slog.LevelWarn
@@ -391,7 +418,7 @@ func (s *Server) ListenAndServe(ctx context.Context) error {
 // stopped the listener. A Server serves once.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	first := false
-	s.serveOnce.Do(func() { first = true })
+	s.life.serveOnce.Do(func() { first = true })
 	if !first {
 		ln.Close()
 		return errors.New("dlock: server: Serve called twice")
@@ -425,14 +452,14 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
 		if err := srv.Shutdown(sctx); err != nil {
 			s.log.Warn("dlock: shutdown timed out; cutting in-flight requests short", "err", err)
-			close(s.halt)
+			close(s.life.halt)
 			srv.Close()
 		}
 		cancel()
 		<-errc //nolint:errcheck // Serve's answer to Shutdown: ErrServerClosed
 	}
 	s.beginDrain()
-	s.inflight.Wait()
+	s.life.inflight.Wait()
 	s.releaseDemo()
 	s.Close()
 	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
@@ -447,8 +474,8 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 // returns; call it after using Handler alone. Requests served after Close
 // cannot take /v1 leases.
 func (s *Server) Close() error {
-	s.closeOnce.Do(func() {
-		s.unsub()
+	s.life.closeOnce.Do(func() {
+		s.life.unsub()
 		s.stopReplicas()
 		s.v1.Close()
 	})
@@ -456,9 +483,9 @@ func (s *Server) Close() error {
 }
 
 func (s *Server) beginDrain() {
-	s.stopOnce.Do(func() {
-		close(s.drain)
-		s.endDrain()
+	s.life.stopOnce.Do(func() {
+		close(s.life.drain)
+		s.life.endDrain()
 	})
 }
 

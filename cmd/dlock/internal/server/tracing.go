@@ -33,7 +33,7 @@ func (s *Server) startSpan(r *http.Request, route string) (*http.Request, trace.
 	if _, path, ok := strings.Cut(route, " "); ok {
 		httpRoute = path
 	}
-	ctx, span := s.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(
+	ctx, span := s.obs.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(
 		attribute.String("http.request.method", r.Method),
 		attribute.String("http.route", httpRoute),
 		attribute.String("url.path", r.URL.Path),
