@@ -389,7 +389,9 @@ func loop(ctx context.Context, c config, lg *logger, st store.Store, reg *regist
 			lg.log(wire.Event{Kind: wire.KindFail, Iter: i, Mode: c.mode, Err: errString(err)})
 			continue
 		}
-		lg.log(wire.Event{Kind: wire.KindAcquire, Iter: i, Mode: c.mode, Fence: lease.Fence()})
+		// Val: the validity the lease has left (Lease.TTL), counted by the
+		// Locker from when the granting request was sent.
+		lg.log(wire.Event{Kind: wire.KindAcquire, Iter: i, Mode: c.mode, Fence: lease.Fence(), Val: int64(lease.TTL())})
 		watchers.Add(1)
 		go func(i int) {
 			defer watchers.Done()

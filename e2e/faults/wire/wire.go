@@ -38,7 +38,7 @@ type Event struct {
 	Iter     int    `json:"i"`  // iteration (grant attempt) of the worker
 	Fence    int64  `json:"fence,omitempty"`
 	Mode     string `json:"mode,omitempty"` // lock mode of the grant
-	Val      int64  `json:"val,omitempty"`
+	Val      int64  `json:"val,omitempty"`  // register value; on acquire, the validity left (ns, Lease.TTL)
 	Accepted bool   `json:"ok,omitempty"`
 	Result   string `json:"result,omitempty"`
 	Op       string `json:"op,omitempty"`
