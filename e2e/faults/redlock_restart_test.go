@@ -32,8 +32,6 @@ import (
 //   - T30d, T30e: controls of T30a: with 636d7c8's clock_lib the nodes
 //     continue their stale fence keys and repeat worker 1's fence; with an
 //     unfenced register worker 1's stale write lands.
-//   - T30f (long profile): control of T30b, with 636d7c8's clock_lib:
-//     exclusion holds, fences repeat.
 //
 // The five nodes start once for the group; each run takes a lock name of
 // its own.
@@ -52,11 +50,6 @@ func TestFaultsRedlockRestart(t *testing.T) {
 		testRedlockSnapshot(t, nodes, snapRun{fenced: true, clockLib: oldClockLib(t)})
 	})
 	repeat(t, "T30e_rdb_restart_before_ttl_unfenced_control", func(t *testing.T) { testRedlockSnapshot(t, nodes, snapRun{}) })
-	if long() {
-		repeat(t, "T30f_rdb_restart_after_ttl_no_floor_control", func(t *testing.T) {
-			testRedlockSnapshot(t, nodes, snapRun{fenced: true, after: true, clockLib: oldClockLib(t)})
-		})
-	}
 }
 
 // snapRun is one T30 scenario.
