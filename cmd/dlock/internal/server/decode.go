@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -24,24 +23,6 @@ import (
 // body decodes as {} when emptyOK. The errors are 400s naming the field,
 // or 413 for a body over [MaxBodyBytes].
 func decodeJSON(r io.Reader, v any, emptyOK bool) *apiError {
-	if fb, ok := v.(fastBody); ok {
-		// A small body is read whole and, when plain, decoded without
-		// encoding/json (fastjson.go); otherwise the decoder below reads
-		// the same bytes, and the same error after them.
-		buf := make([]byte, fastBodyBytes)
-		n, err := io.ReadFull(r, buf)
-		switch {
-		case err == io.EOF || err == io.ErrUnexpectedEOF:
-			if fb.decodeFast(buf[:n]) {
-				return nil
-			}
-			r = bytes.NewReader(buf[:n])
-		case err == nil:
-			r = io.MultiReader(bytes.NewReader(buf), r)
-		default:
-			r = io.MultiReader(bytes.NewReader(buf[:n]), errReader{err})
-		}
-	}
 	dec := json.NewDecoder(r)
 	dec.DisallowUnknownFields()
 	return decodeOne(dec, v, emptyOK)
