@@ -4,8 +4,11 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	toxiproxy "github.com/Shopify/toxiproxy/v2"
 
 	"github.com/dlock-dev/dlock/e2e/faults/wire"
 	"github.com/dlock-dev/dlock/internal/testredis"
@@ -176,10 +179,20 @@ func TestFaultsSentinel(t *testing.T) {
 	}
 	kill("T28a_sentinel_kill_lagging_promoted", sentinelCase{store: "sentinel", lagPromoted: true, fenced: true})
 	kill("T28b_sentinel_kill_wait_replicas_confirmed_promoted", sentinelCase{store: "sentinel", wait: true, fenced: true})
-	kill("T28c_sentinel_kill_wait_replicas_lagging_promoted", sentinelCase{store: "sentinel", wait: true, lagPromoted: true, fenced: true})
 	kill("T28d_goredis_sentinel_kill_lagging_promoted", sentinelCase{store: "goredis-sentinel", lagPromoted: true, fenced: true})
 	kill("T28e_sentinel_kill_lagging_promoted_unfenced_control", sentinelCase{store: "sentinel", lagPromoted: true})
 	kill("T28f_sentinel_kill_lagging_promoted_no_floor_control", sentinelCase{store: "sentinel", lagPromoted: true, fenced: true, noFloor: true})
+	if long() {
+		kill("T28c_sentinel_kill_wait_replicas_lagging_promoted", sentinelCase{store: "sentinel", wait: true, lagPromoted: true, fenced: true})
+	}
+	part := func(name string, c partitionCase) {
+		repeat(t, name, func(t *testing.T) { testSentinelPartition(t, g, c) })
+	}
+	part("T28g_sentinel_partition_min_replicas_off", partitionCase{})
+	part("T28h_sentinel_partition_min_replicas_on", partitionCase{minReplicas: true})
+	if long() {
+		part("T28i_sentinel_partition_min_replicas_on_wait_replicas", partitionCase{minReplicas: true, waitAll: true})
+	}
 }
 
 // testSentinelKill: three workers loop through the Sentinels; one replica
@@ -200,7 +213,8 @@ func testSentinelKill(t *testing.T, g *sentinelGroup, c sentinelCase) {
 	e := newEnvOn(t, c.fenced, g.sentinels...)
 	e.store = c.store
 	if c.wait {
-		e.args = []string{"-opt", "wait-replicas=1", "-opt", "wait-timeout=500ms"}
+		// The WAIT scenarios dial the URL form of a Sentinel client.
+		e.args = []string{"-opt", "wait-replicas=1", "-opt", "wait-timeout=500ms", "-opt", "url=1"}
 	}
 	clockLib := ""
 	if c.noFloor {
@@ -260,7 +274,7 @@ func sentinelFaultText(c sentinelCase) string {
 		"goredis-sentinel": "store/goredis through go-redis's Sentinel failover client",
 	}[c.store]
 	if c.wait {
-		s += " with WithWaitReplicas(1, 500ms)"
+		s = "store/valkey through valkey.Dial(\"redis://<3 Sentinels>?master_set=mymaster\") with WithWaitReplicas(1, 500ms)"
 	}
 	lag := "the replica Sentinel does not prefer"
 	if c.lagPromoted {
@@ -288,4 +302,208 @@ func followed(t *testing.T, run *storeRun, evs []wire.Event, since int64) {
 			t.Errorf("worker %d took no grant after the failover: its client did not follow the new primary\n%s", w.id, w.stderrText())
 		}
 	}
+}
+
+// partitionCase is one T28 partition scenario.
+type partitionCase struct {
+	minReplicas bool // min-replicas-to-write 1 on every node (else 0)
+	waitAll     bool // store/valkey's WithWaitReplicas(2, 500ms): both replicas confirm
+}
+
+// isolate cuts the primary from its replicas and the Sentinels, or heals
+// the cut: their users (n<i>, sentinel) lose every command on the primary
+// (-@all; a user turned off would fall back to the default user on a
+// failed AUTH) and their connections are killed, so they reconnect to
+// find every command refused (PING too: Sentinel sees no valid reply) and
+// cannot resume; the workers (the default user) still reach it. The links die at once, so
+// min-replicas-to-write refuses writes at once; a network partition that
+// only stalls them leaves the primary writable for up to
+// min-replicas-max-lag (10 s by default), as min-replicas-to-write 0 does
+// for the whole partition.
+func (g *sentinelGroup) isolate(t *testing.T, p int, cut bool) {
+	t.Helper()
+	users := []string{"sentinel"}
+	for i := range g.nodes {
+		if i != p {
+			users = append(users, nodeUser(i))
+		}
+	}
+	for _, u := range users {
+		if cut {
+			mustDo(t, g.nodes[p], "ACL", "SETUSER", u, "-@all")
+			mustDo(t, g.nodes[p], "CLIENT", "KILL", "USER", u)
+		} else {
+			mustDo(t, g.nodes[p], "ACL", "SETUSER", u, "+@all")
+		}
+	}
+	if cut {
+		// A Sentinel's links opened before its auth-user was set are
+		// the default user's; they are named sentinel-<id>-cmd/pubsub.
+		for line := range strings.Lines(mustDo(t, g.nodes[p], "CLIENT", "LIST")) {
+			var id, name string
+			for f := range strings.FieldsSeq(line) {
+				if v, ok := strings.CutPrefix(f, "id="); ok {
+					id = v
+				} else if v, ok := strings.CutPrefix(f, "name="); ok {
+					name = v
+				}
+			}
+			if strings.HasPrefix(name, "sentinel-") {
+				mustDo(t, g.nodes[p], "CLIENT", "KILL", "ID", id)
+			}
+		}
+	}
+}
+
+// setMinReplicas sets min-replicas-to-write on every node.
+func (g *sentinelGroup) setMinReplicas(t *testing.T, n int) {
+	t.Helper()
+	for _, s := range g.nodes {
+		mustDo(t, s, "CONFIG", "SET", "min-replicas-to-write", strconv.Itoa(n))
+	}
+}
+
+// setLinks enables or disables a worker's links to the Sentinels.
+func (w *worker) setLinks(t *testing.T, enabled bool) {
+	t.Helper()
+	for _, l := range w.links {
+		if err := l.Update(&toxiproxy.Proxy{Name: l.Name, Listen: l.Listen, Upstream: l.Upstream, Enabled: enabled}); err != nil {
+			t.Fatalf("set %s enabled=%v: %v", l.Name, enabled, err)
+		}
+	}
+}
+
+// minorityID is the worker on the old primary's side of a partition: its
+// links to the Sentinels are cut with the primary's, so its client keeps
+// the old primary until the partition heals.
+const minorityID = 1
+
+// testSentinelPartition: three workers loop (for a fixed time) through
+// the Sentinels. The primary is cut from its replicas and the Sentinels,
+// and worker 1 from the Sentinels: Sentinel promotes the preferred
+// replica; workers 2 and 3 follow it, worker 1 keeps the old primary.
+// Once workers 2 and 3 took grants on the new primary the partition
+// heals: Sentinel turns the old primary into a replica of the new one
+// (its writes since the cut are lost) and worker 1 follows. With
+// min-replicas-to-write 0 the old primary keeps granting worker 1 the
+// lock while the new one grants the others (two primaries at once); with
+// 1 it refuses every write from the cut.
+func testSentinelPartition(t *testing.T, g *sentinelGroup, c partitionCase) {
+	g.ready(t)
+	old := g.primary
+	e := newEnvOn(t, true, g.sentinels...)
+	e.store = "sentinel"
+	if c.waitAll {
+		e.args = []string{"-opt", "wait-replicas=2", "-opt", "wait-timeout=500ms"}
+	}
+	if c.minReplicas {
+		g.setMinReplicas(t, 1)
+	}
+	healed := false
+	t.Cleanup(func() {
+		if !healed {
+			g.isolate(t, old, false)
+		}
+		if g.primary != old {
+			waitInfo(t, g.nodes[old], "replication", "master_link_status", "up")
+		}
+		g.setMinReplicas(t, 0)
+	})
+	dur := 10 * time.Second
+	if long() {
+		dur = 30 * time.Second
+	}
+	var ws []*worker
+	for i := range 3 {
+		ws = append(ws, e.spawn(i+1, "-key", uniqueKey(t), "-ttl", looperTTL.String(), "-autorenew", "-careful",
+			"-op-timeout", "300ms", "-wait", "30s", "-iters", "100000", "-duration", dur.String(),
+			"-rmw", "-hold", "10ms", "-gap", "40ms"))
+	}
+	if _, ok := ws[0].waitEvent(30*time.Second, func(ev wire.Event) bool { return ev.Kind == wire.KindAcquire && ev.Iter >= 5 }); !ok {
+		t.Fatalf("worker 1 made no progress\n%s", ws[0].stderrText())
+	}
+	cut := wire.Now()
+	ws[minorityID-1].setLinks(t, false)
+	g.isolate(t, old, true)
+	g.primary = g.waitFailover(t, old)
+	failover := wire.Now()
+	// The partition lasts until workers 2 and 3 took 5 grants each on
+	// the new primary (and, with min-replicas-to-write 0, worker 1 one on
+	// the old primary after the failover: two primaries granting at
+	// once). Under WithWaitReplicas(2) the new primary grants nothing
+	// before the old one rejoins as its second replica: the heal comes at
+	// once.
+	if !c.waitAll && !e.waitHistory(30*time.Second, func(evs []wire.Event) bool {
+		n := map[int]int{}
+		for _, ev := range evs {
+			if ev.Kind == wire.KindAcquire && ev.T > failover {
+				n[ev.W]++
+			}
+		}
+		return n[2] >= 5 && n[3] >= 5 && (c.minReplicas || n[minorityID] >= 1)
+	}) {
+		t.Fatalf("within 30s of the failover, workers 2 and 3 did not take 5 grants each on the new primary (or worker 1 none on the old one)")
+	}
+	g.isolate(t, old, false)
+	ws[minorityID-1].setLinks(t, true)
+	healed = true
+	rejoined := wire.Now()
+	waitInfo(t, g.nodes[old], "replication", "role", "slave")
+	e.fault("%s", partitionFaultText(c))
+	e.waitAll(dur + 2*time.Minute)
+	evs := e.history()
+	r := e.measure()
+	onOld := 0 // worker 1's grants asked for after the cut and granted before the heal: on the old primary
+	for _, gr := range grants(evs) {
+		if gr.W == minorityID && gr.Invoke > cut && gr.Acquired < rejoined {
+			onOld++
+		}
+	}
+	for _, w := range ws {
+		followedAfter(t, evs, rejoined, w.id)
+	}
+	valid := validOverlaps(evs)
+	promised := c.waitAll
+	r.Promise = "not promised"
+	if promised {
+		r.Promise = "none promised"
+	}
+	r.Extra = fmt.Sprintf("worker 1's grants on the old primary after the cut %d; overlaps of valid leases %d", onOld, valid)
+	switch {
+	case !c.minReplicas && onOld == 0:
+		t.Errorf("worker 1 took no grant on the old primary during the partition: the split brain min-replicas-to-write 0 allows did not happen")
+	case c.minReplicas && onOld != 0:
+		t.Errorf("worker 1 took %d grants on the old primary after the cut, want 0 (min-replicas-to-write 1)", onOld)
+	}
+	if c.minReplicas {
+		requireSafe(t, r)
+	}
+	if promised && valid != 0 {
+		t.Errorf("overlaps of valid leases = %d, want 0: every grant was confirmed by both replicas", valid)
+	}
+	e.record(r)
+}
+
+// followedAfter fails t unless worker w took a grant after since: its
+// client found the primary of the healed group.
+func followedAfter(t *testing.T, evs []wire.Event, since int64, w int) {
+	t.Helper()
+	for _, ev := range evs {
+		if ev.Kind == wire.KindAcquire && ev.W == w && ev.T > since {
+			return
+		}
+	}
+	t.Errorf("worker %d took no grant after the partition healed: its client did not follow the new primary", w)
+}
+
+func partitionFaultText(c partitionCase) string {
+	s := "store/valkey through valkey-go's Sentinel client"
+	if c.waitAll {
+		s += " with WithWaitReplicas(2, 500ms)"
+	}
+	mr := "0"
+	if c.minReplicas {
+		mr = "1"
+	}
+	return s + "; min-replicas-to-write " + mr + "; the primary cut from both replicas and the 3 Sentinels (their users lose every command on it, ACL -@all, their links killed), worker 1 cut from the Sentinels; the others follow the promoted replica; heal: Sentinel makes the old primary a replica, worker 1 follows"
 }

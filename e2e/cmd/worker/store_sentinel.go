@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -26,6 +28,10 @@ import (
 // Options (-opt):
 //
 //	master=name         the Sentinel master name (default mymaster)
+//	url=1               sentinel only: valkey.Dial with the URL
+//	                    "redis://<sentinels, comma-separated>?master_set=<name>"
+//	                    (valkey-go's URL form of a Sentinel client) in place
+//	                    of valkey.Open with ClientOption.Sentinel
 //	wait-replicas=n     sentinel only: store/valkey's WithWaitReplicas(n, wait-timeout)
 //	wait-timeout=d      its timeout (default 500ms)
 func init() {
@@ -55,10 +61,16 @@ func openSentinel(ctx context.Context, c config) (store.Store, func(), error) {
 		}
 		opts = append(opts, valkey.WithWaitReplicas(n, timeout))
 	}
-	s, err := valkey.Open(ctx, vk.ClientOption{
-		InitAddress: c.addrs,
-		Sentinel:    vk.SentinelOption{MasterSet: masterName(c)},
-	}, opts...)
+	var s *valkey.Store
+	var err error
+	if c.opts["url"] == "1" {
+		s, err = valkey.Dial(ctx, "redis://"+strings.Join(c.addrs, ",")+"?master_set="+url.QueryEscape(masterName(c)), opts...)
+	} else {
+		s, err = valkey.Open(ctx, vk.ClientOption{
+			InitAddress: c.addrs,
+			Sentinel:    vk.SentinelOption{MasterSet: masterName(c)},
+		}, opts...)
+	}
 	if err != nil {
 		return nil, nil, err
 	}
