@@ -58,12 +58,13 @@ func TestFaultsPostgres(t *testing.T) {
 	t.Cleanup(pgtest.Cleanup) // runs after the servers' cleanups
 	primary := pgtest.Start(t)
 	pr := &pgPair{primary: primary, standby: pgtest.StartStandby(t, primary)}
-	repeat(t, "T33a_crash_kill_postmaster", func(t *testing.T) { testPGCrash(t, pr, false) })
-	repeat(t, "T33b_crash_kill_backend", func(t *testing.T) { testPGCrash(t, pr, true) })
+	repeat(t, "T33a_crash_kill_postmaster", func(t *testing.T) { testPGCrash(t, pr, false, false) })
+	repeat(t, "T33b_crash_kill_backend", func(t *testing.T) { testPGCrash(t, pr, true, false) })
 	repeat(t, "T33c_promote_sync_standby", func(t *testing.T) { testPGPromote(t, pr, true, true, "") })
 	repeat(t, "T33d_promote_async_lagging", func(t *testing.T) { testPGPromote(t, pr, false, true, "") })
 	repeat(t, "T33e_promote_async_unfenced_control", func(t *testing.T) { testPGPromote(t, pr, false, false, "") })
 	repeat(t, "T33f_promote_async_no_floor_control", func(t *testing.T) { testPGPromote(t, pr, false, true, "counter") })
+	repeat(t, "T33g_advisory_crash_kill_postmaster", func(t *testing.T) { testPGCrash(t, pr, false, true) })
 }
 
 // pgPair is the group's primary and its streaming standby.
@@ -164,7 +165,7 @@ func waitStreaming(t *testing.T, primary *pgtest.Server) {
 // newPGEnv makes run t's database on the primary (replicated to the
 // standby) with the store's schema, and an env whose workers use the
 // postgres store on it through both servers.
-func newPGEnv(t *testing.T, pr *pgPair, fenced bool, fenceRule string) (*env, string) {
+func newPGEnv(t *testing.T, pr *pgPair, fenced bool, opts ...string) (*env, string) {
 	t.Helper()
 	db := strings.ToLower(uniqueKey(t))
 	pgExec(t, pr.primary, "postgres", "CREATE DATABASE "+pgx.Identifier{db}.Sanitize())
@@ -177,8 +178,8 @@ func newPGEnv(t *testing.T, pr *pgPair, fenced bool, fenceRule string) (*env, st
 	e := newEnvOn(t, fenced)
 	e.store = "postgres"
 	e.args = []string{"-opt", "hosts=" + pr.primary.Addr() + "," + pr.standby.Addr(), "-opt", "db=" + db}
-	if fenceRule != "" {
-		e.args = append(e.args, "-opt", "fence-rule="+fenceRule)
+	for _, o := range opts {
+		e.args = append(e.args, "-opt", o)
 	}
 	return e, db
 }
@@ -221,51 +222,80 @@ func killBackend(t *testing.T, srv *pgtest.Server, db string) int {
 	return pid
 }
 
-// T33a/b: the primary crashes while the holder holds, and comes back by
-// crash recovery with every committed grant; the holder resumes at once.
-func testPGCrash(t *testing.T, pr *pgPair, backendOnly bool) {
+// T33a/b/g: the primary crashes while the holder holds and comes back by
+// crash recovery. The lease table keeps every committed grant, and the
+// holder resumes at once. An advisory lock lives in the holder's session,
+// which the crash ends: the others take the lock, and the holder resumes
+// once one of them has read the register.
+func testPGCrash(t *testing.T, pr *pgPair, backendOnly, advisory bool) {
 	waitStreaming(t, pr.primary)
 	setSync(t, pr.primary, false)
-	e, db := newPGEnv(t, pr, true, "")
+	var opts []string
+	if advisory {
+		opts = append(opts, "kind=advisory")
+	}
+	e, db := newPGEnv(t, pr, true, opts...)
 	run := pgStartRun(t, e, func() {})
-	token := holderToken(t, pr.primary, db, run.key)
-	if token == "" {
+	token := ""
+	if advisory {
+		var n int
+		if err := pgQuery(pgCtx(t), pr.primary, db, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())", nil, &n); err != nil || n != 1 {
+			t.Fatalf("advisory locks held in %s = %d, %v; want the holder's one", db, n, err)
+		}
+	} else if token = holderToken(t, pr.primary, db, run.key); token == "" {
 		t.Fatal("no live hold on the primary while the holder holds")
 	}
 	killed := wire.Now()
 	if backendOnly {
-		// A connection of our own shows when the postmaster has ended
-		// every backend (it is one of them).
-		ctx := pgCtx(t)
-		probe, err := pgx.Connect(ctx, pgURL(pr.primary, "postgres"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer probe.Close(ctx)
-		pid := killBackend(t, pr.primary, db)
-		e.fault("kill -9 one client backend (PID %d) while a holder holds (stopped before its write): the postmaster ends every other backend and reinitialises with crash recovery", pid)
-		pgPoll(t, "the postmaster ends the other backends", func(ctx context.Context) (bool, error) {
-			_, err := probe.Exec(ctx, "SELECT 1")
-			return err != nil, nil
-		})
-		pgPoll(t, "the primary is back after its crash restart", func(ctx context.Context) (bool, error) {
-			var rec bool
-			err := pgQuery(ctx, pr.primary, db, "SELECT pg_is_in_recovery()", nil, &rec)
-			return !rec, err
-		})
+		crashBackend(t, e, pr.primary, db)
 	} else {
 		pr.primary.Kill()
 		pr.primary.Restart(t)
-		e.fault("kill -9 the postmaster and its backends while a holder holds (stopped before its write), restart on the data directory (crash recovery)")
+		store := "the lease table"
+		if advisory {
+			store = "the advisory-lock store (-opt kind=advisory)"
+		}
+		e.fault("kill -9 the postmaster and its backends while a holder holds (stopped before its write), restart on the data directory (crash recovery); %s", store)
 	}
 	back := wire.Now()
-	kept := hasHold(t, pr.primary, db, run.key, token)
-	if !kept {
+	kept := !advisory && hasHold(t, pr.primary, db, run.key, token)
+	switch {
+	case advisory:
+		// The session that held the lock is gone, and the lock with it.
+		run.resumeAfterNewHolderRead(t, back)
+	case !kept:
 		t.Fatalf("after crash recovery the holder's hold is gone: a committed grant was lost (synchronous_commit on)")
+	default:
+		run.holder.resume()
 	}
-	run.holder.resume()
 	e.waitAll(3 * time.Minute)
 	finishPGRun(t, e, run, killed, back, kept)
+}
+
+// crashBackend kills one client backend of srv with kill -9 and waits
+// until the postmaster has ended the others and is back from crash
+// recovery.
+func crashBackend(t *testing.T, e *env, srv *pgtest.Server, db string) {
+	t.Helper()
+	// A connection of our own shows when the postmaster has ended every
+	// backend (it is one of them).
+	ctx := pgCtx(t)
+	probe, err := pgx.Connect(ctx, pgURL(srv, "postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer probe.Close(ctx)
+	pid := killBackend(t, srv, db)
+	e.fault("kill -9 one client backend (PID %d) while a holder holds (stopped before its write): the postmaster ends every other backend and reinitialises with crash recovery", pid)
+	pgPoll(t, "the postmaster ends the other backends", func(ctx context.Context) (bool, error) {
+		_, err := probe.Exec(ctx, "SELECT 1")
+		return err != nil, nil
+	})
+	pgPoll(t, "the primary is back after its crash restart", func(ctx context.Context) (bool, error) {
+		var rec bool
+		err := pgQuery(ctx, srv, db, "SELECT pg_is_in_recovery()", nil, &rec)
+		return !rec, err
+	})
 }
 
 // T33c-f: the primary is killed while the holder holds and the standby
@@ -275,7 +305,11 @@ func testPGPromote(t *testing.T, pr *pgPair, sync, fenced bool, fenceRule string
 	old, sb := pr.primary, pr.standby
 	waitStreaming(t, old)
 	setSync(t, old, sync)
-	e, db := newPGEnv(t, pr, fenced, fenceRule)
+	var opts []string
+	if fenceRule != "" {
+		opts = append(opts, "fence-rule="+fenceRule)
+	}
+	e, db := newPGEnv(t, pr, fenced, opts...)
 	promoted := false
 	t.Cleanup(func() {
 		if promoted {
@@ -393,19 +427,34 @@ func promote(t *testing.T, sb *pgtest.Server, sync bool) string {
 // it lags from here on.
 func cutStandby(t *testing.T, old, sb *pgtest.Server) {
 	t.Helper()
+	ctx := pgCtx(t)
+	oc, err := pgx.Connect(ctx, pgURL(old, "postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer oc.Close(ctx)
+	sc, err := pgx.Connect(ctx, pgURL(sb, "postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sc.Close(ctx)
 	var lsn string
-	if err := pgQuery(pgCtx(t), old, "postgres", "SELECT pg_current_wal_lsn()::text", nil, &lsn); err != nil {
+	if err := oc.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&lsn); err != nil {
 		t.Fatal(err)
 	}
 	pgPoll(t, "the standby replays the primary's WAL", func(ctx context.Context) (bool, error) {
 		var ok bool
-		err := pgQuery(ctx, sb, "postgres", "SELECT coalesce(pg_last_wal_replay_lsn() >= $1::pg_lsn, false)", []any{lsn}, &ok)
+		err := sc.QueryRow(ctx, "SELECT coalesce(pg_last_wal_replay_lsn() >= $1::pg_lsn, false)", lsn).Scan(&ok)
 		return ok, err
 	})
-	pgExec(t, sb, "postgres", "ALTER SYSTEM SET primary_conninfo = ''", "SELECT pg_reload_conf()")
+	for _, q := range []string{"ALTER SYSTEM SET primary_conninfo = ''", "SELECT pg_reload_conf()"} {
+		if _, err := sc.Exec(ctx, q); err != nil {
+			t.Fatalf("%s on the standby: %v", q, err)
+		}
+	}
 	pgPoll(t, "the standby's WAL receiver stops", func(ctx context.Context) (bool, error) {
 		var n int
-		err := pgQuery(ctx, sb, "postgres", "SELECT count(*) FROM pg_stat_wal_receiver", nil, &n)
+		err := sc.QueryRow(ctx, "SELECT count(*) FROM pg_stat_wal_receiver").Scan(&n)
 		return n == 0, err
 	})
 }
@@ -423,7 +472,7 @@ const pgHolderTTL = 15 * time.Second
 func pgStartRun(t *testing.T, e *env, mark func()) *storeRun {
 	t.Helper()
 	run := &storeRun{e: e, key: uniqueKey(t)}
-	iters := 60
+	iters := 48
 	if long() {
 		iters = 150
 	}

@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dlock-dev/dlock/store"
 	"github.com/dlock-dev/dlock/store/postgres"
@@ -21,6 +23,8 @@ import (
 //	                   workers follow a promoted standby as libpq clients do
 //	                   (default: -addrs)
 //	db=name            the database (default postgres)
+//	kind=advisory      the advisory-lock store (NewAdvisory: session-level
+//	                   pg_advisory_lock) instead of the lease table
 //	fence-rule=counter negative control: before the workload the worker
 //	                   replaces dlock_next_fence in the database with a
 //	                   counter without the clock floor (last + 1), the rule
@@ -56,38 +60,43 @@ func postgresURL(c config) string {
 }
 
 func openPostgres(ctx context.Context, c config) (store.Store, func(), error) {
-	switch rule := c.opts["fence-rule"]; rule {
-	case "", "floor":
-	case "counter":
-		if err := installCounterFence(ctx, postgresURL(c)); err != nil {
-			return nil, nil, fmt.Errorf("fence-rule=counter: %w", err)
-		}
-		fmt.Fprintln(os.Stderr, "worker: dlock_next_fence is a counter without the clock floor (negative control)")
-	default:
+	rule := c.opts["fence-rule"]
+	if rule != "" && rule != "floor" && rule != "counter" {
 		return nil, nil, fmt.Errorf("-opt fence-rule=%q: want floor or counter", rule)
+	}
+	switch kind := c.opts["kind"]; kind {
+	case "", "table":
+	case "advisory":
+		if rule == "counter" {
+			return nil, nil, errors.New("-opt fence-rule=counter is for the lease table")
+		}
+		a, err := postgres.NewAdvisory(ctx, postgresURL(c))
+		if err != nil {
+			return nil, nil, err
+		}
+		return a, func() { a.Close() }, nil
+	default:
+		return nil, nil, fmt.Errorf("-opt kind=%q: want table or advisory", kind)
 	}
 	s, err := postgres.New(ctx, postgresURL(c))
 	if err != nil {
 		return nil, nil, err
 	}
+	if rule == "counter" {
+		// After New's migration, so that no later one overwrites it.
+		if err := installCounterFence(ctx, s.Pool()); err != nil {
+			s.Close()
+			return nil, nil, fmt.Errorf("fence-rule=counter: %w", err)
+		}
+		fmt.Fprintln(os.Stderr, "worker: dlock_next_fence is a counter without the clock floor (negative control)")
+	}
 	return s, func() { s.Close() }, nil
 }
 
-// installCounterFence runs the schema (so that the control's function is
-// not overwritten by a later migration) and then the counter-only
-// dlock_next_fence, under the migration lock.
-func installCounterFence(ctx context.Context, u string) error {
-	s, err := postgres.New(ctx, u)
-	if err != nil {
-		return err
-	}
-	s.Close()
-	conn, err := pgx.Connect(ctx, u)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(ctx)
-	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+// installCounterFence replaces dlock_next_fence with the counter-only rule,
+// under the migration lock.
+func installCounterFence(ctx context.Context, pool *pgxpool.Pool) error {
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(pgMigrateKey)); err != nil {
 			return err
 		}
