@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/cmd/dlock/internal/server/auth"
 	"github.com/dlock-dev/dlock/store"
 )
 
@@ -270,7 +271,7 @@ func (s *Server) handleObserve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer st.close()
-	p := principalFrom(r.Context())
+	p := auth.FromContext(r.Context())
 	var revokedC <-chan time.Time // a scoped token's stream ends when it leaves the auth file
 	if p != nil {
 		tick := time.NewTicker(s.cfg.SnapshotInterval)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/cmd/dlock/internal/server/auth"
 	"github.com/dlock-dev/dlock/store"
 )
 
@@ -161,7 +162,7 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer st.close()
-	p := principalFrom(r.Context()) // a scoped token sees only names in scope
+	p := auth.FromContext(r.Context()) // a scoped token sees only names in scope
 	if !st.send("snapshot", s.snapshot(r.Context(), true)) {
 		return
 	}
@@ -175,7 +176,7 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 			st.send("shutdown", map[string]string{"message": "server shutting down"})
 			return
 		case ev := <-ch:
-			if !p.allows(ev.name) {
+			if !p.Allows(ev.name) {
 				continue
 			}
 			if !st.sendData(ev.typ, ev.data) {

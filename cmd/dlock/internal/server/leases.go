@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/cmd/dlock/internal/server/auth"
 	"github.com/dlock-dev/dlock/store"
 )
 
@@ -682,9 +683,9 @@ func (s *Server) list(ctx context.Context, in store.Inspector) (listBody, error)
 // maxList of them.
 func filterList(ctx context.Context, states []store.State) listBody {
 	lb := listBody{Locks: make([]stateBody, 0, min(len(states), maxList))}
-	p := principalFrom(ctx) // a scoped token sees only names in scope
+	p := auth.FromContext(ctx) // a scoped token sees only names in scope
 	for _, st := range states {
-		if !p.allows(st.Name) {
+		if !p.Allows(st.Name) {
 			continue
 		}
 		if len(lb.Locks) == maxList {

@@ -8,8 +8,6 @@ package server
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -18,10 +16,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/cmd/dlock/internal/server/auth"
 	"github.com/dlock-dev/dlock/dlockprom"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -109,11 +107,8 @@ type Server struct {
 	mux    *routeMux
 	obs    instruments
 
-	authSum       [sha256.Size]byte
-	auth          atomic.Pointer[authState] // the auth file's tokens
-	authMu        sync.Mutex                // serialises loads of the auth file
-	tenantMetrics *tenantMetrics
-	tls           *tlsState // nil without TLS (tls.go)
+	gate credentials
+	tls  *auth.TLS // nil without TLS
 
 	leases  leaseTable
 	multi   multiTable // /v1/multi (multi.go)
@@ -122,6 +117,16 @@ type Server struct {
 	history *history
 	rep     replicaState // replicas.go
 	life    lifecycle
+}
+
+// credentials is what the server asks of package auth: who a request is
+// (nil without an auth file), whether that still holds after a reload,
+// the tenant's request count, and the reload itself.
+type credentials interface {
+	Principal(r *http.Request) (*auth.Principal, *auth.Refusal)
+	Revoked(p *auth.Principal) bool
+	CountRequest(p *auth.Principal, code int)
+	Reload() (tenants int, err error)
 }
 
 // instruments are the server's own metrics and tracer.
@@ -185,22 +190,13 @@ func New(locker *dlock.Locker, cfg Config) (*Server, error) {
 		life:    lifecycle{started: time.Now(), drain: make(chan struct{}), halt: make(chan struct{})},
 	}
 	s.life.drainCtx, s.life.endDrain = context.WithCancel(context.Background())
-	if cfg.AuthToken != "" {
-		s.authSum = sha256.Sum256([]byte(cfg.AuthToken))
-	}
-	if cfg.AuthToken != "" && cfg.AuthFile != "" {
-		return nil, errors.New("dlock: server: an auth token and an auth file cannot be combined; list the token in the file")
-	}
-	s.tenantMetrics = newTenantMetrics()
-	tlsSt, err := newTLSState(cfg)
+	gate, err := auth.New(cfg.AuthToken, cfg.AuthFile)
 	if err != nil {
 		return nil, err
 	}
-	s.tls = tlsSt
-	if cfg.AuthFile != "" {
-		if err := s.loadAuth(); err != nil {
-			return nil, err
-		}
+	s.gate = gate
+	if s.tls, err = auth.NewTLS(cfg.TLSCert, cfg.TLSKey, cfg.ClientCA); err != nil {
+		return nil, err
 	}
 	if cfg.TracerProvider != nil {
 		s.obs.tracer = cfg.TracerProvider.Tracer(tracerScope)
@@ -210,7 +206,7 @@ func New(locker *dlock.Locker, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.v1 = v1
-	for _, c := range []prometheus.Collector{m, s.obs.requests, s.obs.duration, s.tenantMetrics,
+	for _, c := range []prometheus.Collector{m, s.obs.requests, s.obs.duration, gate.Collector(),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
 		if err := s.obs.reg.Register(c); err != nil {
 			v1.Close()
@@ -358,22 +354,6 @@ func needsAuth(path string) bool {
 	return path == "/v1" || path == "/api" || strings.HasPrefix(path, "/v1/") || strings.HasPrefix(path, "/api/")
 }
 
-// authorized reports whether r carries the configured bearer token. The
-// comparison is of SHA-256 sums, in constant time, so neither the token's
-// content nor its length leaks through timing.
-func (s *Server) authorized(r *http.Request) bool {
-	if s.cfg.AuthToken == "" {
-		return true
-	}
-	h := r.Header.Get("Authorization")
-	const prefix = "bearer "
-	if len(h) < len(prefix) || !strings.EqualFold(h[:len(prefix)], prefix) {
-		return false
-	}
-	sum := sha256.Sum256([]byte(strings.TrimSpace(h[len(prefix):])))
-	return subtle.ConstantTimeCompare(sum[:], s.authSum[:]) == 1
-}
-
 // unrouted answers a request no route matched, in JSON: 405 with Allow
 // when the path exists for other methods, a redirect to the clean path,
 // else 404.
@@ -435,7 +415,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	srv.RegisterOnShutdown(s.beginDrain)
 	errc := make(chan error, 1)
 	if s.tls != nil {
-		srv.TLSConfig = s.tls.serverConfig()
+		srv.TLSConfig = s.tls.ServerConfig()
 		go func() { errc <- srv.ServeTLS(ln, "", "") }()
 	} else {
 		go func() { errc <- srv.Serve(ln) }()

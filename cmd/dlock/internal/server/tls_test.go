@@ -15,7 +15,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -26,6 +25,7 @@ import (
 	"time"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/cmd/dlock/internal/server/auth"
 	"github.com/dlock-dev/dlock/cmd/dlock/internal/tlstest"
 	"github.com/dlock-dev/dlock/dlockprom"
 	"github.com/dlock-dev/dlock/store/memory"
@@ -344,87 +344,6 @@ func TestMutualTLS(t *testing.T) {
 	}
 }
 
-// TestCertIdentity: URI SAN, then DNS SAN, then e-mail SAN, then IP SAN,
-// then (with no SubjectAltName extension at all) CN; two values of the
-// winning class name no one; an auth file's ip: entry is an address in
-// the form the certificate's is read.
-func TestCertIdentity(t *testing.T) {
-	u := func(s string) *url.URL { v, _ := url.Parse(s); return v }
-	for _, tc := range []struct {
-		cert    x509.Certificate
-		want    string
-		wantErr string
-	}{
-		{x509.Certificate{URIs: []*url.URL{u("spiffe://a/b")}, DNSNames: []string{"x"}}, "uri:spiffe://a/b", ""},
-		{x509.Certificate{DNSNames: []string{"svc.internal"}}, "dns:svc.internal", ""},
-		{x509.Certificate{}, "", "no SubjectAltName and no subject CN"},
-		{x509.Certificate{URIs: []*url.URL{u("spiffe://a/b"), u("spiffe://a/c")}}, "", "2 URI SANs"},
-		{x509.Certificate{DNSNames: []string{"a", "b"}}, "", "2 DNS SANs"},
-	} {
-		got, err := certIdentity(&tc.cert)
-		if got != tc.want || (err == nil) != (tc.wantErr == "") || (err != nil && !strings.Contains(err.Error(), tc.wantErr)) {
-			t.Errorf("certIdentity(%v %v) = %q, %v; want %q, %q", tc.cert.URIs, tc.cert.DNSNames, got, err, tc.want, tc.wantErr)
-		}
-	}
-	cn := x509.Certificate{}
-	cn.Subject.CommonName = "batch"
-	if got, err := certIdentity(&cn); got != "cn:batch" || err != nil {
-		t.Errorf("certIdentity(CN batch) = %q, %v; want cn:batch", got, err)
-	}
-	// Issued certificates, parsed as the server reads them: the CN counts
-	// only without a SubjectAltName extension.
-	ca, err := tlstest.NewCA("identity CA")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, tc := range []struct {
-		what    string
-		leaf    tlstest.Leaf
-		want    string
-		wantErr string
-	}{
-		{"CN only", tlstest.Leaf{CN: "batch"}, "cn:batch", ""},
-		{"e-mail SAN and CN", tlstest.Leaf{CN: "batch", Emails: []string{"billing@dlock.test"}}, "email:billing@dlock.test", ""},
-		{"IPv4 SAN and CN", tlstest.Leaf{CN: "batch", IPs: []net.IP{net.IPv4(10, 0, 0, 7)}}, "ip:10.0.0.7", ""},
-		{"IPv6 SAN and CN", tlstest.Leaf{CN: "batch", IPs: []net.IP{net.ParseIP("2001:db8::7")}}, "ip:2001:db8::7", ""},
-		{"e-mail and IP SANs", tlstest.Leaf{Emails: []string{"billing@dlock.test"}, IPs: []net.IP{net.IPv4(10, 0, 0, 7)}}, "email:billing@dlock.test", ""},
-		{"DNS and e-mail SANs", tlstest.Leaf{DNS: []string{"svc.internal"}, Emails: []string{"billing@dlock.test"}}, "dns:svc.internal", ""},
-		{"two e-mail SANs", tlstest.Leaf{CN: "batch", Emails: []string{"a@dlock.test", "b@dlock.test"}}, "", "2 e-mail SANs"},
-		{"two IP SANs", tlstest.Leaf{CN: "batch", IPs: []net.IP{net.IPv4(10, 0, 0, 7), net.IPv4(10, 0, 0, 8)}}, "", "2 IP SANs"},
-		{"an otherName SAN only, and CN", tlstest.Leaf{CN: "batch", Extra: []pkix.Extension{otherNameSAN(t)}}, "", "counts only without the extension"},
-	} {
-		p, err := ca.Issue(tc.leaf)
-		if err != nil {
-			t.Fatalf("%s: Issue = %v", tc.what, err)
-		}
-		got, err := certIdentity(p.Cert)
-		if got != tc.want || (err == nil) != (tc.wantErr == "") || (err != nil && !strings.Contains(err.Error(), tc.wantErr)) {
-			t.Errorf("certIdentity(%s) = %q, %v; want %q, %q", tc.what, got, err, tc.want, tc.wantErr)
-		}
-	}
-	for _, bad := range []string{
-		`{"tokens":[{"tenant":"a","identity":"spiffe://x","prefixes":[""],"access":"read-write"}]}`,
-		`{"tokens":[{"tenant":"a","identity":"uri:","prefixes":[""],"access":"read-write"}]}`,
-		`{"tokens":[{"tenant":"a","identity":"cn:x","sha256":"` + HashToken("t") + `","prefixes":[""],"access":"read-write"}]}`,
-		`{"tokens":[` + idTeamA + `,` + strings.Replace(idTeamA, "team-a\",\"identity", "team-b\",\"identity", 1) + `]}`,
-		`{"tokens":[{"tenant":"a","identity":"ip:10.0.0.07","prefixes":[""],"access":"read-write"}]}`,
-		`{"tokens":[{"tenant":"a","identity":"ip:2001:DB8::7","prefixes":[""],"access":"read-write"}]}`,
-		`{"tokens":[{"tenant":"a","identity":"ip:::ffff:10.0.0.7","prefixes":[""],"access":"read-write"}]}`,
-		`{"tokens":[{"tenant":"a","identity":"ip:host.internal","prefixes":[""],"access":"read-write"}]}`,
-		`{"tokens":[{"tenant":"a","identity":"email:","prefixes":[""],"access":"read-write"}]}`,
-	} {
-		if _, err := parseAuthFile([]byte(bad)); err == nil || !strings.Contains(err.Error(), "tokens[") {
-			t.Errorf("parseAuthFile(%s) = %v, want an error naming the entry", bad, err)
-		}
-	}
-	good := `{"tokens":[{"tenant":"a","identity":"ip:2001:db8::7","prefixes":[""],"access":"read-write"},` +
-		`{"tenant":"b","identity":"ip:10.0.0.7","prefixes":[""],"access":"read-write"},` +
-		`{"tenant":"c","identity":"email:billing@dlock.test","prefixes":[""],"access":"read-write"}]}`
-	if _, err := parseAuthFile([]byte(good)); err != nil {
-		t.Errorf("parseAuthFile(%s) = %v, want it accepted", good, err)
-	}
-}
-
 // otherNameSAN is a SubjectAltName extension holding one otherName (a
 // Microsoft UPN), a name Go does not read into a field.
 func otherNameSAN(t *testing.T) pkix.Extension {
@@ -711,7 +630,7 @@ func TestPlaintextWarning(t *testing.T) {
 	}
 	p := newPKI(t)
 	var out lockedBuf
-	st, err := newTLSState(Config{TLSCert: p.certFile, TLSKey: p.keyOut})
+	st, err := auth.NewTLS(p.certFile, p.keyOut, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package server
+package auth
 
 import (
 	"crypto/sha256"
@@ -126,7 +126,7 @@ func checkEntryKey(e authEntry, where string, seen map[string]bool) error {
 }
 
 // lookup returns the entry of e in st, nil when it has none.
-func (st *authState) lookup(e authEntry) *principal {
+func (st *authState) lookup(e authEntry) *Principal {
 	if st == nil {
 		return nil
 	}
@@ -143,7 +143,7 @@ func entryHash(e authEntry) [sha256.Size]byte {
 }
 
 // add puts p, made of e, into st.
-func (st *authState) add(e authEntry, p *principal) {
+func (st *authState) add(e authEntry, p *Principal) {
 	if e.Identity != "" {
 		p.identity = e.Identity
 		st.byIdentity[e.Identity] = p
@@ -154,7 +154,7 @@ func (st *authState) add(e authEntry, p *principal) {
 }
 
 // principals calls fn with every entry of st.
-func (st *authState) principals(fn func(*principal)) {
+func (st *authState) principals(fn func(*Principal)) {
 	for _, p := range st.byHash {
 		fn(p)
 	}
@@ -164,7 +164,7 @@ func (st *authState) principals(fn func(*principal)) {
 }
 
 // has reports whether p (looked up earlier) is still in st.
-func (st *authState) has(p *principal) bool {
+func (st *authState) has(p *Principal) bool {
 	if p.identity != "" {
 		return st.byIdentity[p.identity] != nil
 	}
@@ -176,35 +176,35 @@ func (st *authState) has(p *principal) bool {
 // name the same tenant (the token's entry then applies: it is the finer
 // credential, say a read-only token of a service whose certificate may
 // write). A wrong token is refused even with a good certificate.
-func (s *Server) principalOf(r *http.Request) (*principal, *apiError) {
-	st := s.auth.Load()
-	var byToken *principal
+func (g *Gate) principalOf(r *http.Request) (*Principal, *Refusal) {
+	st := g.state.Load()
+	var byToken *Principal
 	tok, hasToken := bearer(r)
 	if hasToken {
 		// Keyed by the token's SHA-256: a lookup's timing tells nothing
 		// useful about a token.
 		if byToken = st.byHash[sha256.Sum256([]byte(tok))]; byToken == nil {
-			return nil, unauthorizedError("missing or wrong bearer token")
+			return nil, unauthorized("missing or wrong bearer token")
 		}
 	}
-	byCert, certErr := s.certPrincipal(r, st)
+	byCert, certErr := certPrincipal(r, st)
 	switch {
 	case byToken != nil && byCert != nil && byToken.tenant != byCert.tenant:
-		return nil, &apiError{Status: http.StatusForbidden, Error: "tenant mismatch",
+		return nil, &Refusal{Status: http.StatusForbidden, Code: "tenant mismatch",
 			Message: fmt.Sprintf("the bearer token is tenant %q and the client certificate tenant %q; send the credentials of one tenant", byToken.tenant, byCert.tenant)}
 	case byToken != nil:
 		return byToken, nil
 	case byCert != nil:
 		return byCert, nil
 	case certErr != nil:
-		return nil, unauthorizedError(certErr.Error() + ", and no bearer token")
+		return nil, unauthorized(certErr.Error() + ", and no bearer token")
 	}
-	return nil, unauthorizedError("missing or wrong bearer token")
+	return nil, unauthorized("missing or wrong bearer token")
 }
 
 // certPrincipal returns the entry of the request's verified client
 // certificate; nil and no error without one (plain HTTP, or no client CA).
-func (s *Server) certPrincipal(r *http.Request, st *authState) (*principal, error) {
+func certPrincipal(r *http.Request, st *authState) (*Principal, error) {
 	if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 || len(r.TLS.PeerCertificates) == 0 {
 		return nil, nil
 	}
@@ -216,8 +216,4 @@ func (s *Server) certPrincipal(r *http.Request, st *authState) (*principal, erro
 		return p, nil
 	}
 	return nil, fmt.Errorf("the client certificate's identity %q is not in the auth file", id)
-}
-
-func unauthorizedError(msg string) *apiError {
-	return &apiError{Status: http.StatusUnauthorized, Error: "unauthorized", Message: msg}
 }

@@ -1,4 +1,4 @@
-package server
+package auth
 
 import (
 	"crypto/rand"
@@ -6,22 +6,21 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"sync"
 	"sync/atomic"
 	"time"
 )
 
-// TLS on the listener (Config.TLSCert, Config.TLSKey, Config.ClientCA;
+// TLS on the listener (server.Config.TLSCert, TLSKey and ClientCA;
 // docs/operations.md): TLS 1.2 at least, the standard library's cipher
 // suites, HTTP/2 offered by ALPN. The certificate, its key and the client
-// CA are read by New and again by ReloadTLS (SIGHUP in dlock serve); a
+// CA are read by NewTLS and again by Reload (SIGHUP in dlock serve); a
 // handshake uses whatever is in force when it starts, so connections open
 // at a reload keep going and new ones see the new certificate.
 
-// tlsState is the listener's TLS material.
-type tlsState struct {
+// TLS is the listener's TLS material, read again by Reload.
+type TLS struct {
 	certFile, keyFile, caFile string
 
 	mu   sync.Mutex                 // serialises loads
@@ -29,15 +28,17 @@ type tlsState struct {
 	cert atomic.Pointer[tls.Certificate]
 }
 
-// newTLSState loads the files of cfg, or returns nil when TLS is off.
-func newTLSState(cfg Config) (*tlsState, error) {
+// NewTLS loads a PEM certificate chain, its key and, when caFile is set,
+// the CAs of the client certificates every handshake then requires; it
+// returns nil when all three are empty (no TLS).
+func NewTLS(certFile, keyFile, caFile string) (*TLS, error) {
 	switch {
-	case cfg.TLSCert == "" && cfg.TLSKey == "" && cfg.ClientCA == "":
+	case certFile == "" && keyFile == "" && caFile == "":
 		return nil, nil
-	case cfg.TLSCert == "" || cfg.TLSKey == "":
+	case certFile == "" || keyFile == "":
 		return nil, errors.New("dlock: server: a TLS certificate and its key go together: set both")
 	}
-	st := &tlsState{certFile: cfg.TLSCert, keyFile: cfg.TLSKey, caFile: cfg.ClientCA}
+	st := &TLS{certFile: certFile, keyFile: keyFile, caFile: caFile}
 	if err := st.load(time.Now()); err != nil {
 		return nil, err
 	}
@@ -46,7 +47,7 @@ func newTLSState(cfg Config) (*tlsState, error) {
 
 // load reads the certificate, the key and the client CA, and makes them
 // the ones of the next handshake. On any error nothing changes.
-func (st *tlsState) load(now time.Time) error {
+func (st *TLS) load(now time.Time) error {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	cert, err := loadCertificate(st.certFile, st.keyFile, now)
@@ -79,13 +80,13 @@ func (st *tlsState) load(now time.Time) error {
 	return nil
 }
 
-func (st *tlsState) certificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+func (st *TLS) certificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 	return st.cert.Load(), nil
 }
 
-// serverConfig is the http.Server's TLS config: each handshake takes the
+// ServerConfig is the http.Server's TLS config: each handshake takes the
 // config in force when it starts.
-func (st *tlsState) serverConfig() *tls.Config {
+func (st *TLS) ServerConfig() *tls.Config {
 	return &tls.Config{
 		MinVersion:     tls.VersionTLS12,
 		NextProtos:     []string{"h2", "http/1.1"},
@@ -132,33 +133,17 @@ func loadCertPool(file string) (*x509.CertPool, error) {
 	return pool, nil
 }
 
-// ReloadTLS reads the TLS certificate, its key and the client CA again.
-// Handshakes from then on use them; open connections are kept. A file that
-// cannot be read, a key that does not match, or a certificate that is
-// expired or not yet valid is an error, and the previous material stays in
-// force. Without TLS it does nothing.
-func (s *Server) ReloadTLS() error {
-	if s.tls == nil {
-		return nil
+// Reload reads the certificate, its key and the client CA again, and
+// returns the new leaf. Handshakes from then on use them; open connections
+// are kept. A file that cannot be read, a key that does not match, or a
+// certificate that is expired or not yet valid is an error, and the
+// previous material stays in force.
+func (st *TLS) Reload() (*x509.Certificate, error) {
+	if err := st.load(time.Now()); err != nil {
+		return nil, err
 	}
-	if err := s.tls.load(time.Now()); err != nil {
-		return err
-	}
-	leaf := s.tls.cert.Load().Leaf
-	s.log.Info("dlock: TLS certificate reloaded", "subject", leaf.Subject.String(),
-		"notAfter", leaf.NotAfter.UTC().Format(time.RFC3339), "clientCA", s.tls.caFile != "")
-	return nil
+	return st.cert.Load().Leaf, nil
 }
 
-// warnPlaintext logs that tokens travel in clear when the service listens
-// beyond loopback without TLS and with bearer tokens.
-func (s *Server) warnPlaintext(addr net.Addr) {
-	if s.tls != nil || (s.cfg.AuthToken == "" && s.cfg.AuthFile == "") {
-		return
-	}
-	if ta, ok := addr.(*net.TCPAddr); ok && ta.IP.IsLoopback() {
-		return
-	}
-	s.log.Warn("dlock: listening beyond loopback without TLS: bearer tokens and lease tokens travel in clear; set --tls-cert and --tls-key (docs/operations.md)",
-		"addr", addr.String())
-}
+// HasClientCA reports whether handshakes require a client certificate.
+func (st *TLS) HasClientCA() bool { return st.caFile != "" }
