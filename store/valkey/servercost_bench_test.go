@@ -28,10 +28,13 @@ import (
 //	           dlock does not use, measured for what it would save
 //	fresh      the mutex scripts on a new name per op: the clock path
 //	same       the mutex scripts on 100 names taken again and again: INCR
+//	fresh-full as fresh, but every release in the script's full form, as
+//	           for a name with waiters (Layout.Contend): what the short
+//	           form of a release without waiters saves (docs/design.md)
 //
 // server-µs/op is the figure; ns/op includes the client.
 func BenchmarkServerCPU(b *testing.B) {
-	for _, kind := range []string{"raw", "setscript", "fenced", "hwm", "fresh", "same"} {
+	for _, kind := range []string{"raw", "setscript", "fenced", "hwm", "fresh", "fresh-full", "same"} {
 		b.Run(kind, func(b *testing.B) { benchServerCPU(b, kind) })
 	}
 }
@@ -88,7 +91,13 @@ func benchServerCPU(b *testing.B, kind string) {
 			}
 			req := store.Request{Name: name, Token: "token", TTL: 30 * time.Second, Mode: store.ModeMutex}
 			acqs = append(acqs, evalsha(acq, ops.AcquireKeys(l, req), ops.AcquireArgs(ctx, l, req)))
-			rk, ra, _ := ops.ReleaseCall(l, req)
+			if kind == "fresh-full" {
+				l.Contend(name) // the release's full form
+			}
+			rk, ra, short := ops.ReleaseCall(l, req)
+			if short == (kind == "fresh-full") {
+				b.Fatalf("%s: release short form %v", kind, short)
+			}
 			rels = append(rels, evalsha(rel, rk, ra))
 		}
 		check := func(rs []vk.ValkeyResult) {
