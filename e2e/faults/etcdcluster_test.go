@@ -91,6 +91,13 @@ func startEtcdCluster(t testing.TB) *etcdCluster {
 			c.links[[2]int{from.i, to.i}] = p
 		}
 	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, m := range c.members {
+				t.Logf("etcd m%d log tail:\n%s", m.i, m.logTail())
+			}
+		}
+	})
 	token := fmt.Sprintf("dlock-faults-%d", os.Getpid())
 	for _, m := range c.members {
 		if err := m.launch(token); err != nil {
