@@ -349,9 +349,11 @@ func testPGPromote(t *testing.T, pr *pgPair, sync, fenced bool, fenceRule string
 	if !sync && (kept || stale >= before) {
 		t.Fatalf("the standby has the holder's hold %v and fence %d (the primary's %d): it did not lag, the run tests nothing", kept, stale, before)
 	}
+	began := wire.Now()
 	how := promote(t, sb, sync)
 	promoted = true
 	at := wire.Now()
+	t.Logf("the promotion itself took %v (kill to promoted %v)", time.Duration(at-began).Round(time.Millisecond), time.Duration(at-killed).Round(time.Millisecond))
 	switch {
 	case fenceRule != "":
 		how += "; dlock_next_fence a counter without the clock floor (-opt fence-rule=" + fenceRule + ")"
