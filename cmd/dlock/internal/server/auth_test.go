@@ -435,7 +435,7 @@ func TestScopedEventsAcrossReplicas(t *testing.T) {
 				t.Fatalf("team-a's stream shows a team-b name: %s %s", event, data)
 			}
 			var ev eventBody
-			if event == "acquire" && json.Unmarshal(data, &ev) == nil && ev.Replica == b.srv.rep.id && strings.HasPrefix(ev.Name, "team-a/") {
+			if event == "acquire" && json.Unmarshal(data, &ev) == nil && ev.Replica == b.srv.rep.ID() && strings.HasPrefix(ev.Name, "team-a/") {
 				heard = true
 				return true
 			}

@@ -101,32 +101,3 @@ func (e *eventBody) appendJSON(b []byte) []byte {
 	b = appendString(b, e.Replica)
 	return append(b, '}')
 }
-
-// appendJSON encodes a batch of the bus. Its events must be compact,
-// HTML-safe JSON (as eventBody.appendJSON and json.Marshal write them),
-// which json.Marshal would copy unchanged.
-func (m *busMsg) appendJSON(b []byte) []byte {
-	b = append(b, `{"replica":`...)
-	b = appendString(b, m.Replica)
-	if len(m.Events) > 0 {
-		b = append(b, `,"events":[`...)
-		for i, ev := range m.Events {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = append(b, ev...)
-		}
-		b = append(b, ']')
-	}
-	if len(m.Drop) > 0 {
-		b = append(b, `,"drop":[`...)
-		for i, id := range m.Drop {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = appendString(b, id)
-		}
-		b = append(b, ']')
-	}
-	return append(b, '}')
-}

@@ -4,8 +4,6 @@ import (
 	"encoding/json"
 	"math/rand/v2"
 	"testing"
-
-	"github.com/dlock-dev/dlock/store/memory"
 )
 
 // encodeStrings are the strings the hand-written encoders are checked on:
@@ -48,16 +46,6 @@ func TestAppendJSON(t *testing.T) {
 		checkEncoding(t, "extend", &extendBody{Name: s, Fence: n * int64(i%2), TTLMs: n})
 		checkEncoding(t, "event", &eventBody{Type: s, Name: s, Mode: s, Result: s[:len(s)*(i%2)], Fence: n * int64(i%3),
 			DurationMs: n, Waited: i%4 == 0, Time: 1 << 40, Replica: s})
-		ev := (&eventBody{Type: "acquire", Name: s, Mode: "mutex", Time: n}).appendJSON(nil)
-		var events []json.RawMessage
-		for range i % 3 {
-			events = append(events, ev)
-		}
-		var drop []string
-		for range i % 4 {
-			drop = append(drop, s)
-		}
-		checkEncoding(t, "bus", &busMsg{Replica: s, Events: events, Drop: drop})
 	}
 	checkEncoding(t, "grant", &grantBody{Fence: 1<<63 - 1, TTLMs: -1 << 63})
 }
@@ -73,21 +61,4 @@ func FuzzAppendString(f *testing.F) {
 			t.Errorf("appendString(%q) = %s, want %s", s, got[1:], want)
 		}
 	})
-}
-
-// TestRemoteSkipsOwnBatches: a batch this instance published comes back
-// and is skipped; another instance's is counted.
-func TestRemoteSkipsOwnBatches(t *testing.T) {
-	e := newEnv(t, memory.New(), Config{})
-	ev := (&eventBody{Type: "acquire", Name: "x", Mode: "mutex", Result: "acquired", Time: 1}).appendJSON(nil)
-	own := &busMsg{Replica: e.srv.rep.id, Events: []json.RawMessage{ev}}
-	e.srv.remote(own.appendJSON(nil))
-	if got := e.srv.history.total().Acquired; got != 0 {
-		t.Errorf("after own batch: acquired = %d, want 0", got)
-	}
-	other := &busMsg{Replica: e.srv.rep.id + "0", Events: []json.RawMessage{ev}}
-	e.srv.remote(other.appendJSON(nil))
-	if got := e.srv.history.total().Acquired; got != 1 {
-		t.Errorf("after another's batch: acquired = %d, want 1", got)
-	}
 }

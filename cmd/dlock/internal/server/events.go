@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"sync"
 	"time"
@@ -155,7 +156,7 @@ const eventBuffer = 512
 // events until the client goes away or the server shuts down.
 func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 	ch := make(chan *feedEvent, eventBuffer)
-	unsub := s.rep.feed.subscribe(ch)
+	unsub := s.streams.feed.subscribe(ch)
 	defer unsub()
 	st, ok := s.openStream(w)
 	if !ok {
@@ -196,7 +197,7 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 func (s *Server) snapshot(ctx context.Context, first bool) snapshotBody {
 	now := time.Now()
 	snap := snapshotBody{Time: now.UnixMilli(), Store: s.cfg.StoreName, Totals: s.history.total(), Held: s.leases.len(),
-		Replica: s.rep.id, Replicas: s.rep.count(now)}
+		Replica: s.rep.ID(), Replicas: s.rep.Count(now)}
 	if in, ok := s.locker.Store().(store.Inspector); ok {
 		snap.Inspect = true
 		lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -246,4 +247,132 @@ func (s *Server) listShared(ctx context.Context, in store.Inspector) (listBody, 
 		return listBody{}, err
 	}
 	return filterList(ctx, states), nil
+}
+
+// localEvent is the Metrics subscription: an event of this server's
+// Lockers.
+func (s *Server) localEvent(ev dlock.Event) {
+	if ev.Kind == dlock.EventExtend {
+		return // a client's extend: for tracing observers, not the stream
+	}
+	if ev.Kind == dlock.EventRelease && s.streams.quiet.unsilence(ev.Name, ev.Fence) {
+		return
+	}
+	body := toEvent(ev, time.Now())
+	body.Replica = s.rep.ID()
+	s.emit(body, true)
+}
+
+// emit counts ev in the history, sends it to the event streams and, when
+// share is set, to the other replicas.
+func (s *Server) emit(ev eventBody, share bool) {
+	s.history.observe(ev)
+	s.streams.feed.send(ev)
+	if share {
+		s.rep.Publish(ev.appendJSON(make([]byte, 0, 160)))
+	}
+}
+
+// remoteEvent is an event another replica published.
+func (s *Server) remoteEvent(replica string, raw json.RawMessage) {
+	var ev eventBody
+	if json.Unmarshal(raw, &ev) == nil {
+		ev.Replica = replica
+		s.emit(ev, false)
+	}
+}
+
+// servedElsewhere reports that this server extended or released the lease
+// of token on name through the store: the instance that granted it stops
+// tracking it. A release is also reported as an event.
+func (s *Server) servedElsewhere(name, token string, mode dlock.Mode, released bool) {
+	if released {
+		s.emit(eventBody{Type: "release", Name: name, Mode: modeName(mode), Time: time.Now().UnixMilli(), Replica: s.rep.ID()}, true)
+	}
+	s.rep.Served(name, token)
+}
+
+// feed passes events to the open event streams.
+type feed struct {
+	mu   sync.Mutex
+	next int
+	subs map[int]chan<- *feedEvent
+}
+
+// feedEvent is one event as every stream sends it: encoded once, shared
+// by the streams (a stream's buffer holds pointers, not copies).
+type feedEvent struct {
+	typ, name string
+	data      []byte // the event's JSON
+}
+
+func (f *feed) subscribe(ch chan<- *feedEvent) func() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.subs == nil {
+		f.subs = make(map[int]chan<- *feedEvent)
+	}
+	id := f.next
+	f.next++
+	f.subs[id] = ch
+	return func() {
+		f.mu.Lock()
+		delete(f.subs, id)
+		f.mu.Unlock()
+	}
+}
+
+// send passes ev to every stream that keeps up; a slow one misses it.
+func (f *feed) send(ev eventBody) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.subs) == 0 {
+		return
+	}
+	fe := &feedEvent{typ: ev.Type, name: ev.Name, data: ev.appendJSON(nil)}
+	for _, ch := range f.subs {
+		select {
+		case ch <- fe:
+		default:
+		}
+	}
+}
+
+// silencer keeps the release events of detached leases from the streams:
+// another replica reported them already.
+type silencer struct {
+	mu sync.Mutex
+	m  map[silenceKey]int
+}
+
+type silenceKey struct {
+	name  string
+	fence int64
+}
+
+func (q *silencer) silence(name string, fence int64) {
+	q.mu.Lock()
+	if q.m == nil {
+		q.m = make(map[silenceKey]int)
+	}
+	q.m[silenceKey{name, fence}]++
+	q.mu.Unlock()
+}
+
+// unsilence reports whether a release of name at fence was silenced, and
+// uses it up.
+func (q *silencer) unsilence(name string, fence int64) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	k := silenceKey{name, fence}
+	n := q.m[k]
+	if n == 0 {
+		return false
+	}
+	if n == 1 {
+		delete(q.m, k)
+	} else {
+		q.m[k] = n - 1
+	}
+	return true
 }

@@ -375,7 +375,7 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 	if p.maxHold > 0 && entry.holdEnd.IsZero() {
 		entry.holdEnd = asked.Add(p.maxHold)
 	}
-	s.noteLease(key)
+	s.rep.Granted(key.name, key.token)
 	ttl := p.req.TTL
 	if p.maxHold > 0 {
 		ttl = min(ttl, p.maxHold) // what the store was asked for
@@ -713,4 +713,84 @@ func (s *Server) validMs(sent time.Time, ttl time.Duration) int64 {
 		drift = max(drift, dr.Drift(ttl))
 	}
 	return durationMs(time.Until(sent.Add(ttl - drift)))
+}
+
+// detach stops tracking the lease of token on name, which a client
+// extended or released through another replica: the local Lease is
+// forgotten, without touching the store and without an event.
+func (s *Server) detach(name, token string) {
+	key := leaseKey{name, token}
+	e := s.leases.lookup(key)
+	if e == nil || !e.mu.TryLock() {
+		return // busy with a request of its client: that one decides
+	}
+	defer e.mu.Unlock()
+	if ls := e.lease; ls != nil && !ended(ls) {
+		s.streams.quiet.silence(key.name, ls.Fence())
+		if ls.Forget() != nil {
+			s.streams.quiet.unsilence(key.name, ls.Fence())
+		}
+	}
+	s.leases.remove(key, e)
+}
+
+// byToken runs op, an extend or release of req (name and token) on the
+// store, in the lease's mode: req.Mode when known (the body named it, or
+// this server granted the lease); else the mutex first and, when the mutex
+// is not held by the token, the mode holding the name and then the queue
+// places (fair, write) when it has waiters. A token holds a name in one
+// mode only, so asking in another mode changes nothing. A semaphore
+// request carries the name's limit, read from its state. It returns the
+// mode that worked.
+func (s *Server) byToken(ctx context.Context, req dlock.Request, known bool, op func(dlock.Request) error) (dlock.Mode, error) {
+	in, inspect := s.locker.Store().(store.Inspector)
+	var st store.State
+	var stateErr error
+	stated := false
+	state := func() (store.State, error) {
+		if !stated && inspect {
+			st, stateErr = in.State(ctx, req.Name)
+			stated = true
+		}
+		return st, stateErr
+	}
+	run := func(m dlock.Mode) error {
+		r := req
+		r.Mode = m
+		if m == dlock.ModeSemaphore {
+			if st, err := state(); err == nil && st.Limit > 0 {
+				r.Limit = st.Limit
+			}
+		}
+		return op(r)
+	}
+	if known {
+		return req.Mode, run(req.Mode)
+	}
+	err := run(dlock.ModeMutex)
+	if !errors.Is(err, dlock.ErrNotHeld) || !inspect {
+		return dlock.ModeMutex, err
+	}
+	st, serr := state()
+	if serr != nil {
+		return dlock.ModeMutex, err
+	}
+	tried := map[dlock.Mode]bool{dlock.ModeMutex: true}
+	var try []dlock.Mode
+	if st.Holders > 0 {
+		try = append(try, st.Mode)
+	}
+	if st.Queue > 0 {
+		try = append(try, dlock.ModeFair, dlock.ModeWrite)
+	}
+	for _, m := range try {
+		if tried[m] {
+			continue
+		}
+		tried[m] = true
+		if err = run(m); !errors.Is(err, dlock.ErrNotHeld) {
+			return m, err
+		}
+	}
+	return dlock.ModeMutex, err
 }

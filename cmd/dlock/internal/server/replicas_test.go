@@ -297,7 +297,7 @@ func testReplicasEvents(t *testing.T, ha, hb store.Store) {
 			if event == "acquire" {
 				var ev eventBody
 				json.Unmarshal(data, &ev)
-				if ev.Replica == a.srv.rep.id {
+				if ev.Replica == a.srv.rep.ID() {
 					heard = true
 					return true
 				}
@@ -307,7 +307,7 @@ func testReplicasEvents(t *testing.T, ha, hb store.Store) {
 	}
 	sb.until("a snapshot counting 2 replicas", func(event string, data []byte) bool {
 		var snap snapshotBody
-		return event == "snapshot" && json.Unmarshal(data, &snap) == nil && snap.Replicas == 2 && snap.Replica == b.srv.rep.id
+		return event == "snapshot" && json.Unmarshal(data, &snap) == nil && snap.Replicas == 2 && snap.Replica == b.srv.rep.ID()
 	})
 
 	// Granted on a, released on b: a stops tracking it without an event of
@@ -324,8 +324,8 @@ func testReplicasEvents(t *testing.T, ha, hb store.Store) {
 		json.Unmarshal(data, &ev)
 		if event == "release" && ev.Name == "moved" {
 			releases++
-			if ev.Replica != b.srv.rep.id {
-				t.Errorf("release event on a = %s, want b's (%s)", data, b.srv.rep.id)
+			if ev.Replica != b.srv.rep.ID() {
+				t.Errorf("release event on a = %s, want b's (%s)", data, b.srv.rep.ID())
 			}
 		}
 		return event == "acquire" && ev.Name == "marker"
@@ -336,7 +336,7 @@ func testReplicasEvents(t *testing.T, ha, hb store.Store) {
 	sb.until("b's own release event", func(event string, data []byte) bool {
 		var ev eventBody
 		json.Unmarshal(data, &ev)
-		return event == "release" && ev.Name == "moved" && ev.Replica == b.srv.rep.id
+		return event == "release" && ev.Name == "moved" && ev.Replica == b.srv.rep.ID()
 	})
 	if tot := a.srv.history.total(); tot.Released != 1 || tot.Acquired < 3 {
 		t.Errorf("a's totals = %+v, want 1 release and both replicas' acquires", tot)

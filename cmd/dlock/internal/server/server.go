@@ -20,6 +20,7 @@ import (
 
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/cmd/dlock/internal/server/auth"
+	"github.com/dlock-dev/dlock/cmd/dlock/internal/server/replicas"
 	"github.com/dlock-dev/dlock/dlockprom"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -115,7 +116,7 @@ type Server struct {
 	streams streams    // /v1/events and observe streams (stream.go)
 	demo    demoSet
 	history *history
-	rep     replicaState // replicas.go
+	rep     *replicas.Bus
 	life    lifecycle
 }
 
@@ -213,7 +214,8 @@ func New(locker *dlock.Locker, cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("dlock: server: register metrics: %w", err)
 		}
 	}
-	s.startReplicas()
+	s.rep = replicas.Start(locker.Store(), log, replicas.Hooks{Event: s.remoteEvent, Served: s.detach,
+		Held: func(name, token string) bool { return s.leases.lookup(leaseKey{name, token}) != nil }})
 	s.life.unsub = m.Subscribe(s.localEvent)
 	s.mux.wrap = s.guard
 	s.routes()
@@ -456,7 +458,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 func (s *Server) Close() error {
 	s.life.closeOnce.Do(func() {
 		s.life.unsub()
-		s.stopReplicas()
+		s.rep.Stop()
 		s.v1.Close()
 	})
 	return nil

@@ -9,11 +9,13 @@ import (
 )
 
 // streams are the server-sent event streams open (/v1/events and the
-// elections' observe), bounded by Config.MaxEventStreams, and the store's
-// list of locks their snapshots share.
+// elections' observe), bounded by Config.MaxEventStreams, the store's list
+// of locks their snapshots share, and the feed of events they send.
 type streams struct {
 	open  atomic.Int64
 	lists listCache
+	feed  feed     // the events the streams send
+	quiet silencer // events not to send
 }
 
 // sse is an open server-sent event stream.
