@@ -4,9 +4,10 @@
 # govulncheck over every Go module of the repository, after a look at the tree:
 # no executable or object file is tracked (lib/no-tracked-binaries.sh).
 #
-# Both tools are installed here at pinned versions from the Go module proxy
-# into .cache/lint (gitignored), once. Every module listed in go.work is linted
-# from its own directory through the repository's go.work (GOWORK=<repo>/go.work),
+# Both tools are built at pinned versions from the Go module proxy and kept in
+# the Go build cache (lib/tools.sh, go_tool), once per machine: a clean clone
+# reuses them, and so does the release suite for govulncheck. Every module
+# listed in go.work is linted from its own directory through the repository's go.work (GOWORK=<repo>/go.work),
 # which works whether the modules' go.mod files carry replace lines or not.
 #
 # golangci-lint must report nothing: a finding is fixed, or suppressed where it
@@ -14,14 +15,16 @@
 #
 # govulncheck cannot reach vuln.go.dev here, so the vulnerability database is
 # built locally from the golang.org/x/vulndb module (its data/osv/*.json, the
-# entries vuln.go.dev serves) with that module's own cmd/indexdb, in the layout
-# govulncheck -db file://DIR reads (index/db.json, index/modules.json, ID/*.json).
+# entries vuln.go.dev serves), indexed in the layout govulncheck -db file://DIR
+# reads (index/db.json, index/modules.json, ID/*.json) once per machine
+# (lib/tools.sh, vulndb; the module's own cmd/indexdb took minutes to build).
 # A vulnerability the code reaches in a required module fails the suite (the fix
 # is a newer requirement in go.mod). One in the Go standard library is reported
 # but fails only with DLOCK_VULN_STDLIB=fail: its fix is a newer Go toolchain on
 # the machine, not a change to the repository.
 #
-# Knobs: DLOCK_LINT_CACHE (default .cache/lint), DLOCK_VULN_STDLIB=fail.
+# Knobs: DLOCK_LINT_CACHE (default .cache/lint, govulncheck's report),
+# DLOCK_VULN_STDLIB=fail.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 REPO=$PWD
@@ -44,21 +47,10 @@ CACHE=${DLOCK_LINT_CACHE:-$REPO/.cache/lint}
 mkdir -p "$CACHE"
 CACHE=$(cd "$CACHE" && pwd)
 
-# install BIN VERSION PACKAGE: go install PACKAGE@VERSION into $CACHE/VERSION-dir.
-install_tool() {
-	local name=$1 version=$2 pkg=$3
-	local dir=$CACHE/$name-$version
-	if [ ! -x "$dir/$name" ]; then
-		log "go install $pkg@$version" >&2
-		local start=$SECONDS
-		GOWORK=off GOFLAGS= GOBIN="$dir" go install "$pkg@$version" >&2
-		log "built $name $version in $((SECONDS - start))s" >&2
-	fi
-	printf '%s\n' "$dir/$name"
-}
-
-golangci=$(install_tool golangci-lint "$GOLANGCI_LINT_VERSION" github.com/golangci/golangci-lint/v2/cmd/golangci-lint)
-govulncheck=$(install_tool govulncheck "$GOVULNCHECK_VERSION" golang.org/x/vuln/cmd/govulncheck)
+# shellcheck source=lib/tools.sh
+. "$REPO/scripts/suites/lib/tools.sh"
+golangci=$(go_tool "github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$GOLANGCI_LINT_VERSION")
+govulncheck=$(go_tool "golang.org/x/vuln/cmd/govulncheck@$GOVULNCHECK_VERSION")
 log "$("$golangci" version 2>&1 | head -1)"
 
 export GOWORK=$REPO/go.work
@@ -95,16 +87,7 @@ for dir in "${modules[@]}"; do
 done
 
 # --- govulncheck -----------------------------------------------------------------
-db=$CACHE/vulndb-$VULNDB_VERSION
-if [ ! -f "$db/index/modules.json" ]; then
-	log "vulnerability database from golang.org/x/vulndb@$VULNDB_VERSION"
-	src=$(GOWORK=off GOFLAGS= go mod download -json "golang.org/x/vulndb@$VULNDB_VERSION" |
-		"$PY" -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')
-	indexdb=$(install_tool indexdb "$VULNDB_VERSION" golang.org/x/vulndb/cmd/indexdb)
-	rm -rf "$db.tmp"
-	"$indexdb" -vulns "$src/data/osv" -out "$db.tmp"
-	mv "$db.tmp" "$db"
-fi
+db=$(vulndb "$VULNDB_VERSION")
 log "govulncheck $GOVULNCHECK_VERSION, database $db ($(find "$db/ID" -name '*.json' | wc -l) entries)"
 
 # One run over the packages of every module: they share the standard library's
