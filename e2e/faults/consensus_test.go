@@ -210,11 +210,13 @@ func (run *consRun) judge(t *testing.T, extra string) {
 	e.record(r)
 }
 
-// grantsBetween returns worker w's grants acquired in [from, to].
+// grantsBetween returns worker w's grants asked for at or after from (the
+// acquire call began) and granted by to. A call that began before from
+// may have been granted before it.
 func grantsBetween(evs []wire.Event, w int, from, to int64) []grant {
 	var out []grant
 	for _, g := range grants(evs) {
-		if g.W == w && g.Acquired >= from && g.Acquired <= to {
+		if g.W == w && g.Invoke >= from && g.Acquired <= to {
 			out = append(out, g)
 		}
 	}

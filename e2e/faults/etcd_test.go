@@ -81,68 +81,78 @@ const consMinorityID = 5
 // T31c/d: the leader is cut off from the two others (its peer links reset
 // both ways) while the holder, connected to it alone, holds. The majority
 // elects a leader, ends the holder's lease when it runs out and grants the
-// loopers; a fifth worker connected to the old leader alone tries all the
-// while and must not be granted until the partition heals.
+// loopers; a fifth worker connected to the old leader alone asks for a
+// lock of its own all the while and must not be granted until the
+// partition heals.
 func testEtcdPartition(t *testing.T, c *etcdCluster, fenced bool) {
 	e := newConsEnv(t, fenced, "etcd")
 	l := c.leader(t)
 	minority := consWorker{addrs: endpoints(l)}
 	majority := consWorker{addrs: endpoints(c.others(l)...)}
 	run := startConsRun(t, e, []consWorker{majority, majority, majority}, minority, etcdHolderTTL)
-	mw := startMinorityWorker(t, e, run, minority)
-	cut := wire.Now()
+	mw := startMinority(t, "etcd", run, minority)
+	mw.cut = wire.Now()
 	c.partition(t, l.i)
 	t.Cleanup(func() { c.heal(t) })
 	nl := c.leader(t, l.i)
-	e.fault("partition the leader from the two others (peer links reset both ways) while a holder connected to it alone holds (stopped before its write, kept stopped past its %v lease); a worker connected to it alone keeps trying; loopers use the two others; healed after the holder's write", etcdHolderTTL)
-	healed := run.minorityThenHeal(t, mw, cut, func() {
+	e.fault("partition the leader from the two others (peer links reset both ways) while a holder connected to it alone holds (stopped before its write, kept stopped past its %v lease); a worker connected to it alone keeps asking for a lock of its own; loopers use the two others; healed after the holder's write", etcdHolderTTL)
+	report := mw.thenHeal(t, run, func() {
 		c.heal(t)
 		l.waitHealthy(t)
 	})
-	run.judge(t, fmt.Sprintf("leader m%d cut off, m%d elected; %s", l.i, nl.i, minorityReport(t, e, cut, healed)))
+	run.judge(t, fmt.Sprintf("leader m%d cut off, m%d elected; %s", l.i, nl.i, report))
 }
 
-// startMinorityWorker starts the worker on the minority side: four
-// attempts of up to 1s each, on the run's lock, through cw alone; it
-// returns once the worker is connected.
-func startMinorityWorker(t *testing.T, e *env, run *consRun, cw consWorker) *worker {
+// minoritySide is the worker connected to the partitioned member alone. It
+// takes a lock of its own (nobody else asks for it) and writes a register
+// of its own, so that on a member that can grant it is granted at once:
+// only the partition can keep it waiting.
+type minoritySide struct {
+	e   *env // its own: its grants and writes are not the run's
+	w   *worker
+	cut int64
+}
+
+// startMinority starts the minority worker: up to 40 attempts of up to 1s
+// each, through cw alone; it returns once the worker has been granted
+// once (before the partition).
+func startMinority(t *testing.T, storeName string, run *consRun, cw consWorker) *minoritySide {
 	t.Helper()
-	mw := e.spawnAt(consMinorityID, cw, "-key", run.key, "-ttl", consLooperTTL.String(), "-autorenew", "-careful",
-		"-op-timeout", "500ms", "-wait", "1s", "-iters", "4", "-rmw", "-hold", "5ms")
-	if _, ok := mw.waitEvent(60*time.Second, isKind(wire.KindStart)); !ok {
-		t.Fatalf("worker %d did not start\n%s", consMinorityID, mw.stderrText())
+	m := &minoritySide{e: newConsEnv(t, true, storeName)}
+	m.w = m.e.spawnAt(consMinorityID, cw, "-key", run.key+"-minority", "-ttl", consLooperTTL.String(), "-autorenew", "-careful",
+		"-op-timeout", "500ms", "-wait", "1s", "-iters", "40", "-duration", "2m", "-hold", "5ms", "-gap", "50ms")
+	if _, ok := m.w.waitEvent(60*time.Second, isKind(wire.KindAcquire)); !ok {
+		t.Fatalf("worker %d was not granted before the partition\n%s", consMinorityID, m.w.stderrText())
 	}
-	return mw
+	return m
 }
 
-// minorityThenHeal resumes the holder once the majority has granted a
-// looper who read, waits until the minority worker has failed an attempt
-// during the partition, heals, and waits for every worker. It returns when
-// the partition healed.
-func (run *consRun) minorityThenHeal(t *testing.T, mw *worker, cut int64, heal func()) int64 {
+// thenHeal resumes the run's holder once the majority has granted a looper
+// who read, waits until the minority worker has failed an attempt during
+// the partition, heals, waits for every worker, and reports on the
+// minority worker: it fails t if that worker was granted during the
+// partition or never after it.
+func (m *minoritySide) thenHeal(t *testing.T, run *consRun, heal func()) string {
 	t.Helper()
-	e := run.e
-	run.resumeAfterNewHolderRead(t, cut)
-	if !e.waitHistory(30*time.Second, func(evs []wire.Event) bool { return failsBetween(evs, consMinorityID, cut, wire.Now()) > 0 }) {
-		t.Fatalf("the minority worker made no attempt that failed during the partition\n%s", mw.eventsText())
+	run.resumeAfterNewHolderRead(t, m.cut)
+	if !m.e.waitHistory(30*time.Second, func(evs []wire.Event) bool { return failsBetween(evs, consMinorityID, m.cut, wire.Now()) > 0 }) {
+		t.Fatalf("the minority worker made no attempt that failed during the partition\n%s", m.w.eventsText())
 	}
 	healed := wire.Now()
 	heal()
-	e.waitAll(3 * time.Minute)
-	return healed
-}
-
-// minorityReport fails t if the minority worker was granted during the
-// partition, and describes its attempts.
-func minorityReport(t *testing.T, e *env, cut, healed int64) string {
-	t.Helper()
-	evs := e.history()
-	gs := grantsBetween(evs, consMinorityID, cut, healed)
-	if len(gs) != 0 {
-		t.Errorf("the worker on the minority side was granted %d times during the partition (fence %d first), want 0", len(gs), gs[0].Fence)
+	run.e.waitAll(3 * time.Minute)
+	m.e.waitAll(3 * time.Minute)
+	evs := m.e.history()
+	during := grantsBetween(evs, consMinorityID, m.cut, healed)
+	if len(during) != 0 {
+		t.Errorf("the worker on the minority side was granted %d times during the partition (fence %d first), want 0", len(during), during[0].Fence)
 	}
-	return fmt.Sprintf("minority worker: %d acquires failed, %d granted during the partition (%v)",
-		failsBetween(evs, consMinorityID, cut, healed), len(gs), time.Duration(healed-cut).Round(time.Millisecond))
+	after := grantsBetween(evs, consMinorityID, healed, wire.Now())
+	if len(after) == 0 {
+		t.Errorf("the worker on the minority side was never granted after the partition healed")
+	}
+	return fmt.Sprintf("minority worker (a lock of its own): %d attempts failed and %d granted during the partition (%v), %d granted after",
+		failsBetween(evs, consMinorityID, m.cut, healed), len(during), time.Duration(healed-m.cut).Round(time.Millisecond), len(after))
 }
 
 // T31e/f: the holder and looper 3 use one follower alone; it is killed

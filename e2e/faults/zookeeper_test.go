@@ -87,22 +87,23 @@ func testZKSessionExpiry(t *testing.T, z *zkEnsemble, fenced bool) {
 // election links reset both ways) while the holder, connected to it alone,
 // holds. The majority elects a leader, expires the holder's session and
 // grants the loopers; a fifth worker connected to the old leader alone
-// tries all the while and must not be granted until the partition heals.
+// asks for a lock of its own all the while and must not be granted until
+// the partition heals.
 func testZKPartition(t *testing.T, z *zkEnsemble, fenced bool) {
 	e := newConsEnv(t, fenced, "zookeeper")
 	l := z.leader(t)
 	minority := zkWorker(zkLooperSession, l)
 	majority := zkWorker(zkLooperSession, z.others(l)...)
 	run := startConsRun(t, e, []consWorker{majority, majority, majority}, zkWorker(zkHolderSession, l), zkHolderSession)
-	mw := startMinorityWorker(t, e, run, minority)
-	cut := wire.Now()
+	mw := startMinority(t, "zookeeper", run, minority)
+	mw.cut = wire.Now()
 	z.partition(t, l.i)
 	t.Cleanup(func() { z.heal(t) })
 	nl := z.leader(t, l.i)
-	e.fault("partition the leader from the two others (quorum and election links reset both ways) while a holder connected to it alone holds (stopped before its write, kept stopped past its %v session timeout); a worker connected to it alone keeps trying; loopers use the two others; healed after the holder's write", zkHolderSession)
-	healed := run.minorityThenHeal(t, mw, cut, func() {
+	e.fault("partition the leader from the two others (quorum and election links reset both ways) while a holder connected to it alone holds (stopped before its write, kept stopped past its %v session timeout); a worker connected to it alone keeps asking for a lock of its own; loopers use the two others; healed after the holder's write", zkHolderSession)
+	report := mw.thenHeal(t, run, func() {
 		z.heal(t)
 		l.waitServing(t)
 	})
-	run.judge(t, fmt.Sprintf("leader s%d cut off, s%d elected; %s", l.i, nl.i, minorityReport(t, e, cut, healed)))
+	run.judge(t, fmt.Sprintf("leader s%d cut off, s%d elected; %s", l.i, nl.i, report))
 }
