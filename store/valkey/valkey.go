@@ -203,7 +203,11 @@ func New(client vk.Client, opts ...Option) (*Store, error) {
 // Cluster are separated by commas, either in the host part
 // ("redis://:pw@h1:7000,h2:7001,h3:7002") or as whole URLs
 // ("redis://h1:7000,redis://h2:7001"); options come from the first.
-// A single address that serves a cluster is detected too.
+// A single address that serves a cluster is detected too. With master_set
+// in the query ("redis://s1:26379,s2:26379,s3:26379?master_set=mymaster")
+// the hosts are Redis Sentinels: the Store asks them for the primary of
+// that name and follows it through failovers (valkey-go's Sentinel client;
+// fault scenarios T28 in docs/faults.md).
 //
 // ctx bounds the checks made at start. Dial returns an error wrapping
 // [store.ErrInvalid] for a bad URL or option, a [*store.StoreError] when the
@@ -219,7 +223,7 @@ func Dial(ctx context.Context, url string, opts ...Option) (*Store, error) {
 
 // Open makes a valkey-go client from opt and returns a Store that owns it:
 // Close closes it. Use it to set what a URL cannot say (timeouts, TLS
-// details, Sentinel). Open adds its own invalidation hook for server-pushed
+// details, Sentinel options beyond the master name). Open adds its own invalidation hook for server-pushed
 // wake-ups and still calls opt.OnInvalidations, if set; with
 // opt.DisableCache, or against a server without RESP3, waiters get no
 // server wake-ups (see the package doc). Errors are those of [Dial].
