@@ -25,7 +25,7 @@ func ContextWithLease(ctx context.Context, lease *Lease) context.Context {
 func LeaseFromContext(ctx context.Context, name string) *Lease {
 	n, _ := ctx.Value(leaseKey{}).(*leaseNode)
 	for ; n != nil; n = n.parent {
-		if n.lease.Name() == name && !n.lease.ended() {
+		if n.lease.Name() == name && !n.lease.over() {
 			return n.lease
 		}
 	}

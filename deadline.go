@@ -6,32 +6,6 @@ import (
 	"time"
 )
 
-// attemptLog is what one acquire call keeps of its requests.
-type attemptLog struct {
-	n int // requests sent, for the call's Event
-	// unknownSince is the send of the call's first request whose outcome
-	// stayed unknown (zero: none). Such a request may still reach the
-	// store at any time, after a later grant and a longer Extend too, and
-	// (Acquire being idempotent per token) set the hold back to its TTL from
-	// then: the lease made by the call is capped as by an unanswered
-	// extension (see newLease).
-	unknownSince time.Time
-}
-
-// sent counts a request of the call.
-func (a *attemptLog) sent() {
-	if a != nil {
-		a.n++
-	}
-}
-
-// unknown records that the request sent at sent got no answer.
-func (a *attemptLog) unknown(sent time.Time) {
-	if a != nil && a.unknownSince.IsZero() {
-		a.unknownSince = sent
-	}
-}
-
 // attemptContext returns the context of one store call made for ctx: it
 // has ctx's values but not its end, which cuts the call short only grace
 // later; a ctx that never ends, or ends by cancellation only, gives the

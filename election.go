@@ -88,7 +88,7 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Lease, error) {
 		return nil, invalid("value", "must be at most 4096 bytes")
 	}
 	e.mu.Lock()
-	if ls := e.lease; ls != nil && ls.Err() == nil && !ls.ended() {
+	if ls := e.lease; ls != nil && ls.Err() == nil && !ls.over() {
 		e.mu.Unlock()
 		if ls.req.Value != value {
 			return nil, invalid("value", "differs from the value this candidate leads with; resign first")

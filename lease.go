@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/dlock-dev/dlock/store"
 )
 
 type leaseState uint8
@@ -143,12 +145,12 @@ var closedDone = func() chan struct{} {
 	return c
 }()
 
-// ended reports whether ls was released or lost, as a closed Done would,
+// over reports whether ls was released or lost, as a closed Done would,
 // without making the channel.
-func (ls *Lease) ended() bool {
-	var ended bool
-	ls.locked(func() { ended = ls.state != leaseHeld })
-	return ended
+func (ls *Lease) over() bool {
+	var over bool
+	ls.locked(func() { over = ls.state != leaseHeld })
+	return over
 }
 
 // end closes ls's Done channel, if it was asked for. Caller holds l.mu and
@@ -531,4 +533,61 @@ func (ls *Lease) notifyLoss(fn func(error)) {
 	}
 	ls.onLoss = append(ls.onLoss, fn)
 	ls.l.mu.Unlock()
+}
+
+// newLease turns grant g of req, asked for at sent, into a held Lease and
+// hands it to the scheduler. When a request of the call got no answer
+// (unknownSince, its send; zero: none), the lease is capped as by an
+// unanswered extension, and its max hold counts from that request's send. A grant that came too late, after ctx ended or
+// after Close is refused with an error, and the caller must release it (or
+// ask again with the same token).
+func (l *Locker) newLease(ctx context.Context, c *config, req Request, g store.Grant, sent, unknownSince time.Time) (*Lease, error) {
+	ttl := req.TTL - c.lockDelay
+	validUntil := sent.Add(ttl - l.driftFor(c.driftFactor, ttl))
+	first := sent // the first send that may have made the hold
+	if ctx.Err() != nil || !time.Now().Before(validUntil) {
+		// The caller gave up, or the grant came too late to be of use: the
+		// caller releases it, or asks again.
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, &StoreError{Op: "acquire", Node: -1, Err: errors.New("grant arrived after the lease ran out")}
+	}
+	ls := &Lease{
+		l:           l,
+		req:         req,
+		fence:       g.Fence,
+		count:       g.Count,
+		delay:       c.lockDelay,
+		ownerOnly:   c.ownerOnly,
+		autoRenew:   c.autoRenew,
+		renewEvery:  c.renewInterval(),
+		driftFactor: c.driftFactor,
+		acquiredAt:  sent,
+		maxHold:     c.maxHold,
+		id:          leaseIDs.Add(1),
+		validUntil:  validUntil,
+		renewAt:     sent.Add(c.renewInterval()),
+		index:       -1,
+	}
+	if !unknownSince.IsZero() {
+		// A request of the call whose outcome is unknown may still reach
+		// the store and set the hold back to ttl from then: no extension
+		// counts beyond ttl, and the max hold counts from its send.
+		ls.capTTL = ttl
+		first = unknownSince
+	}
+	if c.maxHold > 0 {
+		ls.holdEnd = first.Add(c.maxHold)
+		ls.validUntil = earliest(validUntil, ls.holdEnd)
+		ls.atMaxHold = !sent.Add(ttl).Before(ls.holdEnd)
+	}
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil, ErrClosed
+	}
+	l.sched.reschedule(ls)
+	l.mu.Unlock()
+	return ls, nil
 }

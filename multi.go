@@ -70,14 +70,7 @@ func (m *Multi) Names() []string { return slices.Clone(m.names) }
 // held (nothing is left held), a [*StoreError] when the store failed, an
 // [*InvalidError] for a bad name or option, or [ErrClosed].
 func (m *Multi) TryLock(ctx context.Context) (*MultiLease, error) {
-	if err := m.check(); err != nil {
-		return nil, err
-	}
-	ml, g, name, err := m.attempt(ctx, newToken())
-	if ml == nil && err == nil {
-		err = &LockedError{Name: name, RetryAfter: g.RetryAfter, Held: g.Held}
-	}
-	return ml, err
+	return m.take(ctx, false)
 }
 
 // Lock takes every name, waiting until all are free together or ctx ends.
@@ -87,56 +80,44 @@ func (m *Multi) TryLock(ctx context.Context) (*MultiLease, error) {
 // matching both ctx.Err() and the last outcome ([ErrLocked], naming the
 // held name, or [ErrUnavailable]) and leaves nothing held.
 func (m *Multi) Lock(ctx context.Context) (*MultiLease, error) {
+	return m.take(ctx, true)
+}
+
+func (m *Multi) take(ctx context.Context, wait bool) (*MultiLease, error) {
 	if err := m.check(); err != nil {
 		return nil, err
 	}
 	w := newWaiter(m.l.store, &m.cfg)
 	defer w.close()
-	quick := false    // the last retry came at once, after a new watch
-	var refused error // the last refusal
-	for {
-		// A fresh token per attempt: a release behind a failed attempt
-		// that reaches the store late cannot free the next one's names.
-		ml, g, name, err := m.attempt(ctx, newToken())
-		if ml != nil {
-			return ml, nil
-		}
-		if err == nil {
-			refused = &LockedError{Name: name, RetryAfter: g.RetryAfter, Held: g.Held}
-		}
-		if ctx.Err() != nil {
-			// ctx ended during the attempt: report the last outcome too.
-			if err == nil || (errors.Is(err, ctx.Err()) && !errors.Is(err, ErrUnavailable)) {
-				err = refused
-			}
-			return nil, ended(ctx, err, m.names[0])
-		}
-		if err != nil && !errors.Is(err, ErrUnavailable) {
-			return nil, err
-		}
-		// Watch the name that refused; try again at once after a new
-		// watch, so that a release between the refusal and the watch is
-		// not missed.
-		if err == nil && w.watch(ctx, name, ModeMutex) && !quick {
-			quick = true
-			continue
-		}
-		quick = false
-		delay := w.bo.next()
-		if g.RetryAfter > 0 {
-			delay = min(delay, g.RetryAfter+time.Millisecond)
-		}
-		switch woke, _ := w.sleep(ctx, delay, nil); woke {
-		case wokeWatch:
-			w.bo.reset()
-		case wokeEnded:
-			if err == nil {
-				err = refused
-			}
-			return nil, ended(ctx, err, m.names[0])
-		}
-	}
+	p := &multiWait{m: m}
+	err := run(ctx, w, p, m.names[0], !wait)
+	return p.ml, err
 }
+
+// multiWait is the policy of a Multi's wait: a fresh token per attempt,
+// so that a release behind a failed attempt that reaches the store late
+// cannot free the next one's names, and every attempt undoes itself; the
+// wait watches the name that refused it last.
+type multiWait struct {
+	m  *Multi
+	ml *MultiLease // once held
+}
+
+func (p *multiWait) attempt(ctx context.Context, _ store.Grant) (bool, store.Grant, string, error) {
+	ml, g, name, err := p.m.attempt(ctx, newToken())
+	p.ml = ml
+	return ml != nil, g, name, err
+}
+
+func (p *multiWait) arm(ctx context.Context, w *waiter, name string, err error) bool {
+	return err == nil && w.watch(ctx, name, ModeMutex)
+}
+
+func (p *multiWait) delay(w *waiter, _ time.Time, g store.Grant, _ error) (time.Duration, bool) {
+	return w.backoffDelay(g), false
+}
+
+func (p *multiWait) behind(context.Context) {} // every attempt undoes itself
 
 func (m *Multi) check() error {
 	if m.cfg.err != nil {
@@ -166,19 +147,22 @@ func (m *Multi) atomic() store.MultiStore {
 // it can, otherwise in order. On a refusal or an error nothing is left held
 // and it returns the refusing name with its grant.
 func (m *Multi) attempt(ctx context.Context, token string) (*MultiLease, store.Grant, string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, store.Grant{}, "", err // nothing sent, nothing to undo
+	}
 	if ms := m.atomic(); ms != nil {
 		return m.attemptAtomic(ctx, ms, token)
 	}
-	c := m.callConfig()
+	c := &m.cfg
 	leases := make([]*Lease, 0, len(m.names))
 	for _, name := range m.names {
-		req := Request{Name: name, Token: token, Mode: ModeMutex, TTL: c.leaseTTL() + c.lockDelay}
+		cl := &call{l: m.l, c: c, req: Request{Name: name, Token: token, Mode: ModeMutex, TTL: c.leaseTTL() + c.lockDelay}}
 		sent := time.Now()
-		ls, g, err := m.l.tryOnce(ctx, c, req, true)
+		ls, g, err := cl.try(ctx) // what it may leave held, undo releases
 		if ls == nil {
 			var unresolved []Request // what the failed attempt may hold
 			if err != nil {
-				unresolved = append(unresolved, req)
+				unresolved = append(unresolved, cl.req)
 			}
 			m.undo(ctx, leases, unresolved)
 			return nil, g, name, err
@@ -190,14 +174,6 @@ func (m *Multi) attempt(ctx context.Context, token string) (*MultiLease, store.G
 		leases = append(leases, ls)
 	}
 	return m.held(ctx, &MultiLease{token: token, names: m.names, leases: leases, done: make(chan struct{})})
-}
-
-// callConfig returns the config of one attempt: the Multi's, with a log of
-// its own requests (see attemptLog).
-func (m *Multi) callConfig() *config {
-	c := m.cfg
-	c.attempts = new(attemptLog)
-	return &c
 }
 
 // held returns ml once it is known that none of its leases ran out while
@@ -214,37 +190,27 @@ func (m *Multi) held(ctx context.Context, ml *MultiLease) (*MultiLease, store.Gr
 	return ml, store.Grant{}, "", nil
 }
 
-// attemptAtomic takes every name with one AcquireMulti of ms. A reply lost
-// to a network error is asked for again with the same token (the store
-// answers idempotently), and released when that fails too, as tryOnce does.
+// attemptAtomic takes every name with one AcquireMulti of ms, asked as
+// every attempt is (see call.ask): a reply lost to a network error is
+// asked for again with the same token, and released when that fails too.
 func (m *Multi) attemptAtomic(ctx context.Context, ms store.MultiStore, token string) (*MultiLease, store.Grant, string, error) {
-	c, l := m.callConfig(), m.l
-	l.mu.Lock()
-	closed := l.closed
-	l.mu.Unlock()
-	if closed {
+	l := m.l
+	cl := &call{l: l, c: &m.cfg}
+	c := cl.c
+	if l.isClosed.Load() {
 		return nil, store.Grant{}, "", ErrClosed
 	}
 	reqs := make([]Request, len(m.names))
 	for i, name := range m.names {
 		reqs[i] = Request{Name: name, Token: token, Mode: ModeMutex, TTL: c.leaseTTL() + c.lockDelay}
 	}
-	sent := time.Now()
-	actx, acancel := l.expiries.attemptContext(ctx, c.opTimeout)
-	mg, err := ms.AcquireMulti(actx, reqs)
-	acancel()
+	var mg store.MultiGrant
+	sent, err := cl.ask(ctx, func(actx context.Context) (err error) {
+		mg, err = ms.AcquireMulti(actx, reqs)
+		return err
+	}, func(rctx context.Context) { ms.ReleaseMulti(rctx, reqs) })
 	if err != nil {
-		if errors.Is(err, ErrInvalid) || errors.Is(err, ErrNotSupported) {
-			return nil, store.Grant{}, "", err
-		}
-		c.attempts.unknown(sent) // it may still reach the store: see newLease
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opTimeout)
-		defer cancel()
-		sent = time.Now()
-		if mg, err = ms.AcquireMulti(rctx, reqs); err != nil {
-			ms.ReleaseMulti(rctx, reqs)
-			return nil, store.Grant{}, "", errors.Join(&StoreError{Op: "acquire", Node: -1, Err: err}, ctx.Err())
-		}
+		return nil, store.Grant{}, "", err
 	}
 	if !mg.Acquired {
 		return nil, mg.Refusal, reqs[mg.Refused].Name, nil
@@ -255,7 +221,7 @@ func (m *Multi) attemptAtomic(ctx context.Context, ms store.MultiStore, token st
 	took := time.Since(sent)
 	leases := make([]*Lease, 0, len(reqs))
 	for i, req := range reqs {
-		ls, err := l.newLease(ctx, c, req, store.Grant{Acquired: true, Fence: mg.Fences[i]}, sent)
+		ls, err := l.newLease(ctx, c, req, store.Grant{Acquired: true, Fence: mg.Fences[i]}, sent, cl.log.unknownSince)
 		if err != nil {
 			// Give up every name.
 			rest := make([]Request, 0, len(reqs))

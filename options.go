@@ -26,9 +26,6 @@ type config struct {
 	maxHold     time.Duration // 0: none
 	ownerOnly   bool          // WithOwnerReleaseOnly
 	err         error
-	// attempts is what one acquire call keeps of its requests; set on the
-	// call's own copy of the config only (see Locker.acquire).
-	attempts *attemptLog
 }
 
 func defaultConfig() config {

@@ -85,7 +85,7 @@ func leaseInContext(ctx context.Context, name string, mode Mode) *Lease {
 		if ls.Name() != name || ls.Mode() != mode {
 			continue
 		}
-		if !ls.ended() {
+		if !ls.over() {
 			return ls
 		}
 	}
