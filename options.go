@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"fmt"
 	"log/slog"
 	"time"
 )
@@ -45,10 +46,12 @@ func (c *config) apply(opts []Option) error {
 			o(c)
 		}
 	}
-	if c.err != nil {
-		return c.err
+	if c.err == nil && c.renewEvery > c.ttl/2 {
+		// Checked once every option is in, whatever their order; a lock's
+		// options are checked with the Locker's under them.
+		c.fail("renewInterval", fmt.Sprintf("%v must be at most half the TTL (%v)", c.renewEvery, c.ttl))
 	}
-	return nil
+	return c.err
 }
 
 func (c *config) fail(field, reason string) {
@@ -84,7 +87,12 @@ func WithAutoRenew() Option {
 
 // WithRenewInterval sets how often auto-renewal extends a lease. Default
 // TTL/3; it must be positive and at most TTL/2 so that one lost renewal still
-// leaves time for another.
+// leaves time for another. A larger interval is refused with an
+// [*InvalidError] for "renewInterval", by [New] for the Locker's TTL, and by
+// TryLock, Lock and the other acquiring calls for a lock's own TTL (an
+// interval set on the Locker holds for every lock's TTL too). A lease later
+// extended ([Lease.Extend]) to a TTL under twice the interval is renewed
+// every third of that TTL instead.
 func WithRenewInterval(d time.Duration) Option {
 	return func(c *config) {
 		if d <= 0 {
@@ -285,8 +293,8 @@ func (c *config) leaseTTL() time.Duration {
 }
 
 func (c *config) renewInterval() time.Duration {
-	if c.renewEvery > 0 && c.renewEvery <= c.ttl/2 {
-		return c.renewEvery
+	if c.renewEvery > 0 {
+		return c.renewEvery // at most ttl/2: see apply
 	}
 	return c.ttl / 3
 }
