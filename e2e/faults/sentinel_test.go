@@ -178,10 +178,12 @@ func TestFaultsSentinel(t *testing.T) {
 	kill("T28a_sentinel_kill_lagging_promoted", sentinelCase{store: "sentinel", lagPromoted: true, fenced: true})
 	kill("T28b_sentinel_kill_wait_replicas_confirmed_promoted", sentinelCase{store: "sentinel", wait: true, fenced: true})
 	kill("T28d_goredis_sentinel_kill_lagging_promoted", sentinelCase{store: "goredis-sentinel", lagPromoted: true, fenced: true})
-	kill("T28e_sentinel_kill_lagging_promoted_unfenced_control", sentinelCase{store: "sentinel", lagPromoted: true})
 	kill("T28f_sentinel_kill_lagging_promoted_no_floor_control", sentinelCase{store: "sentinel", lagPromoted: true, fenced: true, noFloor: true})
 	if long() {
+		// The short profile keeps the budget of issue 36: T27b is the
+		// unfenced control of a failover to a lagging replica there.
 		kill("T28c_sentinel_kill_wait_replicas_lagging_promoted", sentinelCase{store: "sentinel", wait: true, lagPromoted: true, fenced: true})
+		kill("T28e_sentinel_kill_lagging_promoted_unfenced_control", sentinelCase{store: "sentinel", lagPromoted: true})
 	}
 	part := func(name string, c partitionCase) {
 		repeat(t, name, func(t *testing.T) { testSentinelPartition(t, g, c) })
@@ -400,7 +402,7 @@ func testSentinelPartition(t *testing.T, g *sentinelGroup, c partitionCase) {
 		}
 		g.setMinReplicas(t, 0)
 	})
-	dur := 10 * time.Second
+	dur := 8 * time.Second
 	if long() {
 		dur = 30 * time.Second
 	}
