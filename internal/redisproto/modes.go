@@ -29,6 +29,9 @@ import (
 // holds returns the same fence and refreshes the TTL.
 type Ops struct {
 	Acquire, Extend, Release *Script
+	// ShortRelease, if set, is the script of the release's short form
+	// (see ReleaseCall): the mutex's, which needs no clock_lib.
+	ShortRelease *Script
 	// Raise is the fence write-back script (store.FenceRaiser), or nil.
 	Raise *Script
 	// ReadsWatchKey declares that the acquire script reads the watch key
@@ -86,6 +89,7 @@ var modes = func() map[store.Mode]*Ops {
 			Acquire:      withClock("scripts/mutex_acquire.lua"),
 			Extend:       withClock("scripts/mutex_extend.lua"),
 			Release:      withClock("scripts/mutex_release.lua"),
+			ShortRelease: load("scripts/mutex_release_short.lua"),
 			Raise:        withClock("scripts/mutex_raise_fence.lua"),
 			keys:         mutexKeys,
 			fewKeys:      mutexFewKeys,
@@ -158,10 +162,11 @@ func (o *Ops) ExtendKeys(l *Layout, name string) []string {
 const ReleaseWaiters = -1
 
 // ReleaseCall returns KEYS and ARGV for o.Release for req, and whether they
-// are the short form: for a mutex on a name not Contended, the lock key, the
-// waiters flag and the token. A short release that finds the flag set
-// replies ReleaseWaiters and changes nothing; the caller then marks the name
-// (Layout.Contend) and sends the full form, Keys and Args.
+// are the short form, for o.ShortRelease instead: for a mutex on a name not
+// Contended, the lock key, the waiters flag and the token. A short release
+// that finds the flag set replies ReleaseWaiters and changes nothing; the
+// caller then marks the name (Layout.Contend) and sends the full form,
+// Keys and Args, to o.Release.
 func (o *Ops) ReleaseCall(l *Layout, req store.Request) (keys, args []string, short bool) {
 	if o.shortRelease != nil && !l.Contended(req.Name) {
 		return o.shortRelease(l, req.Name), []string{req.Token}, true

@@ -203,7 +203,11 @@ func (s *Store) Release(ctx context.Context, req store.Request) error {
 		return s.errClosed("release")
 	}
 	keys, args, short := o.ReleaseCall(s.l, req)
-	r := s.eval(ctx, o.Release, keys, args)
+	sc := o.Release
+	if short {
+		sc = o.ShortRelease
+	}
+	r := s.eval(ctx, sc, keys, args)
 	if n, err := r.Int64(); short && err == nil && n == ReleaseWaiters {
 		// The name may have waiters: the full form hands over to them.
 		s.l.Contend(req.Name)

@@ -60,7 +60,7 @@ func benchServerCPU(b *testing.B, kind string) {
 		}
 		return sha
 	}
-	acq, rel, rawRel := load(ops.Acquire.Src), load(ops.Release.Src), load(rawRelease)
+	acq, rel, shortRel, rawRel := load(ops.Acquire.Src), load(ops.Release.Src), load(ops.ShortRelease.Src), load(rawRelease)
 	setScript := load(`return redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])`)
 	fencedScript := load(redisproto.LeastFencedAcquire.Src)
 	hwmScript := load(redisproto.LeastHWMAcquire.Src)
@@ -98,7 +98,11 @@ func benchServerCPU(b *testing.B, kind string) {
 			if short == (kind == "fresh-full") {
 				b.Fatalf("%s: release short form %v", kind, short)
 			}
-			rels = append(rels, evalsha(rel, rk, ra))
+			if short {
+				rels = append(rels, evalsha(shortRel, rk, ra))
+			} else {
+				rels = append(rels, evalsha(rel, rk, ra))
+			}
 		}
 		check := func(rs []vk.ValkeyResult) {
 			for _, r := range rs {

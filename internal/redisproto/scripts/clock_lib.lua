@@ -73,35 +73,61 @@ end
 -- Claim 3).
 --
 -- The mark is a sorted set whose one member, "m", scores it: ZADD GT
--- raises it in one call, without reading it (scores hold integers below
--- 2^53 exactly). A grant on a name whose key exists costs GET, TIME, SET,
--- PEXPIRE and ZADD; one without it GET, ZSCORE, TIME, SET and ZADD.
+-- raises it in one call (scores hold integers below 2^53 exactly).
+--
+-- Writes first, reads only what the writes did not tell: the fence key is
+-- created at the clock floor by SET NX GET, which returns its value when
+-- it exists instead; and ZADD GT CH raises the mark to the fence and says
+-- whether it stood below it. Only a new key whose mark did not (the mark
+-- ahead of the clock) reads the mark and takes mark + 1. A grant on a new
+-- name so costs TIME, SET NX GET and ZADD; on a name whose key exists TIME,
+-- SET NX GET, SET KEEPTTL, PEXPIRE GT and ZADD (TestMutexFastPathCommands;
+-- until 2026-12 a new name cost GET, ZSCORE, TIME, SET and ZADD).
 local function issue(fk, mk, ttl, rho, floor)
-  local c = redis.pcall('GET', fk)
+  local phi = now() * 1000
+  local c = redis.pcall('SET', fk, dec(phi), 'NX', 'PX', dec(ttl + rho), 'GET')
   if type(c) == 'table' then
-    error(c)
+    -- Before Redis 7.0 SET cannot combine NX with GET; a key of another
+    -- type fails here too, and the GET raises its error.
+    c = redis.call('GET', fk)
+    if not c then
+      redis.call('SET', fk, dec(phi), 'PX', dec(ttl + rho))
+    end
   end
-  local last
+  local f = phi
   if c then
-    last = tonumber(c)
+    local last = tonumber(c)
     if not last or last ~= math.floor(last) then
       error({err = 'ERR dlock: fence key ' .. fk .. ' holds no integer'})
     end
-  else
-    last = tonumber(redis.call('ZSCORE', mk, 'm')) or 0
+    f = math.max(last + 1, phi)
   end
-  local phi = now() * 1000
-  local f = math.max(last + 1, phi)
   if floor and floor > f and floor <= phi + 100000 then
     f = floor
+  end
+  local up = redis.pcall('ZADD', mk, 'GT', 'CH', f, 'm')
+  if type(up) == 'table' then
+    -- A mark of another type: a key created just now must not stand
+    -- without the mark's word.
+    if not c then
+      redis.call('DEL', fk)
+    end
+    error(up)
+  end
+  if up == 0 and not c then
+    -- The mark stood at or above the fence: the new key starts above it.
+    local m = tonumber(redis.call('ZSCORE', mk, 'm'))
+    if m and m >= f then
+      f = m + 1
+      redis.call('ZADD', mk, 'GT', f, 'm')
+    end
   end
   if c then
     redis.call('SET', fk, dec(f), 'KEEPTTL')
     keep(fk, ttl, rho)
-  else
+  elseif f ~= phi then
     redis.call('SET', fk, dec(f), 'PX', dec(ttl + rho))
   end
-  redis.call('ZADD', mk, 'GT', f, 'm')
   return f
 end
 

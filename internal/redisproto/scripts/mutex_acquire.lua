@@ -40,15 +40,16 @@
 -- at least 1; held the dlock.Mode number: 0 for a token, another pattern's
 -- from its marker, see name_lib).
 --
--- A new fence is the fence key's value + 1, or, when the key is absent,
--- max(the slot's mark + 1, the clock floor server time in ms * 1000) (see
--- clock_lib and docs/safety.md, "Fences on Valkey/Redis").
+-- A new fence is max(the fence key's value + 1, the clock floor server
+-- time in ms * 1000), or, when the key is absent, max(the slot's mark + 1,
+-- the clock floor) (see clock_lib and docs/safety.md, "Fences on
+-- Valkey/Redis").
 --
 -- The free lock costs SET NX (which also tells a refusal from a repeat by
--- the holder), then INCR, PEXPIRE and ZADD on a name whose fence key is
--- there, INCR, ZSCORE, TIME, SET and ZADD on one without it (see issue in
--- clock_lib). Every refusal reads the lock key with PTTL, a read that
--- client-side caching tracks.
+-- the holder), then TIME, SET NX GET and ZADD on a new name, and TIME, SET
+-- NX GET, SET KEEPTTL, PEXPIRE GT and ZADD on a name whose fence key is
+-- there (see issue in clock_lib). Every refusal reads the lock key with
+-- PTTL, a read that client-side caching tracks.
 local me = ARGV[1]
 local cur = redis.pcall('SET', KEYS[1], me, 'NX', 'PX', ARGV[2], 'GET')
 if type(cur) == 'table' and cur.err then

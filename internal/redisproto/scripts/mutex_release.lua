@@ -12,15 +12,12 @@
 -- ARGV[2]  TTL in milliseconds (names the caller's registration)
 -- ARGV[3]  fence retention in milliseconds (see mutex_acquire)
 --
--- The short form, for a name the caller has not seen waiters on, is KEYS[1]
--- and the flag alone, and ARGV[1]: each key and argument costs the server
--- time on every call.
+-- A name the caller has not seen waiters on is released by
+-- mutex_release_short instead, with KEYS[1] and the flag alone.
 --
 -- Reply: 1 when ARGV[1] held the lock (now released, or handed to a
 -- waiter) or was registered as a waiter (now dropped); 0 when it had
--- neither (nothing changed); -1, in the short form only, when the flag is
--- set: there may be waiters to hand over to or a registration to drop, and
--- nothing changed; the caller sends the full form.
+-- neither (nothing changed).
 --
 -- A handoff pops the registration with the earliest deadline, skipping
 -- those whose deadline passed (their waiters stopped refreshing them), and
@@ -34,13 +31,7 @@
 -- (the compare, and whether there may be waiters), then DEL.
 local me = ARGV[1]
 local flag = KEYS[5]
-if #KEYS < 5 then
-  flag = KEYS[2]
-end
 local v = redis.call('MGET', KEYS[1], flag)
-if v[2] and #KEYS < 5 then
-  return -1
-end
 if v[1] ~= me then
   if not v[2] then
     return 0
