@@ -124,7 +124,9 @@ func (l *Layout) KeySet(withMain bool, name string, suffixes ...string) []string
 		b.WriteString(sfx)
 	}
 	all := b.String()
-	keys := make([]string, 0, len(suffixes)+1)
+	// Room for two more: the callers that add the main key and the fence
+	// mark (withMain, mutexKeys) append without copying.
+	keys := make([]string, 0, len(suffixes)+2)
 	at := 0
 	if withMain {
 		keys = append(keys, all[:len(main)])
@@ -342,7 +344,25 @@ const MarkSuffix = "fence-mark"
 // be on Redis Cluster, and no lock name's key can be it (CheckName refuses
 // a name whose key has a mark's form, under every prefix).
 func (l *Layout) Mark(name string) string {
-	return markKey(slotTag(Slot(l.Key(name))))
+	return markOf(Slot(l.Key(name)))
+}
+
+// marks holds the mark key of each slot once made (markOf): every mutex
+// acquire names its slot's mark, which cost a number formatted and two
+// strings built each time (BenchmarkMutexCallArgs: 8 allocations per
+// acquire+release before, 6 with this and KeySet's room for the mark; see
+// docs/design.md). The table is 128 KiB of pointers, its pages touched
+// only as slots are.
+var marks [16384]atomic.Pointer[string]
+
+// markOf returns the key of slot s's fence mark (see Mark).
+func markOf(s uint16) string {
+	if k := marks[s].Load(); k != nil {
+		return *k
+	}
+	k := markKey(slotTag(s))
+	marks[s].Store(&k)
+	return k
 }
 
 func markKey(tag uint32) string {

@@ -244,12 +244,14 @@ const MaxFence = 1 << 53
 // release script learn whether there may be waiters from the MGET that
 // reads the main key.
 func mutexKeys(l *Layout, name string) []string {
-	return append(l.KeySet(true, name, "fence", "waiters", l.mutexSuffix, "waiters:flag"), l.Mark(name))
+	keys := l.KeySet(true, name, "fence", "waiters", l.mutexSuffix, "waiters:flag")
+	return append(keys, markOf(Slot(keys[0])))
 }
 
 // mutexFewKeys is the main key, the fence key and the slot's fence mark.
 func mutexFewKeys(l *Layout, name string) []string {
-	return append(l.KeySet(true, name, "fence"), l.Mark(name))
+	keys := l.KeySet(true, name, "fence")
+	return append(keys, markOf(Slot(keys[0])))
 }
 
 // mutexShortReleaseKeys is the main key and the waiters flag, the keys of
