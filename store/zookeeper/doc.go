@@ -55,7 +55,11 @@
 // Ephemeral nodes live as long as the session. While the process lives, the
 // store keeps each hold's TTL to the millisecond on its monotonic clock: a
 // node not renewed through this store within its TTL is deleted by the
-// store's reaper, and Extend reports [store.ErrNotHeld]. When the process
+// store's reaper, and Extend reports [store.ErrNotHeld]. A delete (of a
+// release or of the reaper) that fails while the client is cut off from
+// the ensemble and its session lives on is retried by the reaper until it
+// succeeds or the session expires: the node would otherwise hold the lock
+// for as long as the session lives. When the process
 // dies or is cut off, ZooKeeper expires the session after the session
 // timeout and deletes its nodes: a lost hold, which Extend reports as
 // [store.ErrNotHeld] once the client is back. Because the server may end a

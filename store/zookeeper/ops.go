@@ -377,7 +377,7 @@ func (s *Store) Release(ctx context.Context, req store.Request) error {
 		return store.ErrNotHeld
 	}
 	s.untrack(path)
-	if err := s.conn.Delete(path, -1); err != nil {
+	if err := s.remove(path); err != nil {
 		if errors.Is(err, zk.ErrNoNode) {
 			return store.ErrNotHeld
 		}

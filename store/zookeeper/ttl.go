@@ -1,7 +1,10 @@
 package zookeeper
 
 import (
+	"errors"
 	"time"
+
+	"github.com/go-zookeeper/zk"
 )
 
 // local is a node created through this store: its TTL deadline on this
@@ -90,9 +93,35 @@ func (s *Store) lapsed(path string) bool {
 	}
 	s.mu.Unlock()
 	if gone {
-		_ = s.conn.Delete(path, -1)
+		_ = s.remove(path)
 	}
 	return gone
+}
+
+// orphanRetry is how often the reaper retries the delete of an orphan.
+const orphanRetry = 200 * time.Millisecond
+
+// remove deletes a node this store released or let lapse. A delete that
+// fails while the client is cut off from the ensemble (the session lives
+// on) would leave the node, and with it the lock, held for as long as the
+// session lives: the node becomes an orphan, whose delete the reaper
+// retries until it succeeds, the node is gone, or the session expires.
+func (s *Store) remove(path string) error {
+	err := s.conn.Delete(path, -1)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err == nil || errors.Is(err, zk.ErrNoNode) || s.closed {
+		delete(s.orphans, path)
+		return err
+	}
+	if !s.orphans[path] {
+		s.orphans[path] = true
+		select {
+		case s.kick <- struct{}{}:
+		default:
+		}
+	}
+	return err
 }
 
 // lapseLocked stops tracking path, whose TTL passed, and remembers it as
@@ -104,7 +133,8 @@ func (s *Store) lapseLocked(path string) {
 
 // reap deletes the nodes of this store whose TTL passed without renewal:
 // a TTL is kept to the millisecond while this process lives. When the
-// process dies, its session expires and ZooKeeper deletes the nodes.
+// process dies, its session expires and ZooKeeper deletes the nodes. It
+// retries the deletes that failed (orphans) every orphanRetry.
 func (s *Store) reap() {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -121,6 +151,13 @@ func (s *Store) reap() {
 				next = l.deadline
 			}
 		}
+		var orphans []string
+		for p := range s.orphans {
+			orphans = append(orphans, p)
+		}
+		if retry := now.Add(orphanRetry); len(orphans) > 0 && retry.Before(next) {
+			next = retry
+		}
 		for p, at := range s.dead {
 			if now.Sub(at) > deadFor {
 				delete(s.dead, p)
@@ -129,8 +166,8 @@ func (s *Store) reap() {
 			}
 		}
 		s.mu.Unlock()
-		for _, p := range due {
-			_ = s.conn.Delete(p, -1)
+		for _, p := range append(due, orphans...) {
+			_ = s.remove(p)
 		}
 		timer.Reset(time.Until(next))
 		select {

@@ -41,6 +41,10 @@ type Store struct {
 	dead map[string]time.Time
 	// floor is the clock floor of a new fence (wallFloor; tests pin it).
 	floor func() int64
+	// orphans are nodes this store released or let lapse whose delete
+	// failed (the client cut off from the ensemble): the reaper retries
+	// them (see remove).
+	orphans map[string]bool
 }
 
 // handshakeTimeout bounds the wait for a server's answer to a new
@@ -109,7 +113,7 @@ func New(ctx context.Context, servers []string, opts ...Option) (*Store, error) 
 	s := &Store{
 		root: DefaultRoot, askTimeout: DefaultSessionTimeout, acl: zk.WorldACL(zk.PermAll),
 		local: map[string]*local{}, dead: map[string]time.Time{}, dirs: map[string]bool{}, nets: map[*netConn]struct{}{},
-		kick: make(chan struct{}, 1), stop: make(chan struct{}), floor: wallFloor,
+		kick: make(chan struct{}, 1), stop: make(chan struct{}), floor: wallFloor, orphans: map[string]bool{},
 	}
 	for _, o := range opts {
 		o(s)
@@ -164,6 +168,7 @@ func (s *Store) pump(events <-chan zk.Event, ready chan struct{}) {
 		case zk.StateExpired:
 			s.mu.Lock()
 			clear(s.local)
+			clear(s.orphans) // gone with the session
 			s.mu.Unlock()
 		}
 	}
