@@ -15,15 +15,26 @@
 # at once each write their own and keep the first).
 
 go_tool() {
-	local start=$SECONDS out
-	if ! out=$(cd / && GOWORK=off GOFLAGS=-modcacherw GOTOOLCHAIN=local go run -exec echo "$1"); then
-		echo "go_tool: cannot build $1" >&2
+	local start=$SECONDS out cache i
+	cache=$(go env GOCACHE)
+	# The run that builds it prints the path of a temporary copy, removed as go
+	# run exits; the next one finds it in the cache and prints that path.
+	for i in 1 2; do
+		if ! out=$(cd / && GOWORK=off GOFLAGS=-modcacherw GOTOOLCHAIN=local go run -exec echo "$1"); then
+			echo "go_tool: cannot build $1" >&2
+			return 1
+		fi
+		out=${out##*$'\n'}
+		[[ "$out" != "$cache"/* ]] || break
+	done
+	if [[ "$out" != "$cache"/* ]] || [ ! -x "$out" ]; then
+		echo "go_tool: $1 is not in the Go build cache ($out)" >&2
 		return 1
 	fi
 	if [ $((SECONDS - start)) -gt 5 ]; then
 		printf '==> %s ready in %ds (built once, kept in the Go build cache)\n' "$1" $((SECONDS - start)) >&2
 	fi
-	printf '%s\n' "${out##*$'\n'}"
+	printf '%s\n' "$out"
 }
 
 vulndb() {
