@@ -149,7 +149,7 @@ func (m *minoritySide) thenHeal(t *testing.T, run *consRun, heal func()) string 
 	}
 	after := grantsBetween(evs, consMinorityID, healed, wire.Now())
 	if len(after) == 0 {
-		t.Errorf("the worker on the minority side was never granted after the partition healed")
+		t.Errorf("the worker on the minority side was never granted after the partition healed; its events:\n%s\n%s", m.w.eventsText(), m.w.stderrText())
 	}
 	return fmt.Sprintf("minority worker (a lock of its own): %d attempts failed and %d granted during the partition (%v), %d granted after",
 		failsBetween(evs, consMinorityID, m.cut, healed), len(during), time.Duration(healed-m.cut).Round(time.Millisecond), len(after))
