@@ -40,12 +40,66 @@ func BenchmarkServerCPU(b *testing.B) {
 }
 
 func benchServerCPU(b *testing.B, kind string) {
+	srv, round := serverCPUKind(b, kind)
+	b.ResetTimer()
+	cpu := startCPU(b, srv)
+	n := 0
+	for n < b.N {
+		round(serverCPUBatch + n)
+		n += serverCPUBatch
+	}
+	b.StopTimer()
+	cpu.reportN(b, n)
+}
+
+// BenchmarkServerCPUSideBySide measures the least fenced lock ("fenced")
+// and dlock's mutex on new names ("fresh") and on names taken again
+// ("same") side by side: each on a server of its own, their batches sent
+// in turn, so that a machine loaded by other work weighs on all three
+// alike. It reports each one's server CPU per acquire+release and dlock's
+// over the least fenced lock's (issue 41; docs/benchmarks.md).
+func BenchmarkServerCPUSideBySide(b *testing.B) {
+	kinds := []string{"fenced", "fresh", "same"}
+	srvs := make([]*testredis.Server, len(kinds))
+	rounds := make([]func(int), len(kinds))
+	for i, k := range kinds {
+		srvs[i], rounds[i] = serverCPUKind(b, k)
+	}
+	cpu := make([]time.Duration, len(kinds))
+	b.ResetTimer()
+	n := 0
+	for n < b.N {
+		for j := range kinds {
+			i := (j + n/serverCPUBatch) % len(kinds) // each goes first in turn
+			before := serverCPU(b, srvs[i])
+			rounds[i](serverCPUBatch + n)
+			cpu[i] += serverCPU(b, srvs[i]) - before
+		}
+		n += serverCPUBatch
+	}
+	b.StopTimer()
+	per := func(i int) float64 { return float64(cpu[i].Microseconds()) / float64(n) }
+	for i, k := range kinds {
+		b.ReportMetric(per(i), k+"-server-µs/op")
+	}
+	b.ReportMetric(per(1)/per(0), "fresh/fenced")
+	b.ReportMetric(per(2)/per(0), "same/fenced")
+}
+
+// serverCPUBatch is how many acquires, then releases, BenchmarkServerCPU
+// sends in one batch.
+const serverCPUBatch = 100
+
+// serverCPUKind starts a server for kind (see BenchmarkServerCPU), and
+// returns it and round, which sends serverCPUBatch acquires and then their
+// releases, on names from first on; both rounds of the warm-up are done.
+func serverCPUKind(b *testing.B, kind string) (*testredis.Server, func(first int)) {
 	srv := testredis.Start(b)
 	c, err := vk.NewClient(vk.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true})
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer c.Close()
+	b.Cleanup(c.Close)
 	ops, err := redisproto.ModeOps(store.ModeMutex, "valkey")
 	if err != nil {
 		b.Fatal(err)
@@ -67,10 +121,9 @@ func benchServerCPU(b *testing.B, kind string) {
 	evalsha := func(sha string, keys, args []string) vk.Completed {
 		return c.B().Evalsha().Sha1(sha).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
 	}
-	const batch = 100
 	round := func(first int) {
 		var acqs, rels vk.Commands
-		for j := range batch {
+		for j := range serverCPUBatch {
 			name := "n" + strconv.Itoa(first+j)
 			if kind == "same" {
 				name = "n" + strconv.Itoa(j)
@@ -130,13 +183,5 @@ func benchServerCPU(b *testing.B, kind string) {
 	// and known to the Layout.
 	round(0)
 	round(0)
-	b.ResetTimer()
-	cpu := startCPU(b, srv)
-	n := 0
-	for n < b.N {
-		round(batch + n)
-		n += batch
-	}
-	b.StopTimer()
-	cpu.reportN(b, n)
+	return srv, round
 }
