@@ -18,9 +18,6 @@ import (
 // (GET /v1/elections/{name}/observe). A leadership is a /v1 lease in
 // dlock.ModeElection: kept in the lease table, extended by its client.
 
-// MaxLockDelayMs bounds lockDelayMs (dlock.MaxLockDelay).
-const MaxLockDelayMs = 3_600_000
-
 // campaignBody is the JSON body of POST /v1/elections/{name}/campaign.
 type campaignBody struct {
 	Value       *string `json:"value"`

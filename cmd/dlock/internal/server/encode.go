@@ -4,12 +4,16 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
+
+	"github.com/dlock-dev/dlock"
 )
 
-// Hand-written JSON for the bodies written on every /v1 acquire and
-// release and for the lock events: the same bytes encoding/json writes
-// for these structs (field order, omitempty, HTML-safe escaping), without
-// its reflection. encode_test.go checks each against json.Marshal.
+// Writing answers: every JSON response goes through writeJSON or, for the
+// bodies written on every /v1 acquire, extend and release and for the lock
+// events, writeOK with a hand-written encoding: the same bytes
+// encoding/json writes for these structs (field order, omitempty,
+// HTML-safe escaping), without its reflection. encode_test.go checks each
+// against json.Marshal.
 
 // jsonBody is a body with a hand-written encoding.
 type jsonBody interface{ appendJSON(b []byte) []byte }
@@ -100,4 +104,59 @@ func (e *eventBody) appendJSON(b []byte) []byte {
 	b = append(b, `,"replica":`...)
 	b = appendString(b, e.Replica)
 	return append(b, '}')
+}
+
+// modeName is how the API reports a mode.
+func modeName(m dlock.Mode) string { return m.String() }
+
+// grantBody is the 200 answer to an acquire.
+type grantBody struct {
+	Name  string `json:"name"`
+	Token string `json:"token"`
+	Fence int64  `json:"fence"`
+	TTLMs int64  `json:"ttlMs"`
+	Mode  string `json:"mode"`
+	Count int    `json:"count"`
+}
+
+type extendBody struct {
+	Name  string `json:"name"`
+	Fence int64  `json:"fence,omitempty"`
+	TTLMs int64  `json:"ttlMs"`
+}
+
+type releaseBody struct {
+	Name     string `json:"name"`
+	Released bool   `json:"released"`
+}
+
+// eventBody is one lock event on the stream. It never carries tokens.
+type eventBody struct {
+	Type       string `json:"type"` // acquire, release, renew, lost
+	Name       string `json:"name"`
+	Mode       string `json:"mode"`
+	Result     string `json:"result,omitempty"`
+	Fence      int64  `json:"fence,omitempty"`
+	DurationMs int64  `json:"durationMs"`
+	Waited     bool   `json:"waited,omitempty"`
+	Time       int64  `json:"time"`    // unix ms
+	Replica    string `json:"replica"` // the server instance that saw it
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil { // only our own types are marshalled; cannot happen
+		code, b = http.StatusInternalServerError, []byte(`{"error":"internal","message":"cannot encode response"}`)
+	}
+	writeBody(w, code, b)
+}
+
+// writeBody writes b, a JSON value, as writeJSON does.
+func writeBody(w http.ResponseWriter, code int, b []byte) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(code)
+	w.Write(append(b, '\n'))
 }

@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log"
@@ -33,24 +32,6 @@ type apiError struct {
 
 func badField(field, reason string) *apiError {
 	return &apiError{Status: http.StatusBadRequest, Error: "invalid " + field, Message: field + " " + reason, Field: field}
-}
-
-func writeJSON(w http.ResponseWriter, code int, v any) {
-	b, err := json.Marshal(v)
-	if err != nil { // only our own types are marshalled; cannot happen
-		code, b = http.StatusInternalServerError, []byte(`{"error":"internal","message":"cannot encode response"}`)
-	}
-	writeBody(w, code, b)
-}
-
-// writeBody writes b, a JSON value, as writeJSON does.
-func writeBody(w http.ResponseWriter, code int, b []byte) {
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("Cache-Control", "no-store")
-	h.Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(code)
-	w.Write(append(b, '\n'))
 }
 
 func writeError(w http.ResponseWriter, code int, errCode, msg string) {

@@ -100,19 +100,6 @@ func (h *history) total() tally {
 	return h.totals
 }
 
-// eventBody is one lock event on the stream. It never carries tokens.
-type eventBody struct {
-	Type       string `json:"type"` // acquire, release, renew, lost
-	Name       string `json:"name"`
-	Mode       string `json:"mode"`
-	Result     string `json:"result,omitempty"`
-	Fence      int64  `json:"fence,omitempty"`
-	DurationMs int64  `json:"durationMs"`
-	Waited     bool   `json:"waited,omitempty"`
-	Time       int64  `json:"time"`    // unix ms
-	Replica    string `json:"replica"` // the server instance that saw it
-}
-
 var eventTypes = [...]string{dlock.EventAcquire: "acquire", dlock.EventRelease: "release", dlock.EventRenew: "renew", dlock.EventLeaseLost: "lost"}
 
 func toEvent(ev dlock.Event, at time.Time) eventBody {
@@ -217,16 +204,6 @@ func (s *Server) snapshot(ctx context.Context, first bool) snapshotBody {
 	return snap
 }
 
-// listCache keeps the store's list of locks for the streams' snapshots:
-// one List per half SnapshotInterval, however many streams are open,
-// instead of one per stream.
-type listCache struct {
-	mu     sync.Mutex
-	at     time.Time
-	states []store.State
-	err    error
-}
-
 // listShared is list for a snapshot: the store's locks as listed at most
 // half a SnapshotInterval ago (a failure too), filtered for the caller's
 // principal.
@@ -280,99 +257,4 @@ func (s *Server) remoteEvent(replica string, raw json.RawMessage) {
 		ev.Replica = replica
 		s.emit(ev, false)
 	}
-}
-
-// servedElsewhere reports that this server extended or released the lease
-// of token on name through the store: the instance that granted it stops
-// tracking it. A release is also reported as an event.
-func (s *Server) servedElsewhere(name, token string, mode dlock.Mode, released bool) {
-	if released {
-		s.emit(eventBody{Type: "release", Name: name, Mode: modeName(mode), Time: time.Now().UnixMilli(), Replica: s.rep.ID()}, true)
-	}
-	s.rep.Served(name, token)
-}
-
-// feed passes events to the open event streams.
-type feed struct {
-	mu   sync.Mutex
-	next int
-	subs map[int]chan<- *feedEvent
-}
-
-// feedEvent is one event as every stream sends it: encoded once, shared
-// by the streams (a stream's buffer holds pointers, not copies).
-type feedEvent struct {
-	typ, name string
-	data      []byte // the event's JSON
-}
-
-func (f *feed) subscribe(ch chan<- *feedEvent) func() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.subs == nil {
-		f.subs = make(map[int]chan<- *feedEvent)
-	}
-	id := f.next
-	f.next++
-	f.subs[id] = ch
-	return func() {
-		f.mu.Lock()
-		delete(f.subs, id)
-		f.mu.Unlock()
-	}
-}
-
-// send passes ev to every stream that keeps up; a slow one misses it.
-func (f *feed) send(ev eventBody) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if len(f.subs) == 0 {
-		return
-	}
-	fe := &feedEvent{typ: ev.Type, name: ev.Name, data: ev.appendJSON(nil)}
-	for _, ch := range f.subs {
-		select {
-		case ch <- fe:
-		default:
-		}
-	}
-}
-
-// silencer keeps the release events of detached leases from the streams:
-// another replica reported them already.
-type silencer struct {
-	mu sync.Mutex
-	m  map[silenceKey]int
-}
-
-type silenceKey struct {
-	name  string
-	fence int64
-}
-
-func (q *silencer) silence(name string, fence int64) {
-	q.mu.Lock()
-	if q.m == nil {
-		q.m = make(map[silenceKey]int)
-	}
-	q.m[silenceKey{name, fence}]++
-	q.mu.Unlock()
-}
-
-// unsilence reports whether a release of name at fence was silenced, and
-// uses it up.
-func (q *silencer) unsilence(name string, fence int64) bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	k := silenceKey{name, fence}
-	n := q.m[k]
-	if n == 0 {
-		return false
-	}
-	if n == 1 {
-		delete(q.m, k)
-	} else {
-		q.m[k] = n - 1
-	}
-	return true
 }

@@ -183,9 +183,6 @@ func parseMode(s string, fair, owner, limit bool) (dlock.Mode, *apiError) {
 	return 0, badField("mode", "must be exclusive, shared, mutex, reentrant, read, write, fair or semaphore")
 }
 
-// modeName is how the API reports a mode.
-func modeName(m dlock.Mode) string { return m.String() }
-
 // MaxTokenBytes is the longest token extend and release accept; a longer
 // one is a 400. A token of any other shape that the server never grants
 // (see validToken) does not hold the lock: 410.
@@ -305,16 +302,6 @@ func ended(ls *dlock.Lease) bool {
 // testHookWaiting, when set by a test, is called as a /v1 acquire starts
 // to wait.
 var testHookWaiting func(name string)
-
-// grantBody is the 200 answer to an acquire.
-type grantBody struct {
-	Name  string `json:"name"`
-	Token string `json:"token"`
-	Fence int64  `json:"fence"`
-	TTLMs int64  `json:"ttlMs"`
-	Mode  string `json:"mode"`
-	Count int    `json:"count"`
-}
 
 func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
@@ -493,12 +480,6 @@ func decodeToken(r *http.Request, withTTL bool) (tokenBody, dlock.Mode, *apiErro
 	return b, mode, nil
 }
 
-type extendBody struct {
-	Name  string `json:"name"`
-	Fence int64  `json:"fence,omitempty"`
-	TTLMs int64  `json:"ttlMs"`
-}
-
 func (s *Server) handleExtend(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	b, mode, e := decodeToken(r, true)
@@ -557,11 +538,6 @@ func (s *Server) handleExtend(w http.ResponseWriter, r *http.Request) {
 	}
 	s.servedElsewhere(name, *b.Token, mode, false)
 	writeOK(w, &extendBody{Name: name, TTLMs: s.validMs(sent, ttl)})
-}
-
-type releaseBody struct {
-	Name     string `json:"name"`
-	Released bool   `json:"released"`
 }
 
 func (s *Server) handleRelease(w http.ResponseWriter, r *http.Request) {
@@ -793,4 +769,14 @@ func (s *Server) byToken(ctx context.Context, req dlock.Request, known bool, op 
 		}
 	}
 	return dlock.ModeMutex, err
+}
+
+// servedElsewhere reports that this server extended or released the lease
+// of token on name through the store: the instance that granted it stops
+// tracking it. A release is also reported as an event.
+func (s *Server) servedElsewhere(name, token string, mode dlock.Mode, released bool) {
+	if released {
+		s.emit(eventBody{Type: "release", Name: name, Mode: modeName(mode), Time: time.Now().UnixMilli(), Replica: s.rep.ID()}, true)
+	}
+	s.rep.Served(name, token)
 }

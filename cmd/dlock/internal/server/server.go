@@ -40,6 +40,8 @@ const (
 	MaxWaitMs    = 300_000
 	MaxDemoMs    = 300_000
 	DefaultTTLMs = 30_000
+	// MaxLockDelayMs bounds lockDelayMs (dlock.MaxLockDelay).
+	MaxLockDelayMs = 3_600_000
 )
 
 // Config configures a Server. The zero value serves on :3009 without auth.

@@ -4,8 +4,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/dlock-dev/dlock/store"
 )
 
 // streams are the server-sent event streams open (/v1/events and the
@@ -71,4 +74,99 @@ func (st *sse) send(event string, v any) bool {
 		return false
 	}
 	return st.sendData(event, b)
+}
+
+// listCache keeps the store's list of locks for the streams' snapshots:
+// one List per half SnapshotInterval, however many streams are open,
+// instead of one per stream.
+type listCache struct {
+	mu     sync.Mutex
+	at     time.Time
+	states []store.State
+	err    error
+}
+
+// feed passes events to the open event streams.
+type feed struct {
+	mu   sync.Mutex
+	next int
+	subs map[int]chan<- *feedEvent
+}
+
+// feedEvent is one event as every stream sends it: encoded once, shared
+// by the streams (a stream's buffer holds pointers, not copies).
+type feedEvent struct {
+	typ, name string
+	data      []byte // the event's JSON
+}
+
+func (f *feed) subscribe(ch chan<- *feedEvent) func() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.subs == nil {
+		f.subs = make(map[int]chan<- *feedEvent)
+	}
+	id := f.next
+	f.next++
+	f.subs[id] = ch
+	return func() {
+		f.mu.Lock()
+		delete(f.subs, id)
+		f.mu.Unlock()
+	}
+}
+
+// send passes ev to every stream that keeps up; a slow one misses it.
+func (f *feed) send(ev eventBody) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.subs) == 0 {
+		return
+	}
+	fe := &feedEvent{typ: ev.Type, name: ev.Name, data: ev.appendJSON(nil)}
+	for _, ch := range f.subs {
+		select {
+		case ch <- fe:
+		default:
+		}
+	}
+}
+
+// silencer keeps the release events of detached leases from the streams:
+// another replica reported them already.
+type silencer struct {
+	mu sync.Mutex
+	m  map[silenceKey]int
+}
+
+type silenceKey struct {
+	name  string
+	fence int64
+}
+
+func (q *silencer) silence(name string, fence int64) {
+	q.mu.Lock()
+	if q.m == nil {
+		q.m = make(map[silenceKey]int)
+	}
+	q.m[silenceKey{name, fence}]++
+	q.mu.Unlock()
+}
+
+// unsilence reports whether a release of name at fence was silenced, and
+// uses it up.
+func (q *silencer) unsilence(name string, fence int64) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	k := silenceKey{name, fence}
+	n := q.m[k]
+	if n == 0 {
+		return false
+	}
+	if n == 1 {
+		delete(q.m, k)
+	} else {
+		q.m[k] = n - 1
+	}
+	return true
 }
