@@ -93,7 +93,7 @@ type Config struct {
 	Observer func(dlock.Event)
 	// TLSCert and TLSKey, when set, are PEM files of the listener's
 	// certificate chain and key: Serve speaks HTTPS (TLS 1.2 at least,
-	// HTTP/2 offered). ReloadTLS reads them again (tls.go).
+	// HTTP/2 offered). ReloadTLS reads them again (package auth).
 	TLSCert, TLSKey string
 	// ClientCA, when set (with TLSCert), is a PEM file of the CAs whose
 	// client certificates are required and verified in every handshake
