@@ -340,9 +340,6 @@ func New(token, file string) (*Gate, error) {
 	return g, nil
 }
 
-// Enabled reports whether requests must carry a credential.
-func (g *Gate) Enabled() bool { return g.hasToken || g.file != "" }
-
 // Refusal is why a request's credentials were refused: an HTTP status
 // (401, or 403 for a token and a certificate of different tenants), a
 // short code and a message naming the credential.
