@@ -92,13 +92,13 @@ func run(ctx context.Context, w *waiter, p policy, name string, once bool) error
 // refusal's RetryAfter and Held survive an attempt never sent or cut
 // short, or a refusal of name when no round was refused.
 func ended(ctx context.Context, err, last error, name string) (error, bool) {
-	if ctx.Err() == nil {
-		if err == nil {
-			return last, false
-		}
-		return err, !errors.Is(err, ErrUnavailable)
-	}
-	if err == nil || errors.Is(err, ctx.Err()) && !errors.Is(err, ErrUnavailable) {
+	unanswered := errors.Is(err, ErrUnavailable) // the store's failure to answer
+	switch {
+	case ctx.Err() == nil && err == nil:
+		return last, false
+	case ctx.Err() == nil:
+		return err, !unanswered
+	case err == nil || !unanswered && errors.Is(err, ctx.Err()):
 		err = last
 	}
 	if err == nil {
