@@ -578,3 +578,90 @@ func TestWaitEndedKeepsTheLastRefusal(t *testing.T) {
 		cancel()
 	}
 }
+
+// A fair waiter that brings its own token (an HTTP client that retries with
+// it) keeps it across store errors, and with it its place: it is served
+// before a waiter that queued after it.
+func TestFairWaiterKeepsItsTokenAcrossErrors(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		mem := memory.New()
+		holder := newLocker(t, mem, dlock.WithTTL(10*time.Second))
+		a, err := holder.Fair("kept").TryLock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fs := &faultyStore{Store: mem}
+		waiters := newLocker(t, struct {
+			*faultyStore
+			store.GrantWatcher
+		}{fs, mem}, dlock.WithTTL(time.Second), dlock.WithBackoff(10*time.Millisecond, 20*time.Millisecond))
+		const token = "fedcba9876543210fedcba9876543210"
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		res := make(chan *dlock.Lease, 1)
+		go func() {
+			ls, err := waiters.Acquire(wctx, dlock.Request{Name: "kept", Mode: dlock.ModeFair, Queue: true, Token: token}, true)
+			if err != nil {
+				t.Errorf("Acquire = %v", err)
+			}
+			res <- ls
+		}()
+		synctest.Wait() // queued
+		// A second waiter queues behind it, on a store that works.
+		second := make(chan *dlock.Lease, 1)
+		go func() {
+			ls, _ := newLocker(t, mem, dlock.WithTTL(time.Second)).Fair("kept").Lock(wctx)
+			second <- ls
+		}()
+		synctest.Wait()
+		fs.mu.Lock()
+		fs.failAcquires = 2 // the next round and its recheck fail
+		fs.mu.Unlock()
+		time.Sleep(time.Second) // a refresh or two, one of them failing
+		a.Release(ctx)
+		ls := <-res
+		if ls == nil {
+			cancel()
+			<-second
+			return
+		}
+		if ls.Token() != token {
+			t.Errorf("the waiter's lease has token %q, want the caller's %q", ls.Token(), token)
+		}
+		select {
+		case b := <-second:
+			t.Errorf("the waiter queued second got the lock (fence %d) before the first, whose store calls failed", b.Fence())
+		default:
+		}
+		if st, _ := mem.State(ctx, "kept"); st.Queue != 1 {
+			t.Errorf("queue holds %d entries after the first waiter got the lock, want 1 (the second)", st.Queue)
+		}
+		ls.Release(ctx)
+		cancel()
+		if b := <-second; b != nil {
+			b.Release(ctx)
+		}
+	})
+}
+
+// Release with a context that has already ended (a request's context in a
+// deferred Release) still frees the name at once.
+func TestReleaseWithACancelledContextFreesTheName(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem := memory.New()
+		l := newLocker(t, mem, dlock.WithTTL(time.Minute))
+		ctx, cancel := context.WithCancel(context.Background())
+		lease, err := l.Mutex("deferred").TryLock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+		if err := lease.Release(ctx); err != nil {
+			t.Errorf("Release(cancelled ctx) = %v, want nil", err)
+		}
+		if _, err := l.Mutex("deferred").TryLock(context.Background()); err != nil {
+			t.Errorf("TryLock right after Release(cancelled ctx) = %v, want the lock", err)
+		}
+	})
+}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/store"
 )
 
 // The directed scenarios of the simulation: each builds one interleaving
@@ -453,5 +454,173 @@ func TestSimCleanupReleaseAfterRetry(t *testing.T) {
 			lc.Release(s.ctx("p3/w0"))
 		}
 		wg.Wait()
+	})
+}
+
+// TestSimValidityIsTheTruth: Err, TTL, Done and Extend see a lease whose
+// validity has passed as lost, whether or not the scheduler has marked it
+// yet: the test wakes at the very instant the validity ends, beside the
+// scheduler's own timer, in whichever order the bubble runs them.
+func TestSimValidityIsTheTruth(t *testing.T) {
+	for range 20 {
+		synctest.Test(t, func(t *testing.T) {
+			s := newSimScenario(t, nil)
+			ctx := s.ctx("p1/w0")
+			ls, err := s.locker(1).Mutex("n", dlock.WithTTL(time.Second)).TryLock(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(ls.TTL())
+			if err := ls.Err(); !errors.Is(err, dlock.ErrLeaseLost) {
+				t.Errorf("Err at the end of validity = %v, want ErrLeaseLost", err)
+			}
+			if ttl := ls.TTL(); ttl != 0 {
+				t.Errorf("TTL at the end of validity = %v, want 0", ttl)
+			}
+			select {
+			case <-ls.Done():
+			default:
+				t.Errorf("Done not closed at the end of validity")
+			}
+			if err := ls.Extend(ctx, time.Second); !errors.Is(err, dlock.ErrLeaseLost) {
+				t.Errorf("Extend at the end of validity = %v, want ErrLeaseLost", err)
+			}
+		})
+	}
+}
+
+// TestSimUnconfirmedExtendCaps: an Extend(200ms) whose caller gives up
+// after 50ms still reaches the store at 100ms, after a later Extend(10s),
+// and shortens the hold to 200ms from then. The lease must not count the
+// 10s beyond it: the store lets the lock go at 300ms.
+func TestSimUnconfirmedExtendCaps(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSimScenario(t, func(c simCall) (simFlight, bool) {
+			if c.op == "extend" && c.from == "p1/w0" && c.ttl() == 200*time.Millisecond {
+				return simFlight{applied: true, out: 100 * time.Millisecond}, true
+			}
+			return simFlight{}, false
+		})
+		a, b := s.locker(1), s.locker(2)
+		ctx := s.ctx("p1/w0")
+		ls, err := a.Mutex("n", dlock.WithTTL(time.Second)).TryLock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := s.hold("p1/w0", ls, 0)
+		short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		defer cancel()
+		if err := ls.Extend(short, 200*time.Millisecond); err == nil {
+			t.Fatal("Extend(200ms) whose caller gave up at 50ms succeeded")
+		}
+		if err := ls.Extend(ctx, 10*time.Second); err != nil {
+			t.Fatalf("Extend(10s) = %v", err)
+		}
+		if ttl := ls.TTL(); ttl > 200*time.Millisecond {
+			t.Errorf("TTL after an unconfirmed 200ms extension and a 10s one = %v, want at most 200ms", ttl)
+		}
+		s.ck.action(h)
+
+		s.sleepUntil(400 * time.Millisecond) // the late 200ms extension ran out at 300ms
+		if lb, err := b.Mutex("n").TryLock(s.ctx("p2/w0")); err == nil {
+			s.hold("p2/w0", lb, 0)
+			if ls.TTL() > 0 || ls.Err() == nil {
+				t.Errorf("p2 got n (fence %d) while p1's lease says TTL %v, Err %v: the lease outlived its hold", lb.Fence(), ls.TTL(), ls.Err())
+			}
+		}
+		s.ck.action(h)
+	})
+}
+
+// simMultiLink is a link that takes several names in one operation (a
+// stand-in for Valkey's scripts, built from the model's single
+// operations): an atomic Multi's extensions go through ExtendMulti, over
+// the link with its flights.
+type simMultiLink struct{ *simLink }
+
+func (k simMultiLink) AtomicMulti([]string) bool { return true }
+
+func (k simMultiLink) AcquireMulti(ctx context.Context, reqs []dlock.Request) (store.MultiGrant, error) {
+	var mg store.MultiGrant
+	var err error
+	sent := time.Now()
+	e := k.call(ctx, simCall{op: "acquire", reqs: reqs}, func(from string) {
+		mg = store.MultiGrant{Acquired: true}
+		for i, req := range reqs {
+			g, aerr := k.net.acquire(from, req, sent)
+			if aerr != nil || !g.Acquired {
+				for _, taken := range reqs[:i] {
+					k.net.release(from, taken)
+				}
+				mg, err = store.MultiGrant{Refused: i, Refusal: g}, aerr
+				return
+			}
+			mg.Fences = append(mg.Fences, g.Fence)
+		}
+	})
+	if e != nil {
+		return store.MultiGrant{}, e
+	}
+	return mg, err
+}
+
+func (k simMultiLink) ExtendMulti(ctx context.Context, reqs []dlock.Request) []error {
+	return k.Extend(ctx, reqs)
+}
+
+func (k simMultiLink) ReleaseMulti(ctx context.Context, reqs []dlock.Request) []error {
+	errs := make([]error, len(reqs))
+	for i, req := range reqs {
+		errs[i] = k.Release(ctx, req)
+	}
+	return errs
+}
+
+// TestSimConcurrentMultiExtends: TestSimConcurrentExtends for an atomic
+// multi-lease: Extend(10s) and Extend(1s) of both names in flight at
+// once, applied in one order and answered in the other, must not leave the
+// multi-lease believing the longer one.
+func TestSimConcurrentMultiExtends(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSimScenario(t, func(c simCall) (simFlight, bool) {
+			if c.op != "extend" || c.from != "p1/w0" {
+				return simFlight{}, false
+			}
+			switch c.ttl() {
+			case 10 * time.Second:
+				return simFlight{applied: true, back: 100 * time.Millisecond}, true
+			case time.Second:
+				return simFlight{applied: true, out: 10 * time.Millisecond, back: 10 * time.Millisecond}, true
+			}
+			return simFlight{}, false
+		})
+		a, err := dlock.New(simMultiLink{s.net.link(1, 0)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.lockers = append(s.lockers, a)
+		b := s.locker(2)
+		ctx := s.ctx("p1/w0")
+		m := a.Multi([]string{"m1", "m2"}, dlock.WithTTL(time.Second))
+		if !m.Atomic() {
+			t.Fatal("Multi over a MultiStore is not atomic")
+		}
+		ml, err := m.TryLock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		wg.Go(func() { ml.Extend(ctx, 10*time.Second) })
+		wg.Go(func() { ml.Extend(ctx, time.Second) })
+		wg.Wait()
+
+		// The store's hold ran out 1s after it applied Extend(1s).
+		s.sleepUntil(1200 * time.Millisecond)
+		if lb, err := b.Mutex("m1").TryLock(s.ctx("p2/w0")); err == nil {
+			s.hold("p2/w0", lb, 0)
+			if ml.TTL() > 0 || ml.Err() == nil {
+				t.Errorf("p2 got m1 (fence %d) while the multi-lease says TTL %v, Err %v: it outlived its hold", lb.Fence(), ml.TTL(), ml.Err())
+			}
+		}
 	})
 }
