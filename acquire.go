@@ -115,6 +115,7 @@ func (l *Locker) take(ctx context.Context, p *lockWait, wait bool) (*Lease, erro
 	defer w.close()
 	switch {
 	case !wait:
+		p.single = true
 	case p.req.Mode == ModeFair:
 		p.queueFair(ctx, w)
 	case p.req.Mode == ModeMutex && p.own:

@@ -665,3 +665,32 @@ func TestReleaseWithACancelledContextFreesTheName(t *testing.T) {
 		}
 	})
 }
+
+// TestTryAcquireKeepsItsQueuePlace: a single attempt with Queue set that is
+// refused keeps its place (the caller refreshes and claims it by repeating
+// the acquire with its token, as /v1 clients do); the lock released is held
+// for that place, not given to a newcomer.
+func TestTryAcquireKeepsItsQueuePlace(t *testing.T) {
+	ctx := context.Background()
+	l := newLocker(t, memory.New(), dlock.WithTTL(10*time.Second))
+	holder, err := l.Fair("q").TryLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	queued := dlock.Request{Name: "q", Mode: dlock.ModeFair, Queue: true, QueueTTL: 5 * time.Second, Token: "queued-token-0123456789"}
+	if _, err := l.Acquire(ctx, queued, false); !errors.Is(err, dlock.ErrLocked) {
+		t.Fatalf("queued TryAcquire = %v, want ErrLocked", err)
+	}
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ls, err := l.Fair("q").TryLock(ctx); err == nil {
+		ls.Release(ctx)
+		t.Fatal("a newcomer took the lock released to a kept queue place: the single attempt gave its place up")
+	}
+	ls, err := l.Acquire(ctx, queued, false)
+	if err != nil {
+		t.Fatalf("the queued token's claim = %v, want the handed-over lock", err)
+	}
+	ls.Release(ctx)
+}

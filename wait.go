@@ -145,6 +145,7 @@ func refused(name string, g store.Grant) error {
 type lockWait struct {
 	call
 	own     bool       // req.Token is a fresh token of the Locker's own
+	single  bool       // one attempt (TryLock): a queue place it made is the caller's to keep
 	handoff bool       // a mutex that turns queued after its round, if the store hands it over
 	q       *queueWait // set once queued
 	ls      *Lease     // the lease, once held
@@ -223,8 +224,10 @@ func (p *lockWait) delay(w *waiter, sent time.Time, g store.Grant, err error) (t
 }
 
 func (p *lockWait) behind(ctx context.Context) {
-	if p.q != nil || p.req.Queue || p.mayHold() {
-		// A queue place, or what an attempt may hold.
+	// A queue place, or what an attempt may hold. The place of a single
+	// attempt is kept while ctx lives: the caller refreshes and claims it
+	// by repeating the acquire with its token (docs/http.md, Queue places).
+	if p.q != nil || (p.req.Queue && (!p.single || ctx.Err() != nil)) || p.mayHold() {
 		p.afterwards(ctx, func(rctx context.Context) { _ = p.l.store.Release(rctx, p.req) })
 	}
 }
