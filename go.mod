@@ -10,6 +10,6 @@ require (
 
 require (
 	github.com/stretchr/testify v1.12.1 // indirect
-	golang.org/x/net v0.61.0 // indirect
+	golang.org/x/net v0.62.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
 )
