@@ -9,11 +9,11 @@ import (
 	"time"
 )
 
-// sysProcAttr has the kernel kill the server when the test binary dies, even
+// SysProcAttr has the kernel kill the server when the test binary dies, even
 // on a -timeout panic that skips t.Cleanup. (Pdeathsig fires when the thread
 // that started the process exits; the Go runtime only ends a thread when a
 // goroutine exits while locked to it, which Start never does.)
-func sysProcAttr() *syscall.SysProcAttr {
+func SysProcAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 }
 

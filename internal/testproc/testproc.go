@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -53,6 +54,7 @@ type Proc struct {
 	cmd    *exec.Cmd
 	exited chan struct{}
 	offset int64 // the log's size when the process last started
+	last   int   // the PID of the process last started
 }
 
 const pollEvery = 20 * time.Millisecond
@@ -92,13 +94,14 @@ func (p *Proc) startLocked() error {
 	if fi, err := logf.Stat(); err == nil {
 		p.offset = fi.Size()
 	}
+	fmt.Fprintf(logf, "=== testproc: %s\n", strings.Join(p.spec.Argv, " "))
 	cmd := exec.Command(p.spec.Argv[0], p.spec.Argv[1:]...)
 	cmd.Dir = p.spec.Dir
 	if len(p.spec.Env) > 0 {
 		cmd.Env = append(os.Environ(), p.spec.Env...)
 	}
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = sysProcAttr()
+	cmd.SysProcAttr = SysProcAttr()
 	if p.spec.Cred != nil {
 		cmd.SysProcAttr.Credential = p.spec.Cred
 	}
@@ -110,7 +113,7 @@ func (p *Proc) startLocked() error {
 		cmd.Wait()
 		close(exited)
 	}()
-	p.cmd, p.exited = cmd, exited
+	p.cmd, p.exited, p.last = cmd, exited, cmd.Process.Pid
 	return p.waitReadyLocked()
 }
 
@@ -167,6 +170,13 @@ func (p *Proc) PID() int {
 		return 0
 	}
 	return p.cmd.Process.Pid
+}
+
+// LastPID returns the ID of the process last started, running or not.
+func (p *Proc) LastPID() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.last
 }
 
 // Running reports whether the process was started and has not exited.

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 	"unsafe"
+
+	"github.com/dlock-dev/dlock/internal/testproc"
 )
 
 // clockShimSource is an LD_PRELOAD library that adds an offset, read from a
@@ -102,7 +104,7 @@ func (c *clock) env() []string {
 	if prev := os.Getenv("LD_PRELOAD"); prev != "" {
 		preload += ":" + prev
 	}
-	return append(os.Environ(), "LD_PRELOAD="+preload, clockShimEnv+"="+c.file)
+	return []string{"LD_PRELOAD=" + preload, clockShimEnv + "=" + c.file}
 }
 
 // newClock builds the shim if needed and creates and maps the offset file,
@@ -142,7 +144,7 @@ func requireClockShim(tb testing.TB) string {
 	tb.Helper()
 	shim.once.Do(func() { shim.path, shim.skip, shim.err = buildClockShim() })
 	if shim.skip != "" {
-		if inCI() {
+		if testproc.InCI() {
 			tb.Fatalf("testredis: clock shim: %s (CI=true: a failure, not a skip)", shim.skip)
 		}
 		tb.Skipf("testredis: clock shim: %s (skipping; with CI=true this would fail)", shim.skip)

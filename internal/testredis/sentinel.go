@@ -18,7 +18,7 @@ const sentinelConfName = "sentinel.conf"
 
 // StartSentinel starts a Redis Sentinel (redis-server --sentinel) on a free
 // port of 127.0.0.1 and returns once it answers PING. It monitors nothing
-// until [Server.Monitor]. Like [Start], a t.Cleanup kills it by PID; opts
+// until [Server.Monitor]. Like [Start], a t.Cleanup stops it by PID; opts
 // are those of Start (only [WithArgs] applies: Sentinel directives as
 // command-line arguments).
 func StartSentinel(tb testing.TB, opts ...Option) *Server {

@@ -2,9 +2,10 @@
 // for tests, and stops them when the test ends.
 //
 // Every server gets its own directory from t.TempDir, listens on 127.0.0.1
-// only, and is killed by PID in a t.Cleanup registered before it starts, so a
-// failing test leaks no process. On Linux the server is also killed when the
-// test binary dies (for example on a -timeout panic, which skips cleanups).
+// only, and is stopped by PID (internal/testproc: SIGTERM, then SIGKILL) in a
+// t.Cleanup; one that fails to start is killed at once, so a failing test
+// leaks no process. On Linux the server is also killed when the test binary
+// dies (for example on a -timeout panic, which skips cleanups).
 // Its stdout and stderr go to redis.log in its directory; failure messages
 // quote the tail of that file.
 //
@@ -20,70 +21,42 @@
 package testredis
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/dlock-dev/dlock/internal/testproc"
 )
 
-const (
-	// readyTimeout bounds one attempt to start a server and see it answer.
-	readyTimeout = 20 * time.Second
-	// stopTimeout is how long Stop waits after SIGTERM before it sends SIGKILL.
-	stopTimeout = 10 * time.Second
-	// restartTimeout bounds Restart's retries while the old port is still taken.
-	restartTimeout = 30 * time.Second
-	// startAttempts is how many fresh ports Start tries before it gives up.
-	startAttempts = 10
-)
-
-// errPortInUse reports that redis-server could not bind its port.
-var errPortInUse = errors.New("testredis: port in use")
+// readyTimeout bounds one attempt to start a server and see it answer,
+// and Restart's retries while the old port is still taken.
+const readyTimeout = 20 * time.Second
 
 // Path returns the path of the redis-server binary: the one found in PATH,
 // else the first of /usr/bin, /usr/sbin and /usr/local/bin that has one.
 // It returns an error when there is none.
 func Path() (string, error) {
-	if p, err := exec.LookPath("redis-server"); err == nil {
-		return p, nil
+	p, err := testproc.LookPath("redis-server", "/usr/bin", "/usr/sbin", "/usr/local/bin")
+	if err != nil {
+		return "", errors.New("testredis: redis-server not found in PATH, /usr/bin, /usr/sbin or /usr/local/bin")
 	}
-	for _, dir := range []string{"/usr/bin", "/usr/sbin", "/usr/local/bin"} {
-		p := filepath.Join(dir, "redis-server")
-		if fi, err := os.Stat(p); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
-			return p, nil
-		}
-	}
-	return "", errors.New("testredis: redis-server not found in PATH, /usr/bin, /usr/sbin or /usr/local/bin")
+	return p, nil
 }
 
 // requireBinary returns the redis-server path, or skips tb (fails it under CI=true).
 func requireBinary(tb testing.TB) string {
 	tb.Helper()
 	p, err := Path()
-	if err == nil {
-		return p
+	if err != nil {
+		testproc.Missing(tb, err, "apt-get install -y redis-server")
 	}
-	msg := fmt.Sprintf("%v; install it with `apt-get install -y redis-server` or run scripts/test.sh", err)
-	if inCI() {
-		tb.Fatalf("%s (CI=true: a missing redis-server is a failure, not a skip)", msg)
-	}
-	tb.Skipf("%s (skipping; with CI=true this would fail)", msg)
-	return ""
-}
-
-func inCI() bool {
-	ci, _ := strconv.ParseBool(os.Getenv("CI"))
-	return ci
+	return p
 }
 
 // An Option configures a server started by [Start].
@@ -131,10 +104,7 @@ type Server struct {
 	busPort int // cluster bus port, 0 unless WithCluster
 	opts    options
 	clock   *clock // the wall clock's shim, nil unless WithClockShim
-
-	mu     sync.Mutex // serialises Kill, Stop, Restart, Pause and Resume
-	cmd    *exec.Cmd
-	exited chan struct{} // closed once cmd.Wait has returned
+	proc    *testproc.Proc
 }
 
 // Start starts a redis-server on a free port of 127.0.0.1 and returns once it
@@ -148,8 +118,9 @@ type Server struct {
 // in the directory: with Redis 7.0's diskless sync a new replica reports its
 // link up, and WAIT counts it, up to a second before the primary streams
 // writes to it).
-// A t.Cleanup kills it by PID when the test ends. Start retries on a fresh
-// port when another process takes the chosen one first. It skips the test
+// A t.Cleanup stops it by PID when the test ends (SIGTERM, then SIGKILL).
+// Start retries on fresh ports when the server does not come up on the
+// chosen ones (another process may take a port first). It skips the test
 // when redis-server is missing (fails it if CI=true), and fails the test,
 // quoting the server's log, when the server does not start.
 func Start(tb testing.TB, opts ...Option) *Server {
@@ -161,51 +132,27 @@ func Start(tb testing.TB, opts ...Option) *Server {
 	}
 	dir := tb.TempDir()
 	s := &Server{path: path, dir: dir, logPath: filepath.Join(dir, "redis.log"), opts: o}
-	// Registered after TempDir, so it runs before the directory is removed.
-	tb.Cleanup(s.Kill)
 	if o.clockShim {
 		s.clock = newClock(tb, dir)
 	}
-
-	var last error
-	for range startAttempts {
-		port, err := freePort()
-		if err != nil {
-			tb.Fatalf("testredis: %v", err)
-		}
-		bus := 0
+	nports := 1
+	if o.cluster {
+		nports = 2
+	}
+	proc, ports, err := testproc.Launch(nports, func(ports []int) (testproc.Spec, error) {
+		s.port = ports[0]
 		if o.cluster {
-			if bus, err = freePort(); err != nil {
-				tb.Fatalf("testredis: %v", err)
-			}
+			s.busPort = ports[1]
 		}
-		s.port, s.busPort = port, bus
-		s.mu.Lock()
-		err = s.launch()
-		s.mu.Unlock()
-		if err == nil {
-			return s
-		}
-		if !errors.Is(err, errPortInUse) {
-			tb.Fatalf("testredis: start redis-server on %s: %v", s.Addr(), err)
-		}
-		last = err
-	}
-	tb.Fatalf("testredis: start redis-server: no free port after %d attempts: %v", startAttempts, last)
-	return nil
-}
-
-// freePort returns a port of 127.0.0.1 that was free a moment ago.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+		return s.spec(), nil
+	})
 	if err != nil {
-		return 0, fmt.Errorf("find a free port: %w", err)
+		tb.Fatalf("testredis: start redis-server: %v", err)
 	}
-	port := l.Addr().(*net.TCPAddr).Port
-	if err := l.Close(); err != nil {
-		return 0, fmt.Errorf("find a free port: %w", err)
-	}
-	return port, nil
+	s.port, s.proc = ports[0], proc
+	// Registered after TempDir, so it runs before the directory is removed.
+	tb.Cleanup(proc.Stop)
+	return s
 }
 
 func (s *Server) argv() []string {
@@ -237,75 +184,27 @@ func (s *Server) argv() []string {
 	return append(a, s.opts.args...)
 }
 
-// launch starts the process and waits until it is ready. s.mu must be held.
-// On failure the process is gone; the error wraps errPortInUse when the
-// server could not bind its port.
-func (s *Server) launch() error {
-	logf, err := os.OpenFile(s.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return err
-	}
-	offset, err := logf.Seek(0, io.SeekEnd)
-	if err != nil {
-		logf.Close()
-		return err
-	}
-	fmt.Fprintf(logf, "=== testredis: %s %s\n", s.path, strings.Join(s.argv(), " "))
-	cmd := exec.Command(s.path, s.argv()...)
-	cmd.Dir = s.dir
-	cmd.Stdout, cmd.Stderr = logf, logf
+// spec is how s's process runs on s.port.
+func (s *Server) spec() testproc.Spec {
+	var env []string
 	if s.clock != nil {
-		cmd.Env = s.clock.env()
+		env = s.clock.env()
 	}
-	cmd.SysProcAttr = sysProcAttr()
-	err = cmd.Start()
-	logf.Close() // the child holds its own descriptor
-	if err != nil {
-		return err
-	}
-	exited := make(chan struct{})
-	go func() {
-		cmd.Wait()
-		close(exited)
-	}()
-	s.cmd, s.exited = cmd, exited
-
-	err = s.waitReady(cmd.Process.Pid, exited)
-	if err == nil {
-		return nil
-	}
-	s.kill()
-	since := s.logSince(offset)
-	if bytes.Contains(since, []byte("Address already in use")) {
-		return fmt.Errorf("%w: %v", errPortInUse, err)
-	}
-	return fmt.Errorf("%v\n%s", err, s.tail(since))
-}
-
-// waitReady waits until the server at s.Addr() is the process pid and
-// answers PING with PONG (not LOADING).
-func (s *Server) waitReady(pid int, exited <-chan struct{}) error {
-	deadline := time.Now().Add(readyTimeout)
-	var last error
-	for {
-		select {
-		case <-exited:
-			return fmt.Errorf("redis-server exited before it was ready: %v", s.cmd.ProcessState)
-		default:
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("redis-server not ready after %v: %v", readyTimeout, last)
-		}
-		last = s.checkReady(pid)
-		if last == nil {
-			return nil
-		}
-		time.Sleep(10 * time.Millisecond)
+	return testproc.Spec{
+		Name:         "redis-server on " + s.Addr(),
+		Argv:         append([]string{s.path}, s.argv()...),
+		Env:          env,
+		Dir:          s.dir,
+		Log:          s.logPath,
+		ReadyTimeout: readyTimeout,
+		Ready:        s.checkReady,
 	}
 }
 
+// checkReady reports nil once the server at s.Addr() is the process pid
+// and answers PING with PONG (not LOADING).
 func (s *Server) checkReady(pid int) error {
-	// Another process may have taken the port between freePort and the
+	// Another process may have taken the port between the pick and the
 	// server's bind; only trust an answer from our own process.
 	info, err := s.DoTimeout(time.Second, "INFO", "server")
 	if err != nil {
@@ -332,14 +231,6 @@ func infoField(info, field string) string {
 		}
 	}
 	return ""
-}
-
-func (s *Server) logSince(offset int64) []byte {
-	b, err := os.ReadFile(s.logPath)
-	if err != nil || offset > int64(len(b)) {
-		return nil
-	}
-	return b[offset:]
 }
 
 // tail renders the last lines of log for a failure message.
@@ -374,111 +265,35 @@ func (s *Server) Dir() string { return s.dir }
 
 // PID returns the process ID of the current redis-server process, which
 // changes on [Server.Restart]. After Kill or Stop it is the ID the process had.
-func (s *Server) PID() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.cmd == nil || s.cmd.Process == nil {
-		return 0
-	}
-	return s.cmd.Process.Pid
-}
-
-// running reports whether the process is still alive. s.mu must be held.
-func (s *Server) running() bool {
-	if s.cmd == nil {
-		return false
-	}
-	select {
-	case <-s.exited:
-		return false
-	default:
-		return true
-	}
-}
+func (s *Server) PID() int { return s.proc.LastPID() }
 
 // Kill sends SIGKILL to the server and waits until it has exited. Unsaved
 // data is lost. It does nothing when the server is not running.
-func (s *Server) Kill() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.kill()
-}
-
-func (s *Server) kill() {
-	if !s.running() {
-		return
-	}
-	s.cmd.Process.Signal(syscall.SIGKILL)
-	<-s.exited
-}
+func (s *Server) Kill() { s.proc.Kill() }
 
 // Stop sends SIGTERM to the server (and SIGCONT, should it be paused) and
 // waits until it has exited, for a clean shutdown. After 10 seconds it kills
 // it. It does nothing when the server is not running.
-func (s *Server) Stop() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.running() {
-		return
-	}
-	s.cmd.Process.Signal(syscall.SIGTERM)
-	s.cmd.Process.Signal(syscall.SIGCONT)
-	select {
-	case <-s.exited:
-	case <-time.After(stopTimeout):
-		s.kill()
-	}
-}
+func (s *Server) Stop() { s.proc.Stop() }
 
 // Pause sends SIGSTOP to the server: it keeps its connections and port but
 // answers nothing until [Server.Resume]. On Linux Pause returns once the
 // process is stopped. It does nothing when the server is not running.
-func (s *Server) Pause() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.running() {
-		return
-	}
-	s.cmd.Process.Signal(syscall.SIGSTOP)
-	waitState(s.cmd.Process.Pid, true)
-}
+func (s *Server) Pause() { s.proc.Pause() }
 
 // Resume sends SIGCONT to a server stopped by [Server.Pause]. It does nothing
 // when the server is not running.
-func (s *Server) Resume() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.running() {
-		return
-	}
-	s.cmd.Process.Signal(syscall.SIGCONT)
-	waitState(s.cmd.Process.Pid, false)
-}
+func (s *Server) Resume() { s.proc.Resume() }
 
 // Restart kills the server if it is running and starts it again on the same
 // port, with the same options and directory, and waits until it answers PING.
 // Without [WithPersistence] the data is gone; with it every acknowledged
 // write is back. A cluster node keeps its identity and slots (nodes.conf).
-// While the old port is not yet reusable Restart retries, for up to 30
+// While the old port is not yet reusable Restart retries, for up to 20
 // seconds; then it fails tb, quoting the server's log.
 func (s *Server) Restart(tb testing.TB) {
 	tb.Helper()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.kill()
-	deadline := time.Now().Add(restartTimeout)
-	for {
-		err := s.launch()
-		if err == nil {
-			return
-		}
-		if !errors.Is(err, errPortInUse) {
-			tb.Fatalf("testredis: restart redis-server on %s: %v", s.Addr(), err)
-		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("testredis: restart redis-server on %s: port still taken after %v: %v\n%s",
-				s.Addr(), restartTimeout, err, s.LogTail())
-		}
-		time.Sleep(100 * time.Millisecond)
+	if err := s.proc.Restart(); err != nil {
+		tb.Fatalf("testredis: restart redis-server on %s: %v", s.Addr(), err)
 	}
 }

@@ -17,162 +17,97 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/dlock-dev/dlock/internal/testproc"
 )
 
-const (
-	readyTimeout  = 30 * time.Second
-	stopTimeout   = 10 * time.Second
-	startAttempts = 5
-)
+const readyTimeout = 30 * time.Second
 
 // Path returns the path of the etcd binary: the one in PATH, else
 // /usr/bin/etcd or /usr/local/bin/etcd.
 func Path() (string, error) {
-	if p, err := exec.LookPath("etcd"); err == nil {
-		return p, nil
+	p, err := testproc.LookPath("etcd", "/usr/bin", "/usr/local/bin")
+	if err != nil {
+		return "", errors.New("etcdtest: etcd not found in PATH, /usr/bin or /usr/local/bin")
 	}
-	for _, p := range []string{"/usr/bin/etcd", "/usr/local/bin/etcd"} {
-		if fi, err := os.Stat(p); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
-			return p, nil
-		}
-	}
-	return "", errors.New("etcdtest: etcd not found in PATH, /usr/bin or /usr/local/bin")
+	return p, nil
 }
 
 // Require returns the etcd path, or skips tb (fails it under CI=true).
 func Require(tb testing.TB) string {
 	tb.Helper()
 	p, err := Path()
-	if err == nil {
-		return p
+	if err != nil {
+		testproc.Missing(tb, err, "apt-get install -y etcd-server")
 	}
-	msg := fmt.Sprintf("%v; install it with `apt-get install -y etcd-server` or run scripts/test.sh", err)
-	if ci, _ := strconv.ParseBool(os.Getenv("CI")); ci {
-		tb.Fatalf("%s (CI=true: a missing server is a failure, not a skip)", msg)
-	}
-	tb.Skipf("%s (skipping; with CI=true this would fail)", msg)
-	return ""
+	return p
 }
 
 // A Server is an etcd process started by [Start]. Its ports and data stay
 // the same across [Server.Restart].
 type Server struct {
-	path       string
 	dir        string
 	clientPort int
-	peerPort   int
-
-	mu     sync.Mutex
-	cmd    *exec.Cmd
-	exited chan struct{}
+	proc       *testproc.Proc
 }
 
 // Start starts a one-member etcd cluster on free ports of 127.0.0.1 and
-// returns once it answers /health. A t.Cleanup kills it by PID. It skips
+// returns once it answers /health. A t.Cleanup stops it by PID. It skips
 // the test when etcd is missing (fails it if CI=true) and fails the test,
 // quoting the server's log, when it does not start.
 func Start(tb testing.TB) *Server {
 	tb.Helper()
 	path := Require(tb)
-	s := &Server{path: path, dir: tb.TempDir()}
-	tb.Cleanup(s.Kill)
-	var last error
-	for range startAttempts {
-		var err error
-		if s.clientPort, err = freePort(); err == nil {
-			s.peerPort, err = freePort()
-		}
-		if err != nil {
-			tb.Fatalf("etcdtest: %v", err)
-		}
-		os.RemoveAll(filepath.Join(s.dir, "data"))
-		s.mu.Lock()
-		err = s.launch()
-		s.mu.Unlock()
-		if err == nil {
-			return s
-		}
-		last = err
+	s := &Server{dir: tb.TempDir()}
+	proc, ports, err := testproc.Launch(2, func(ports []int) (testproc.Spec, error) {
+		s.clientPort = ports[0]
+		return s.spec(path, ports[1]), os.RemoveAll(s.DataDir())
+	})
+	if err != nil {
+		tb.Fatalf("etcdtest: start etcd: %v", err)
 	}
-	tb.Fatalf("etcdtest: start etcd: %v", last)
-	return nil
+	s.clientPort, s.proc = ports[0], proc
+	tb.Cleanup(proc.Stop)
+	return s
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("find a free port: %w", err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	return port, l.Close()
-}
-
-func (s *Server) launch() error {
-	logPath := filepath.Join(s.dir, "etcd.log")
-	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return err
-	}
-	defer logf.Close()
-	peer := "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(s.peerPort))
-	cmd := exec.Command(s.path,
-		"--name", "dlock",
-		"--data-dir", filepath.Join(s.dir, "data"),
-		"--listen-client-urls", s.URL(),
-		"--advertise-client-urls", s.URL(),
-		"--listen-peer-urls", peer,
-		"--initial-advertise-peer-urls", peer,
-		"--initial-cluster", "dlock="+peer,
-		"--heartbeat-interval", "10",
-		"--election-timeout", "100",
-		"--logger", "zap",
-		"--log-level", "warn",
-	)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = sysProcAttr()
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	exited := make(chan struct{})
-	go func() {
-		cmd.Wait()
-		close(exited)
-	}()
-	s.cmd, s.exited = cmd, exited
+func (s *Server) spec(path string, peerPort int) testproc.Spec {
+	peer := "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(peerPort))
+	url := s.URL()
 	client := &http.Client{Timeout: time.Second}
-	deadline := time.Now().Add(readyTimeout)
-	for time.Now().Before(deadline) {
-		select {
-		case <-exited:
-			s.cmd = nil
-			return fmt.Errorf("etcd exited:\n%s", s.logTail())
-		default:
-		}
-		if resp, err := client.Get(s.URL() + "/health"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
+	return testproc.Spec{
+		Name: "etcd",
+		Argv: []string{path,
+			"--name", "dlock",
+			"--data-dir", s.DataDir(),
+			"--listen-client-urls", url,
+			"--advertise-client-urls", url,
+			"--listen-peer-urls", peer,
+			"--initial-advertise-peer-urls", peer,
+			"--initial-cluster", "dlock=" + peer,
+			"--heartbeat-interval", "10",
+			"--election-timeout", "100",
+			"--logger", "zap",
+			"--log-level", "warn",
+		},
+		Log:          filepath.Join(s.dir, "etcd.log"),
+		ReadyTimeout: readyTimeout,
+		Ready: func(int) error {
+			resp, err := client.Get(url + "/health")
+			if err != nil {
+				return err
 			}
-		}
-		time.Sleep(20 * time.Millisecond)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("/health: %s", resp.Status)
+			}
+			return nil
+		},
 	}
-	s.killLocked()
-	return fmt.Errorf("etcd not ready after %v:\n%s", readyTimeout, s.logTail())
-}
-
-func (s *Server) logTail() string {
-	b, _ := os.ReadFile(filepath.Join(s.dir, "etcd.log"))
-	if len(b) > 4000 {
-		b = b[len(b)-4000:]
-	}
-	return string(b)
 }
 
 // Endpoint returns the client address, host:port.
@@ -189,63 +124,23 @@ func (s *Server) DataDir() string { return filepath.Join(s.dir, "data") }
 func (s *Server) URL() string { return "http://" + s.Endpoint() }
 
 // PID returns the server's process ID, or 0 when it is not running.
-func (s *Server) PID() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.cmd == nil {
-		return 0
-	}
-	return s.cmd.Process.Pid
-}
+func (s *Server) PID() int { return s.proc.PID() }
 
 // Kill sends SIGKILL to the server and waits for it to exit.
-func (s *Server) Kill() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.killLocked()
-}
-
-func (s *Server) killLocked() {
-	if s.cmd == nil {
-		return
-	}
-	s.cmd.Process.Signal(syscall.SIGKILL)
-	<-s.exited
-	s.cmd = nil
-}
+func (s *Server) Kill() { s.proc.Kill() }
 
 // Pause stops the server with SIGSTOP; Resume continues it.
-func (s *Server) Pause() { s.signal(syscall.SIGSTOP) }
+func (s *Server) Pause() { s.proc.Pause() }
 
 // Resume continues a paused server with SIGCONT.
-func (s *Server) Resume() { s.signal(syscall.SIGCONT) }
-
-func (s *Server) signal(sig syscall.Signal) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.cmd != nil {
-		s.cmd.Process.Signal(sig)
-	}
-}
+func (s *Server) Resume() { s.proc.Resume() }
 
 // Restart kills the server and starts it again on the same ports with the
 // same data (etcd keeps every acknowledged write). It fails tb when the
 // server does not come back.
 func (s *Server) Restart(tb testing.TB) {
 	tb.Helper()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.killLocked()
-	var err error
-	deadline := time.Now().Add(readyTimeout)
-	for {
-		if err = s.launch(); err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
+	if err := s.proc.Restart(); err != nil {
+		tb.Fatalf("etcdtest: restart etcd: %v", err)
 	}
-	tb.Fatalf("etcdtest: restart etcd: %v", err)
 }

@@ -30,13 +30,11 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/dlock-dev/dlock/internal/testproc"
 )
 
-const (
-	readyTimeout  = 30 * time.Second
-	stopTimeout   = 10 * time.Second
-	startAttempts = 5
-)
+const readyTimeout = 30 * time.Second
 
 // BinDir returns the directory holding initdb and postgres: the newest
 // /usr/lib/postgresql/N/bin, else the directory of initdb in PATH.
@@ -102,10 +100,7 @@ type Server struct {
 	port  int
 	cred  *syscall.Credential
 	fsync bool
-
-	mu     sync.Mutex
-	cmd    *exec.Cmd
-	exited chan struct{}
+	proc  *testproc.Proc
 }
 
 var (
@@ -147,7 +142,7 @@ func mkdir(prefix string, cred *syscall.Credential) (string, error) {
 
 func command(cred *syscall.Credential, name string, args ...string) *exec.Cmd {
 	cmd := exec.Command(name, args...)
-	cmd.SysProcAttr = sysProcAttr()
+	cmd.SysProcAttr = testproc.SysProcAttr()
 	cmd.SysProcAttr.Credential = cred
 	cmd.Env = append(os.Environ(), "LC_ALL=C.UTF-8")
 	return cmd
@@ -184,7 +179,7 @@ func Cleanup() {
 }
 
 // Start starts a postgres server on a free port of 127.0.0.1 and returns once
-// it accepts connections. A t.Cleanup kills it by PID and removes its
+// it accepts connections. A t.Cleanup stops it by PID and removes its
 // directory. It skips the test when PostgreSQL is missing (fails it if
 // CI=true) and fails the test, quoting the server's log, when it does not
 // start.
@@ -208,7 +203,7 @@ func Start(tb testing.TB, opts ...Option) *Server {
 		o(s)
 	}
 	tb.Cleanup(func() {
-		s.Kill()
+		s.Stop()
 		os.RemoveAll(dir)
 	})
 	cp := command(cred, "cp", "-a", filepath.Join(tmpl, "data"), filepath.Join(dir, "data"))
@@ -219,50 +214,23 @@ func Start(tb testing.TB, opts ...Option) *Server {
 	return s
 }
 
-// start launches s on a free port, trying startAttempts ports, and fails
-// tb (naming what it starts) when none works.
+// start launches s on a free port, trying fresh ports, and fails tb
+// (naming what it starts) when none works.
 func (s *Server) start(tb testing.TB, what string) {
 	tb.Helper()
-	var last error
-	for range startAttempts {
-		port, err := freePort()
-		if err != nil {
-			tb.Fatalf("pgtest: %v", err)
-		}
-		s.port = port
-		s.mu.Lock()
-		err = s.launch()
-		s.mu.Unlock()
-		if err == nil {
-			return
-		}
-		last = err
+	proc, ports, err := testproc.Launch(1, func(ports []int) (testproc.Spec, error) {
+		s.port = ports[0]
+		return s.spec(), nil
+	})
+	if err != nil {
+		tb.Fatalf("pgtest: start %s: %v", what, err)
 	}
-	tb.Fatalf("pgtest: start %s: %v", what, last)
+	s.port, s.proc = ports[0], proc
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("find a free port: %w", err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	return port, l.Close()
-}
-
-// launch starts the process and waits until it accepts TCP connections.
-// Caller holds s.mu.
-func (s *Server) launch() error {
-	logPath := filepath.Join(s.dir, "postgres.log")
-	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return err
-	}
-	defer logf.Close()
-	if s.cred != nil {
-		os.Chown(logPath, int(s.cred.Uid), int(s.cred.Gid))
-	}
-	args := []string{
+// spec is how s's postgres runs on s.port.
+func (s *Server) spec() testproc.Spec {
+	args := []string{filepath.Join(s.bin, "postgres"),
 		"-D", filepath.Join(s.dir, "data"),
 		"-k", s.dir,
 		"-h", "127.0.0.1",
@@ -276,31 +244,26 @@ func (s *Server) launch() error {
 		// off, SIGKILL loses the last commits still in WAL buffers.)
 		args = append(args, "-F", "-c", "full_page_writes=off")
 	}
-	cmd := command(s.cred, filepath.Join(s.bin, "postgres"), args...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	exited := make(chan struct{})
-	go func() {
-		cmd.Wait()
-		close(exited)
-	}()
-	s.cmd, s.exited = cmd, exited
-	deadline := time.Now().Add(readyTimeout)
-	for time.Now().Before(deadline) {
-		select {
-		case <-exited:
-			return fmt.Errorf("postgres exited on port %d:\n%s", s.port, s.logTail())
-		default:
-		}
-		if s.ready() {
+	return testproc.Spec{
+		Name:         "postgres on port " + strconv.Itoa(s.port),
+		Argv:         args,
+		Env:          []string{"LC_ALL=C.UTF-8"},
+		Log:          filepath.Join(s.dir, "postgres.log"),
+		Cred:         s.cred,
+		ReadyTimeout: readyTimeout,
+		Ready: func(int) error {
+			if !s.ready() {
+				return errors.New("not accepting connections yet")
+			}
 			return nil
-		}
-		time.Sleep(20 * time.Millisecond)
+		},
+		// SIGINT: fast shutdown, clients disconnected.
+		StopSignal: syscall.SIGINT,
+		// Backends of a killed postmaster exit on their own once they
+		// notice; kill them too (by PID) and wait, so that a restart
+		// finds the shared memory free.
+		KillChildren: true,
 	}
-	s.killLocked()
-	return fmt.Errorf("postgres not ready after %v:\n%s", readyTimeout, s.logTail())
 }
 
 // ready reports whether the server answers the startup handshake: a
@@ -349,14 +312,6 @@ func (s *Server) ready() bool {
 
 func be32(v uint32) []byte { return []byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)} }
 
-func (s *Server) logTail() string {
-	b, _ := os.ReadFile(filepath.Join(s.dir, "postgres.log"))
-	if len(b) > 4000 {
-		b = b[len(b)-4000:]
-	}
-	return string(b)
-}
-
 // Addr returns host:port of the server.
 func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
 
@@ -370,84 +325,28 @@ func (s *Server) URL() string {
 }
 
 // PID returns the server's process ID, or 0 when it is not running.
-func (s *Server) PID() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.cmd == nil || s.cmd.Process == nil {
-		return 0
-	}
-	return s.cmd.Process.Pid
-}
+func (s *Server) PID() int { return s.proc.PID() }
 
-// Kill sends SIGKILL to the server (by PID) and waits for it to exit. Its
-// backends die with it (they notice the postmaster is gone).
-func (s *Server) Kill() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.killLocked()
-}
-
-func (s *Server) killLocked() {
-	if s.cmd == nil {
-		return
-	}
-	kids := children(s.cmd.Process.Pid)
-	s.cmd.Process.Signal(syscall.SIGKILL)
-	<-s.exited
-	s.cmd = nil
-	// Backends of a killed postmaster exit on their own once they notice;
-	// kill them too (by PID) and wait, so that a restart finds the shared
-	// memory free.
-	for _, pid := range kids {
-		syscall.Kill(pid, syscall.SIGKILL)
-	}
-	deadline := time.Now().Add(stopTimeout)
-	for time.Now().Before(deadline) && anyAlive(kids) {
-		time.Sleep(10 * time.Millisecond)
-	}
-}
+// Kill sends SIGKILL to the server (by PID), and to its backends, and
+// waits for them to exit.
+func (s *Server) Kill() { s.proc.Kill() }
 
 // Stop shuts the server down (SIGINT: fast shutdown, clients disconnected)
 // and waits for it, killing it after a timeout.
-func (s *Server) Stop() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.cmd == nil {
-		return
-	}
-	s.cmd.Process.Signal(syscall.SIGINT)
-	select {
-	case <-s.exited:
-		s.cmd = nil
-	case <-time.After(stopTimeout):
-		s.killLocked()
-	}
-}
+func (s *Server) Stop() { s.proc.Stop() }
 
 // Restart stops the server if it runs and starts it again on the same port
 // with the same data. It fails tb when the server does not come back.
 func (s *Server) Restart(tb testing.TB) {
 	tb.Helper()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.killLocked()
-	var err error
-	deadline := time.Now().Add(readyTimeout)
-	for {
-		if err = s.launch(); err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
+	if err := s.proc.Restart(); err != nil {
+		tb.Fatalf("pgtest: restart postgres: %v", err)
 	}
-	tb.Fatalf("pgtest: restart postgres: %v", err)
 }
 
 // StartStandby makes a streaming standby of primary (pg_basebackup -R -X
 // stream: asynchronous, hot standby) on a free port of 127.0.0.1 and returns
-// once it accepts connections. Like [Start], a t.Cleanup kills it by PID and
+// once it accepts connections. Like [Start], a t.Cleanup stops it by PID and
 // removes its directory. Its postgresql.auto.conf holds primary_conninfo;
 // promote it with pg_promote().
 func StartStandby(tb testing.TB, primary *Server) *Server {
@@ -462,7 +361,7 @@ func StartStandby(tb testing.TB, primary *Server) *Server {
 	}
 	s := &Server{bin: primary.bin, dir: dir, cred: cred, fsync: primary.fsync}
 	tb.Cleanup(func() {
-		s.Kill()
+		s.Stop()
 		os.RemoveAll(dir)
 	})
 	bb := command(cred, filepath.Join(s.bin, "pg_basebackup"),

@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"testing"
-	"time"
 )
 
 // Rebuild makes s a fresh streaming standby of primary in place, as an
@@ -18,9 +17,7 @@ import (
 // the roles swapped.
 func (s *Server) Rebuild(tb testing.TB, primary *Server) {
 	tb.Helper()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.killLocked()
+	s.Kill()
 	data := filepath.Join(s.dir, "data")
 	if err := os.RemoveAll(data); err != nil {
 		tb.Fatalf("pgtest: rebuild: %v", err)
@@ -32,25 +29,16 @@ func (s *Server) Rebuild(tb testing.TB, primary *Server) {
 	if out, err := bb.CombinedOutput(); err != nil {
 		tb.Fatalf("pgtest: rebuild: pg_basebackup: %v\n%s", err, out)
 	}
-	var err error
-	for deadline := time.Now().Add(readyTimeout); ; time.Sleep(100 * time.Millisecond) {
-		if err = s.launch(); err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			break
-		}
+	if err := s.proc.Restart(); err != nil {
+		tb.Fatalf("pgtest: rebuild: start the standby: %v", err)
 	}
-	tb.Fatalf("pgtest: rebuild: start the standby: %v", err)
 }
 
 // Promote promotes a standby with `pg_ctl promote -w`, which returns once
 // the server has left recovery and accepts writes. (SELECT pg_promote() is
 // the other way; a test may run either.)
 func (s *Server) Promote() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.cmd == nil {
+	if !s.proc.Running() {
 		return fmt.Errorf("pgtest: promote: the server on port %d is not running", s.port)
 	}
 	cmd := command(s.cred, filepath.Join(s.bin, "pg_ctl"), "promote", "-w", "-t", "60", "-D", filepath.Join(s.dir, "data"))

@@ -22,16 +22,13 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/dlock-dev/dlock/internal/testproc"
 )
 
-const (
-	readyTimeout  = 60 * time.Second
-	startAttempts = 5
-)
+const readyTimeout = 60 * time.Second
 
 // JarPath is where Debian's zookeeper package installs the server jar (its
 // manifest names its dependencies).
@@ -53,15 +50,10 @@ func Paths() (java, jar string, err error) {
 func Require(tb testing.TB) (java, jar string) {
 	tb.Helper()
 	java, jar, err := Paths()
-	if err == nil {
-		return java, jar
+	if err != nil {
+		testproc.Missing(tb, err, "apt-get install -y zookeeper")
 	}
-	msg := fmt.Sprintf("%v; install it with `apt-get install -y zookeeper` or run scripts/test.sh", err)
-	if ci, _ := strconv.ParseBool(os.Getenv("CI")); ci {
-		tb.Fatalf("%s (CI=true: a missing server is a failure, not a skip)", msg)
-	}
-	tb.Skipf("%s (skipping; with CI=true this would fail)", msg)
-	return "", ""
+	return java, jar
 }
 
 // An Option configures a server started by [Start].
@@ -75,54 +67,34 @@ func WithSync() Option { return func(s *Server) { s.sync = true } }
 // A Server is a ZooKeeper process started by [Start]. Its port and data stay
 // the same across [Server.Restart].
 type Server struct {
-	java, jar string
-	dir       string
-	port      int
-	sync      bool
-
-	mu     sync.Mutex
-	cmd    *exec.Cmd
-	exited chan struct{}
+	dir  string
+	port int
+	sync bool
+	proc *testproc.Proc
 }
 
 // Start starts a standalone ZooKeeper on a free port of 127.0.0.1 and
-// returns once it serves requests. A t.Cleanup kills it by PID.
+// returns once it serves requests. A t.Cleanup stops it by PID.
 func Start(tb testing.TB, opts ...Option) *Server {
 	tb.Helper()
 	java, jar := Require(tb)
-	s := &Server{java: java, jar: jar, dir: tb.TempDir()}
+	s := &Server{dir: tb.TempDir()}
 	for _, o := range opts {
 		o(s)
 	}
-	tb.Cleanup(s.Kill)
-	var last error
-	for range startAttempts {
-		var err error
-		if s.port, err = freePort(); err != nil {
-			tb.Fatalf("zktest: %v", err)
-		}
-		s.mu.Lock()
-		err = s.launch()
-		s.mu.Unlock()
-		if err == nil {
-			return s
-		}
-		last = err
-	}
-	tb.Fatalf("zktest: start zookeeper: %v", last)
-	return nil
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	proc, ports, err := testproc.Launch(1, func(ports []int) (testproc.Spec, error) {
+		s.port = ports[0]
+		return s.spec(java, jar)
+	})
 	if err != nil {
-		return 0, fmt.Errorf("find a free port: %w", err)
+		tb.Fatalf("zktest: start zookeeper: %v", err)
 	}
-	port := l.Addr().(*net.TCPAddr).Port
-	return port, l.Close()
+	s.port, s.proc = ports[0], proc
+	tb.Cleanup(proc.Stop)
+	return s
 }
 
-func (s *Server) launch() error {
+func (s *Server) spec(java, jar string) (testproc.Spec, error) {
 	cfg := filepath.Join(s.dir, "zoo.cfg")
 	conf := fmt.Sprintf(`tickTime=100
 minSessionTimeout=200
@@ -133,73 +105,44 @@ clientPortAddress=127.0.0.1
 admin.enableServer=false
 4lw.commands.whitelist=srvr
 forceSync=%s
-`, filepath.Join(s.dir, "data"), s.port, map[bool]string{false: "no", true: "yes"}[s.sync])
+`, s.DataDir(), s.port, map[bool]string{false: "no", true: "yes"}[s.sync])
 	if err := os.WriteFile(cfg, []byte(conf), 0o644); err != nil {
-		return err
+		return testproc.Spec{}, err
 	}
-	logf, err := os.OpenFile(filepath.Join(s.dir, "zookeeper.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return err
-	}
-	defer logf.Close()
-	cmd := exec.Command(s.java,
-		"-Xms64m", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xshare:auto",
-		"-Dzookeeper.admin.enableServer=false",
-		"-cp", s.jar, "org.apache.zookeeper.server.ZooKeeperServerMain", cfg)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = sysProcAttr()
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	exited := make(chan struct{})
-	go func() {
-		cmd.Wait()
-		close(exited)
-	}()
-	s.cmd, s.exited = cmd, exited
-	deadline := time.Now().Add(readyTimeout)
-	for time.Now().Before(deadline) {
-		select {
-		case <-exited:
-			s.cmd = nil
-			return fmt.Errorf("zookeeper exited:\n%s", s.logTail())
-		default:
-		}
-		if s.serving() {
-			return nil
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	s.killLocked()
-	return fmt.Errorf("zookeeper not ready after %v:\n%s", readyTimeout, s.logTail())
+	return testproc.Spec{
+		Name: "zookeeper",
+		Argv: []string{java,
+			"-Xms64m", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xshare:auto",
+			"-Dzookeeper.admin.enableServer=false",
+			"-cp", jar, "org.apache.zookeeper.server.ZooKeeperServerMain", cfg},
+		Log:          filepath.Join(s.dir, "zookeeper.log"),
+		ReadyTimeout: readyTimeout,
+		Ready:        func(int) error { return s.serving() },
+	}, nil
 }
 
-// serving reports whether the server serves requests: "srvr" answers with
-// its mode only then ("ruok" answers imok earlier, while it still loads).
-func (s *Server) serving() bool {
+// serving reports nil once the server serves requests: "srvr" answers
+// with its mode only then ("ruok" answers imok earlier, while it still
+// loads).
+func (s *Server) serving() error {
 	c, err := net.DialTimeout("tcp", s.Addr(), time.Second)
 	if err != nil {
-		return false
+		return err
 	}
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(2 * time.Second))
 	if _, err := c.Write([]byte("srvr")); err != nil {
-		return false
+		return err
 	}
 	b, _ := io.ReadAll(c)
-	return strings.Contains(string(b), "Mode: ")
+	if !strings.Contains(string(b), "Mode: ") {
+		return errors.New("srvr: no mode yet")
+	}
+	return nil
 }
 
 // LogTail returns the last few kilobytes of the server's log.
-func (s *Server) LogTail() string { return s.logTail() }
-
-func (s *Server) logTail() string {
-	b, _ := os.ReadFile(filepath.Join(s.dir, "zookeeper.log"))
-	if len(b) > 4000 {
-		b = b[len(b)-4000:]
-	}
-	return string(b)
-}
+func (s *Server) LogTail() string { return s.proc.LogTail() }
 
 // DataDir returns the server's data directory (dataDir: snapshots and
 // transaction log). Copy or replace it only while the server is stopped
@@ -211,53 +154,20 @@ func (s *Server) DataDir() string { return filepath.Join(s.dir, "data") }
 func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
 
 // PID returns the server's process ID, or 0 when it is not running.
-func (s *Server) PID() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.cmd == nil {
-		return 0
-	}
-	return s.cmd.Process.Pid
-}
+func (s *Server) PID() int { return s.proc.PID() }
 
 // Kill sends SIGKILL to the server and waits for it to exit.
-func (s *Server) Kill() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.killLocked()
-}
-
-func (s *Server) killLocked() {
-	if s.cmd == nil {
-		return
-	}
-	s.cmd.Process.Signal(syscall.SIGKILL)
-	<-s.exited
-	s.cmd = nil
-}
+func (s *Server) Kill() { s.proc.Kill() }
 
 // Restart kills the server and starts it again on the same port with the
 // same data. It fails tb when the server does not come back.
 func (s *Server) Restart(tb testing.TB) {
 	tb.Helper()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.killLocked()
-	var err error
 	start := time.Now()
-	deadline := start.Add(readyTimeout)
-	for {
-		if err = s.launch(); err == nil {
-			if d := time.Since(start); d > 10*time.Second {
-				tb.Logf("zktest: restart took %v; log:\n%s", d, s.logTail())
-			}
-			return
-		}
-		tb.Logf("zktest: restart attempt failed: %v", err)
-		if time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
+	if err := s.proc.Restart(); err != nil {
+		tb.Fatalf("zktest: restart zookeeper: %v", err)
 	}
-	tb.Fatalf("zktest: restart zookeeper: %v", err)
+	if d := time.Since(start); d > 10*time.Second {
+		tb.Logf("zktest: restart took %v; log:\n%s", d, s.LogTail())
+	}
 }
