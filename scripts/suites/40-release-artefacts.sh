@@ -89,8 +89,13 @@ git -C "$REPO" ls-files -z --cached --others --exclude-standard |
 git -C "$SRC" init -q
 git -C "$SRC" add -A
 git -C "$SRC" -c user.name=dlock-release-suite -c user.email=suite@localhost commit -q -m snapshot
+# GoReleaser reads the git state, the remote's URL among it (nothing is fetched);
+# without one it carries on with commit "none" and no commit date, which the
+# times in the archives and packages come from.
+git -C "$SRC" remote add origin https://github.com/dlock-dev/dlock.git
 SRC2=$TMP/second-checkout/dlock
 git clone -q "$SRC" "$SRC2"
+git -C "$SRC2" remote set-url origin https://github.com/dlock-dev/dlock.git
 
 # --- a throwaway signing key ----------------------------------------------------
 export GNUPGHOME=$TMP/gnupg
