@@ -84,24 +84,29 @@ func (s *simScenario) done() {
 	s.net.wg.Wait()
 }
 
+// reorderedExtends is the script of p1/w0's Extend(10s) and Extend(1s):
+// the store applies 10s at once and 1s 10ms later, and 1s's reply comes
+// back first.
+func reorderedExtends(c simCall) (simFlight, bool) {
+	if c.op != "extend" || c.from != "p1/w0" {
+		return simFlight{}, false
+	}
+	switch c.ttl() {
+	case 10 * time.Second:
+		return simFlight{applied: true, back: 100 * time.Millisecond}, true
+	case time.Second:
+		return simFlight{applied: true, out: 10 * time.Millisecond, back: 10 * time.Millisecond}, true
+	}
+	return simFlight{}, false
+}
+
 // TestSimConcurrentExtends: a lease of 1s has Extend(10s) and Extend(1s) in
 // flight at once; the store applies 10s, then 1s, but the reply to 1s
 // comes back first. The lease must not end up claiming ~10s while the
 // store lets the lock go after 1s (and another Locker takes it).
 func TestSimConcurrentExtends(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := newSimScenario(t, func(c simCall) (simFlight, bool) {
-			if c.op != "extend" || c.from != "p1/w0" {
-				return simFlight{}, false
-			}
-			switch c.ttl() {
-			case 10 * time.Second:
-				return simFlight{applied: true, back: 100 * time.Millisecond}, true
-			case time.Second:
-				return simFlight{applied: true, out: 10 * time.Millisecond, back: 10 * time.Millisecond}, true
-			}
-			return simFlight{}, false
-		})
+		s := newSimScenario(t, reorderedExtends)
 		a, b := s.locker(1), s.locker(2)
 		ctx := s.ctx("p1/w0")
 		ls, err := a.Mutex("n", dlock.WithTTL(time.Second)).TryLock(ctx)
@@ -582,18 +587,7 @@ func (k simMultiLink) ReleaseMulti(ctx context.Context, reqs []dlock.Request) []
 // multi-lease believing the longer one.
 func TestSimConcurrentMultiExtends(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := newSimScenario(t, func(c simCall) (simFlight, bool) {
-			if c.op != "extend" || c.from != "p1/w0" {
-				return simFlight{}, false
-			}
-			switch c.ttl() {
-			case 10 * time.Second:
-				return simFlight{applied: true, back: 100 * time.Millisecond}, true
-			case time.Second:
-				return simFlight{applied: true, out: 10 * time.Millisecond, back: 10 * time.Millisecond}, true
-			}
-			return simFlight{}, false
-		})
+		s := newSimScenario(t, reorderedExtends)
 		a, err := dlock.New(simMultiLink{s.net.link(1, 0)})
 		if err != nil {
 			t.Fatal(err)
