@@ -54,7 +54,7 @@ func run(ctx context.Context, w *waiter, p policy, name string, once bool) error
 		if err == nil {
 			last = refused(refusing, g)
 		}
-		if end, over := ended(ctx, err, last, name); over || once {
+		if over, end := ended(ctx, err, last, name); over || once {
 			p.behind(ctx)
 			return end
 		}
@@ -91,13 +91,13 @@ func run(ctx context.Context, w *waiter, p policy, name string, once bool) error
 // does (the store's failure, a final error), otherwise last, so that a
 // refusal's RetryAfter and Held survive an attempt never sent or cut
 // short, or a refusal of name when no round was refused.
-func ended(ctx context.Context, err, last error, name string) (error, bool) {
+func ended(ctx context.Context, err, last error, name string) (bool, error) {
 	unanswered := errors.Is(err, ErrUnavailable) // the store's failure to answer
 	switch {
 	case ctx.Err() == nil && err == nil:
-		return last, false
+		return false, last
 	case ctx.Err() == nil:
-		return err, !unanswered
+		return !unanswered, err
 	case err == nil || !unanswered && errors.Is(err, ctx.Err()):
 		err = last
 	}
@@ -105,9 +105,9 @@ func ended(ctx context.Context, err, last error, name string) (error, bool) {
 		err = refused(name, store.Grant{})
 	}
 	if errors.Is(err, ctx.Err()) {
-		return err, true
+		return true, err
 	}
-	return errors.Join(err, ctx.Err()), true
+	return true, errors.Join(err, ctx.Err())
 }
 
 // refused is the error of a request of name that the store refused with g.
