@@ -86,7 +86,7 @@ func (p *Proc) startLocked() error {
 	if p.cmd != nil {
 		return fmt.Errorf("%s: already running (pid %d)", p.spec.Name, p.cmd.Process.Pid)
 	}
-	logf, err := os.OpenFile(p.spec.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	logf, err := os.OpenFile(p.spec.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644) //nolint:gosec // G302: a test server's log, read by whoever debugs the run
 	if err != nil {
 		return err
 	}
@@ -95,7 +95,7 @@ func (p *Proc) startLocked() error {
 		p.offset = fi.Size()
 	}
 	fmt.Fprintf(logf, "=== testproc: %s\n", strings.Join(p.spec.Argv, " "))
-	cmd := exec.Command(p.spec.Argv[0], p.spec.Argv[1:]...)
+	cmd := exec.Command(p.spec.Argv[0], p.spec.Argv[1:]...) //nolint:gosec // G204: the test's own server command line
 	cmd.Dir = p.spec.Dir
 	if len(p.spec.Env) > 0 {
 		cmd.Env = append(os.Environ(), p.spec.Env...)
@@ -110,7 +110,7 @@ func (p *Proc) startLocked() error {
 	}
 	exited := make(chan struct{})
 	go func() {
-		cmd.Wait()
+		_ = cmd.Wait() // the exit is reported through exited and the log
 		close(exited)
 	}()
 	p.cmd, p.exited, p.last = cmd, exited, cmd.Process.Pid
