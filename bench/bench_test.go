@@ -116,14 +116,14 @@ func TestDriverSmoke(t *testing.T) {
 		t.Errorf("violations = %d, want 0", n)
 	}
 	// W2-same takes each goroutine's name again and again: the name's fence
-	// key exists, and since every grant takes the clock floor and only
-	// raises the key's expiry the acquire makes as many calls as on W2's
-	// fresh names (six either way, TestMutexFastPathCommands in
-	// store/valkey); the odd script load or contended release of a tiny
+	// key exists, so the acquire makes two calls more than on W2's fresh
+	// names (SET KEEPTTL and PEXPIRE GT of the fence key: six against four,
+	// TestMutexFastPathCommands in store/valkey, since issue 41's grant that
+	// writes first); the odd script load or contended release of a tiny
 	// run may add a fraction.
 	if fresh, same := rep.cell("W2/dlock"), rep.cell("W2-same/dlock"); fresh != nil && same != nil {
-		if f, s := fresh.Median["srv_cmds_per_op"], same.Median["srv_cmds_per_op"]; s > f+1.5 || s < f-0.5 {
-			t.Errorf("dlock server commands per op: W2-same %.1f, W2 %.1f; want as many on reused names as on fresh ones", s, f)
+		if f, s := fresh.Median["srv_cmds_per_op"], same.Median["srv_cmds_per_op"]; s > f+3.5 || s < f+1.5 {
+			t.Errorf("dlock server commands per op: W2-same %.1f, W2 %.1f; want two more on reused names than on fresh ones", s, f)
 		}
 	}
 	// BENCH_ONLY may leave W6 out.

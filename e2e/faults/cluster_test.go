@@ -85,9 +85,16 @@ func clusterEnv(t *testing.T, c *testredis.Cluster, fenced bool) *env {
 func slotOf(t *testing.T, c *testredis.Cluster, name string) (slot int, master, replica *testredis.Server) {
 	t.Helper()
 	slot = c.Slot(t, "lock:"+name)
-	master, reps := c.Owner(t, slot)
-	if len(reps) == 0 {
-		t.Fatalf("slot %d's master %s has no replica", slot, master.Addr())
+	// After an earlier run's failover the node asked may not yet see the
+	// old master back as the new one's replica: ask until one is seen.
+	var reps []*testredis.Server
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		if master, reps = c.Owner(t, slot); len(reps) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("slot %d's master %s has no replica after a minute", slot, master.Addr())
+		}
 	}
 	waitInfo(t, reps[0], "replication", "master_link_status", "up")
 	return slot, master, reps[0]
@@ -170,8 +177,7 @@ func testClusterCoordinated(t *testing.T, c *testredis.Cluster) {
 	run := startClusterRun(t, e, "", func() {})
 	token := mustDo(t, master, "GET", "lock:"+run.key)
 	at := wire.Now()
-	mustDo(t, rep, "CLUSTER", "FAILOVER")
-	waitInfo(t, rep, "replication", "role", "master")
+	coordinatedFailover(t, rep)
 	e.fault("a holder takes the lock and stops before its write; CLUSTER FAILOVER (coordinated) on the slot's replica; the cluster clients follow by themselves")
 	if got := mustDo(t, rep, "GET", "lock:"+run.key); got != token {
 		t.Fatalf("the promoted replica's lock key = %q, want the holder's token: a coordinated failover lost the grant", got)
@@ -288,4 +294,21 @@ func testSlotDropped(t *testing.T, c *testredis.Cluster) {
 	r, valid := run.finish(t, at, true, false, "")
 	requireDetected(t, "overlaps of valid leases (slot moved without its keys)", valid)
 	e.record(r)
+}
+
+// coordinatedFailover makes rep its master's master by CLUSTER FAILOVER.
+// The master pauses its clients until rep has caught up, and the two give
+// up after 5 s (Redis's manual failover timeout), which a loaded machine
+// can reach: the failover is asked again then, three times at most.
+func coordinatedFailover(t *testing.T, rep *testredis.Server) {
+	t.Helper()
+	for range 3 {
+		mustDo(t, rep, "CLUSTER", "FAILOVER")
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			if info, err := rep.Do("INFO", "replication"); err == nil && infoField(info, "role") == "master" {
+				return
+			}
+		}
+	}
+	waitInfo(t, rep, "replication", "role", "master")
 }
