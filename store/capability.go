@@ -24,6 +24,46 @@ type State struct {
 	Fence   int64         `json:"fence"` // last issued fence
 	Queue   int           `json:"queue"` // waiters (fair queue, writer intents)
 	Limit   int           `json:"limit,omitempty"`
+	// Owners describes each live hold (a reentrant hold is one, each
+	// reader and semaphore permit its own), in no set order: len(Owners)
+	// is Holders. A hold granted without a record, and a foreign library's
+	// key, shows as an Owner of "" with a zero Since.
+	Owners []Holder `json:"owners"`
+}
+
+// Holder describes one hold of a lock, as recorded by its grant
+// ([Request.Holder], [Request.Data]). It never reveals the token.
+type Holder struct {
+	Owner string    `json:"owner"`          // "" when unknown
+	Since time.Time `json:"since"`          // the grant, by the store's clock; zero when unknown
+	Data  string    `json:"data,omitempty"` // the caller's data
+	Fence int64     `json:"fence"`          // the hold's fence; 0 when unknown
+}
+
+// Resumer is implemented by stores on which a process can take back a
+// hold it was granted, by its token, after a restart.
+type Resumer interface {
+	// Resume confirms atomically that req.Token holds req.Name in
+	// req.Mode (a repeat by the holder: nothing is granted) and extends
+	// the hold to req.TTL, capped by its MaxHold. It returns a Grant with
+	// Acquired true, the hold's Fence (as first issued, or raised), Count
+	// for a reentrant hold, TTL (what the hold was extended to) and
+	// MaxHoldLeft. A token that holds nothing, or holds it in another
+	// mode, gets ErrNotHeld and changes nothing.
+	Resume(ctx context.Context, req Request) (Grant, error)
+}
+
+// ForceReleaser is implemented by stores on which an operator can end a
+// lock's holds without their tokens.
+type ForceReleaser interface {
+	// ForceRelease ends every hold of name, in whatever mode and by
+	// whatever token (a foreign library's key too), even one kept by a
+	// MinHold, and wakes the name's watchers. Queue places are kept. The
+	// fence counter is kept, so the next grant's fence is above every
+	// ended hold's: the forced holders' late writes are fenced out. It
+	// returns the holds it ended (as [State.Owners] shows them), none when
+	// nobody held the name.
+	ForceRelease(ctx context.Context, name string) ([]Holder, error)
 }
 
 // Pinger is implemented by stores that can check they are reachable.

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"time"
 	"unicode/utf8"
 )
@@ -50,6 +51,66 @@ type Request struct {
 	// [MaxValueLen] bytes), kept with the hold and returned by
 	// [Elector.Leader]. A retried Acquire by the holder keeps the first value.
 	Value string
+
+	// The fields below are recorded with a hold when Acquire grants it
+	// (a new hold: a repeat by the holder, a re-entry or a resume keeps the
+	// first record), atomically with the grant, and are gone with the hold.
+	// Each store documents where it keeps them. Where the store can, it
+	// writes nothing extra when all four are unset, so the fast path costs
+	// what it did before them.
+
+	// Holder names who holds, as [Inspector] shows it ([Holder.Owner]):
+	// at most [MaxHolderLen] bytes of valid UTF-8, "" for none. It is not
+	// the reentrant Owner above: it decides nothing, it is only shown.
+	Holder string
+	// Data is the caller's data kept with the hold and shown with the
+	// holder ([Holder.Data]): at most [MaxDataLen] bytes, "" for none.
+	Data string
+	// MinHold keeps an exclusive hold (ModeMutex, ModeFair, ModeElection,
+	// and each name of a multi-lock) at least this long from its grant by
+	// the store's clock: a Release before then answers nil and leaves the
+	// hold to the store's own expiry at grant + MinHold (the fence is
+	// unchanged; no process keeps a timer). A crashed holder is still
+	// bounded by its TTL. 0 for none. Shared modes ignore it.
+	MinHold time.Duration
+	// MaxHold bounds the hold from its grant by the store's clock: every
+	// grant and Extend sets the hold's expiry to at most grant + MaxHold, so
+	// an extend past it is capped and, once the hold ran out there, answered
+	// ErrNotHeld, whichever process sends it. 0 for none. A reentrant
+	// hold's bound is its first grant's.
+	MaxHold time.Duration
+}
+
+// MaxHolderLen bounds [Request.Holder].
+const MaxHolderLen = 256
+
+// MaxDataLen bounds [Request.Data].
+const MaxDataLen = 1024
+
+// ValidHold checks the hold record fields of req (Holder, Data, MinHold,
+// MaxHold) and returns nil or an [*InvalidError] naming the field: "holder",
+// "data", "minHold" or "maxHold". Stores call it in Acquire before they
+// touch the backend, so a bad record changes nothing.
+func ValidHold(req Request) error {
+	if len(req.Holder) > MaxHolderLen {
+		return invalid("holder", fmt.Sprintf("must be at most %d bytes", MaxHolderLen))
+	}
+	if !utf8.ValidString(req.Holder) {
+		return invalid("holder", "must be valid UTF-8")
+	}
+	if len(req.Data) > MaxDataLen {
+		return invalid("data", fmt.Sprintf("must be at most %d bytes", MaxDataLen))
+	}
+	if req.MinHold < 0 {
+		return invalid("minHold", "must not be negative")
+	}
+	if req.MaxHold < 0 {
+		return invalid("maxHold", "must not be negative")
+	}
+	if req.MaxHold > 0 && req.MinHold > req.MaxHold {
+		return invalid("minHold", "must not exceed maxHold")
+	}
+	return nil
 }
 
 // Grant is a store's answer to Acquire.
@@ -72,6 +133,12 @@ type Grant struct {
 	Count int
 	// Position is the caller's place in a fair queue (0 is the head).
 	Position int
+	// TTL is, from [Resumer.Resume], the TTL the hold was extended to:
+	// the request's TTL, capped by the hold's MaxHold.
+	TTL time.Duration
+	// MaxHoldLeft is, from [Resumer.Resume], what is left of the hold's
+	// MaxHold by the store's clock (0 when it has none).
+	MaxHoldLeft time.Duration
 }
 
 // MaxValueLen bounds a candidate's value in an election ([Request.Value]).
