@@ -17,11 +17,33 @@ import (
 // could delete one.
 const markerPrefix = "dlock:"
 
+// recordOptions returns the options that req's hold record fields set, for
+// [Locker.Acquire]: each field set overrides the option.
+func recordOptions(req Request) []Option {
+	var opts []Option
+	if req.Holder != "" {
+		opts = append(opts, WithHolder(req.Holder))
+	}
+	if req.Data != "" {
+		opts = append(opts, WithHolderData(req.Data))
+	}
+	if req.MinHold != 0 {
+		opts = append(opts, WithMinHold(req.MinHold))
+	}
+	if req.MaxHold != 0 {
+		opts = append(opts, WithMaxHold(req.MaxHold))
+	}
+	return opts
+}
+
 // Acquire is the low-level form of every pattern's TryLock and Lock, for
 // code that forwards requests it did not build itself (the HTTP service, a
 // remote store). It takes the lock req describes (its Name, Mode, Owner,
 // Limit and Queue) with a lease of req.TTL (0: the Locker's TTL) and a
-// queue entry of req.QueueTTL (0: see [WithQueueTTL]); with
+// queue entry of req.QueueTTL (0: see [WithQueueTTL]). Its hold record
+// fields, when set, act as options: Holder as [WithHolder], Data as
+// [WithHolderData], MinHold as [WithMinHold] and MaxHold as [WithMaxHold]
+// (overriding those options); with
 // wait it waits as [Mutex.Lock] does, otherwise it fails fast as
 // [Mutex.TryLock] does. Options override the Locker's settings as in the
 // pattern constructors.
@@ -48,6 +70,7 @@ func (l *Locker) Acquire(ctx context.Context, req Request, wait bool, opts ...Op
 	if req.QueueTTL != 0 {
 		opts = append(opts, WithQueueTTL(req.QueueTTL))
 	}
+	opts = append(opts, recordOptions(req)...)
 	c := l.lockConfig(opts)
 	if len(req.Token) > 256 {
 		return nil, invalid("token", "must be at most 256 bytes")
@@ -73,6 +96,9 @@ func (l *Locker) acquire(ctx context.Context, c *config, req Request, wait bool)
 	if c.lockDelay > 0 && !store.SupportsLockDelay(l.store) {
 		return nil, notSupported("lock-delay (the store does not end holds by its own clock)")
 	}
+	if err := l.holdFields(c, &req); err != nil {
+		return nil, err
+	}
 	req.TTL = c.leaseTTL() + c.lockDelay // the store's hold; the lease is valid for leaseTTL
 	own := req.Token == ""
 	if own {
@@ -88,7 +114,7 @@ func (l *Locker) acquire(ctx context.Context, c *config, req Request, wait bool)
 	start := time.Now()
 	ls, err := l.take(ctx, p, wait)
 	ev := Event{Kind: EventAcquire, Mode: req.Mode, Name: req.Name, Duration: time.Since(start), Waited: wait,
-		Context: ctx, Start: start, Attempts: p.log.n, Err: err}
+		Context: ctx, Start: start, Attempts: p.log.n, Err: err, Owner: req.Holder}
 	switch {
 	case ls != nil:
 		ev.Result, ev.Fence, ev.Lease = "acquired", ls.fence, ls.id

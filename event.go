@@ -59,6 +59,9 @@ type Event struct {
 	Fence    int64
 	Duration time.Duration // acquire, extend, renewal: time the call took; release and loss: hold time
 	Waited   bool          // acquire: whether the call waited for the lock
+	// Owner is who holds the lease as the store records it: the
+	// [WithHolder] it was asked with ("" when none was set). Never a token.
+	Owner string
 
 	// Context is the context of the caller whose call the event reports
 	// (the acquire, Extend or Release; for a [Multi], its Lock or TryLock),

@@ -198,7 +198,7 @@ func (ls *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	start := time.Now()
 	err := ls.extend(ctx, ttl)
 	ls.l.emit(Event{Kind: EventExtend, Mode: ls.req.Mode, Name: ls.req.Name, Result: callResult(err), Fence: ls.fence,
-		Duration: time.Since(start), Context: ctx, Lease: ls.id, Start: start, Err: err})
+		Duration: time.Since(start), Context: ctx, Lease: ls.id, Start: start, Err: err, Owner: ls.req.Holder})
 	return err
 }
 
@@ -451,6 +451,10 @@ func (ls *Lease) expireLocked() bool {
 // answer (the lock then frees itself when its TTL runs out). Done is closed
 // in every case.
 //
+// With [WithMinHold], a Release before the grant plus the min hold ends the
+// lease and returns nil, but the name is not free: the store keeps it held
+// (with this lease's token and fence) until then, by its own clock.
+//
 // Release still releases when ctx has already ended (a request's context
 // in a deferred Release, say): the store call gets up to [WithOpTimeout],
 // or ctx's deadline when that is later.
@@ -508,7 +512,7 @@ func (ls *Lease) markReleased() error {
 func (ls *Lease) reportRelease(ctx context.Context, start time.Time, err error) {
 	if ls.l.cfg.observer != nil {
 		ls.l.emit(Event{Kind: EventRelease, Mode: ls.req.Mode, Name: ls.req.Name, Result: callResult(err), Fence: ls.fence,
-			Duration: start.Sub(ls.acquiredAt), Context: ctx, Lease: ls.id, Start: start, Err: err})
+			Duration: start.Sub(ls.acquiredAt), Context: ctx, Lease: ls.id, Start: start, Err: err, Owner: ls.req.Holder})
 	}
 }
 

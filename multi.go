@@ -32,7 +32,8 @@ const MaxMultiNames = 64
 // undoing; it never holds some names past a failed acquire (a name whose
 // release failed runs out at its TTL). Observers ([WithObserver]) get an
 // acquire event for each name taken, undone ones included, matched by its
-// release or loss.
+// release or loss. With [WithMinHold], names taken before a refusal stay
+// held until their min hold ends, though released: the store keeps them.
 type Multi struct {
 	l     *Locker
 	names []string
@@ -156,7 +157,9 @@ func (m *Multi) attempt(ctx context.Context, token string) (*MultiLease, store.G
 	c := &m.cfg
 	leases := make([]*Lease, 0, len(m.names))
 	for _, name := range m.names {
-		cl := &call{l: m.l, c: c, req: Request{Name: name, Token: token, Mode: ModeMutex, TTL: c.leaseTTL() + c.lockDelay}}
+		req := Request{Name: name, Token: token, Mode: ModeMutex, TTL: c.leaseTTL() + c.lockDelay}
+		_ = m.l.holdFields(c, &req) // a mutex's: checked by check
+		cl := &call{l: m.l, c: c, req: req}
 		sent := time.Now()
 		ls, g, err := cl.try(ctx) // what it may leave held, undo releases
 		if ls == nil {
@@ -170,7 +173,7 @@ func (m *Multi) attempt(ctx context.Context, token string) (*MultiLease, store.G
 		// Each name's lease is reported like any grant, so that its
 		// release (or loss) is matched by an acquire for observers.
 		m.l.emit(Event{Kind: EventAcquire, Mode: ModeMutex, Name: name, Result: "acquired", Fence: ls.fence, Duration: time.Since(sent),
-			Context: ctx, Lease: ls.id, Start: sent, Attempts: 1})
+			Context: ctx, Lease: ls.id, Start: sent, Attempts: 1, Owner: req.Holder})
 		leases = append(leases, ls)
 	}
 	return m.held(ctx, &MultiLease{token: token, names: m.names, leases: leases, done: make(chan struct{})})
@@ -203,6 +206,7 @@ func (m *Multi) attemptAtomic(ctx context.Context, ms store.MultiStore, token st
 	reqs := make([]Request, len(m.names))
 	for i, name := range m.names {
 		reqs[i] = Request{Name: name, Token: token, Mode: ModeMutex, TTL: c.leaseTTL() + c.lockDelay}
+		_ = l.holdFields(c, &reqs[i]) // a mutex's: checked by check
 	}
 	var mg store.MultiGrant
 	sent, err := cl.ask(ctx, func(actx context.Context) (err error) {
@@ -244,7 +248,7 @@ func (m *Multi) attemptAtomic(ctx context.Context, ms store.MultiStore, token st
 			return nil, store.Grant{}, "", err
 		}
 		m.l.emit(Event{Kind: EventAcquire, Mode: ModeMutex, Name: req.Name, Result: "acquired", Fence: ls.fence, Duration: took,
-			Context: ctx, Lease: ls.id, Start: sent, Attempts: 1})
+			Context: ctx, Lease: ls.id, Start: sent, Attempts: 1, Owner: req.Holder})
 		leases = append(leases, ls)
 	}
 	return m.held(ctx, &MultiLease{token: token, names: m.names, leases: leases, ms: ms, opTimeout: c.opTimeout, done: make(chan struct{})})

@@ -83,7 +83,7 @@ func (l *Locker) emitLoss(ls *Lease) {
 	l.mu.Lock()
 	err := ls.err
 	l.mu.Unlock()
-	l.report(Event{Kind: EventLeaseLost, Mode: ls.req.Mode, Name: ls.req.Name, Fence: ls.fence, Duration: time.Since(ls.acquiredAt), Lease: ls.id, Err: err})
+	l.report(Event{Kind: EventLeaseLost, Mode: ls.req.Mode, Name: ls.req.Name, Fence: ls.fence, Duration: time.Since(ls.acquiredAt), Lease: ls.id, Err: err, Owner: ls.req.Holder})
 }
 
 // logLoss queues the log line of the loss of ls: a warning for an

@@ -25,6 +25,9 @@ type config struct {
 	onPosition  func(int) // fair lock: see WithQueuePosition
 	lockDelay   time.Duration
 	maxHold     time.Duration // 0: none
+	minHold     time.Duration // WithMinHold; 0: none
+	holder      string        // WithHolder; "": none
+	holderData  string        // WithHolderData
 	ownerOnly   bool          // WithOwnerReleaseOnly
 	err         error
 }
@@ -50,6 +53,9 @@ func (c *config) apply(opts []Option) error {
 		// Checked once every option is in, whatever their order; a lock's
 		// options are checked with the Locker's under them.
 		c.fail("renewInterval", fmt.Sprintf("%v must be at most half the TTL (%v)", c.renewEvery, c.ttl))
+	}
+	if c.err == nil && c.maxHold > 0 && c.minHold > c.maxHold {
+		c.fail("minHold", fmt.Sprintf("%v must not exceed the max hold (%v)", c.minHold, c.maxHold))
 	}
 	return c.err
 }
@@ -210,8 +216,17 @@ func WithLockDelay(d time.Duration) Option {
 // that extension took to reach the store than the acquire did. A lease lost
 // at its max hold is then released on the store at once (the name is free
 // for others promptly), as every lost lease is; with [WithLockDelay] its
-// hold is left to run out instead, the delay after. Default 0 (none); from
-// 100ms to 365 days, or 0 to turn off a Locker's default.
+// hold is left to run out instead, the delay after.
+//
+// The bound is also kept with the hold on the store ([store.Request]'s
+// MaxHold), so that whoever extends the hold by its token (another
+// process, another replica of the lock service, a resumed lease) is capped
+// alike: the store ends the hold at most d after its grant by the store's
+// clock, plus the lock-delay and the drift margin of d (so the store never
+// ends a hold its lease still counts valid). On a [Reentrant] lock, whose
+// re-entries share one hold, the bound is kept by each lease alone.
+// Default 0 (none); from 100ms to 365 days, or 0 to turn off a Locker's
+// default.
 func WithMaxHold(d time.Duration) Option {
 	return func(c *config) {
 		if d != 0 && (d < MinTTL || d > MaxHold) {

@@ -264,5 +264,5 @@ func (l *Locker) settleRenewals(batch []*Lease, reqs []Request, sent time.Time, 
 
 func renewEvent(ls *Lease, result string, sent time.Time, err error) Event {
 	return Event{Kind: EventRenew, Mode: ls.req.Mode, Name: ls.req.Name, Result: result, Fence: ls.fence,
-		Duration: time.Since(sent), Lease: ls.id, Start: sent, Err: err}
+		Duration: time.Since(sent), Lease: ls.id, Start: sent, Err: err, Owner: ls.req.Holder}
 }
