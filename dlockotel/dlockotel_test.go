@@ -383,3 +383,37 @@ func BenchmarkObserve(b *testing.B) {
 		o.Observe(rel)
 	}
 }
+
+// TestHoldSpanOwner: the dlock.hold span names who holds the lease
+// (dlock.WithHolder), and leaves the attribute out when none was set.
+func TestHoldSpanOwner(t *testing.T) {
+	tr := newTracing(t)
+	o := newObserver(t, tr, nil)
+	l, err := dlock.New(memory.New(), dlock.WithObserver(o.Observe))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ctx := context.Background()
+	owned, err := l.Mutex("owned", dlock.WithHolder("billing-7/4242")).TryLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := l.Mutex("plain").TryLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := owned.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := plain.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range tr.waitSpans(t, "dlock.hold", 2) {
+		a := attrs(s)
+		want := map[string]string{"owned": "billing-7/4242", "plain": ""}[a["dlock.name"].AsString()]
+		if got := a["dlock.owner"].AsString(); got != want {
+			t.Errorf("hold span of %s: dlock.owner = %q, want %q", a["dlock.name"].AsString(), got, want)
+		}
+	}
+}

@@ -23,6 +23,7 @@ const (
 	keyHeldMode   = attribute.Key("dlock.held_mode")
 	keyRetryAfter = attribute.Key("dlock.retry_after_ms")
 	keyEnd        = attribute.Key("dlock.end")
+	keyOwner      = attribute.Key("dlock.owner")
 )
 
 // acquired records the dlock.acquire span of ev and, for a grant, opens
@@ -61,11 +62,15 @@ func (o *Observer) acquired(ctx context.Context, ev dlock.Event) {
 	if ev.Result != "acquired" || ev.Lease == 0 {
 		return
 	}
-	_, hold := o.tracer.Start(ctx, "dlock.hold", trace.WithTimestamp(end), trace.WithAttributes(
+	holdAttrs := []attribute.KeyValue{
 		keyName.String(ev.Name),
 		keyMode.String(ev.Mode.String()),
 		keyFence.Int64(ev.Fence),
-	))
+	}
+	if ev.Owner != "" {
+		holdAttrs = append(holdAttrs, keyOwner.String(ev.Owner)) // who holds it (dlock.WithHolder)
+	}
+	_, hold := o.tracer.Start(ctx, "dlock.hold", trace.WithTimestamp(end), trace.WithAttributes(holdAttrs...))
 	o.mu.Lock()
 	early, ended := o.early[ev.Lease]
 	if ended {
