@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -68,6 +69,12 @@ func testCrossPattern(t *testing.T, h Harness) {
 	t.Run("MultiAgainstModes", func(t *testing.T) {
 		parallel(t)
 		crossMulti(t, h.New(t), modes)
+	})
+	t.Run("MinHoldAgainstModes", func(t *testing.T) {
+		parallel(t)
+		s := h.New(t)
+		needHolds(t, s)
+		crossMinHold(t, s, modes)
 	})
 	t.Run("MixedGoroutines", func(t *testing.T) {
 		parallel(t)
@@ -182,6 +189,27 @@ func crossMultiMode(t *testing.T, s store.Store, l *dlock.Locker, m store.Mode, 
 	}
 	if err := ml.Release(ctx); err != nil {
 		t.Errorf("multi-lock Release = %v", err)
+	}
+}
+
+// crossMinHold checks that a hold kept by its MinHold after an early
+// release (mutex, fair, election) excludes every other mode as the hold
+// did, naming its mode, until grant + MinHold, and that the name is then
+// granted with a higher fence.
+func crossMinHold(t *testing.T, s store.Store, modes []store.Mode) {
+	var ks []kept
+	for _, m := range minHoldModes {
+		if slices.Contains(modes, m) {
+			ks = append(ks, takeKept(t, s, lockName(t), m, holdMinHold))
+		}
+	}
+	for _, k := range ks {
+		for _, asked := range modes {
+			checkKept(t, s, k, crossReq(k.req.Name, asked, longTTL), k.req.Mode)
+		}
+	}
+	for _, k := range ks {
+		grantedAfter(t, s, k, crossReq(k.req.Name, otherModeOf(k.req.Mode, modes), longTTL))
 	}
 }
 

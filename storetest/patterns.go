@@ -138,25 +138,10 @@ func checkListed(t *testing.T, in store.Inspector, want store.State) {
 }
 
 // sameState reports whether a and b are equal, their Owners in any order
-// (Since to the millisecond: stores keep it so).
+// (see sameHolders).
 func sameState(a, b store.State) bool {
-	ao, bo := a.Owners, b.Owners
-	if a.Name != b.Name || a.Mode != b.Mode || a.Holders != b.Holders || a.TTL != b.TTL || a.Fence != b.Fence ||
-		a.Queue != b.Queue || a.Limit != b.Limit || len(ao) != len(bo) {
-		return false
-	}
-	used := make([]bool, len(bo))
-next:
-	for _, x := range ao {
-		for i, y := range bo {
-			if !used[i] && x.Owner == y.Owner && x.Data == y.Data && x.Fence == y.Fence && x.Since.Truncate(time.Millisecond).Equal(y.Since.Truncate(time.Millisecond)) {
-				used[i] = true
-				continue next
-			}
-		}
-		return false
-	}
-	return true
+	return a.Name == b.Name && a.Mode == b.Mode && a.Holders == b.Holders && a.TTL == b.TTL && a.Fence == b.Fence &&
+		a.Queue == b.Queue && a.Limit == b.Limit && sameHolders(a.Owners, b.Owners)
 }
 
 // checkWoken checks that a waiter is woken by the store: wait runs on a

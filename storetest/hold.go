@@ -1,0 +1,476 @@
+package storetest
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dlock-dev/dlock/store"
+)
+
+// The hold suite (issue 38): a hold's record (Request.Holder, Data and the
+// grant time, shown in State.Owners and List), the bounds kept with the
+// hold on the store (MinHold, MaxHold), taking a hold back by its token
+// (store.Resumer) and an operator's force-release (store.ForceReleaser).
+// It runs over every mode the store supports.
+
+func init() { register("Hold", store.ModeMutex, testHold) }
+
+// Durations of the hold suite: generous, so that the facts checked are
+// orderings (refused while the window is certainly open, granted only
+// after it), never how fast a store answers.
+const (
+	holdMinHold = 3 * time.Second // a MinHold the suite waits out
+	holdMaxHold = 3 * time.Second // a MaxHold the suite waits out
+	holdShort   = time.Second     // a TTL the suite lets run out
+)
+
+// holdTest is one test of the hold suite, given the store and the modes
+// it supports.
+type holdTest struct {
+	name string
+	fn   func(t *testing.T, h Harness, s store.Store, modes []store.Mode)
+}
+
+var holdTests = []holdTest{
+	{"Record", holdRecord},
+	{"RecordLimits", holdRecordLimits},
+	{"RecordGoneAfterRelease", holdRecordGoneAfterRelease},
+	{"RecordGoneAfterExpiry", holdRecordGoneAfterExpiry},
+	{"Invalid", holdInvalid},
+	{"RepeatKeepsRecord", holdRepeatKeepsRecord},
+	{"FairHandoffRecord", holdFairHandoffRecord},
+	{"MinHold", holdMinHoldKeeps},
+	{"MinHoldPassed", holdMinHoldPassed},
+	{"MinHoldShared", holdMinHoldShared},
+	{"MinHoldMulti", holdMinHoldMulti},
+	{"MaxHold", holdMaxHoldCaps},
+	{"Resume", holdResume},
+	{"ResumeMaxHold", holdResumeMaxHold},
+	{"ResumeRefused", holdResumeRefused},
+	{"ResumeExpired", holdResumeExpired},
+	{"ForceRelease", holdForceRelease},
+	{"ForceReleaseMinHold", holdForceReleaseMinHold},
+	{"ForceReleaseQueue", holdForceReleaseQueue},
+}
+
+func testHold(t *testing.T, h Harness) {
+	modes := supportedModes(h)
+	for _, ht := range holdTests {
+		t.Run(ht.name, func(t *testing.T) {
+			parallel(t)
+			s := h.New(t)
+			needHolds(t, s)
+			ht.fn(t, h, s, modes)
+		})
+	}
+}
+
+// supportedModes returns the modes of allModes that h supports.
+func supportedModes(h Harness) []store.Mode {
+	var modes []store.Mode
+	for _, m := range allModes {
+		if h.supports(m) {
+			modes = append(modes, m)
+		}
+	}
+	return modes
+}
+
+// needHolds checks that s implements what issue 38 asks of every store:
+// store.Inspector (with State.Owners), store.Resumer and
+// store.ForceReleaser.
+//
+// TRANSITION GATE: while the stores are being brought to the contract, a
+// store that implements neither Resumer nor ForceReleaser skips the hold
+// suite (and the cross-pattern MinHold test) instead of failing it. Once
+// every store implements both, this skip becomes t.Fatalf.
+func needHolds(t *testing.T, s store.Store) (store.Inspector, store.Resumer, store.ForceReleaser) {
+	t.Helper()
+	in, iok := s.(store.Inspector)
+	r, rok := s.(store.Resumer)
+	fr, fok := s.(store.ForceReleaser)
+	if !rok && !fok {
+		t.Skipf("%T implements neither store.Resumer nor store.ForceReleaser: the issue 38 hold suite is skipped until it does (every store must)", s)
+	}
+	if !iok || !rok || !fok {
+		t.Fatalf("%T: store.Inspector %v, store.Resumer %v, store.ForceReleaser %v; every store must implement all three", s, iok, rok, fok)
+	}
+	return in, r, fr
+}
+
+// holdsOf is how many holds the suite takes in mode m to see one record
+// per hold: two readers, two permits, one of each other mode.
+func holdsOf(m store.Mode) int {
+	if m == store.ModeRead || m == store.ModeSemaphore {
+		return 2
+	}
+	return 1
+}
+
+// recorded is a hold the suite took with a record, and the window of the
+// test's clock in which the store granted it.
+type recorded struct {
+	req           store.Request
+	fence         int64
+	before, after time.Time
+}
+
+// holder is what State.Owners should show for r.
+func (r recorded) holder() store.Holder {
+	return store.Holder{Owner: r.req.Holder, Data: r.req.Data, Fence: r.fence}
+}
+
+// holdSet is what takeRecorded took: one record per hold, and every
+// request to release (a reentrant hold's re-entry too).
+type holdSet struct {
+	recs []recorded
+	reqs []store.Request
+}
+
+// release releases every request of hs, failing t unless each is released.
+func (hs holdSet) release(t *testing.T, s store.Store) {
+	t.Helper()
+	for _, req := range hs.reqs {
+		mustRelease(t, s, req)
+	}
+}
+
+// takeRecorded acquires holdsOf(m) holds of name in mode m, each with its
+// own Holder and Data, and a re-entry for a reentrant hold (whose record
+// must stay the first one's).
+func takeRecorded(t *testing.T, s store.Store, name string, m store.Mode, ttl time.Duration) holdSet {
+	t.Helper()
+	var hs holdSet
+	owner := newToken()
+	for i := range holdsOf(m) {
+		req := crossReq(name, m, ttl)
+		req.Holder = fmt.Sprintf("host-%d.example/%d ✓", i, 4000+i)
+		req.Data = fmt.Sprintf(`{"job":%d,"mode":%q}`, i, m)
+		if m == store.ModeReentrant {
+			req.Owner = owner
+		}
+		before := time.Now()
+		g := mustAcquire(t, s, req)
+		hs.recs = append(hs.recs, recorded{req: req, fence: g.Fence, before: before, after: time.Now()})
+		hs.reqs = append(hs.reqs, req)
+	}
+	if m == store.ModeReentrant {
+		again := hs.reqs[0]
+		again.Token, again.Holder, again.Data = newToken(), "re-entry", "not recorded"
+		if g := mustAcquire(t, s, again); g.Count != 2 || g.Fence != hs.recs[0].fence {
+			t.Errorf("reentrant re-entry = %+v, want Count 2 and fence %d", g, hs.recs[0].fence)
+		}
+		hs.reqs = append(hs.reqs, again)
+	}
+	return hs
+}
+
+// mustState returns State(name), failing t on an error.
+func mustState(t *testing.T, in store.Inspector, name string) store.State {
+	t.Helper()
+	st, err := in.State(testContext(t), name)
+	if err != nil {
+		t.Fatalf("State(%q) = %v", name, err)
+	}
+	if len(st.Owners) != st.Holders {
+		t.Errorf("State(%q): %d Owners for %d Holders (%+v); want one per hold", name, len(st.Owners), st.Holders, st.Owners)
+	}
+	return st
+}
+
+// checkOwners checks that owners shows exactly the holds of want, each
+// with its Owner, Data, Fence and a Since within its grant window (by the
+// store's clock, to the millisecond).
+func checkOwners(t *testing.T, what string, owners []store.Holder, want []recorded) {
+	t.Helper()
+	if len(owners) != len(want) {
+		t.Errorf("%s: Owners = %+v, want %d entries (one per hold)", what, owners, len(want))
+		return
+	}
+	left := slices.Clone(owners)
+	for _, w := range want {
+		i := slices.IndexFunc(left, func(h store.Holder) bool { return h.Owner == w.req.Holder })
+		if i < 0 {
+			t.Errorf("%s: Owners = %+v, want an entry for %q", what, owners, w.req.Holder)
+			continue
+		}
+		h := left[i]
+		left = slices.Delete(left, i, i+1)
+		if h.Data != w.req.Data || h.Fence != w.fence {
+			t.Errorf("%s: Owners entry %+v, want Data %q and Fence %d", what, h, w.req.Data, w.fence)
+		}
+		lo, hi := w.before.Truncate(time.Millisecond).Add(-clockSlack), w.after.Add(clockSlack)
+		if h.Since.Before(lo) || h.Since.After(hi) {
+			t.Errorf("%s: Owners entry %q Since = %v, want the grant's time, in [%v, %v]", what, h.Owner, h.Since, lo, hi)
+		}
+	}
+}
+
+// holdRecord: every hold shows its record in State.Owners and List, one
+// entry per reader and per permit, one for a reentrant hold (the first
+// acquisition's record), never the token.
+func holdRecord(t *testing.T, _ Harness, s store.Store, modes []store.Mode) {
+	in := s.(store.Inspector)
+	for _, m := range modes {
+		name := lockName(t)
+		held := takeRecorded(t, s, name, m, longTTL)
+		st := mustState(t, in, name)
+		checkOwners(t, fmt.Sprintf("State of a %v hold", m), st.Owners, held.recs)
+		checkListed(t, in, st)
+		for _, req := range held.reqs {
+			if strings.Contains(fmt.Sprintf("%+v", st), req.Token) {
+				t.Errorf("State of a %v hold = %+v: it shows a token", m, st)
+			}
+		}
+		held.release(t, s)
+	}
+}
+
+// holdRecordLimits: a Holder of store.MaxHolderLen bytes and Data of
+// store.MaxDataLen bytes are kept whole.
+func holdRecordLimits(t *testing.T, _ Harness, s store.Store, modes []store.Mode) {
+	in := s.(store.Inspector)
+	for _, m := range modes {
+		name := lockName(t)
+		req := crossReq(name, m, longTTL)
+		req.Holder = strings.Repeat("é", store.MaxHolderLen/2)
+		req.Data = strings.Repeat("dä", store.MaxDataLen/3) + "d"
+		before := time.Now()
+		g := mustAcquire(t, s, req)
+		r := recorded{req: req, fence: g.Fence, before: before, after: time.Now()}
+		checkOwners(t, fmt.Sprintf("State of a %v hold with the longest record", m), mustState(t, in, name).Owners, []recorded{r})
+		mustRelease(t, s, req)
+	}
+}
+
+// holdRecordGoneAfterRelease: a released hold's record is gone, and the
+// next hold, taken without a record, shows Owner "" (not the last one's).
+func holdRecordGoneAfterRelease(t *testing.T, _ Harness, s store.Store, modes []store.Mode) {
+	in := s.(store.Inspector)
+	for _, m := range modes {
+		name := lockName(t)
+		takeRecorded(t, s, name, m, longTTL).release(t, s)
+		if st := mustState(t, in, name); st.Holders != 0 || len(st.Owners) != 0 {
+			t.Errorf("State after the %v holds were released = %+v, want no holders and no Owners", m, st)
+		}
+		checkUnrecorded(t, s, in, name, m)
+	}
+}
+
+// checkUnrecorded takes a hold of name in mode m without a record and
+// checks that it shows as one Owner "" without Data (Since is not
+// required: a store may write nothing for it), then releases it.
+func checkUnrecorded(t *testing.T, s store.Store, in store.Inspector, name string, m store.Mode) {
+	t.Helper()
+	req := crossReq(name, m, longTTL)
+	mustAcquire(t, s, req)
+	st := mustState(t, in, name)
+	if len(st.Owners) != 1 || st.Owners[0].Owner != "" || st.Owners[0].Data != "" {
+		t.Errorf("State of a %v hold taken without a record = %+v; want one Owner \"\" without Data (no earlier hold's record)", m, st)
+	}
+	mustRelease(t, s, req)
+}
+
+// holdRecordGoneAfterExpiry: a hold that ran out takes its record with it.
+func holdRecordGoneAfterExpiry(t *testing.T, _ Harness, s store.Store, modes []store.Mode) {
+	in := s.(store.Inspector)
+	names := make([]string, len(modes))
+	for i, m := range modes {
+		names[i] = lockName(t)
+		takeRecorded(t, s, names[i], m, holdShort)
+	}
+	sleepUntil(time.Now().Add(holdShort + clockSlack))
+	for i, m := range modes {
+		waitFree(t, in, names[i])
+		checkUnrecorded(t, s, in, names[i], m)
+	}
+}
+
+// waitFree polls State(name) until it shows no holders, failing t after
+// waitTimeout.
+func waitFree(t *testing.T, in store.Inspector, name string) store.State {
+	t.Helper()
+	deadline := time.Now().Add(waitTimeout)
+	for {
+		st := mustState(t, in, name)
+		if st.Holders == 0 {
+			if len(st.Owners) != 0 {
+				t.Errorf("State(%q) without holders shows Owners %+v", name, st.Owners)
+			}
+			return st
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("State(%q) = %+v still held %v after its holds ran out", name, st, waitTimeout)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// badRecords are requests' record fields that Acquire must refuse, and
+// the field its *store.InvalidError must name.
+var badRecords = []struct {
+	field string
+	set   func(*store.Request)
+}{
+	{"holder", func(r *store.Request) { r.Holder = strings.Repeat("h", store.MaxHolderLen+1) }},
+	{"holder", func(r *store.Request) { r.Holder = "host\xff/1" }},
+	{"data", func(r *store.Request) { r.Data = strings.Repeat("d", store.MaxDataLen+1) }},
+	{"minHold", func(r *store.Request) { r.MinHold = -time.Second }},
+	{"maxHold", func(r *store.Request) { r.MaxHold = -time.Second }},
+	{"minHold", func(r *store.Request) { r.MinHold, r.MaxHold = 2*time.Second, time.Second }},
+}
+
+// holdInvalid: a bad record is an *store.InvalidError naming the field,
+// and changes nothing: a free name stays free with its fence, a held name
+// keeps its record (a repeat by the holder with a bad record included).
+func holdInvalid(t *testing.T, _ Harness, s store.Store, modes []store.Mode) {
+	in := s.(store.Inspector)
+	for _, m := range modes {
+		free := lockName(t)
+		grantOnce(t, s, crossReq(free, store.ModeMutex, 0)) // gives the name a fence
+		heldName := lockName(t)
+		held := takeRecorded(t, s, heldName, m, longTTL)
+		before := map[string]store.State{free: mustState(t, in, free), heldName: mustState(t, in, heldName)}
+		for _, b := range badRecords {
+			reqs := []store.Request{crossReq(free, m, longTTL), held.reqs[0]}
+			for _, req := range reqs {
+				b.set(&req)
+				checkInvalid(t, s, req, b.field)
+			}
+		}
+		for name, want := range before {
+			got := mustState(t, in, name)
+			got.TTL, want.TTL = 0, 0
+			if !sameState(got, want) {
+				t.Errorf("State(%q) after refused %v requests = %+v, want %+v (unchanged)", name, m, got, want)
+			}
+		}
+		checkOwners(t, "the held name after refused requests", mustState(t, in, heldName).Owners, held.recs)
+		held.release(t, s)
+	}
+	holdInvalidMulti(t, s, in)
+}
+
+// checkInvalid checks that Acquire(req) fails with an *store.InvalidError
+// naming field.
+func checkInvalid(t *testing.T, s store.Store, req store.Request, field string) {
+	t.Helper()
+	g, err := s.Acquire(testContext(t), req)
+	var ie *store.InvalidError
+	if !errors.As(err, &ie) || ie.Field != field || !errors.Is(err, store.ErrInvalid) || g.Acquired {
+		t.Errorf("Acquire(mode %v, Holder %d bytes, Data %d bytes, MinHold %v, MaxHold %v) = %+v, %v; want an *store.InvalidError for %q",
+			req.Mode, len(req.Holder), len(req.Data), req.MinHold, req.MaxHold, g, err, field)
+	}
+}
+
+// holdInvalidMulti: on a store.MultiStore, AcquireMulti with one bad
+// record takes no name.
+func holdInvalidMulti(t *testing.T, s store.Store, in store.Inspector) {
+	ms, ok := s.(store.MultiStore)
+	names := multiNames(lockName(t), 2, true)
+	if !ok || !ms.AtomicMulti(names) {
+		return
+	}
+	token := newToken()
+	reqs := []store.Request{mutexReq(names[0], token, longTTL), mutexReq(names[1], token, longTTL)}
+	reqs[1].Data = strings.Repeat("d", store.MaxDataLen+1)
+	mg, err := ms.AcquireMulti(testContext(t), reqs)
+	var ie *store.InvalidError
+	if !errors.As(err, &ie) || ie.Field != "data" || mg.Acquired {
+		t.Errorf("AcquireMulti with Data of %d bytes = %+v, %v; want an *store.InvalidError for \"data\"", len(reqs[1].Data), mg, err)
+	}
+	for _, n := range names {
+		if st := mustState(t, in, n); st.Holders != 0 {
+			t.Errorf("State(%q) after a refused AcquireMulti = %+v, want free", n, st)
+		}
+	}
+}
+
+// holdRepeatKeepsRecord: an Acquire repeated by the holder with another
+// record keeps the first record (and fence and grant time).
+func holdRepeatKeepsRecord(t *testing.T, _ Harness, s store.Store, modes []store.Mode) {
+	in := s.(store.Inspector)
+	for _, m := range modes {
+		name := lockName(t)
+		held := takeRecorded(t, s, name, m, longTTL)
+		for _, r := range held.recs {
+			again := r.req
+			again.Holder, again.Data = "someone else", "other data"
+			if g := mustAcquire(t, s, again); g.Fence != r.fence {
+				t.Errorf("repeated %v Acquire by the holder: fence %d, want %d", m, g.Fence, r.fence)
+			}
+		}
+		checkOwners(t, fmt.Sprintf("State after repeated %v Acquires with another record", m), mustState(t, in, name).Owners, held.recs)
+		held.release(t, s)
+	}
+}
+
+// holdFairHandoffRecord: a fair lock handed to its queued head shows the
+// waiter's own record once the waiter learns of its grant.
+func holdFairHandoffRecord(t *testing.T, h Harness, s store.Store, _ []store.Mode) {
+	if !h.supports(store.ModeFair) {
+		t.Skip("mode fair is unsupported by this store")
+	}
+	in := s.(store.Inspector)
+	name := lockName(t)
+	a := takeRecorded(t, s, name, store.ModeFair, longTTL).recs[0]
+	b := crossReq(name, store.ModeFair, longTTL)
+	b.Queue, b.QueueTTL = true, longTTL
+	b.Holder, b.Data = "waiter", "queued with a record"
+	mustRefuse(t, s, b)
+	before := time.Now()
+	mustRelease(t, s, a.req)
+	g, _ := acquireWhenFree(t, s, b)
+	if g.Fence <= a.fence {
+		t.Errorf("handed-over fair grant fence %d, want > %d", g.Fence, a.fence)
+	}
+	r := recorded{req: b, fence: g.Fence, before: before, after: time.Now()}
+	checkOwners(t, "State of a fair lock handed to its waiter", mustState(t, in, name).Owners, []recorded{r})
+	mustRelease(t, s, b)
+}
+
+// sameHolders reports whether a and b hold the same entries in any order
+// (Since to the millisecond: stores keep it so).
+func sameHolders(a, b []store.Holder) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	used := make([]bool, len(b))
+next:
+	for _, x := range a {
+		for i, y := range b {
+			if !used[i] && x.Owner == y.Owner && x.Data == y.Data && x.Fence == y.Fence &&
+				x.Since.Truncate(time.Millisecond).Equal(y.Since.Truncate(time.Millisecond)) {
+				used[i] = true
+				continue next
+			}
+		}
+		return false
+	}
+	return true
+}
+
+// watchArmed watches name as a mutex waiter would: a refused mutex
+// Acquire after the Watch arms it, and a wake-up before that is dropped.
+func watchArmed(t *testing.T, s store.Store, name string) (<-chan struct{}, func()) {
+	t.Helper()
+	wake, stop, err := s.Watch(testContext(t), name, store.ModeMutex)
+	if err != nil {
+		t.Fatalf("Watch(%q) = %v", name, err)
+	}
+	mustRefuse(t, s, mutexReq(name, newToken(), longTTL))
+	for len(wake) > 0 {
+		<-wake
+	}
+	return wake, stop
+}
+
+// resumeOf returns the Resume request of a hold taken with req: the same
+// name, token, mode (and reentrant owner, semaphore limit), a new TTL.
+func resumeOf(req store.Request, ttl time.Duration) store.Request {
+	return store.Request{Name: req.Name, Token: req.Token, Mode: req.Mode, Owner: req.Owner, Limit: req.Limit, Value: req.Value, TTL: ttl}
+}
