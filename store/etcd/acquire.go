@@ -25,6 +25,9 @@ func (s *Store) Acquire(ctx context.Context, req store.Request) (store.Grant, er
 	if err := validate(req); err != nil {
 		return store.Grant{}, err
 	}
+	if err := store.ValidHold(req); err != nil {
+		return store.Grant{}, err
+	}
 	if req.Mode == store.ModeReentrant && req.Owner == "" {
 		req.Owner = req.Token
 	}
@@ -101,6 +104,10 @@ func queues(k kind, req store.Request) bool {
 // lock, and a hold is renewed.
 func (s *Store) rejoin(ctx context.Context, k kind, req store.Request, vw *view, i int, key string) (store.Grant, error) {
 	switch {
+	case vw.entries[i].v.Rel:
+		// Released before its MinHold: the token holds nothing, the
+		// name stays taken until the hold's lease ends.
+		return s.refusal(k, vw, -1, req.Mode), nil
 	case !vw.holds(k, i):
 		return s.waitInPlace(ctx, k, req, vw, i, key)
 	case !vw.entries[i].v.Held:
@@ -148,7 +155,7 @@ func (s *Store) claimHead(ctx context.Context, k kind, req store.Request, vw *vi
 // Acquire) for req.TTL, with every other acquisition of a reentrant owner,
 // and returns its grant: the hold's own fence and the owner's hold count.
 func (s *Store) reacquire(ctx context.Context, k kind, req store.Request, vw *view, me *entry, key string) (store.Grant, error) {
-	if err := s.keepAlive(ctx, req.Name, me, req.TTL, key); err != nil {
+	if _, err := s.keepAlive(ctx, req.Name, me, req.TTL, key); err != nil {
 		return store.Grant{}, err
 	}
 	if k == kindReentrant {
@@ -190,13 +197,15 @@ func (s *Store) joinOrRefuse(ctx context.Context, k kind, req store.Request, vw 
 
 // newHold is the transaction that grants a request a new key: the key's
 // value, the comparisons that keep the decision true at commit, a
-// semaphore permit's slot key ("" for other kinds), and the fence when it
-// is known before the write (0: the transaction's revision is the fence).
+// semaphore permit's slot key ("" for other kinds), the fence when it
+// is known before the write (0: a new fence is issued), and the TTL of its
+// lease (the request's, capped by the hold's MaxHold).
 type newHold struct {
 	v     val
 	cmps  []clientv3.Cmp
 	slot  string
 	fence int64
+	ttl   time.Duration
 }
 
 // admit decides whether a request with no key may take the lock beside the
@@ -204,9 +213,13 @@ type newHold struct {
 // returns the transaction that grants it; false means the lock refuses.
 func (s *Store) admit(k kind, req store.Request, vw *view, key string) (newHold, bool) {
 	h := newHold{
-		v:    val{Mode: req.Mode, Owner: req.Owner, TTL: ms(req.TTL), Held: true, Value: req.Value},
+		v:    val{Mode: req.Mode, Owner: req.Owner, Held: true, Value: req.Value},
 		cmps: append([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)}, s.othersUnchanged(k, req.Name, vw)...),
 	}
+	h.v.record(k, req)
+	h.v.Since = time.Now().UnixMilli()
+	h.ttl, _ = h.v.bound(req.TTL, time.UnixMilli(h.v.Since))
+	h.v.TTL = ms(h.ttl)
 	switch {
 	case exclusive(k, req.Mode):
 		h.cmps = append(h.cmps, emptyCmp(s.lockPrefix(k, req.Name)))
@@ -238,10 +251,18 @@ func admitReentry(pfx string, req store.Request, vw *view, h newHold) (newHold, 
 		h.cmps = append(h.cmps, emptyCmp(pfx))
 		return h, true
 	}
-	if vw.entries[0].v.Owner != req.Owner {
+	first := vw.entries[0]
+	if first.v.Owner != req.Owner {
 		return newHold{}, false
 	}
-	h.fence = vw.entries[0].fence()
+	// One hold: the re-entry keeps the first grant's record and bound.
+	h.v.Who, h.v.Data, h.v.Since, h.v.Max = first.v.Who, first.v.Data, first.v.Since, first.v.Max
+	ttl, ok := h.v.bound(req.TTL, time.Now())
+	if !ok {
+		return newHold{}, false // the hold ran out at its MaxHold
+	}
+	h.ttl, h.v.TTL = ttl, ms(ttl)
+	h.fence = first.fence()
 	h.v.Fence = h.fence
 	h.cmps = append(h.cmps, unchangedCmp(pfx, vw))
 	return h, true
@@ -305,7 +326,7 @@ func (s *Store) admitReader(req store.Request, vw *view, h newHold) (newHold, bo
 // gets a new one ([Store.nextFence]), recorded in its key and on the name's fence
 // key, and commits only if no other grant issued a fence since vw was read.
 func (s *Store) commitHold(ctx context.Context, k kind, req store.Request, vw *view, key string, h newHold) (store.Grant, error) {
-	lease, err := s.cli.Grant(ctx, seconds(req.TTL))
+	lease, err := s.cli.Grant(ctx, seconds(h.ttl))
 	if err != nil {
 		return store.Grant{}, err
 	}
@@ -330,7 +351,7 @@ func (s *Store) commitHold(ctx context.Context, k kind, req store.Request, vw *v
 		}
 		return store.Grant{}, err
 	}
-	s.track(key, lease.ID, req.TTL)
+	s.track(key, lease.ID, h.ttl)
 	count := 1
 	if k == kindReentrant {
 		count = len(vw.entries) + 1
@@ -349,7 +370,8 @@ func (s *Store) keepPlace(ctx context.Context, req store.Request, me *entry, key
 	if qttl <= 0 {
 		qttl = req.TTL
 	}
-	return s.keepAlive(ctx, req.Name, me, qttl, key)
+	_, err := s.keepAlive(ctx, req.Name, me, qttl, key)
+	return err
 }
 
 // count is the hold count of a grant: the owner's acquisitions for a
@@ -381,12 +403,16 @@ func (s *Store) claim(ctx context.Context, name string, me *entry, fk *mvccpb.Ke
 		return 0, errRetry // the place lapsed: its revocation is on its way
 	}
 	mine = mine || s.tracks(key)
+	nv := me.v
+	nv.Since = time.Now().UnixMilli() // the grant: the queue key kept the rest of the record
+	if nv.Max > 0 {
+		ttl = min(ttl, time.Duration(nv.Max)*time.Millisecond)
+	}
 	lease, err := s.cli.Grant(ctx, seconds(ttl))
 	if err != nil {
 		return 0, err
 	}
 	fence := s.nextFence(fk)
-	nv := me.v
 	nv.Held, nv.TTL, nv.Fence = true, ms(ttl), fence
 	resp, err := s.cli.Txn(ctx).If(append([]clientv3.Cmp{
 		clientv3.Compare(clientv3.CreateRevision(key), "=", me.kv.CreateRevision),
@@ -423,6 +449,7 @@ func (s *Store) enqueue(ctx context.Context, k kind, req store.Request, vw *view
 		return store.Grant{}, err
 	}
 	v := val{Mode: req.Mode, Owner: req.Owner, TTL: ms(qttl), Hold: ms(req.TTL)}
+	v.record(k, req) // kept for the claim
 	resp, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
 		Then(clientv3.OpPut(key, v.encode(), clientv3.WithLease(lease.ID))).Commit()
 	if err != nil || !resp.Succeeded {

@@ -26,7 +26,7 @@ func (s *Store) state(k kind, name string, vw *view) store.State {
 	st := store.State{Name: name, Mode: k.mode()}
 	st.Fence = lastFence(vw.fence)
 	for i, e := range vw.entries {
-		if vw.holds(k, i) {
+		if vw.claimed(k, i) {
 			st.Holders++
 			st.TTL = max(st.TTL, time.Duration(e.v.TTL)*time.Millisecond)
 			if e.v.Mode == store.ModeWrite {
@@ -42,13 +42,19 @@ func (s *Store) state(k kind, name string, vw *view) store.State {
 	if k == kindReentrant && st.Holders > 0 {
 		st.Holders = 1
 	}
+	st.Owners = owners(k, vw)
 	return st
 }
 
 // State implements [store.Inspector]: the first pattern of name with keys
-// (mutex, reentrant, read-write, fair, semaphore). TTL is the longest lease
-// a holder asked for, not its remaining time (etcd leases do not tell it
-// below a second without another round trip per holder).
+// (mutex, reentrant, read-write, fair, semaphore, election). TTL is the
+// longest lease a holder asked for, not its remaining time (etcd leases do
+// not tell it below a second without another round trip per holder).
+// Holders are the granted keys (a reentrant owner's keys are one hold),
+// each with its record in Owners (Since: the granting process's wall
+// clock); queue places, a fair queue's unclaimed head and a writer's
+// intent included, count in Queue. A hold released before its MinHold
+// stays a holder until it ends.
 func (s *Store) State(ctx context.Context, name string) (store.State, error) {
 	for _, k := range kinds {
 		vw, err := s.read(ctx, k, name)

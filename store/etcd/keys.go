@@ -196,6 +196,18 @@ type val struct {
 	Slot  int        `json:"s,omitempty"`  // semaphore: slot index + 1
 	Hold  int64      `json:"ht,omitempty"` // queue key: the hold's TTL to claim with, ms
 	Value string     `json:"v,omitempty"`  // election: the leader's value
+
+	// The hold's record (issue 38): who holds, the caller's data, the grant
+	// time and the hold's bounds. A queue key keeps them for its claim
+	// (Since 0 until then); a re-entry copies its owner's first hold's.
+	Who   string `json:"w,omitempty"`  // Request.Holder, shown only
+	Data  string `json:"d,omitempty"`  // Request.Data
+	Since int64  `json:"at,omitempty"` // the grant: the granting process's wall clock, Unix ms
+	Min   int64  `json:"mn,omitempty"` // MinHold, ms (exclusive kinds only)
+	Max   int64  `json:"mx,omitempty"` // MaxHold, ms
+	// Rel marks a hold released before Since + Min: its token holds
+	// nothing, the key keeps the name until its lease ends there.
+	Rel bool `json:"x,omitempty"`
 }
 
 func (v val) encode() string {

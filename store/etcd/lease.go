@@ -13,30 +13,52 @@ import (
 )
 
 // keepAlive renews the lease of e's key so that it lasts at least ttl from
-// now. When ttl is longer than the lease was granted for, the key moves to a
-// new, longer lease (etcd leases keep their TTL). errRetry: the lease or key
-// is gone.
-func (s *Store) keepAlive(ctx context.Context, name string, e *entry, ttl time.Duration, key string) error {
+// now, capped for a hold by what is left of its MaxHold, and returns the
+// TTL it renewed for. When that TTL is longer than the lease was granted
+// for, or a cap makes it shorter, the key moves to a new lease of it (etcd
+// leases keep their TTL), so that etcd too ends the hold by the cap.
+// errRetry: the lease or key is gone, or the hold ran out at its MaxHold
+// (its lease is then revoked: the hold has ended).
+func (s *Store) keepAlive(ctx context.Context, name string, e *entry, ttl time.Duration, key string) (time.Duration, error) {
 	lease := clientv3.LeaseID(e.kv.Lease)
 	if s.isDead(lease) {
-		return errRetry // lapsed: its revocation is on its way
+		return 0, errRetry // lapsed: its revocation is on its way
 	}
-	if seconds(ttl) <= seconds(time.Duration(e.v.TTL)*time.Millisecond) {
+	capped := false
+	if e.v.Held {
+		b, ok := e.v.bound(ttl, time.Now())
+		if !ok {
+			s.untrack(key)
+			s.revoke(lease)
+			return 0, errRetry
+		}
+		capped, ttl = b < ttl, b
+	}
+	granted := seconds(time.Duration(e.v.TTL) * time.Millisecond)
+	if seconds(ttl) == granted || !capped && seconds(ttl) < granted {
 		_, err := s.cli.KeepAliveOnce(ctx, lease)
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-			return errRetry
+			return 0, errRetry
 		}
 		if err == nil && !s.renew(key, lease, ttl) {
-			return errRetry // lapsed meanwhile: the revocation follows the keep-alive
+			return 0, errRetry // lapsed meanwhile: the revocation follows the keep-alive
 		}
-		return err
+		return ttl, err
 	}
+	nv := e.v
+	nv.TTL = ms(ttl)
+	same := clientv3.Compare(clientv3.CreateRevision(key), "=", e.kv.CreateRevision)
+	return ttl, s.moveLease(ctx, name, e, nv, ttl, key, same)
+}
+
+// moveLease writes nv, e's new value, on a new lease of ttl, in a
+// transaction that commits only if cmp holds, then revokes e's old lease;
+// the key is tracked for ttl. errRetry: cmp failed.
+func (s *Store) moveLease(ctx context.Context, name string, e *entry, nv val, ttl time.Duration, key string, cmp clientv3.Cmp) error {
 	nl, err := s.cli.Grant(ctx, seconds(ttl))
 	if err != nil {
 		return err
 	}
-	nv := e.v
-	nv.TTL = ms(ttl)
 	if nv.Held {
 		nv.Fence = e.fence()
 	}
@@ -44,8 +66,7 @@ func (s *Store) keepAlive(ctx context.Context, name string, e *entry, ttl time.D
 	if nv.Slot > 0 {
 		ops = append(ops, clientv3.OpPut(s.slotKey(name, nv.Slot-1), e.token, clientv3.WithLease(nl.ID)))
 	}
-	resp, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", e.kv.CreateRevision)).
-		Then(ops...).Commit()
+	resp, err := s.cli.Txn(ctx).If(cmp).Then(ops...).Commit()
 	if err != nil || !resp.Succeeded {
 		s.revoke(nl.ID)
 		if err == nil {
@@ -53,10 +74,11 @@ func (s *Store) keepAlive(ctx context.Context, name string, e *entry, ttl time.D
 		}
 		return err
 	}
+	old := clientv3.LeaseID(e.kv.Lease)
 	e.v = nv
 	e.kv.Lease = int64(nl.ID)
 	s.track(key, nl.ID, ttl)
-	s.revoke(lease)
+	s.revoke(old)
 	return nil
 }
 
@@ -262,12 +284,12 @@ func (s *Store) Extend(ctx context.Context, reqs []store.Request) []error {
 			continue
 		}
 		e := &entry{kv: kvs[0]}
-		if json.Unmarshal(kvs[0].Value, &e.v) != nil || !e.v.Held {
+		if json.Unmarshal(kvs[0].Value, &e.v) != nil || !e.v.Held || e.v.Rel {
 			errs[i] = store.ErrNotHeld
 			continue
 		}
 		wg.Go(func() {
-			err := s.keepAlive(ctx, reqs[i].Name, e, reqs[i].TTL, keys[i])
+			_, err := s.keepAlive(ctx, reqs[i].Name, e, reqs[i].TTL, keys[i])
 			if err == nil && reqs[i].Mode == store.ModeReentrant {
 				err = s.extendReentry(ctx, reqs[i], e)
 			}
@@ -308,7 +330,7 @@ func (s *Store) pushOutReentry(ctx context.Context, req store.Request, vw *view,
 		if left, ok := s.remaining(key); ok {
 			ttl = max(ttl, left)
 		}
-		if err := s.keepAlive(ctx, req.Name, e, ttl, key); err != nil && !errors.Is(err, errRetry) {
+		if _, err := s.keepAlive(ctx, req.Name, e, ttl, key); err != nil && !errors.Is(err, errRetry) {
 			return err
 		}
 	}
@@ -321,6 +343,12 @@ func (s *Store) pushOutReentry(ctx context.Context, req store.Request, vw *view,
 // it to the head of its queue: the head's key is claimed for it (a new fence
 // and a lease of the TTL it asked for), and its [Store.WatchGrant] wakes.
 // A writer intent needs no handoff: the next writer claims on its own.
+//
+// A hold granted with a MinHold and released before grant + MinHold is kept
+// instead: its key, marked released (its token holds nothing from then on),
+// moves to a lease that ends at grant + MinHold, and Release answers nil.
+// etcd ends it there (to its lease's whole second; this process's reaper
+// to the millisecond while it lives); the fence key is not touched.
 func (s *Store) Release(ctx context.Context, req store.Request) error {
 	k, err := kindOf(req.Mode)
 	if err != nil {
@@ -331,6 +359,17 @@ func (s *Store) Release(ctx context.Context, req store.Request) error {
 		return store.ErrNotHeld
 	}
 	s.untrack(key)
+	for range maxAttempts {
+		if err := s.tryRelease(ctx, k, req, key); !errors.Is(err, errRetry) {
+			return err
+		}
+	}
+	return storeErr("release", errors.New("etcd: the hold kept changing"))
+}
+
+// tryRelease is one attempt of Release on one read of the key; errRetry
+// when the key changed before a MinHold could be kept.
+func (s *Store) tryRelease(ctx context.Context, k kind, req store.Request, key string) error {
 	resp, err := s.cli.Get(ctx, key)
 	if err != nil {
 		return storeErr("release", err)
@@ -341,6 +380,15 @@ func (s *Store) Release(ctx context.Context, req store.Request) error {
 	kv := resp.Kvs[0]
 	if s.isDead(clientv3.LeaseID(kv.Lease)) {
 		return store.ErrNotHeld // lapsed: its revocation is on its way
+	}
+	e := &entry{token: req.Token, kv: kv}
+	if json.Unmarshal(kv.Value, &e.v) == nil {
+		if e.v.Rel {
+			return store.ErrNotHeld // released already, kept by its MinHold
+		}
+		if left := e.v.minLeft(time.Now()); e.v.Held && left > 0 {
+			return s.keepToMinHold(ctx, req.Name, e, left, key)
+		}
 	}
 	if kv.Lease == 0 {
 		_, err = s.cli.Delete(ctx, key)
@@ -355,6 +403,22 @@ func (s *Store) Release(ctx context.Context, req store.Request) error {
 	}
 	if k == kindFair {
 		s.handOff(ctx, req.Name)
+	}
+	return nil
+}
+
+// keepToMinHold is a Release of e before its MinHold ran out: the key,
+// marked released, moves to a lease that ends left from now (grant +
+// MinHold), checked at commit to be the hold as read.
+func (s *Store) keepToMinHold(ctx context.Context, name string, e *entry, left time.Duration, key string) error {
+	nv := e.v
+	nv.Rel, nv.TTL = true, ms(left)
+	same := clientv3.Compare(clientv3.ModRevision(key), "=", e.kv.ModRevision)
+	if err := s.moveLease(ctx, name, e, nv, left, key, same); err != nil {
+		if errors.Is(err, errRetry) {
+			return err
+		}
+		return storeErr("release", err)
 	}
 	return nil
 }
