@@ -127,15 +127,18 @@ func newStore(ctx context.Context, pool *pgxpool.Pool, own bool, opts []Option) 
 	return s, nil
 }
 
-// schemaVersion is the comment Schema puts on dlock_acquire.
-const schemaVersion = "dlock schema 5"
+// schemaVersion is the comment Schema puts on dlock_acquire_v6.
+const schemaVersion = "dlock schema 6"
+
+// versionSQL reads the schema version of the database.
+const versionSQL = "SELECT obj_description(to_regproc('dlock_acquire_v6'), 'pg_proc')"
 
 // Migrate runs [Schema] on pool's database in one transaction, serialised
 // against other migrations by an advisory lock. It does nothing when the
 // database already has this version of the schema.
 func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 	var have *string
-	err := pool.QueryRow(ctx, "SELECT obj_description(to_regproc('dlock_acquire'), 'pg_proc')").Scan(&have)
+	err := pool.QueryRow(ctx, versionSQL).Scan(&have)
 	if err == nil && have != nil && *have == schemaVersion {
 		return nil
 	}
@@ -146,7 +149,7 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 		// Another migration may have run while this one waited: running the
 		// schema again would drop and re-create functions in use.
 		var now *string
-		if err := tx.QueryRow(ctx, "SELECT obj_description(to_regproc('dlock_acquire'), 'pg_proc')").Scan(&now); err == nil && now != nil && *now == schemaVersion {
+		if err := tx.QueryRow(ctx, versionSQL).Scan(&now); err == nil && now != nil && *now == schemaVersion {
 			return nil
 		}
 		_, err := tx.Exec(ctx, Schema)
@@ -217,15 +220,24 @@ func storeErr(op string, err error) error {
 // ms rounds d up to whole milliseconds.
 func ms(d time.Duration) int64 { return int64((d + time.Millisecond - 1) / time.Millisecond) }
 
-// Acquire implements [store.Store]: one call of the dlock_acquire function,
-// which locks the lock's row, drops expired holders by the database's clock,
-// decides and writes in one transaction.
+const acquireSQL = `SELECT o_status, o_fence, o_retry_ms, o_count, o_pos
+FROM dlock_acquire_v6($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`
+
+// Acquire implements [store.Store]: one call of the dlock_acquire_v6
+// function, which locks the lock's row, drops expired holders by the
+// database's clock, decides and writes in one transaction. A new hold's
+// record (Holder, Data, the grant time by the database's clock, MinHold for
+// the exclusive modes, MaxHold) is written in the row the grant inserts; a
+// grant's expiry is capped by the hold's MaxHold.
 func (s *Store) Acquire(ctx context.Context, req store.Request) (store.Grant, error) {
 	k, err := kind(req.Mode)
 	if err != nil {
 		return store.Grant{}, err
 	}
 	if err := validate(req); err != nil {
+		return store.Grant{}, err
+	}
+	if err := store.ValidHold(req); err != nil {
 		return store.Grant{}, err
 	}
 	qttl := req.QueueTTL
@@ -240,8 +252,9 @@ func (s *Store) Acquire(ctx context.Context, req store.Request) (store.Grant, er
 		fence, retry int64
 		count, pos   int32
 	)
-	err = s.pool.QueryRow(ctx, "SELECT o_status, o_fence, o_retry_ms, o_count, o_pos FROM dlock_acquire($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+	err = s.pool.QueryRow(ctx, acquireSQL,
 		k, req.Name, req.Token, int16(req.Mode), req.Owner, int32(req.Limit), ms(req.TTL), req.Queue, ms(qttl),
+		req.Holder, req.Data, ms(req.MinHold), ms(req.MaxHold),
 	).Scan(&status, &fence, &retry, &count, &pos)
 	if err != nil {
 		return store.Grant{}, storeErr("acquire", err)
@@ -258,18 +271,20 @@ func (s *Store) Acquire(ctx context.Context, req store.Request) (store.Grant, er
 	return store.Grant{RetryAfter: time.Duration(retry) * time.Millisecond, Position: int(pos), Held: store.Mode(held)}, nil
 }
 
-const extendSQL = `UPDATE dlock_leases SET expires_at = clock_timestamp() + $4 * interval '1 millisecond', ttl_ms = $4
+const extendSQL = `UPDATE dlock_leases SET expires_at = dlock_cap(clock_timestamp() + $4 * interval '1 millisecond', since, max_ms), ttl_ms = $4
 WHERE kind = $1 AND name = $2 AND token = $3 AND held AND expires_at > clock_timestamp()`
 
 // extendReentrantSQL pushes out the one expiry of a reentrant hold (every
 // acquisition's row) while the token is among them.
-const extendReentrantSQL = `UPDATE dlock_leases SET expires_at = greatest(expires_at, clock_timestamp() + $4 * interval '1 millisecond')
+const extendReentrantSQL = `UPDATE dlock_leases SET expires_at = greatest(expires_at, dlock_cap(clock_timestamp() + $4 * interval '1 millisecond', since, max_ms))
 WHERE kind = $1 AND name = $2 AND held AND expires_at > clock_timestamp() AND EXISTS (
     SELECT 1 FROM dlock_leases m WHERE m.kind = $1 AND m.name = $2 AND m.token = $3 AND m.held AND m.expires_at > clock_timestamp())`
 
 // Extend implements [store.Store]: one conditional UPDATE per request, all
 // sent in one pipelined batch (one round trip). A lease that has expired by
 // the database's clock is not revived: its Extend reports [store.ErrNotHeld].
+// The new expiry is capped by the hold's MaxHold, so once a hold has run to
+// it, its Extend reports ErrNotHeld whichever process sends it.
 func (s *Store) Extend(ctx context.Context, reqs []store.Request) []error {
 	errs := make([]error, len(reqs))
 	b := &pgx.Batch{}
@@ -313,16 +328,23 @@ func (s *Store) Extend(ctx context.Context, reqs []store.Request) []error {
 	return errs
 }
 
-// Release implements [store.Store]: one call of dlock_release, which deletes
-// the token's row, hands a fair lock to its head waiter, and notifies
-// watchers (on commit).
+// Release implements [store.Store]: one call of dlock_release_v6, which
+// deletes the token's row, hands a fair lock to its head waiter, and
+// notifies watchers (on commit). An exclusive hold released before its
+// MinHold has run keeps its row until then (the row's expiry set to the
+// grant + MinHold, its token cleared so that nobody holds it), and nothing
+// is notified: waiters wake by their timer at the RetryAfter a refusal
+// reported.
 func (s *Store) Release(ctx context.Context, req store.Request) error {
 	k, err := kind(req.Mode)
 	if err != nil {
 		return err
 	}
+	if req.Token == "" {
+		return &store.InvalidError{Field: "token", Reason: "must not be empty"}
+	}
 	var ok bool
-	if err := s.pool.QueryRow(ctx, "SELECT dlock_release($1, $2, $3)", k, req.Name, req.Token).Scan(&ok); err != nil {
+	if err := s.pool.QueryRow(ctx, "SELECT dlock_release_v6($1, $2, $3)", k, req.Name, req.Token).Scan(&ok); err != nil {
 		return storeErr("release", err)
 	}
 	if !ok {
@@ -343,9 +365,28 @@ const stateSQL = `SELECT l.kind, l.name, l.fence, l.lim,
     count(*) FILTER (WHERE s.held AND s.expires_at > clock_timestamp()),
     count(*) FILTER (WHERE NOT s.held AND s.expires_at > clock_timestamp()),
     coalesce(max(s.expires_at) FILTER (WHERE s.held AND s.expires_at > clock_timestamp()) - clock_timestamp(), interval '0'),
-    coalesce(bool_or(s.mode = 3 AND s.held AND s.expires_at > clock_timestamp()), false)
+    coalesce(bool_or(s.mode = 3 AND s.held AND s.expires_at > clock_timestamp()), false),
+    coalesce(array_agg(s.holder ORDER BY s.since, s.token) FILTER (WHERE s.held AND s.expires_at > clock_timestamp()), '{}'),
+    coalesce(array_agg(coalesce(floor(extract(epoch FROM s.since) * 1000)::bigint, 0) ORDER BY s.since, s.token)
+        FILTER (WHERE s.held AND s.expires_at > clock_timestamp()), '{}'),
+    coalesce(array_agg(s.data ORDER BY s.since, s.token) FILTER (WHERE s.held AND s.expires_at > clock_timestamp()), '{}'),
+    coalesce(array_agg(s.fence ORDER BY s.since, s.token) FILTER (WHERE s.held AND s.expires_at > clock_timestamp()), '{}')
 FROM dlock_locks l LEFT JOIN dlock_leases s ON s.kind = l.kind AND s.name = l.name
 `
+
+// owners builds State.Owners from the record columns of the live holds
+// (stateSQL's arrays, in one order).
+func owners(holders, data []string, since, fences []int64) []store.Holder {
+	out := make([]store.Holder, 0, len(holders))
+	for i := range holders {
+		h := store.Holder{Owner: holders[i], Data: data[i], Fence: fences[i]}
+		if since[i] > 0 {
+			h.Since = time.UnixMilli(since[i])
+		}
+		out = append(out, h)
+	}
+	return out
+}
 
 func scanStates(rows pgx.Rows) ([]store.State, error) {
 	var out []store.State
@@ -357,17 +398,21 @@ func scanStates(rows pgx.Rows) ([]store.State, error) {
 			holders, queue int64
 			ttl            time.Duration
 			writer         bool
+			who, data      []string
+			since, fences  []int64
 		)
-		if err := rows.Scan(&k, &st.Name, &st.Fence, &lim, &holders, &queue, &ttl, &writer); err != nil {
+		if err := rows.Scan(&k, &st.Name, &st.Fence, &lim, &holders, &queue, &ttl, &writer, &who, &since, &data, &fences); err != nil {
 			return nil, err
 		}
+		st.Owners = owners(who, data, since, fences)
 		st.Mode = kindMode[k]
 		if writer {
 			st.Mode = store.ModeWrite
 		}
 		st.Holders, st.Queue, st.TTL = int(holders), int(queue), ttl
 		if st.Mode == store.ModeReentrant && holders > 0 {
-			st.Holders = 1 // one owner, however many acquisitions
+			st.Holders = 1 // one owner, however many acquisitions,
+			st.Owners = st.Owners[:1] // whose rows share the first grant's record
 		}
 		if st.Mode == store.ModeSemaphore {
 			st.Limit = int(lim)
