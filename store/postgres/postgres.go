@@ -411,7 +411,7 @@ func scanStates(rows pgx.Rows) ([]store.State, error) {
 		}
 		st.Holders, st.Queue, st.TTL = int(holders), int(queue), ttl
 		if st.Mode == store.ModeReentrant && holders > 0 {
-			st.Holders = 1 // one owner, however many acquisitions,
+			st.Holders = 1            // one owner, however many acquisitions,
 			st.Owners = st.Owners[:1] // whose rows share the first grant's record
 		}
 		if st.Mode == store.ModeSemaphore {
