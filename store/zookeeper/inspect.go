@@ -2,7 +2,6 @@ package zookeeper
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"sort"
 	"strings"
@@ -15,13 +14,8 @@ func (s *Store) state(kind, name string, es []entry) store.State {
 	dir := s.dir(kind, name)
 	st := store.State{Name: name, Mode: kindMode[kind]}
 	limit := 0
-	if kind == "s" && len(es) > 0 {
-		if b, _, err := s.conn.Get(dir + "/" + es[0].name); err == nil {
-			var d nodeData
-			if json.Unmarshal(b, &d) == nil {
-				limit = d.Limit
-			}
-		}
+	if kind == "s" {
+		limit = s.heldLimit(dir, es)
 		st.Limit = limit
 	}
 	for i, e := range es {
@@ -33,20 +27,22 @@ func (s *Store) state(kind, name string, es []entry) store.State {
 		if e.mode == 'w' {
 			st.Mode = store.ModeWrite
 		}
-		path := dir + "/" + e.name
-		if r, ok := s.remaining(path); ok {
+		if r, ok := s.remaining(dir + "/" + e.name); ok {
 			st.TTL = max(st.TTL, r)
 		}
-		if kind != "w" && kind != "r" {
-			st.Fence = max(st.Fence, s.recordedFence(path))
-		}
 	}
-	if h := firstHolder(es); kind == "r" && h >= 0 {
-		st.Fence = s.recordedFence(dir + "/" + es[ownerFirst(es, es[h].owner)].name)
+	st.Owners, _ = s.owners(dir, es, limit)
+	for _, h := range st.Owners {
+		st.Fence = max(st.Fence, h.Fence)
 	}
 	if kind == "w" {
 		// The current fence: the writer's, or the one its readers share.
 		st.Fence = s.currentFence(dir)
+		for i := range st.Owners {
+			if st.Owners[i].Fence == 0 {
+				st.Owners[i].Fence = st.Fence
+			}
+		}
 	}
 	if kind == "r" && st.Holders > 0 {
 		st.Holders = 1
@@ -63,7 +59,8 @@ func holderKind(es []entry) string {
 	return string(es[0].kind)
 }
 
-// State implements [store.Inspector]: the pattern holding name.
+// State implements [store.Inspector]: the pattern holding name, and each
+// hold's record (one read of its node; see [Store.owners] for Since).
 // TTL is known only for holds of this store.
 func (s *Store) State(ctx context.Context, name string) (store.State, error) {
 	es, err := s.list(s.dir("", name))

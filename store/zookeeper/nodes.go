@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/dlock-dev/dlock/store"
 	"github.com/go-zookeeper/zk"
@@ -69,6 +70,7 @@ type entry struct {
 	beside bool // entered beside its owner's hold
 	owner  string
 	token  string
+	gen    int // times the node was taken into another session (see adopt)
 	seq    int64
 }
 
@@ -89,16 +91,33 @@ func parse(name string) (entry, bool) {
 	if err != nil {
 		return entry{}, false
 	}
-	parts := strings.SplitN(name[:len(name)-11], "~", 3)
-	if len(parts) != 3 || len(parts[0]) < 2 || len(parts[0]) > 3 || len(parts[0]) == 3 && parts[0][2] != 'b' {
+	parts := strings.SplitN(name[:len(name)-11], "~", 4)
+	if len(parts) < 3 || len(parts[0]) < 2 || len(parts[0]) > 3 || len(parts[0]) == 3 && parts[0][2] != 'b' {
 		return entry{}, false
+	}
+	gen := 0
+	if len(parts) == 4 {
+		if gen, err = strconv.Atoi(parts[3]); err != nil || gen < 1 {
+			return entry{}, false
+		}
 	}
 	owner, err1 := b64.DecodeString(parts[1])
 	token, err2 := b64.DecodeString(parts[2])
 	if err1 != nil || err2 != nil {
 		return entry{}, false
 	}
-	return entry{name: name, kind: parts[0][0], mode: parts[0][1], beside: len(parts[0]) == 3, owner: string(owner), token: string(token), seq: seq}, true
+	return entry{name: name, kind: parts[0][0], mode: parts[0][1], beside: len(parts[0]) == 3, owner: string(owner), token: string(token), gen: gen, seq: seq}, true
+}
+
+// movedName is the name of node e once taken into another session (see
+// adopt): the same prefix and sequence number, so the same place in the
+// queue, and the next generation, so never a path used before.
+func movedName(e entry) string {
+	prefix := e.name[:len(e.name)-11]
+	if e.gen > 0 {
+		prefix = prefix[:strings.LastIndexByte(prefix, '~')]
+	}
+	return fmt.Sprintf("%s~%d-%010d", prefix, e.gen+1, e.seq)
 }
 
 // list returns the lock's live nodes in sequence order (empty when the
@@ -240,12 +259,45 @@ func ownerFirst(es []entry, owner string) int {
 	return -1
 }
 
-// nodeData is the data of a node: what a refused caller needs to know.
+// nodeData is the data of a node: what a refused caller needs to know, and
+// the hold's record (issue 38), written when the node is created and again
+// by the grant's multi-op with its fence.
 type nodeData struct {
 	TTL   int64  `json:"t"` // ms
 	Limit int    `json:"l,omitempty"`
 	Fence int64  `json:"f,omitempty"` // its fence once issued (a re-entry's: its hold's)
 	Value string `json:"v,omitempty"` // a leader's value (election)
+
+	Holder  string        `json:"h,omitempty"` // [store.Request.Holder]
+	Data    string        `json:"d,omitempty"` // [store.Request.Data]
+	MinHold time.Duration `json:"n,omitempty"` // [store.Request.MinHold]
+	MaxHold time.Duration `json:"x,omitempty"` // [store.Request.MaxHold]
+	// Since is the grant in Unix ms by the ensemble's clock, written only
+	// once the node's own mtime no longer is the grant's (an early release
+	// kept by MinHold, a node taken into another session); 0: the mtime.
+	Since int64 `json:"s,omitempty"`
+	// Released marks a hold released before its MinHold ran out: it holds
+	// the name until then, and its token holds nothing.
+	Released bool `json:"z,omitempty"`
+}
+
+// recordOf is the data of a new node for req, with the hold's record. A
+// re-entry keeps its hold's record (the first node's): it records none.
+func recordOf(req store.Request, beside bool) nodeData {
+	d := nodeData{TTL: req.TTL.Milliseconds(), Limit: req.Limit, Value: req.Value}
+	if beside && req.Mode == store.ModeReentrant {
+		return nodeData{TTL: d.TTL}
+	}
+	d.Holder, d.Data, d.MaxHold = req.Holder, req.Data, req.MaxHold
+	if exclusive(req.Mode) {
+		d.MinHold = req.MinHold
+	}
+	return d
+}
+
+// exclusive reports whether MinHold applies to mode m.
+func exclusive(m store.Mode) bool {
+	return m == store.ModeMutex || m == store.ModeFair || m == store.ModeElection
 }
 
 // ensure creates the lock's znode (a container, which ZooKeeper deletes

@@ -45,6 +45,9 @@ func (s *Store) Acquire(ctx context.Context, req store.Request) (store.Grant, er
 	if err := validate(req, s.SessionTimeout()); err != nil {
 		return store.Grant{}, err
 	}
+	if err := store.ValidHold(req); err != nil {
+		return store.Grant{}, err
+	}
 	if err := ctx.Err(); err != nil {
 		return store.Grant{}, storeErr("acquire", err)
 	}
@@ -113,7 +116,7 @@ func (s *Store) acquire(kind string, req store.Request) (store.Grant, error) {
 	if !holds(kind, append(es[:len(es):len(es)], me), len(es), req.Limit) && !queueable {
 		return s.refusal(kind, dir, es, -1, req.Limit), nil
 	}
-	nd := nodeData{TTL: req.TTL.Milliseconds(), Limit: req.Limit, Value: req.Value}
+	nd := recordOf(req, false)
 	data, _ := json.Marshal(nd)
 	path, err := s.conn.Create(dir+"/"+nodePrefix(req, false), data, zk.FlagEphemeralSequential, s.acl)
 	if errors.Is(err, zk.ErrNoNode) {
@@ -154,7 +157,7 @@ func (s *Store) acquire(kind string, req store.Request) (store.Grant, error) {
 // hold's fence (issued now if the hold has none yet), which outlives the
 // first acquisition's node.
 func (s *Store) acquireBeside(kind string, req store.Request, dir string, es []entry, a int) (store.Grant, error) {
-	d := nodeData{TTL: req.TTL.Milliseconds()}
+	d := recordOf(req, true)
 	if kind == "r" {
 		f, err := s.nodeFence(dir, dir+"/"+es[ownerFirst(es, req.Owner)].name, nil)
 		if errors.Is(err, errNodeGone) {
@@ -204,9 +207,15 @@ func (s *Store) acquireBeside(kind string, req store.Request, dir string, es []e
 }
 
 // grant reports node i (path; own, when known, its data) as held by req,
-// starting its TTL. A node gone before its fence was written (its session
-// expired, or the reaper deleted it) is refused: it takes no fence.
+// starting its TTL, capped by its MaxHold (see boundsOf). A node gone
+// before its fence was written (its session expired, or the reaper deleted
+// it) is refused: it takes no fence. So is a repeat by a token that
+// released its hold before its MinHold ran out.
 func (s *Store) grant(kind string, req store.Request, dir, path string, es []entry, i int, own *known) (store.Grant, error) {
+	if s.released(path) {
+		return s.refusal(kind, dir, es, -1, req.Limit), nil
+	}
+	start := time.Now()
 	fence, err := s.fenceOf(kind, req.Mode, dir, path, es, i, own)
 	if errors.Is(err, errNodeGone) {
 		return s.refusal(kind, dir, append(es[:i:i], es[i+1:]...), -1, req.Limit), nil
@@ -214,7 +223,7 @@ func (s *Store) grant(kind string, req store.Request, dir, path string, es []ent
 	if err != nil {
 		return store.Grant{}, err
 	}
-	if !s.track(path, req.TTL, fence) {
+	if _, ok := s.trackHold(path, req.TTL, fence, s.boundsOf(kind, req, dir, es, start)); !ok {
 		return s.refusal(kind, dir, es, -1, req.Limit), nil // lapsed meanwhile
 	}
 	count := 1
@@ -233,6 +242,31 @@ func (s *Store) grant(kind string, req store.Request, dir, path string, es []ent
 		}
 	}
 	return store.Grant{Acquired: true, Fence: fence, Count: count}, nil
+}
+
+// boundsOf returns the bounds of a hold granted to req now (start: before
+// its grant's write was sent) on this process's monotonic clock: its
+// MaxHold end from start (no later than grant + MaxHold by any clock), its
+// MinHold end from now (no earlier than grant + MinHold). A re-entry's
+// MaxHold end is its hold's first grant's; only exclusive modes have a
+// MinHold.
+func (s *Store) boundsOf(kind string, req store.Request, dir string, es []entry, start time.Time) *bounds {
+	b := &bounds{}
+	if kind == "r" {
+		if j := ownerFirst(es, req.Owner); j >= 0 {
+			if first := s.owned(dir + "/" + es[j].name); first != nil {
+				b.max = first.maxUntil
+				return b
+			}
+		}
+	}
+	if req.MaxHold > 0 {
+		b.max = start.Add(req.MaxHold)
+	}
+	if req.MinHold > 0 && exclusive(req.Mode) {
+		b.min = time.Now().Add(req.MinHold)
+	}
+	return b
 }
 
 // limitOf is the limit semaphore node e was granted with (0: unknown).
@@ -336,8 +370,18 @@ func (s *Store) Extend(ctx context.Context, reqs []store.Request) []error {
 			continue
 		}
 		path := j.dir + "/" + j.es[k].name
-		if s.lapsed(path) || !holds(kind, j.es, k, req.Limit) {
+		if s.lapsed(path) || s.released(path) || !holds(kind, j.es, k, req.Limit) {
 			errs[i] = store.ErrNotHeld
+			continue
+		}
+		if kind != "r" && s.owned(path) == nil {
+			// Another session's node: this store takes it over with
+			// its bounds, as Resume does.
+			if _, err := s.resume(kind, j.dir, req); err != nil && !errors.Is(err, store.ErrNotHeld) {
+				errs[i] = storeErr("extend", err)
+			} else {
+				errs[i] = err
+			}
 			continue
 		}
 		if !s.push(path, req.TTL) {
@@ -375,6 +419,12 @@ func (s *Store) Release(ctx context.Context, req store.Request) error {
 	path := dir + "/" + es[i].name
 	if s.lapsed(path) {
 		return store.ErrNotHeld
+	}
+	if s.released(path) {
+		return nil // a repeat of a release that MinHold keeps
+	}
+	if kept, err := s.keepMin(kind, dir, es[i]); kept {
+		return err
 	}
 	s.untrack(path)
 	if err := s.remove(path); err != nil {

@@ -12,7 +12,19 @@ import (
 type local struct {
 	deadline time.Time
 	fence    int64
+	// owned: the node was granted or taken over (Resume) through this
+	// store, so its bounds below are known (zero: none). A hold's deadline
+	// is never set past maxUntil; a release before minUntil keeps it
+	// (released) until then.
+	owned    bool
+	minUntil time.Time
+	maxUntil time.Time
+	released bool
 }
+
+// bounds are a hold's MinHold and MaxHold ends on this process's monotonic
+// clock (zero: none).
+type bounds struct{ min, max time.Time }
 
 // deadFor is how long a node deleted for a lapsed TTL is remembered:
 // longer than any operation that read it before the deletion.
@@ -21,17 +33,33 @@ const deadFor = time.Minute
 // track starts or renews the TTL of a node created through this store. It
 // reports false, renewing nothing, for a node deleted for a lapsed TTL.
 func (s *Store) track(path string, ttl time.Duration, fence int64) bool {
+	_, ok := s.trackHold(path, ttl, fence, nil)
+	return ok
+}
+
+// trackHold is track for a hold whose bounds b (when not nil) are recorded
+// unless the node has bounds already (a repeat keeps the first grant's).
+// The deadline is capped at the hold's MaxHold end; a hold past it renews
+// nothing (false). It returns the deadline set.
+func (s *Store) trackHold(path string, ttl time.Duration, fence int64, b *bounds) (time.Time, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, dead := s.dead[path]; dead {
-		return false
+		return time.Time{}, false
 	}
 	l := s.local[path]
 	if l == nil {
 		l = &local{}
 		s.local[path] = l
 	}
-	l.deadline = time.Now().Add(ttl)
+	if b != nil && !l.owned {
+		l.owned, l.minUntil, l.maxUntil = true, b.min, b.max
+	}
+	now := time.Now()
+	l.deadline = now.Add(ttl)
+	if !l.maxUntil.IsZero() && l.deadline.After(l.maxUntil) {
+		l.deadline = l.maxUntil
+	}
 	if fence != 0 {
 		l.fence = fence
 	}
@@ -39,19 +67,62 @@ func (s *Store) track(path string, ttl time.Duration, fence int64) bool {
 	case s.kick <- struct{}{}:
 	default:
 	}
+	return l.deadline, l.deadline.After(now)
+}
+
+// owned returns a copy of path's local state when the node was granted or
+// taken over through this store (see local), else nil.
+func (s *Store) owned(path string) *local {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l := s.local[path]; l != nil && l.owned {
+		c := *l
+		return &c
+	}
+	return nil
+}
+
+// keepUntil marks the hold at path released, to be deleted by the reaper
+// at until (capped at its MaxHold end).
+func (s *Store) keepUntil(path string, until time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l := s.local[path]
+	if l == nil {
+		return false
+	}
+	if !l.maxUntil.IsZero() && until.After(l.maxUntil) {
+		until = l.maxUntil
+	}
+	l.deadline, l.released = until, true
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
 	return true
+}
+
+// released reports whether path is a hold released before its MinHold
+// ran out, kept by this store until then.
+func (s *Store) released(path string) bool {
+	l := s.owned(path)
+	return l != nil && l.released
 }
 
 // push renews path's TTL to at least ttl from now (a reentrant hold's one
 // expiry is pushed out, never in); false as track.
 func (s *Store) push(path string, ttl time.Duration) bool {
 	s.mu.Lock()
+	var deadline time.Time
 	l := s.local[path]
+	if l != nil {
+		deadline = l.deadline
+	}
 	s.mu.Unlock()
-	if l == nil || time.Now().Add(ttl).After(l.deadline) {
+	if l == nil || time.Now().Add(ttl).After(deadline) {
 		return s.track(path, ttl, 0)
 	}
-	return true
+	return deadline.After(time.Now())
 }
 
 func (s *Store) cached(path string) int64 {
