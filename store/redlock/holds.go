@@ -77,6 +77,7 @@ type hold struct {
 	fence   int64
 	value   string
 	expires time.Time
+	end     time.Time // the grant's MaxHold runs out (zero: none)
 }
 
 // minSweep is the size of the holds map below which expired entries are
@@ -159,7 +160,11 @@ func (s *Store) remember(req store.Request, fence int64, value string) {
 		}
 		s.sweepAt = max(minSweep, 2*len(s.holds))
 	}
-	s.holds[holdKey{req.Name, req.Token}] = &hold{fence: fence, value: value, expires: now.Add(req.TTL)}
+	h := &hold{fence: fence, value: value, expires: now.Add(holdTTL(req))}
+	if req.MaxHold > 0 {
+		h.end = now.Add(req.MaxHold)
+	}
+	s.holds[holdKey{req.Name, req.Token}] = h
 }
 
 // prevHold returns the fence and value of req's token's current grant, or
@@ -180,6 +185,20 @@ func (s *Store) extended(req store.Request) {
 	defer s.fmu.Unlock()
 	if h := s.holds[holdKey{req.Name, req.Token}]; h != nil {
 		h.expires = time.Now().Add(req.TTL)
+		if !h.end.IsZero() && h.end.Before(h.expires) {
+			h.expires = h.end
+		}
+	}
+}
+
+// forgetName drops the records of every grant of name.
+func (s *Store) forgetName(name string) {
+	s.fmu.Lock()
+	defer s.fmu.Unlock()
+	for k := range s.holds {
+		if k.name == name {
+			delete(s.holds, k)
+		}
 	}
 }
 

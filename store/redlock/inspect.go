@@ -179,7 +179,9 @@ func combine(name string, states []store.State, q int) store.State {
 	fences := make([]int64, 0, len(states))
 	ttls := make([]time.Duration, 0, len(states))
 	modes := make(map[store.Mode]int)
+	lists := make([][]store.Holder, 0, len(states))
 	for _, n := range states {
+		lists = append(lists, nodeOwners(n))
 		holders = append(holders, n.Holders)
 		fences = append(fences, n.Fence)
 		st.Queue = max(st.Queue, n.Queue)
@@ -189,7 +191,11 @@ func combine(name string, states []store.State, q int) store.State {
 			modes[n.Mode]++
 		}
 	}
-	st.Holders = qthHighest(holders, q)
+	st.Owners = combineOwners(lists, q)
+	st.Holders = max(qthHighest(holders, q), len(st.Owners))
+	for len(st.Owners) < st.Holders {
+		st.Owners = append(st.Owners, store.Holder{})
+	}
 	st.Fence = qthHighest(fences, q)
 	if st.Holders > 0 {
 		st.TTL = qthHighest(ttls, q)
@@ -198,6 +204,14 @@ func combine(name string, states []store.State, q int) store.State {
 			if k > best || (k == best && m < st.Mode) {
 				st.Mode, best = m, k
 			}
+		}
+	}
+	if exclusiveMode(st.Mode) && st.Fence > 0 {
+		// The holder's fence: its nodes report the fence each issued, one
+		// issued late may be above the fence the grant settled on, and a
+		// quorum holds a counter of at least that fence (see settle).
+		for i := range st.Owners {
+			st.Owners[i].Fence = min(st.Owners[i].Fence, st.Fence)
 		}
 	}
 	return st

@@ -124,6 +124,9 @@ func (s *Store) acquireRequest(ctx context.Context, req store.Request) (store.Re
 	if err := checkMode(req.Mode); err != nil {
 		return req, err
 	}
+	if err := store.ValidHold(req); err != nil {
+		return req, err
+	}
 	if req.Mode == store.ModeMutex {
 		// A node that handed the mutex to a registered waiter would give
 		// it a grant on that node alone, not a quorum: never register.
@@ -241,7 +244,7 @@ func (s *Store) grant(ctx context.Context, a *acquisition) (store.Grant, error) 
 		err = s.checkValidity(a)
 	}
 	if err != nil {
-		s.undo(ctx, a.req, a.timeout, a.state, a.f.ch, len(s.nodes)-a.answered)
+		s.undo(ctx, a, len(s.nodes)-a.answered)
 		return store.Grant{}, err
 	}
 	// The grant is decided: nothing undoes it from here.
@@ -261,7 +264,7 @@ func (s *Store) grant(ctx context.Context, a *acquisition) (store.Grant, error) 
 // (TTL − elapsed since the first request − drift), and otherwise a
 // [*store.StoreError] wrapping errValidity.
 func (s *Store) checkValidity(a *acquisition) error {
-	if validity := a.req.TTL - time.Since(a.start) - s.Drift(a.req.TTL); validity > 0 {
+	if validity := s.validity(a.req, a.start); validity > 0 {
 		return nil
 	}
 	return &store.StoreError{Op: "acquire", Node: -1, Err: errValidity}
@@ -278,7 +281,7 @@ func (s *Store) refuse(ctx context.Context, a *acquisition) (store.Grant, error)
 	if a.fatal == nil && a.nFailed <= n-q {
 		g = s.refusal(a)
 	}
-	s.undo(ctx, a.req, a.timeout, a.state, a.f.ch, n-a.answered)
+	s.undo(ctx, a, n-a.answered)
 	switch {
 	case a.fatal != nil:
 		return store.Grant{}, a.fatal
@@ -483,32 +486,33 @@ func (s *Store) announce(ctx context.Context, req store.Request, value string, t
 	s.cfg.logger.Debug("dlock: redlock announced a leader on fewer than a majority of nodes", "name", req.Name, "nodes", ok)
 }
 
-// undo releases req on every node that granted it or might have (failed),
-// and on each node still working on the acquire once it answers, and waits
-// for those releases. It runs even when ctx has ended.
-func (s *Store) undo(ctx context.Context, req store.Request, timeout time.Duration, state []uint8, ch <-chan result[acquireReply], pending int) {
+// undo releases the acquisition's token on every node that granted it or
+// might have (failed), and on each node still working on the acquire once
+// it answers, and waits for those releases (see undoNode). It runs even
+// when ctx has ended.
+func (s *Store) undo(ctx context.Context, a *acquisition, pending int) {
 	rctx := context.WithoutCancel(ctx)
 	var wg sync.WaitGroup
-	release := func(i int) {
+	release := func(i int, grantedHere bool) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c, cancel := context.WithTimeout(rctx, timeout)
+			c, cancel := context.WithTimeout(rctx, a.timeout)
 			defer cancel()
-			if err := s.nodes[i].Release(c, req); err != nil && !errors.Is(err, store.ErrNotHeld) {
-				s.cfg.logger.Debug("dlock: redlock release after failed acquire", "name", req.Name, "node", i, "err", err)
+			if err := s.undoNode(c, a, i, grantedHere); err != nil && !errors.Is(err, store.ErrNotHeld) {
+				s.cfg.logger.Debug("dlock: redlock release after failed acquire", "name", a.req.Name, "node", i, "err", err)
 			}
 		}()
 	}
-	for i, st := range state {
+	for i, st := range a.state {
 		if st == granted || st == failed {
-			release(i)
+			release(i, st == granted)
 		}
 	}
 	for ; pending > 0; pending-- {
-		r := <-ch
+		r := <-a.f.ch
 		if (r.val.err != nil && !requestError(r.val.err)) || r.val.g.Acquired {
-			release(r.node)
+			release(r.node, r.val.err == nil)
 		}
 	}
 	wg.Wait()
@@ -712,7 +716,7 @@ func (s *Store) Release(ctx context.Context, req store.Request) error {
 					errs = append(errs, nodeErr("release", i, ctx.Err()))
 				}
 			}
-			trackRest(f, req, answered)
+			trackRest(f, req.Name, answered)
 			return &QuorumError{Op: "release", OK: released, Quorum: q, Nodes: errs}
 		}
 		answered[r.node] = true
@@ -732,18 +736,19 @@ func (s *Store) Release(ctx context.Context, req store.Request) error {
 		default:
 			continue
 		}
-		trackRest(f, req, answered)
+		trackRest(f, req.Name, answered)
 		return err
 	}
 	return &QuorumError{Op: "release", OK: released, Quorum: q, Nodes: errs}
 }
 
-// trackRest tracks the nodes of a release that have not answered yet.
-func trackRest(f *fanout[error], req store.Request, answered []bool) {
+// trackRest tracks the nodes of a release (or force-release) of name that
+// have not answered yet.
+func trackRest[T any](f *fanout[T], name string, answered []bool) {
 	for i, a := range answered {
 		answered[i] = !a
 	}
-	f.track([]string{req.Name}, answered)
+	f.track([]string{name}, answered)
 }
 
 // Ping implements [store.Pinger]: nil when a majority of the nodes answer

@@ -50,6 +50,67 @@
 // The Store is a [store.Inspector] when its nodes are: State and List (what
 // `dlock status`, `dlock list` and the dashboard show) combine the nodes'
 // answers as Redlock sees the lock, counting only what a majority holds.
+//
+// # A hold's record and bounds
+//
+// A request's Holder, Data, MinHold and MaxHold go to every node with it;
+// each node records them with its own grant, by its own clock, and drops
+// them with its hold. State's Owners are the holds the nodes agree on: the
+// nodes never show tokens, so a hold is known by its holder and data, and
+// there are as many holds of one holder and data as a majority of nodes
+// have. Each one's Since is the quorum-th earliest of its nodes' grant
+// times (when, by the nodes' clocks, a majority had granted it), and its
+// Fence the highest fence its nodes report, for an exclusive hold at most
+// State's Fence (a node that granted late may have issued a higher one).
+// A hold on a minority (an acquisition being undone) is not shown.
+//
+// MinHold (mutex and election): a Release before the end answers nil once
+// a majority answered, and each node keeps its hold to its own grant +
+// MinHold by its own clock; the name is free again once a majority of the
+// nodes has let go. Every node grants after the Acquire was sent, so by
+// the client's clock no other Acquire can win the name before send +
+// MinHold, less what the nodes' clocks run fast over MinHold. Clock rates
+// differ by far less than the drift factor's default 1 % (quartz with NTP:
+// about 0.01 %); a caller that wants the interval whole by its own clock
+// whatever the rates adds [Store.Drift] of it to MinHold. A holder that
+// crashes is still bounded by its TTL on each node. An Acquire that fails
+// (no majority, no validity left) would leave a MinHold hold on the nodes
+// that granted it until their MinHold ends, where a release would keep it;
+// so while its grants are sure to be the only holds of the name on those
+// nodes (the TTL less the drift and a node timeout has not run out), it
+// ends them with the nodes' ForceRelease, and afterwards sends them
+// nothing (their TTL, about to run out, ends them). Without this, N
+// replicas of a scheduled job that split the nodes' votes would all be
+// refused for the whole interval.
+//
+// MaxHold: each node caps every grant and extension at its own grant +
+// MaxHold, so an Acquire's validity counts from min(TTL, MaxHold), and an
+// Extend past the end answers [store.ErrNotHeld] once more than N−quorum
+// nodes have let the hold go. A node whose clock runs slow keeps the hold a
+// little longer; alone it is a minority.
+//
+// Resume ([Store.Resume]) needs a majority of nodes to confirm the token
+// and extend its hold; its validity counts from the send, as Extend's. Its
+// fence is settled as an Acquire's is: the highest fence the confirming
+// nodes report, written back to those that report less, and used once a
+// majority holds a counter at least that high; so it is ordered against
+// every other grant as the fence write-back argues (docs/safety.md,
+// Fenced Redlock: the confirming majority plays the part of the grant's).
+// It is the fence the grant settled on unless a node that granted the token
+// late issued a higher one (the holder then uses that, still above every
+// earlier holder's), or the confirming majority holds the grant's fence
+// only as a raised counter on nodes that report the fence they issued
+// (the memory store does): the lower fence it then returns is refused by a
+// fenced resource that saw the higher one, which is safe but makes the
+// resumed holder's writes fail. This Store remembers the fences it
+// returned and resumes with the same one where a majority still reports
+// no more.
+//
+// ForceRelease ([Store.ForceRelease]) ends the holds on every node and
+// returns once a majority did. The nodes keep their fence counters, and
+// the forced holder's settled majority held counters of at least its
+// fence, so the next grant, whose majority shares a node with it, gets a
+// higher fence: the forced holder's late writes are fenced out.
 package redlock
 
 import (
