@@ -484,14 +484,12 @@ func queued(k kind, vw *view, n int) int {
 func (s *Store) refusal(k kind, vw *view, i int, mode store.Mode) store.Grant {
 	g := store.Grant{Held: vw.heldMode(k, mode)}
 	first := true
+	now := time.Now()
 	for j, e := range vw.entries {
 		if !vw.holds(k, j) {
 			continue
 		}
-		d := time.Duration(e.v.TTL) * time.Millisecond
-		if r, ok := s.remaining(string(e.kv.Key)); ok {
-			d = r
-		}
+		d := s.left(e, now)
 		if k == kindSemaphore {
 			if first || d < g.RetryAfter {
 				g.RetryAfter = d

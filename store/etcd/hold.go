@@ -72,6 +72,24 @@ func (v val) minLeft(now time.Time) time.Duration {
 	return time.UnixMilli(v.Since + v.Min).Sub(now)
 }
 
+// left is what e has left at now as far as this store knows: its time to
+// the millisecond when this store granted or renewed it, else the TTL it
+// asked for; no more than what is left of its MaxHold or, released, its
+// MinHold.
+func (s *Store) left(e *entry, now time.Time) time.Duration {
+	d := time.Duration(e.v.TTL) * time.Millisecond
+	if r, ok := s.remaining(string(e.kv.Key)); ok {
+		d = r
+	}
+	if m, ok := e.v.maxLeft(now); ok && e.v.Held {
+		d = max(min(d, m), time.Millisecond)
+	}
+	if e.v.Rel {
+		d = max(min(d, e.v.minLeft(now)), time.Millisecond)
+	}
+	return d
+}
+
 // holder is the hold as [store.State.Owners] shows it.
 func (v val) holder(fence int64) store.Holder {
 	h := store.Holder{Owner: v.Who, Data: v.Data, Fence: fence}

@@ -25,10 +25,11 @@ func (s *Store) Ping(ctx context.Context) error {
 func (s *Store) state(k kind, name string, vw *view) store.State {
 	st := store.State{Name: name, Mode: k.mode()}
 	st.Fence = lastFence(vw.fence)
+	now := time.Now()
 	for i, e := range vw.entries {
 		if vw.claimed(k, i) {
 			st.Holders++
-			st.TTL = max(st.TTL, time.Duration(e.v.TTL)*time.Millisecond)
+			st.TTL = max(st.TTL, s.left(e, now))
 			if e.v.Mode == store.ModeWrite {
 				st.Mode = store.ModeWrite
 			}
