@@ -76,6 +76,64 @@
 // lock's children (one round trip; Extend lists every lock of a batch
 // concurrently).
 //
+// # A hold's record and its bounds
+//
+// A hold's record (issue 38: [store.Request] Holder, Data, MinHold,
+// MaxHold) is kept in its node's data, written when the node is created and
+// again by the grant's multi-op with the fence, and gone with the node. A
+// re-entry's node records nothing: the hold's record is its first node's.
+// [store.State] Owners reads each holding node (one read each). Since is
+// the grant's time by the ensemble's clock: the node's mtime, which the
+// leader sets from its wall clock when it commits the grant's write (the
+// fence; a reader that shares the name's fence writes nothing, and its
+// node's creation is its grant), kept in the data once the node is written
+// again (an early release kept by MinHold, a node moved into another
+// session, below). Since is exact to the millisecond and as right as the
+// leader's clock; a leader change in between may make it jump by the two
+// servers' clock difference. The record is always written: it is part of
+// the node's data, which every grant writes anyway.
+//
+// ZooKeeper has no per-node expiry fit for a lease (its TTL nodes are
+// persistent and removed by a container sweep every minute or so, not at
+// their time), so a hold's TTL is kept by this process's reaper (see
+// below), and so are its bounds, on this process's monotonic clock from
+// the grant: MaxHold caps the deadline of every grant, Extend and Resume
+// at grant + MaxHold, after which Extend answers [store.ErrNotHeld]; an
+// exclusive hold (mutex, fair, election) released before grant + MinHold
+// answers nil and stays, marked released in its node's data, until the
+// reaper deletes it at grant + MinHold (its fence unchanged; its token
+// then holds nothing: Extend and Resume answer ErrNotHeld, a repeated
+// Acquire is refused). No timer runs for it but the reaper that keeps
+// every TTL: this is a process, not the server. If the process dies or
+// is cut off, the server ends its holds with its session (after the
+// session timeout); Close ends them at once, holds kept by MinHold too.
+//
+// # Resume, and holds of other sessions
+//
+// A node lives as long as the session that created it, and only that
+// process's reaper keeps its TTL and bounds. So when a hold is renewed
+// through another Store (another process, another replica of the service,
+// or this process after a restart while its old session has not expired
+// yet), by [Store.Resume], Extend, a repeated Acquire, or a Release before
+// its MinHold ran out, the node is first moved into this Store's session
+// in one multi-op: deleted (only if unchanged since read) and created
+// again as an ephemeral node of this session with the same data and
+// sequence number (so the same place among the name's nodes, and the same
+// fence) under a name of the next generation
+// (<k><m>[b]~<owner>~<token>~<gen>-<seq>), then written once more so that
+// its stat gives the ensemble's time. The bounds move with it: grant +
+// MinHold and grant + MaxHold by the ensemble's clock become instants of
+// this process's clock from that time, neither loosened by the round trip.
+// The hold then lives as long as this session. A reentrant hold is one
+// node per acquisition and is not moved: through another Store its TTL is
+// renewed by that Store's reaper as before, while the granting session's
+// reaper may still end it at its own deadline.
+//
+// [Store.ForceRelease] deletes every node that holds the name, of any
+// session, in one multi-op; queued nodes keep their places. The fence
+// child stays, so the next grant's fence is above every ended hold's, and
+// the deletions wake the name's watchers.
+//
 // # What is not guaranteed
 //
 // A holder paused past its session timeout finds its node gone only when it

@@ -272,6 +272,20 @@ func (s *Store) resumeOnce(kind, dir string, req store.Request) (store.Grant, er
 	return g, nil
 }
 
+// repeatElsewhere answers an Acquire repeated by the holder of a node of
+// another session (its grant went through another process, a retry
+// through another replica of the service): the hold is taken over as
+// Resume takes it, and its grant returned. A released hold, or one whose
+// node changed meanwhile, is refused.
+func (s *Store) repeatElsewhere(kind, dir string, req store.Request, es []entry) (store.Grant, error) {
+	g, err := s.resumeOnce(kind, dir, req)
+	if errors.Is(err, store.ErrNotHeld) || errors.Is(err, errMoved) {
+		return s.refusal(kind, dir, es, -1, req.Limit), nil
+	}
+	g.TTL, g.MaxHoldLeft = 0, 0
+	return g, err
+}
+
 // heldLimit is the limit a semaphore's permits are held with (0 for
 // another pattern or when unknown).
 func (s *Store) heldLimit(dir string, es []entry) int {

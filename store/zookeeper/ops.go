@@ -93,6 +93,9 @@ func (s *Store) acquire(kind string, req store.Request) (store.Grant, error) {
 			}
 			return s.refusal(kind, dir, es, i, req.Limit), nil
 		}
+		if kind != "r" && !s.tracked(path) {
+			return s.repeatElsewhere(kind, dir, req, es)
+		}
 		return s.grant(kind, req, dir, path, es, i, nil)
 	}
 	if req.Mode == store.ModeWrite && req.Owner != "" {
@@ -320,9 +323,11 @@ func (s *Store) refusal(kind, dir string, es []entry, i, limit int) store.Grant 
 
 // Extend implements [store.Store]: it lists each lock's nodes once (the
 // lists are fetched concurrently, pipelined on the session) and renews the
-// TTL of every request whose node still holds. A node gone with an expired
-// session, or a queue place, reports [store.ErrNotHeld]; so does a hold of
-// this store whose TTL passed.
+// TTL of every request whose node still holds, capped by the hold's
+// MaxHold. A node gone with an expired session, or a queue place, reports
+// [store.ErrNotHeld]; so does a hold of this store whose TTL or MaxHold
+// passed, or that was released before its MinHold ran out. A hold of
+// another session is taken over as [Store.Resume] does.
 func (s *Store) Extend(ctx context.Context, reqs []store.Request) []error {
 	errs := make([]error, len(reqs))
 	type job struct {
@@ -401,7 +406,9 @@ func (s *Store) Extend(ctx context.Context, reqs []store.Request) []error {
 
 // Release implements [store.Store]: it deletes the token's node. The next
 // node's watcher (the fair queue's head, or a waiter's Watch) wakes and
-// holds by the recipe's rule.
+// holds by the recipe's rule. An exclusive hold released before its
+// MinHold ran out is kept instead (see the package doc): Release answers
+// nil, and the reaper deletes the node at grant + MinHold.
 func (s *Store) Release(ctx context.Context, req store.Request) error {
 	kind, err := kindOf(req.Mode)
 	if err != nil {

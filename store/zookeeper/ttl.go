@@ -82,6 +82,14 @@ func (s *Store) owned(path string) *local {
 	return nil
 }
 
+// tracked reports whether this store keeps a deadline for path: every
+// node of its session (a hold or a queue place) has one.
+func (s *Store) tracked(path string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.local[path] != nil
+}
+
 // keepUntil marks the hold at path released, to be deleted by the reaper
 // at until (capped at its MaxHold end).
 func (s *Store) keepUntil(path string, until time.Time) bool {
