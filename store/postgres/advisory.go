@@ -73,6 +73,23 @@ var (
 // reentrant holds of one name exclude each other: both take the name's one
 // advisory lock. Watch wakes waiters on releases made
 // through dlock (NOTIFY); unlocks by other code are seen on the next retry.
+//
+// # Hold records and bounds
+//
+// A hold's record (Holder, Data, and the grant time by the database's
+// clock) is kept by this store beside the hold, so [Advisory.State] and
+// [Advisory.List] show it for the holds of this store's session only.
+// MaxHold caps every expiry at the grant + MaxHold, by this process's
+// clock, which keeps the lease's TTL too. MinHold is not supported on a
+// mutex: a session's advisory lock has no expiry on the server, so keeping
+// the name past a release until the min-hold end would need a timer in
+// this process (the next operation on the name would come at no set
+// time); Acquire refuses it with an error wrapping [store.ErrNotSupported]
+// (a reentrant hold ignores MinHold, as every non-exclusive mode does).
+// [Advisory.Resume] finds only holds of this store's session: a restarted
+// process's holds ended with its session. [Advisory.ForceRelease] ends
+// holds of this session; one held by another session is refused with an
+// error naming its backend, since ending it would end that whole session.
 type Advisory struct {
 	connCfg *pgx.ConnConfig
 	cfg     config
@@ -92,6 +109,30 @@ type advLock struct {
 	fence   int64
 	owner   string               // reentrant
 	holders map[string]time.Time // token → local expiry
+	// The hold's record (a reentrant hold's first grant's): holder and
+	// data, the grant by the database's clock (since), and by this
+	// process's clock (granted), from which maxHold bounds every expiry.
+	holder, data string
+	since        time.Time
+	granted      time.Time
+	maxHold      time.Duration
+}
+
+// expiry is the local expiry of a lease of ttl from now, capped by the
+// hold's max hold.
+func (lk *advLock) expiry(now time.Time, ttl time.Duration) time.Time {
+	exp := now.Add(ttl)
+	if lk.maxHold > 0 {
+		if end := lk.granted.Add(lk.maxHold); end.Before(exp) {
+			exp = end
+		}
+	}
+	return exp
+}
+
+// record is the hold's record, as State.Owners shows it.
+func (lk *advLock) record() store.Holder {
+	return store.Holder{Owner: lk.holder, Since: lk.since, Data: lk.data, Fence: lk.fence}
 }
 
 // pushOut gives every acquisition of a reentrant hold the hold's one
@@ -246,19 +287,32 @@ func (a *Advisory) unlockLocked(ctx context.Context, name string, lk *advLock) e
 }
 
 // advLockSQL takes the lock and, only if taken, bumps the name's fence, in
-// one statement.
+// one statement; it returns the grant's time by the database's clock too.
 const advLockSQL = `WITH t AS (SELECT pg_try_advisory_lock(hashtext($1)::bigint) AS ok)
 INSERT INTO dlock_locks AS l (kind, name, fence) SELECT 5, $1, dlock_next_fence(0, clock_timestamp()) FROM t WHERE t.ok
 ON CONFLICT (kind, name) DO UPDATE SET fence = dlock_next_fence(l.fence, clock_timestamp()), updated_at = clock_timestamp()
-RETURNING l.fence, pg_backend_pid()`
+RETURNING l.fence, pg_backend_pid(), clock_timestamp()`
 
-// Acquire implements [store.Store]. See [Advisory] for the modes.
+// errMinHold is Acquire's answer to a MinHold on an exclusive hold.
+var errMinHold = fmt.Errorf("%w: postgres advisory locks cannot keep a name past its release: the lock lives with the session and has no expiry on the server, so only a timer in this process could unlock it at the min-hold end (use the lease-table Store)", store.ErrNotSupported)
+
+// Acquire implements [store.Store]. See [Advisory] for the modes. A new
+// hold's record (Holder, Data, the grant time by the database's clock) is
+// kept with the hold by this store; MaxHold caps every expiry; a MinHold
+// on a mutex is refused with an error wrapping [store.ErrNotSupported]
+// (see [Advisory]) before anything is taken.
 func (a *Advisory) Acquire(ctx context.Context, req store.Request) (store.Grant, error) {
 	if err := advMode(req.Mode); err != nil {
 		return store.Grant{}, err
 	}
 	if err := validate(req); err != nil {
 		return store.Grant{}, err
+	}
+	if err := store.ValidHold(req); err != nil {
+		return store.Grant{}, err
+	}
+	if req.MinHold > 0 && req.Mode == store.ModeMutex {
+		return store.Grant{}, errMinHold
 	}
 	owner := req.Owner
 	if owner == "" {
@@ -275,7 +329,7 @@ func (a *Advisory) Acquire(ctx context.Context, req store.Request) (store.Grant,
 		return store.Grant{}, err
 	}
 	if lk := a.locks[req.Name]; lk != nil {
-		exp := now.Add(req.TTL)
+		exp := lk.expiry(now, req.TTL)
 		if _, ok := lk.holders[req.Token]; ok {
 			if lk.mode == store.ModeReentrant {
 				lk.pushOut(exp) // a retry shortens no acquisition, its own neither
@@ -298,8 +352,9 @@ func (a *Advisory) Acquire(ctx context.Context, req store.Request) (store.Grant,
 	var (
 		fence int64
 		pid   uint32
+		since time.Time
 	)
-	err = conn.QueryRow(ctx, advLockSQL, req.Name).Scan(&fence, &pid)
+	err = conn.QueryRow(ctx, advLockSQL, req.Name).Scan(&fence, &pid, &since)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return store.Grant{}, nil // another session holds it
 	}
@@ -309,10 +364,12 @@ func (a *Advisory) Acquire(ctx context.Context, req store.Request) (store.Grant,
 	if err != nil {
 		return store.Grant{}, a.failLocked("acquire", err)
 	}
-	a.locks[req.Name] = &advLock{
-		mode: req.Mode, fence: fence, owner: owner,
-		holders: map[string]time.Time{req.Token: now.Add(req.TTL)},
+	lk := &advLock{
+		mode: req.Mode, fence: fence, owner: owner, holders: make(map[string]time.Time, 1),
+		holder: req.Holder, data: req.Data, since: since.Truncate(time.Millisecond), granted: now, maxHold: req.MaxHold,
 	}
+	lk.holders[req.Token] = lk.expiry(now, req.TTL)
+	a.locks[req.Name] = lk
 	return store.Grant{Acquired: true, Fence: fence, Count: 1}, nil
 }
 
@@ -323,16 +380,7 @@ func (a *Advisory) Extend(ctx context.Context, reqs []store.Request) []error {
 	errs := make([]error, len(reqs))
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.conn != nil {
-		var pid uint32
-		err := a.conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid)
-		if err == nil && pid != a.pid {
-			err = errNotPinned
-		}
-		if err != nil {
-			_ = a.failLocked("extend", err) // every hold is gone with the session
-		}
-	}
+	a.checkSessionLocked(ctx, "extend")
 	now := time.Now()
 	for i, req := range reqs {
 		if err := advMode(req.Mode); err != nil {
@@ -350,12 +398,28 @@ func (a *Advisory) Extend(ctx context.Context, reqs []store.Request) []error {
 			continue
 		}
 		if lk.mode == store.ModeReentrant {
-			lk.pushOut(now.Add(req.TTL))
+			lk.pushOut(lk.expiry(now, req.TTL))
 		} else {
-			lk.holders[req.Token] = now.Add(req.TTL)
+			lk.holders[req.Token] = lk.expiry(now, req.TTL)
 		}
 	}
 	return errs
+}
+
+// checkSessionLocked checks that the pinned session is alive and still the
+// same backend; if it is not, it ends it: every hold is gone with it.
+func (a *Advisory) checkSessionLocked(ctx context.Context, op string) {
+	if a.conn == nil {
+		return
+	}
+	var pid uint32
+	err := a.conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid)
+	if err == nil && pid != a.pid {
+		err = errNotPinned
+	}
+	if err != nil {
+		_ = a.failLocked(op, err)
+	}
 }
 
 // Release implements [store.Store]: the last local holder of a name unlocks
@@ -425,6 +489,7 @@ func (a *Advisory) stateLocked(name string, now time.Time) store.State {
 	if lk.mode == store.ModeReentrant {
 		st.Holders = 1
 	}
+	st.Owners = []store.Holder{lk.record()} // a mutex or a reentrant hold: one
 	for _, e := range lk.holders {
 		st.TTL = max(st.TTL, e.Sub(now))
 	}
