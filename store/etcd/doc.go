@@ -66,6 +66,33 @@
 // running beside this one on the same cluster would issue revisions again,
 // far below: stop older processes first.
 //
+// # A hold's record and bounds
+//
+// A hold's record (issue 38: [store.Request] Holder and Data, the grant
+// time, MinHold and MaxHold) is part of its key's value, written by the
+// grant's transaction (a fair waiter's queue key carries it to its claim)
+// and deleted with the key; a re-entry keeps its owner's first record. The
+// grant time, [store.Holder] Since, is always recorded: etcd has no clock a
+// client can read, so it is the granting process's wall clock (the clock of
+// the fences' floor) to the millisecond, and each bound is measured from it
+// by the wall clock of the process that applies it: processes whose clocks
+// differ by d apply a MaxHold up to d apart.
+//
+// MaxHold caps every grant, Extend, repeated Acquire and Resume: the hold's
+// lease is never granted or renewed past grant + MaxHold (a cap below the
+// lease's whole seconds moves the key to a shorter lease), so etcd ends it
+// there even when no dlock process is left, to its lease's second; an
+// Extend once it passed answers [store.ErrNotHeld] and revokes the lease.
+// A Release of a mutex, fair or election hold before grant + MinHold
+// answers nil and moves the key, marked released (its token holds nothing
+// from then on), to a lease that ends at grant + MinHold: etcd ends it
+// there, no process keeps a timer (this process's reaper ends it to the
+// millisecond while it lives). [Store.Resume] moves the token's key to a
+// new lease in a transaction that commits only if the key is still the
+// hold it read. [Store.ForceRelease] revokes the lease of every hold of
+// the name, so keys and leases end together as on a Release; queue places
+// and the fence key stay.
+//
 // # What is not guaranteed
 //
 // Jepsen found etcd 3.4.3's lock unsafe under partitions and pauses (seed

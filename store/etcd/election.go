@@ -30,7 +30,7 @@ func (s *Store) Leader(ctx context.Context, name string) (store.Leader, error) {
 		return store.Leader{}, store.ErrNoLeader
 	}
 	e := vw.entries[0]
-	ld := store.Leader{Value: e.v.Value, Term: e.fence(), TTL: time.Duration(e.v.TTL) * time.Millisecond}
+	ld := store.Leader{Value: e.v.Value, Term: e.fence(), TTL: s.left(e, time.Now())}
 	if r, ok := s.remaining(string(e.kv.Key)); ok {
 		ld.TTL = r
 		return ld, nil
