@@ -43,6 +43,9 @@ func (s *Store) Acquire(ctx context.Context, req store.Request) (store.Grant, er
 	if err := check(req); err != nil {
 		return store.Grant{}, err
 	}
+	if err := store.ValidHold(req); err != nil {
+		return store.Grant{}, err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if f, ok := store.FenceFloor(ctx); ok {
@@ -81,13 +84,13 @@ func (s *Store) Acquire(ctx context.Context, req store.Request) (store.Grant, er
 	// The mutex, and the election (a mutex that keeps the leader's value).
 	if lk != nil {
 		if h := lk.find(req.Token); h != nil {
-			h.expires = now.Add(req.TTL)
+			h.extendTo(now.Add(req.TTL))
 			return store.Grant{Acquired: true, Fence: h.fence, Count: 1}, nil
 		}
 		return store.Grant{RetryAfter: lk.remaining(now), Held: k.mode}, nil
 	}
 	f := s.issue(req.Name, now)
-	h := &holder{token: req.Token, expires: now.Add(req.TTL), fence: f}
+	h := newHolder(req, now, f)
 	if k.mode == store.ModeElection {
 		h.value = req.Value
 		s.wakeLocked(k) // observers see the new leader
@@ -118,14 +121,15 @@ func (s *Store) acquireReentrant(k key, lk *lock, req store.Request, now time.Ti
 	owner := cmp.Or(req.Owner, req.Token)
 	if lk == nil {
 		f := s.issue(req.Name, now)
-		s.locks[k] = &lock{mode: k.mode, owner: owner, holders: []*holder{{token: req.Token, expires: now.Add(req.TTL), fence: f}}}
+		s.locks[k] = &lock{mode: k.mode, owner: owner, holders: []*holder{newHolder(req, now, f)}}
 		return store.Grant{Acquired: true, Fence: f, Count: 1}
 	}
 	if lk.find(req.Token) == nil {
 		if lk.owner != owner {
 			return store.Grant{RetryAfter: lk.remaining(now), Held: store.ModeReentrant}
 		}
-		lk.holders = append(lk.holders, &holder{token: req.Token, expires: lk.holders[0].expires, fence: lk.holders[0].fence})
+		first := lk.holders[0] // the hold's expiry, fence and record
+		lk.holders = append(lk.holders, &holder{token: req.Token, expires: first.expires, fence: first.fence, record: first.record})
 	}
 	lk.extendAll(now.Add(req.TTL))
 	return store.Grant{Acquired: true, Fence: lk.holders[0].fence, Count: len(lk.holders)}
@@ -137,7 +141,7 @@ func (s *Store) acquireReentrant(k key, lk *lock, req store.Request, now time.Ti
 func (s *Store) acquireRead(k key, lk *lock, req store.Request, now time.Time) store.Grant {
 	if lk != nil {
 		if h := lk.find(req.Token); h != nil {
-			h.expires = now.Add(req.TTL)
+			h.extendTo(now.Add(req.TTL))
 			return store.Grant{Acquired: true, Fence: h.fence, Count: 1}
 		}
 		w := lk.writer()
@@ -157,7 +161,7 @@ func (s *Store) acquireRead(k key, lk *lock, req store.Request, now time.Time) s
 	if f == 0 {
 		f = s.issue(req.Name, now)
 	}
-	lk.holders = append(lk.holders, &holder{token: req.Token, expires: now.Add(req.TTL), fence: f})
+	lk.holders = append(lk.holders, newHolder(req, now, f))
 	return store.Grant{Acquired: true, Fence: f, Count: 1}
 }
 
@@ -171,7 +175,7 @@ func (s *Store) acquireWrite(k key, lk *lock, req store.Request, now time.Time) 
 			if !h.write {
 				return store.Grant{}, store.ErrUpgrade // a reader's own token
 			}
-			h.expires = now.Add(req.TTL)
+			h.extendTo(now.Add(req.TTL))
 			return store.Grant{Acquired: true, Fence: h.fence, Count: 1}, nil
 		}
 		if req.Owner != "" {
@@ -199,7 +203,7 @@ func (s *Store) acquireWrite(k key, lk *lock, req store.Request, now time.Time) 
 		s.locks[k] = lk
 	}
 	f := s.issue(req.Name, now)
-	lk.holders = append(lk.holders, &holder{token: req.Token, expires: now.Add(req.TTL), fence: f, write: true})
+	lk.holders = append(lk.holders, newHolder(req, now, f))
 	return store.Grant{Acquired: true, Fence: f, Count: 1}, nil
 }
 
@@ -209,7 +213,7 @@ func (s *Store) acquireWrite(k key, lk *lock, req store.Request, now time.Time) 
 func (s *Store) acquireFair(k key, lk *lock, req store.Request, now time.Time) store.Grant {
 	if lk != nil {
 		if h := lk.find(req.Token); h != nil {
-			h.expires = now.Add(req.TTL)
+			h.extendTo(now.Add(req.TTL))
 			return store.Grant{Acquired: true, Fence: h.fence, Count: 1}
 		}
 		g := store.Grant{RetryAfter: lk.remaining(now), Position: len(lk.queue), Held: store.ModeFair}
@@ -221,7 +225,7 @@ func (s *Store) acquireFair(k key, lk *lock, req store.Request, now time.Time) s
 		return g
 	}
 	f := s.issue(req.Name, now)
-	s.locks[k] = &lock{mode: k.mode, holders: []*holder{{token: req.Token, expires: now.Add(req.TTL), fence: f}}}
+	s.locks[k] = &lock{mode: k.mode, holders: []*holder{newHolder(req, now, f)}}
 	return store.Grant{Acquired: true, Fence: f, Count: 1}
 }
 
@@ -230,7 +234,7 @@ func (s *Store) acquireFair(k key, lk *lock, req store.Request, now time.Time) s
 func (s *Store) acquireSemaphore(k key, lk *lock, req store.Request, now time.Time) (store.Grant, error) {
 	if lk != nil {
 		if h := lk.find(req.Token); h != nil {
-			h.expires = now.Add(req.TTL)
+			h.extendTo(now.Add(req.TTL))
 			return store.Grant{Acquired: true, Fence: h.fence, Count: 1}, nil
 		}
 		if len(lk.holders) > 0 && lk.limit != req.Limit {
@@ -245,6 +249,6 @@ func (s *Store) acquireSemaphore(k key, lk *lock, req store.Request, now time.Ti
 	}
 	lk.limit = req.Limit
 	f := s.issue(req.Name, now)
-	lk.holders = append(lk.holders, &holder{token: req.Token, expires: now.Add(req.TTL), fence: f})
+	lk.holders = append(lk.holders, newHolder(req, now, f))
 	return store.Grant{Acquired: true, Fence: f, Count: 1}, nil
 }

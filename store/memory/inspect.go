@@ -38,6 +38,7 @@ func (s *Store) stateLocked(name string, lk *lock, now time.Time) store.State {
 		Fence:   s.fences[name],
 		Queue:   len(lk.queue),
 		Limit:   lk.limit,
+		Owners:  lk.owners(),
 	}
 	switch {
 	case lk.mode == store.ModeReentrant && len(lk.holders) > 0:

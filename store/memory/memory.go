@@ -13,11 +13,13 @@ import (
 )
 
 var (
-	_ store.Store        = (*Store)(nil)
-	_ store.Inspector    = (*Store)(nil)
-	_ store.Pinger       = (*Store)(nil)
-	_ store.GrantWatcher = (*Store)(nil)
-	_ store.Elector      = (*Store)(nil)
+	_ store.Store         = (*Store)(nil)
+	_ store.Inspector     = (*Store)(nil)
+	_ store.Pinger        = (*Store)(nil)
+	_ store.GrantWatcher  = (*Store)(nil)
+	_ store.Elector       = (*Store)(nil)
+	_ store.Resumer       = (*Store)(nil)
+	_ store.ForceReleaser = (*Store)(nil)
 )
 
 // Store is an in-memory lock store. The zero value is not usable; call New.
@@ -30,6 +32,12 @@ var (
 // holds the name. The patterns share the name's last fence. When a name
 // frees, the waiters of every pattern are woken and a fair lock's queue is
 // served first.
+//
+// Every hold keeps its record with it (store.Request's Holder and Data,
+// the grant's time as Since, always) and the ends of its MinHold and
+// MaxHold by the process's clock; a queued fair waiter's record is kept
+// with its place and given to the hold it is handed. Store also
+// implements [store.Resumer] and [store.ForceReleaser].
 type Store struct {
 	retention time.Duration // see WithFenceRetention
 	mu        sync.Mutex
@@ -66,6 +74,18 @@ type holder struct {
 	fence   int64
 	write   bool   // read-write lock: the writer
 	value   string // election: the leader's value
+	record         // who holds, since when, and the hold's bounds
+}
+
+// record is what a grant keeps with a hold besides its token: the
+// request's Holder and Data, the grant's time, and the instants its
+// MinHold and MaxHold end (zero for none). A re-entry copies its hold's.
+type record struct {
+	owner    string
+	data     string
+	since    time.Time
+	minUntil time.Time // a Release before it leaves the hold until it
+	maxUntil time.Time // no grant or Extend reaches past it
 }
 
 // waiter is a queue entry: a fair-lock ticket or a writer's intent.
@@ -74,6 +94,9 @@ type waiter struct {
 	ticket  int64
 	expires time.Time
 	ttl     time.Duration // lease length to grant on handoff
+	// The record fields of the request that queued, for a handoff.
+	holder, data     string
+	minHold, maxHold time.Duration
 }
 
 type lock struct {

@@ -33,7 +33,7 @@ func (s *Store) Extend(ctx context.Context, reqs []store.Request) []error {
 		case req.Mode == store.ModeReentrant:
 			lk.extendAll(now.Add(req.TTL))
 		default:
-			h.expires = now.Add(req.TTL)
+			h.extendTo(now.Add(req.TTL))
 		}
 	}
 	return errs
@@ -55,6 +55,9 @@ func (s *Store) Release(ctx context.Context, req store.Request) error {
 		return store.ErrNotHeld
 	}
 	if i := slices.IndexFunc(lk.holders, func(h *holder) bool { return h.token == req.Token }); i >= 0 {
+		if lk.holders[i].keptByMinHold(now) {
+			return nil // held until its MinHold ends, by its expiry
+		}
 		// Wake waiters when someone may now get in: the lock is free, a
 		// writer left readers behind after a downgrade, or a permit freed.
 		wake := lk.holders[i].write || k.mode == store.ModeSemaphore

@@ -38,7 +38,9 @@ func (s *Store) settle(k key, lk *lock, now time.Time) *lock {
 		if !until.After(now) {
 			until = now.Add(time.Millisecond) // a place that ran out this instant: passed over
 		}
-		lk.holders = append(lk.holders, &holder{token: w.token, expires: until, fence: f})
+		h := &holder{token: w.token, fence: f, record: newRecord(k.mode, w.holder, w.data, w.minHold, w.maxHold, now)}
+		h.extendTo(until)
+		lk.holders = append(lk.holders, h)
 		g := store.Grant{Acquired: true, Fence: f, Count: 1}
 		if ch := s.grants[grantKey{k.name, w.token}]; ch != nil {
 			select {
@@ -125,7 +127,8 @@ func (lk *lock) enqueue(req store.Request, now time.Time) int {
 		return i
 	}
 	lk.ticket++
-	lk.queue = append(lk.queue, &waiter{token: req.Token, ticket: lk.ticket, expires: now.Add(req.QueueTTL), ttl: req.TTL})
+	lk.queue = append(lk.queue, &waiter{token: req.Token, ticket: lk.ticket, expires: now.Add(req.QueueTTL), ttl: req.TTL,
+		holder: req.Holder, data: req.Data, minHold: req.MinHold, maxHold: req.MaxHold})
 	return len(lk.queue) - 1
 }
 
@@ -157,12 +160,12 @@ func (lk *lock) soonest(now time.Time) time.Duration {
 	return max(d, 0)
 }
 
-// extendAll pushes the expiry of every holder out to at least t (a
-// reentrant hold has one expiry).
+// extendAll pushes the expiry of every holder out to at least t, capped
+// by the hold's MaxHold (a reentrant hold has one expiry and one record).
 func (lk *lock) extendAll(t time.Time) {
 	for _, h := range lk.holders {
-		if h.expires.Before(t) {
-			h.expires = t
+		if c := h.capped(t); h.expires.Before(c) {
+			h.expires = c
 		}
 	}
 }
