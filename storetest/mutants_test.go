@@ -2,6 +2,7 @@ package storetest_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"strings"
@@ -42,6 +43,22 @@ var mutants = []struct {
 	{"modes-apart", "CrossPattern/Pair/write-then-mutex"},
 	{"modes-apart", "CrossPattern/MixedGoroutines"},
 	{"held-as-mutex", "CrossPattern/Pair/read-then-write"},
+	// Issue 38: the hold's record and bounds, Resume and ForceRelease.
+	{"no-since", "Hold/Record"},
+	{"owners-one", "Hold/Record"},
+	{"record-dropped", "Hold/RecordLimits"},
+	{"invalid-accepted", "Hold/Invalid"},
+	{"minhold-ignored", "Hold/MinHold"},
+	{"minhold-ignored", "CrossPattern/MinHoldAgainstModes"},
+	{"release-ignored", "Hold/MinHoldPassed"},
+	{"release-ignored", "Hold/MinHoldShared"},
+	{"maxhold-ignored", "Hold/MaxHold"},
+	{"maxhold-ignored", "Hold/ResumeMaxHold"},
+	{"resume-any-mode", "Hold/ResumeRefused"},
+	{"resume-acquires", "Hold/ResumeExpired"},
+	{"resume-no-extend", "Hold/Resume"},
+	{"force-by-release", "Hold/ForceReleaseMinHold"},
+	{"force-drops-queue", "Hold/ForceReleaseQueue"},
 }
 
 const mutantEnv = "STORETEST_MUTANT"
@@ -81,7 +98,7 @@ func TestMutant(t *testing.T) {
 	}
 	storetest.Run(t, storetest.Harness{
 		New: func(t *testing.T) store.Store {
-			return &mutant{Store: memory.New(), kind: name, held: map[string]hold{}}
+			return &mutant{Store: memory.New(), kind: name, held: map[string]hold{}, minHold: map[string]bool{}, queued: map[string]string{}}
 		},
 	})
 }
@@ -92,8 +109,10 @@ type mutant struct {
 	*memory.Store
 	kind string
 
-	mu   sync.Mutex
-	held map[string]hold
+	mu      sync.Mutex
+	held    map[string]hold
+	minHold map[string]bool   // tokens acquired with a MinHold
+	queued  map[string]string // a name's last refused queued token
 }
 
 type hold struct {
@@ -117,6 +136,7 @@ func (m *mutant) Watch(ctx context.Context, name string, mode store.Mode) (<-cha
 
 func (m *mutant) Acquire(ctx context.Context, req store.Request) (store.Grant, error) {
 	req = m.apart(req)
+	req = m.record(req)
 	m.mu.Lock()
 	h, ok := m.held[req.Name]
 	m.mu.Unlock()
@@ -133,6 +153,11 @@ func (m *mutant) Acquire(ctx context.Context, req store.Request) (store.Grant, e
 	if m.kind == "held-as-mutex" {
 		g.Held = store.ModeMutex
 	}
+	if req.Queue && !g.Acquired {
+		m.mu.Lock()
+		m.queued[req.Name] = req.Token
+		m.mu.Unlock()
+	}
 	switch {
 	case g.Acquired:
 		if m.kind == "fence-repeat" {
@@ -141,6 +166,9 @@ func (m *mutant) Acquire(ctx context.Context, req store.Request) (store.Grant, e
 		m.mu.Lock()
 		if !ok || h.token != req.Token {
 			m.held[req.Name] = hold{req.Token, g, req.TTL}
+		}
+		if req.MinHold > 0 {
+			m.minHold[req.Token] = true
 		}
 		m.mu.Unlock()
 	case m.kind == "retry-after-ttl" && ok:
@@ -166,6 +194,12 @@ func (m *mutant) Extend(ctx context.Context, reqs []store.Request) []error {
 }
 
 func (m *mutant) Release(ctx context.Context, req store.Request) error {
+	m.mu.Lock()
+	keep := m.kind == "release-ignored" && m.minHold[req.Token]
+	m.mu.Unlock()
+	if keep {
+		return nil // a MinHold kept for good
+	}
 	if m.kind == "release-any" {
 		req = m.asHolder([]store.Request{req})[0]
 	}
@@ -174,10 +208,80 @@ func (m *mutant) Release(ctx context.Context, req store.Request) error {
 
 func (m *mutant) State(ctx context.Context, name string) (store.State, error) {
 	st, err := m.Store.State(ctx, name)
-	if m.kind == "state-none" {
+	switch {
+	case m.kind == "state-none":
 		st.Holders = 0
+	case m.kind == "no-since":
+		for i := range st.Owners {
+			st.Owners[i].Since = time.Time{}
+		}
+	case m.kind == "owners-one" && len(st.Owners) > 1:
+		st.Owners = st.Owners[:1]
 	}
 	return st, err
+}
+
+// record breaks the record fields of req as the hold mutants ask.
+func (m *mutant) record(req store.Request) store.Request {
+	switch m.kind {
+	case "record-dropped":
+		req.Data = ""
+	case "invalid-accepted":
+		req.Holder, req.Data = strings.ToValidUTF8(req.Holder[:min(len(req.Holder), store.MaxHolderLen)], "?"), req.Data[:min(len(req.Data), store.MaxDataLen)]
+		req.MinHold, req.MaxHold = max(req.MinHold, 0), max(req.MaxHold, 0)
+		if req.MaxHold > 0 && req.MinHold > req.MaxHold {
+			req.MinHold = req.MaxHold
+		}
+	case "minhold-ignored":
+		req.MinHold = 0
+	case "maxhold-ignored":
+		req.MaxHold = 0
+	}
+	return req
+}
+
+func (m *mutant) Resume(ctx context.Context, req store.Request) (store.Grant, error) {
+	g, err := m.Store.Resume(ctx, req)
+	switch {
+	case m.kind == "resume-no-extend" && err == nil:
+		g.TTL = req.TTL // says so, without extending
+		m.Store.Extend(ctx, []store.Request{{Name: req.Name, Token: req.Token, Mode: req.Mode, TTL: time.Second}})
+	case m.kind == "resume-any-mode" && errors.Is(err, store.ErrNotHeld):
+		for _, mode := range []store.Mode{store.ModeMutex, store.ModeRead, store.ModeWrite, store.ModeFair, store.ModeElection} {
+			other := req
+			other.Mode = mode
+			if g, err = m.Store.Resume(ctx, other); err == nil {
+				break
+			}
+		}
+	case m.kind == "resume-acquires" && errors.Is(err, store.ErrNotHeld):
+		return m.Store.Acquire(ctx, req)
+	}
+	return g, err
+}
+
+func (m *mutant) ForceRelease(ctx context.Context, name string) ([]store.Holder, error) {
+	switch m.kind {
+	case "force-by-release": // by the tokens it knows, as a Release would: a MinHold keeps
+		st, err := m.Store.State(ctx, name)
+		m.mu.Lock()
+		h, ok := m.held[name]
+		m.mu.Unlock()
+		if ok {
+			m.Store.Release(ctx, store.Request{Name: name, Token: h.token, Mode: st.Mode})
+		}
+		return st.Owners, err
+	case "force-drops-queue": // and the queue with it
+		st, _ := m.Store.State(ctx, name)
+		ended, err := m.Store.ForceRelease(ctx, name)
+		if st.Queue > 0 {
+			for _, mode := range []store.Mode{store.ModeFair, store.ModeWrite} {
+				m.Store.Release(ctx, store.Request{Name: name, Token: m.queued[name], Mode: mode})
+			}
+		}
+		return ended, err
+	}
+	return m.Store.ForceRelease(ctx, name)
 }
 
 // asHolder rewrites requests to carry the token of the lock's last holder.
