@@ -53,7 +53,7 @@ type cmd struct {
 }
 
 func commands() []*command {
-	return []*command{serveCmd, runCmd, electCmd, statusCmd, listCmd, acquireCmd, extendCmd, releaseCmd, authCmd, versionCmd}
+	return []*command{serveCmd, runCmd, electCmd, statusCmd, listCmd, acquireCmd, extendCmd, releaseCmd, forceReleaseCmd, authCmd, versionCmd}
 }
 
 func lookup(name string) *command {
@@ -175,9 +175,9 @@ Usage: dlock COMMAND [flags] [arguments]
 Commands:
 `)
 	for _, c := range commands() {
-		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+		fmt.Fprintf(w, "  %-13s %s\n", c.name, c.summary)
 	}
-	fmt.Fprint(w, `  help     show help for dlock or a command: dlock help COMMAND, or dlock COMMAND -h
+	fmt.Fprint(w, `  help          show help for dlock or a command: dlock help COMMAND, or dlock COMMAND -h
 
 Stores (every command but serve and version needs a shared one):
   --redis-url URL          one Valkey/Redis node or cluster      (env DLOCK_REDIS_URL)

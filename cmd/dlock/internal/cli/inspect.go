@@ -5,7 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
+	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -16,15 +19,17 @@ import (
 var statusCmd = &command{
 	name:     "status",
 	synopsis: "[flags] NAME",
-	summary:  "show a lock's state: free or held, holder count, mode, time left, fence, queue",
+	summary:  "show a lock's state: free or held, its holders' owners and ages, mode, time left, fence, queue",
 	argNames: []string{"NAME"},
 	minpos:   1,
 	help: `
 Show the state of lock NAME on a shared store: whether it is held, by how
 many holders, in which mode, for how much longer, its last fencing token and
-how many waiters are queued. It counts holders but does not say who they
-are: holders carry no identity. Tokens are never shown. Exits 0 whether the
-lock is held or free.
+how many waiters are queued; then one line per hold: its owner (as the
+holder recorded it: dlock run --owner, the HTTP API's owner, the library's
+WithHolder), how long it has been held, and its data. A hold recorded without
+an owner (or a foreign library's key) shows as owner unknown. Tokens are
+never shown. Exits 0 whether the lock is held or free.
 
 Examples:
   dlock status --redis-url redis://127.0.0.1:6379 nightly
@@ -37,7 +42,8 @@ var listCmd = &command{
 	summary:  "list the locks currently held or queued on a store",
 	help: `
 List the locks currently held or waited for on a shared store, one line each,
-sorted by name. Tokens are never shown.
+sorted by name, with the owner of the longest-held hold ("+N" more holders)
+and how long it has been held ("-" when unknown). Tokens are never shown.
 
 Examples:
   dlock list --server http://locks:3009
@@ -56,19 +62,55 @@ func init() {
 
 // stateJSON is how status and list print a lock: the HTTP API's shape.
 type stateJSON struct {
-	Name    string `json:"name"`
-	Held    bool   `json:"held"`
-	Mode    string `json:"mode,omitempty"`
-	Holders int    `json:"holders"`
-	TTLMs   int64  `json:"ttlMs"`
-	Fence   int64  `json:"fence"`
-	Queue   int    `json:"queue"`
-	Limit   int    `json:"limit,omitempty"`
+	Name    string      `json:"name"`
+	Held    bool        `json:"held"`
+	Mode    string      `json:"mode,omitempty"`
+	Holders int         `json:"holders"`
+	TTLMs   int64       `json:"ttlMs"`
+	Fence   int64       `json:"fence"`
+	Queue   int         `json:"queue"`
+	Limit   int         `json:"limit,omitempty"`
+	Owners  []ownerJSON `json:"owners"`
+}
+
+// ownerJSON is one hold of a lock, as the HTTP API shows it: its owner
+// ("" unknown), its grant (unix ms, by the store's clock; absent when
+// unknown), its age and data.
+type ownerJSON struct {
+	Owner string `json:"owner"`
+	Since int64  `json:"since,omitempty"`
+	AgeMs int64  `json:"ageMs"`
+	Data  string `json:"data,omitempty"`
+	Fence int64  `json:"fence,omitempty"`
+}
+
+// owners returns hs oldest first (unknown grants last), as JSON.
+func owners(hs []store.Holder, now time.Time) []ownerJSON {
+	hs = slices.Clone(hs)
+	slices.SortStableFunc(hs, func(a, b store.Holder) int {
+		switch {
+		case a.Since.IsZero() != b.Since.IsZero():
+			if a.Since.IsZero() {
+				return 1
+			}
+			return -1
+		}
+		return a.Since.Compare(b.Since)
+	})
+	out := make([]ownerJSON, len(hs))
+	for i, h := range hs {
+		out[i] = ownerJSON{Owner: h.Owner, Data: h.Data, Fence: h.Fence}
+		if !h.Since.IsZero() {
+			out[i].Since = h.Since.UnixMilli()
+			out[i].AgeMs = max(now.Sub(h.Since).Milliseconds(), 0)
+		}
+	}
+	return out
 }
 
 func toJSON(st store.State) stateJSON {
 	j := stateJSON{Name: st.Name, Held: st.Holders > 0, Holders: st.Holders, TTLMs: st.TTL.Milliseconds(),
-		Fence: st.Fence, Queue: st.Queue, Limit: st.Limit}
+		Fence: st.Fence, Queue: st.Queue, Limit: st.Limit, Owners: owners(st.Owners, time.Now())}
 	if st.Holders > 0 || st.Queue > 0 {
 		j.Mode = st.Mode.String()
 	}
@@ -111,7 +153,33 @@ func runStatus(ctx context.Context, x *cmd, pos, _ []string) int {
 		return x.printJSON(toJSON(st))
 	}
 	fmt.Fprintln(x.env.Stdout, describe(st))
+	for _, o := range owners(st.Owners, time.Now()) {
+		fmt.Fprintln(x.env.Stdout, "  "+describeOwner(o))
+	}
 	return 0
+}
+
+// describeOwner is one human line about a hold.
+func describeOwner(o ownerJSON) string {
+	s := "owner unknown"
+	if o.Owner != "" {
+		s = "owner " + o.Owner
+	}
+	if o.Since != 0 {
+		s += ", held for " + age(o.AgeMs)
+	}
+	if o.Fence != 0 {
+		s += fmt.Sprintf(", fence %d", o.Fence)
+	}
+	if o.Data != "" {
+		s += fmt.Sprintf(", data %q", o.Data)
+	}
+	return s
+}
+
+// age is a hold's age for people: to the second from 10s on.
+func age(ms int64) string {
+	return roundTTL(time.Duration(ms) * time.Millisecond).String()
 }
 
 // describe is one human line about a lock.
@@ -184,7 +252,8 @@ func runList(ctx context.Context, x *cmd, _, _ []string) int {
 
 func writeTable(w io.Writer, states []store.State) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tMODE\tHOLDERS\tTTL\tQUEUE\tFENCE")
+	fmt.Fprintln(tw, "NAME\tMODE\tHOLDERS\tTTL\tQUEUE\tFENCE\tOWNER\tAGE")
+	now := time.Now()
 	for _, st := range states {
 		mode := st.Mode.String()
 		if st.Limit > 0 {
@@ -194,9 +263,33 @@ func writeTable(w io.Writer, states []store.State) {
 		if st.Holders > 0 && st.TTL <= 0 {
 			ttl = "never"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%d\n", st.Name, mode, st.Holders, ttl, st.Queue, st.Fence)
+		owner, held := ownerColumns(owners(st.Owners, now))
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%d\t%s\t%s\n", st.Name, mode, st.Holders, ttl, st.Queue, st.Fence, owner, held)
 	}
 	tw.Flush()
+}
+
+// ownerColumns are the OWNER and AGE of list's table: the longest-held
+// hold's owner ("+N" more holders) and age, "-" for what is unknown or
+// for nobody.
+func ownerColumns(holds []ownerJSON) (owner, held string) {
+	if len(holds) == 0 {
+		return "-", "-"
+	}
+	owner, held = holds[0].Owner, "-"
+	if owner == "" {
+		owner = "-"
+	}
+	if strings.ContainsAny(owner, " \t") {
+		owner = strconv.Quote(owner)
+	}
+	if len(holds) > 1 {
+		owner += fmt.Sprintf(" +%d", len(holds)-1)
+	}
+	if holds[0].Since != 0 {
+		held = age(holds[0].AgeMs)
+	}
+	return owner, held
 }
 
 func (x *cmd) printJSON(v any) int {

@@ -7,9 +7,11 @@ import (
 	"os"
 	"os/signal"
 	"time"
+	"unicode/utf8"
 
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/cmd/dlock/internal/runner"
+	"github.com/dlock-dev/dlock/store"
 )
 
 var runCmd = &command{
@@ -29,6 +31,13 @@ Standard input, output and error are passed through. The lease is renewed at
 about a third of --ttl while COMMAND runs and released when it exits. With
 --max-hold the lease is renewed up to that long only: a COMMAND that still runs
 then is stopped as on a lost lease (exit 70), and the name is freed.
+
+The hold records its owner (--owner, default HOSTNAME/PID) and optional
+--data, shown by dlock status and dlock list. With --min-hold the name stays
+held at least that long from the grant, even when COMMAND exits sooner: a job
+that N hosts start on a schedule runs at most once per --min-hold. The store
+keeps the name until then by itself; a COMMAND that runs longer releases it
+when it exits, as usual.
 
 If the lease is lost (renewal refused, or the store unreachable until the
 lease ran out) COMMAND gets SIGTERM and, after --grace, SIGKILL; dlock then
@@ -50,12 +59,14 @@ Examples:
   dlock run --quiet --conflict-exit-code 0 hourly -- ./sync.sh   # cron: skip silently if running
   DLOCK_SERVER=http://locks:3009 dlock run --wait 5m deploy -- make deploy
   dlock run --ttl 10s --grace 30s migrate -- sh -c 'exec ./migrate --fence "$DLOCK_FENCE"'
-  dlock run --max-hold 2h nightly -- ./report.sh   # a hung report frees the lock after 2h`,
+  dlock run --max-hold 2h nightly -- ./report.sh   # a hung report frees the lock after 2h
+  dlock run --min-hold 55s --conflict-exit-code 0 minutely -- ./job.sh   # cron on every host: once a minute`,
 }
 
 type runFlags struct {
 	ttl, wait, grace time.Duration
-	maxHold          time.Duration
+	maxHold, minHold time.Duration
+	owner, data      string
 	verbose, quiet   bool
 	conflictCode     int
 }
@@ -67,6 +78,9 @@ func init() {
 		x.fs.Duration(&f.wait, "wait", "DLOCK_WAIT", 0, "how long to wait for a held lock; 0 gives up at once")
 		x.fs.Duration(&f.grace, "grace", "DLOCK_GRACE", 10*time.Second, "after losing the lease, time between SIGTERM and SIGKILL")
 		x.fs.Duration(&f.maxHold, "max-hold", "DLOCK_MAX_HOLD", 0, "hold the lock at most this long (100ms to 8760h), then stop COMMAND as on a lost lease; 0: no limit")
+		x.fs.Duration(&f.minHold, "min-hold", "DLOCK_MIN_HOLD", 0, "keep the name held at least this long from the grant, even if COMMAND exits sooner (at most --max-hold); 0: none")
+		x.fs.String(&f.owner, "owner", "OWNER", "DLOCK_OWNER", "", "the owner the hold records, shown by status and list (1-256 bytes; default HOSTNAME/PID)")
+		x.fs.String(&f.data, "data", "DATA", "DLOCK_DATA", "", "data recorded with the hold and shown with its owner (at most 1024 bytes)")
 		x.fs.Int(&f.conflictCode, "conflict-exit-code", "N", "DLOCK_CONFLICT_EXIT_CODE", runner.ExitLocked,
 			"exit code when the lock is held by someone else (0-255); 0 makes a skipped run a success")
 		x.fs.Bool(&f.quiet, "quiet", "DLOCK_QUIET", "print nothing when the lock is held by someone else")
@@ -95,8 +109,12 @@ func runRun(ctx context.Context, x *cmd, pos, tail []string) int {
 	if f.conflictCode < 0 || f.conflictCode > 255 {
 		return x.usageFail("--conflict-exit-code must be between 0 and 255")
 	}
+	if msg := checkRecord(f); msg != "" {
+		return x.usageFail("%s", msg)
+	}
 	code, err := runUnderLease(ctx, x, f.verbose, runner.Config{
 		Name: name, TTL: f.ttl, MaxHold: f.maxHold, Wait: f.wait, Grace: f.grace, Command: tail,
+		Holder: f.owner, Data: f.data, MinHold: f.minHold,
 	})
 	if err != nil && code == runner.ExitLocked { // dlock's outcome, not the command's
 		code = f.conflictCode
@@ -108,6 +126,26 @@ func runRun(ctx context.Context, x *cmd, pos, tail []string) int {
 		fmt.Fprintln(x.env.Stderr, errorLine(err))
 	}
 	return code
+}
+
+// checkRecord checks what the hold of dlock run records (--owner, --data,
+// --min-hold) and fills in the default owner; it returns the usage error,
+// or "".
+func checkRecord(f *runFlags) string {
+	switch {
+	case f.minHold < 0 || f.minHold > dlock.MaxHold:
+		return "--min-hold must be between 0 and 8760h"
+	case f.maxHold > 0 && f.minHold > f.maxHold:
+		return "--min-hold must not exceed --max-hold"
+	case len(f.owner) > store.MaxHolderLen || !utf8.ValidString(f.owner):
+		return "--owner must be at most 256 bytes of UTF-8"
+	case len(f.data) > store.MaxDataLen:
+		return "--data must be at most 1024 bytes"
+	}
+	if f.owner == "" {
+		f.owner = dlock.DefaultHolder()
+	}
+	return ""
 }
 
 // runUnderLease runs cfg.Command under a lease (a leadership with

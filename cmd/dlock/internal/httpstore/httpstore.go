@@ -152,10 +152,13 @@ func (s *Store) Close() error {
 func (s *Store) String() string { return s.base.String() }
 
 type acquireBody struct {
-	TTLMs int64  `json:"ttlMs"`
-	Mode  string `json:"mode"`
-	Owner string `json:"owner,omitempty"`
-	Token string `json:"token"`
+	TTLMs     int64  `json:"ttlMs"`
+	Mode      string `json:"mode"`
+	Owner     string `json:"owner,omitempty"`
+	Token     string `json:"token"`
+	Data      string `json:"data,omitempty"`
+	MinHoldMs int64  `json:"minHoldMs,omitempty"`
+	MaxHoldMs int64  `json:"maxHoldMs,omitempty"`
 }
 
 type grantReply struct {
@@ -190,7 +193,13 @@ func (s *Store) Acquire(ctx context.Context, req store.Request) (store.Grant, er
 	if err := checkMode(req.Mode); err != nil {
 		return store.Grant{}, err
 	}
-	body := acquireBody{TTLMs: req.TTL.Milliseconds(), Mode: "exclusive", Token: req.Token}
+	if err := store.ValidHold(req); err != nil {
+		return store.Grant{}, err
+	}
+	// The server records the hold's owner, data and bounds; "mutex" by
+	// name, since "exclusive" with an owner would be a reentrant lock.
+	body := acquireBody{TTLMs: req.TTL.Milliseconds(), Mode: "mutex", Token: req.Token, Owner: req.Holder,
+		Data: req.Data, MinHoldMs: ceilMs(req.MinHold), MaxHoldMs: ceilMs(req.MaxHold)}
 	var g grantReply
 	status, er, hdr, err := s.do(ctx, http.MethodPost, lockPath(req.Name, "acquire"), body, &g)
 	if err != nil {
@@ -210,6 +219,11 @@ func (s *Store) Acquire(ctx context.Context, req store.Request) (store.Grant, er
 		return store.Grant{RetryAfter: retryAfter(er, hdr), Held: held}, nil
 	}
 	return store.Grant{}, s.statusError("acquire", status, er)
+}
+
+// ceilMs is d in whole milliseconds, rounded up.
+func ceilMs(d time.Duration) int64 {
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }
 
 // retryAfter reads the holder's remaining time from a refusal: the body's
@@ -286,6 +300,12 @@ type stateReply struct {
 	Fence   int64  `json:"fence"`
 	Queue   int    `json:"queue"`
 	Limit   int    `json:"limit"`
+	Owners  []struct {
+		Owner string `json:"owner"`
+		Since int64  `json:"since"`
+		Data  string `json:"data"`
+		Fence int64  `json:"fence"`
+	} `json:"owners"`
 }
 
 func (r stateReply) state() store.State {
@@ -298,8 +318,43 @@ func (r stateReply) state() store.State {
 			m = store.ModeSemaphore
 		}
 	}
-	return store.State{Name: r.Name, Mode: m, Holders: r.Holders, TTL: time.Duration(r.TTLMs) * time.Millisecond,
-		Fence: r.Fence, Queue: r.Queue, Limit: r.Limit}
+	st := store.State{Name: r.Name, Mode: m, Holders: r.Holders, TTL: time.Duration(r.TTLMs) * time.Millisecond,
+		Fence: r.Fence, Queue: r.Queue, Limit: r.Limit, Owners: make([]store.Holder, len(r.Owners))}
+	for i, o := range r.Owners {
+		st.Owners[i] = store.Holder{Owner: o.Owner, Data: o.Data, Fence: o.Fence}
+		if o.Since != 0 {
+			st.Owners[i].Since = time.UnixMilli(o.Since)
+		}
+	}
+	return st
+}
+
+// ForceRelease implements [store.ForceReleaser]: the server's
+// force-release, which needs an admin credential with an auth file.
+func (s *Store) ForceRelease(ctx context.Context, name string) ([]store.Holder, error) {
+	var r struct {
+		Ended []struct {
+			Owner string `json:"owner"`
+			Since int64  `json:"since"`
+			Data  string `json:"data"`
+			Fence int64  `json:"fence"`
+		} `json:"ended"`
+	}
+	status, er, _, err := s.do(ctx, http.MethodPost, lockPath(name, "force-release"), struct{}{}, &r)
+	if err != nil {
+		return nil, &store.StoreError{Op: "force-release", Node: -1, Err: err}
+	}
+	if status != http.StatusOK {
+		return nil, s.statusError("force-release", status, er)
+	}
+	out := make([]store.Holder, len(r.Ended))
+	for i, o := range r.Ended {
+		out[i] = store.Holder{Owner: o.Owner, Data: o.Data, Fence: o.Fence}
+		if o.Since != 0 {
+			out[i].Since = time.UnixMilli(o.Since)
+		}
+	}
+	return out, nil
 }
 
 // State implements [store.Inspector].

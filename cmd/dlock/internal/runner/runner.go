@@ -54,6 +54,12 @@ type Config struct {
 	// (dlock.WithMaxHold): renewal stops there, and the command is stopped
 	// as on a lost lease.
 	MaxHold time.Duration
+	// Holder, Data and MinHold are recorded with the hold
+	// (dlock.WithHolder, dlock.WithHolderData, dlock.WithMinHold): who
+	// holds it, the caller's data, and how long at least the name stays
+	// held from the grant, even after COMMAND exits (not with Elect).
+	Holder, Data string
+	MinHold      time.Duration
 	// Wait is how long to wait for a held lock; 0 fails at once.
 	Wait time.Duration
 	// Grace is how long the command has to exit after SIGTERM on lease loss
@@ -145,6 +151,15 @@ func acquire(ctx context.Context, cfg Config, log *slog.Logger) (*dlock.Lease, i
 	}
 	if cfg.MaxHold > 0 {
 		opts = append(opts, dlock.WithMaxHold(cfg.MaxHold))
+	}
+	if cfg.Holder != "" {
+		opts = append(opts, dlock.WithHolder(cfg.Holder))
+	}
+	if cfg.Data != "" {
+		opts = append(opts, dlock.WithHolderData(cfg.Data))
+	}
+	if cfg.MinHold > 0 {
+		opts = append(opts, dlock.WithMinHold(cfg.MinHold))
 	}
 	actx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)

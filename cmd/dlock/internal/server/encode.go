@@ -103,6 +103,20 @@ func (e *eventBody) appendJSON(b []byte) []byte {
 	b = strconv.AppendInt(b, e.Time, 10)
 	b = append(b, `,"replica":`...)
 	b = appendString(b, e.Replica)
+	if e.By != "" {
+		b = append(b, `,"by":`...)
+		b = appendString(b, e.By)
+	}
+	if len(e.Owners) > 0 {
+		b = append(b, `,"owners":[`...)
+		for i, o := range e.Owners {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendString(b, o)
+		}
+		b = append(b, ']')
+	}
 	return append(b, '}')
 }
 
@@ -132,7 +146,7 @@ type releaseBody struct {
 
 // eventBody is one lock event on the stream. It never carries tokens.
 type eventBody struct {
-	Type       string `json:"type"` // acquire, release, renew, lost
+	Type       string `json:"type"` // acquire, release, renew, lost, forced
 	Name       string `json:"name"`
 	Mode       string `json:"mode"`
 	Result     string `json:"result,omitempty"`
@@ -141,6 +155,10 @@ type eventBody struct {
 	Waited     bool   `json:"waited,omitempty"`
 	Time       int64  `json:"time"`    // unix ms
 	Replica    string `json:"replica"` // the server instance that saw it
+	// By and Owners are, in a "forced" event (a force-release), who forced
+	// it and the owners of the holds it ended ("" for an unknown one).
+	By     string   `json:"by,omitempty"`
+	Owners []string `json:"owners,omitempty"`
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

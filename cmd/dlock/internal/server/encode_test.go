@@ -45,7 +45,7 @@ func TestAppendJSON(t *testing.T) {
 		checkEncoding(t, "release", &releaseBody{Name: s, Released: i%2 == 0})
 		checkEncoding(t, "extend", &extendBody{Name: s, Fence: n * int64(i%2), TTLMs: n})
 		checkEncoding(t, "event", &eventBody{Type: s, Name: s, Mode: s, Result: s[:len(s)*(i%2)], Fence: n * int64(i%3),
-			DurationMs: n, Waited: i%4 == 0, Time: 1 << 40, Replica: s})
+			DurationMs: n, Waited: i%4 == 0, Time: 1 << 40, Replica: s, By: s[:len(s)*(i%2)], Owners: []string{s, "", s}[:i%4]})
 	}
 	checkEncoding(t, "grant", &grantBody{Fence: 1<<63 - 1, TTLMs: -1 << 63})
 }

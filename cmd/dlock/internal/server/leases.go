@@ -29,8 +29,17 @@ type acquireBody struct {
 	// expiry rather than by release (dlock.WithLockDelay).
 	LockDelayMs *int64 `json:"lockDelayMs"`
 	// MaxHoldMs bounds how long the lease can be held: extends are capped
-	// so that it ends by then (dlock.WithMaxHold).
+	// so that it ends by then (dlock.WithMaxHold). It is recorded with the
+	// hold on the store (store.Request.MaxHold), so every instance caps
+	// alike.
 	MaxHoldMs *int64 `json:"maxHoldMs"`
+	// Data is the caller's data, kept with the hold and shown with its
+	// owner (store.Request.Data).
+	Data *string `json:"data"`
+	// MinHoldMs keeps an exclusive hold at least this long from its grant
+	// (store.Request.MinHold): a release before then leaves it to the
+	// store's expiry at grant + minHoldMs.
+	MinHoldMs *int64 `json:"minHoldMs"`
 }
 
 // acquireParams is a validated acquire.
@@ -79,6 +88,9 @@ func decodeAcquire(name string, body io.Reader) (acquireParams, *apiError) {
 	if e = p.setMode(&b); e != nil {
 		return p, e
 	}
+	if e = p.setRecord(&b); e != nil {
+		return p, e
+	}
 	if e = p.setQueue(&b); e != nil {
 		return p, e
 	}
@@ -91,7 +103,8 @@ func decodeAcquire(name string, body io.Reader) (acquireParams, *apiError) {
 }
 
 // setMode sets the mode of p from b, with the fields that go with it
-// (fair, owner, limit).
+// (fair, owner, limit). The owner is the hold's recorded owner in every
+// mode, and in reentrant mode also who re-enters.
 func (p *acquireParams) setMode(b *acquireBody) *apiError {
 	mode, e := parseMode(b.Mode, b.Fair, b.Owner != "", b.Limit != nil)
 	if e != nil {
@@ -102,13 +115,13 @@ func (p *acquireParams) setMode(b *acquireBody) *apiError {
 		return badField("fair", "applies to exclusive locks only")
 	}
 	if b.Owner != "" {
-		if mode != dlock.ModeReentrant {
-			return badField("owner", "applies to reentrant locks only")
-		}
 		if e := validText("owner", b.Owner); e != nil {
 			return e
 		}
-		p.req.Owner = b.Owner
+		p.req.Holder = b.Owner
+		if mode == dlock.ModeReentrant {
+			p.req.Owner = b.Owner
+		}
 	}
 	if b.Limit != nil {
 		if mode != dlock.ModeSemaphore {
@@ -121,6 +134,33 @@ func (p *acquireParams) setMode(b *acquireBody) *apiError {
 	} else if mode == dlock.ModeSemaphore {
 		return badField("limit", "is required for a semaphore")
 	}
+	return nil
+}
+
+// minHoldModes are the modes a minimum hold applies to (store.Request.MinHold):
+// the exclusive ones of /v1 acquire.
+func minHoldMode(m dlock.Mode) bool { return m == dlock.ModeMutex || m == dlock.ModeFair }
+
+// setRecord sets what p's hold records besides its owner: data, and the
+// minimum hold of an exclusive mode.
+func (p *acquireParams) setRecord(b *acquireBody) *apiError {
+	if b.Data != nil {
+		if len(*b.Data) > store.MaxDataLen {
+			return badField("data", fmt.Sprintf("must be at most %d bytes", store.MaxDataLen))
+		}
+		p.req.Data = *b.Data
+	}
+	minHold, e := msField("minHoldMs", b.MinHoldMs, 0, MaxHoldMs)
+	if e != nil {
+		return e
+	}
+	if minHold > 0 && !minHoldMode(p.req.Mode) {
+		return badField("minHoldMs", "applies to mutex and fair locks only (mode "+modeName(p.req.Mode)+")")
+	}
+	if p.maxHold > 0 && minHold > p.maxHold {
+		return badField("minHoldMs", "must not exceed maxHoldMs")
+	}
+	p.req.MinHold = minHold
 	return nil
 }
 
@@ -156,15 +196,13 @@ func (p *acquireParams) setQueue(b *acquireBody) *apiError {
 }
 
 // parseMode maps the API's mode to a dlock.Mode: "exclusive" (the default)
-// is the mutex, or the fair lock with fair, or the reentrant lock with an
-// owner; "shared" is the read side of a read-write lock, or a semaphore
+// is the mutex, or the fair lock with fair, or else the reentrant lock with
+// an owner; "shared" is the read side of a read-write lock, or a semaphore
 // with a limit; the dlock mode names are accepted as they are.
 func parseMode(s string, fair, owner, limit bool) (dlock.Mode, *apiError) {
 	switch s {
 	case "", "exclusive":
 		switch {
-		case fair && owner:
-			return 0, badField("owner", "cannot be combined with fair")
 		case fair:
 			return dlock.ModeFair, nil
 		case owner:
@@ -313,6 +351,9 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, e)
 		return
 	}
+	if p.req.Holder == "" {
+		p.req.Holder = defaultHolder(r)
+	}
 	if p.wait > 0 {
 		extendWriteDeadline(w, p.wait)
 	}
@@ -343,7 +384,8 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	asked := time.Now()
-	ls, err := s.v1.Acquire(ctx, p.req, p.wait > 0, dlock.WithLockDelay(p.delay), dlock.WithMaxHold(p.maxHold))
+	p.req.MaxHold = p.maxHold // kept with the hold on the store: every instance caps alike
+	ls, err := s.v1.Acquire(ctx, p.req, p.wait > 0, dlock.WithLockDelay(p.delay))
 	claim(ls)
 	if err != nil {
 		if entry != nil && entry.lease == nil && entry.holdEnd.IsZero() {
@@ -368,6 +410,16 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 		ttl = min(ttl, p.maxHold) // what the store was asked for
 	}
 	writeGrant(w, name, ls, ttl)
+}
+
+// defaultHolder names the owner of a hold whose acquire names none: the
+// authenticated credential ("<tenant>/<name>", see auth.Principal.Holder),
+// else the client's address.
+func defaultHolder(r *http.Request) string {
+	if p := auth.FromContext(r.Context()); p != nil {
+		return p.Holder(r.RemoteAddr)
+	}
+	return r.RemoteAddr
 }
 
 // retryAcquire answers an acquire that names a token this server granted
@@ -529,15 +581,34 @@ func (s *Server) handleExtend(w http.ResponseWriter, r *http.Request) {
 		ttl = min(ttl, holdLeft)
 	}
 	sent := time.Now()
-	mode, err := s.byToken(ctx, dlock.Request{Name: name, Token: *b.Token, TTL: ttl, Mode: mode}, known, func(req dlock.Request) error {
-		return s.locker.Store().Extend(ctx, []dlock.Request{req})[0]
+	var g store.Grant
+	mode, err := s.byToken(ctx, dlock.Request{Name: name, Token: *b.Token, TTL: ttl, Mode: mode}, known, func(req dlock.Request) (err error) {
+		g, err = s.resumeHold(ctx, req)
+		return err
 	})
 	if err != nil {
 		writeAPIError(w, lockError(ctx, name, err))
 		return
 	}
 	s.servedElsewhere(name, *b.Token, mode, false)
-	writeOK(w, &extendBody{Name: name, TTLMs: s.validMs(sent, ttl)})
+	writeOK(w, &extendBody{Name: name, Fence: g.Fence, TTLMs: s.validMs(sent, g.TTL)})
+}
+
+// resumeHold extends req's hold on the store, for a lease this server does
+// not know: a resume (store.Resumer), which confirms the token holds the
+// name in req.Mode and caps the TTL by the max hold recorded with the hold,
+// so every instance caps and refuses alike; the Grant says the hold's fence
+// and the TTL it got. On a store without it, a plain Extend (TTL as asked,
+// fence 0).
+func (s *Server) resumeHold(ctx context.Context, req dlock.Request) (store.Grant, error) {
+	if rs, ok := s.locker.Store().(store.Resumer); ok {
+		g, err := rs.Resume(ctx, req)
+		if err == nil && g.TTL <= 0 {
+			g.TTL = req.TTL
+		}
+		return g, err
+	}
+	return store.Grant{TTL: req.TTL}, s.locker.Store().Extend(ctx, []dlock.Request{req})[0]
 }
 
 func (s *Server) handleRelease(w http.ResponseWriter, r *http.Request) {
@@ -584,19 +655,45 @@ func (s *Server) handleRelease(w http.ResponseWriter, r *http.Request) {
 
 // stateBody describes a lock; it never carries tokens.
 type stateBody struct {
-	Name    string `json:"name"`
-	Mode    string `json:"mode"`
-	Held    bool   `json:"held"`
-	Holders int    `json:"holders"`
-	TTLMs   int64  `json:"ttlMs"`
-	Fence   int64  `json:"fence"`
-	Queue   int    `json:"queue"`
-	Limit   int    `json:"limit,omitempty"`
+	Name    string      `json:"name"`
+	Mode    string      `json:"mode"`
+	Held    bool        `json:"held"`
+	Holders int         `json:"holders"`
+	TTLMs   int64       `json:"ttlMs"`
+	Fence   int64       `json:"fence"`
+	Queue   int         `json:"queue"`
+	Limit   int         `json:"limit,omitempty"`
+	Owners  []ownerBody `json:"owners"`
+}
+
+// ownerBody describes one hold of a lock (store.Holder): who holds it,
+// since when by the store's clock (unix ms) and for how long by the
+// server's, and the caller's data. An unknown owner is "", without since
+// and with age 0.
+type ownerBody struct {
+	Owner string `json:"owner"`
+	Since int64  `json:"since,omitempty"`
+	AgeMs int64  `json:"ageMs"`
+	Data  string `json:"data,omitempty"`
+	Fence int64  `json:"fence,omitempty"`
+}
+
+func toOwners(hs []store.Holder, now time.Time) []ownerBody {
+	out := make([]ownerBody, len(hs))
+	for i, h := range hs {
+		out[i] = ownerBody{Owner: h.Owner, Data: h.Data, Fence: h.Fence}
+		if !h.Since.IsZero() {
+			out[i].Since = h.Since.UnixMilli()
+			out[i].AgeMs = max(now.Sub(h.Since).Milliseconds(), 0)
+		}
+	}
+	return out
 }
 
 func toState(st store.State) stateBody {
 	return stateBody{Name: st.Name, Mode: modeName(st.Mode), Held: st.Holders > 0, Holders: st.Holders,
-		TTLMs: durationMs(st.TTL), Fence: st.Fence, Queue: st.Queue, Limit: st.Limit}
+		TTLMs: durationMs(st.TTL), Fence: st.Fence, Queue: st.Queue, Limit: st.Limit,
+		Owners: toOwners(st.Owners, time.Now())}
 }
 
 func (s *Server) inspector(w http.ResponseWriter) (store.Inspector, bool) {

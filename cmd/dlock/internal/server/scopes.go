@@ -25,6 +25,7 @@ type routeScope struct {
 	write   bool   // refused to read-only tokens
 	acquire bool   // counts against acquiresPerSecond
 	demo    bool   // a demo operation: a hold for as long as the request runs
+	admin   bool   // refused to credentials without admin access
 }
 
 // routeScopes are the /api and /v1 routes a scoped token may use. Any
@@ -36,6 +37,7 @@ var routeScopes = map[string]routeScope{
 	"POST /v1/locks/{name}/acquire":          {param: "name", write: true, acquire: true},
 	"POST /v1/locks/{name}/extend":           {param: "name", write: true},
 	"POST /v1/locks/{name}/release":          {param: "name", write: true},
+	"POST /v1/locks/{name}/force-release":    {param: "name", write: true, admin: true},
 	"GET /v1/locks/{name}":                   {param: "name"},
 	"GET /v1/locks":                          {},
 	"GET /v1/events":                         {},
@@ -99,6 +101,9 @@ func (scope routeScope) check(r *http.Request, p *auth.Principal, listed bool) (
 	case scope.write && p.ReadOnly():
 		return "read_only", &apiError{Status: http.StatusForbidden, Error: "read only",
 			Message: fmt.Sprintf("tenant %q: %s is read-only", p.Tenant(), p.Credential())}
+	case scope.admin && !p.Admin():
+		return "not_admin", &apiError{Status: http.StatusForbidden, Error: "not admin",
+			Message: fmt.Sprintf("tenant %q: this endpoint needs admin access, which %s does not have", p.Tenant(), p.Credential())}
 	case scope.param != "" && !p.Allows(name):
 		return "out_of_scope", &apiError{Status: http.StatusForbidden, Error: "out of scope", Field: scope.param,
 			Message: fmt.Sprintf("tenant %q: lock %q is outside the name prefixes of %s", p.Tenant(), name, p.Credential())}

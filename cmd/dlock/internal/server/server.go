@@ -280,6 +280,7 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("POST /v1/locks/{name}/acquire", s.handleAcquire)
 	s.mux.HandleFunc("POST /v1/locks/{name}/extend", s.handleExtend)
 	s.mux.HandleFunc("POST /v1/locks/{name}/release", s.handleRelease)
+	s.mux.HandleFunc("POST /v1/locks/{name}/force-release", s.handleForceRelease) // forced.go
 	s.mux.HandleFunc("GET /v1/locks/{name}", s.handleState)
 	s.mux.HandleFunc("GET /v1/locks", s.handleList)
 	s.mux.HandleFunc("GET /v1/events", s.handleEvents)

@@ -25,6 +25,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -46,7 +47,11 @@ type authEntry struct {
 	SHA256   string   `json:"sha256"`
 	Identity string   `json:"identity"` // a client certificate instead of a token (identity.go)
 	Prefixes []string `json:"prefixes"`
-	Access   string   `json:"access"` // read-only or read-write
+	Access   string   `json:"access"` // read-only, read-write or admin
+	// Name names the credential in the holds it takes: a hold acquired
+	// without an owner records "<tenant>/<name>". Optional; a client
+	// certificate's identity by default.
+	Name string `json:"name"`
 	// MaxHolds bounds the leases the token holds at once through this
 	// server (/v1 leases and running demo operations); 0 is no limit.
 	MaxHolds int `json:"maxHolds"`
@@ -93,9 +98,12 @@ func parseAuthFile(data []byte) ([]authEntry, error) {
 			}
 		}
 		switch e.Access {
-		case "read-only", "read-write":
+		case "read-only", "read-write", "admin":
 		default:
-			return nil, fmt.Errorf("%s.access must be read-only or read-write", where)
+			return nil, fmt.Errorf("%s.access must be read-only, read-write or admin", where)
+		}
+		if len(e.Name) > 128 || strings.ContainsFunc(e.Name, func(r rune) bool { return r < 0x20 || r == 0x7f || r == utf8.RuneError }) {
+			return nil, fmt.Errorf("%s.name must be at most 128 bytes of text without control characters", where)
 		}
 		if e.MaxHolds < 0 {
 			return nil, fmt.Errorf("%s.maxHolds must not be negative", where)
@@ -119,8 +127,10 @@ type Principal struct {
 	hash     [sha256.Size]byte // of the token; zero for a certificate
 	identity string            // of the certificate; "" for a token
 	tenant   string
+	name     string // the entry's name, or the certificate's identity
 	prefixes []string
 	readOnly bool
+	admin    bool
 	lim      *tokenLimits
 	stats    *tenantStats
 }
@@ -268,7 +278,7 @@ type tenantMetrics struct {
 	state *authState // for holds at scrape time
 }
 
-var denyReasons = []string{"out_of_scope", "read_only", "rate_limit", "holds_limit"}
+var denyReasons = []string{"out_of_scope", "read_only", "not_admin", "rate_limit", "holds_limit"}
 
 func newTenantMetrics() *tenantMetrics {
 	return &tenantMetrics{
@@ -441,8 +451,12 @@ func (g *Gate) load() error {
 		lim.mu.Lock()
 		lim.maxHolds, lim.rate = e.MaxHolds, e.AcquiresPerSecond
 		lim.mu.Unlock()
-		st.add(e, &Principal{tenant: e.Tenant, prefixes: slices.Clone(e.Prefixes),
-			readOnly: e.Access == "read-only", lim: lim})
+		name := e.Name
+		if name == "" {
+			name = e.Identity
+		}
+		st.add(e, &Principal{tenant: e.Tenant, name: name, prefixes: slices.Clone(e.Prefixes),
+			readOnly: e.Access == "read-only", admin: e.Access == "admin", lim: lim})
 		tenants[e.Tenant] = true
 	}
 	tm := g.metrics
@@ -488,6 +502,20 @@ func (p *Principal) Tenant() string { return p.tenant }
 // ReadOnly reports whether p may only read.
 func (p *Principal) ReadOnly() bool { return p.readOnly }
 
+// Admin reports whether p has admin access: read-write, and the
+// operator's requests (force-release).
+func (p *Principal) Admin() bool { return p.admin }
+
+// Holder is how a hold taken by p names its owner when the request names
+// none: "<tenant>/<name>" (the entry's name, or the client certificate's
+// identity), or "<tenant>/" + fallback when the entry has neither.
+func (p *Principal) Holder(fallback string) string {
+	if p.name != "" {
+		return p.tenant + "/" + p.name
+	}
+	return p.tenant + "/" + fallback
+}
+
 // Take spends one of p's acquires per second, or returns how long until
 // one is available.
 func (p *Principal) Take(now time.Time) (time.Duration, bool) { return p.lim.take(now) }
@@ -530,5 +558,5 @@ func (p *Principal) Claim(n int, done <-chan struct{}) {
 }
 
 // Deny counts a refusal of p's request in its tenant's series, by reason:
-// "out_of_scope", "read_only", "rate_limit" or "holds_limit".
+// "out_of_scope", "read_only", "not_admin", "rate_limit" or "holds_limit".
 func (p *Principal) Deny(reason string) { p.stats.denied.WithLabelValues(reason).Inc() }
