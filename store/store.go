@@ -70,7 +70,9 @@ type Request struct {
 	// and each name of a multi-lock) at least this long from its grant by
 	// the store's clock: a Release before then answers nil and leaves the
 	// hold to the store's own expiry at grant + MinHold (the fence is
-	// unchanged; no process keeps a timer). A crashed holder is still
+	// unchanged; no process keeps a timer). Once so kept, no later request
+	// of its token (an Extend or a repeated Acquire that was in flight, or
+	// landed late) ends it before grant + MinHold. A crashed holder is still
 	// bounded by its TTL. 0 for none. Shared modes ignore it.
 	MinHold time.Duration
 	// MaxHold bounds the hold from its grant by the store's clock: every
