@@ -261,6 +261,15 @@ func TestHoldResume(t *testing.T) {
 	if r, err := other.Resume(ctx, re); err != nil || r.Count != 2 {
 		t.Errorf("Resume(reentrant) = %+v, %v; want Count 2", r, err)
 	}
+	// Read and write share a kind: the mode must match.
+	rd := store.Request{Name: "resume-rw", Token: "rd", TTL: time.Minute, Mode: store.ModeRead}
+	mustGrant(t, s, rd)
+	if _, err := other.Resume(ctx, store.Request{Name: rd.Name, Token: rd.Token, TTL: time.Minute, Mode: store.ModeWrite}); !errors.Is(err, store.ErrNotHeld) {
+		t.Errorf("Resume(write) of a read hold = %v; want ErrNotHeld", err)
+	}
+	if r, err := other.Resume(ctx, rd); err != nil || r.Count != 1 {
+		t.Errorf("Resume(read) = %+v, %v; want a grant", r, err)
+	}
 	// Expired: not held.
 	short := store.Request{Name: "resume-expired", Token: "e", TTL: 100 * time.Millisecond}
 	mustGrant(t, s, short)
