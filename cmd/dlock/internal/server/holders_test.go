@@ -1,13 +1,14 @@
 package server
 
 import (
+	"bufio"
+	"context"
 	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/dlock-dev/dlock/internal/testredis"
 	"github.com/dlock-dev/dlock/store/memory"
 )
 
@@ -216,7 +217,7 @@ func TestV1ForceRelease(t *testing.T) {
 ]}`
 	e := newEnv(t, memory.New(), Config{AuthFile: writeAuthFile(t, t.TempDir(), file), SnapshotInterval: time.Hour})
 	a, ops := bearerOf(tokA), bearerOf(admin)
-	stream := openStream(t, e)
+	stream := openStreamAs(t, e, admin)
 	r := e.post("/v1/locks/stuck/acquire", `{"ttlMs":60000,"mode":"mutex","owner":"batch-7","minHoldMs":50000}`, a...)
 	wantCode(t, "acquire", r, http.StatusOK)
 	tok, fence := r.json(t)["token"].(string), r.json(t)["fence"].(float64)
@@ -277,16 +278,45 @@ func TestV1ForceRelease(t *testing.T) {
 	wantCode(t, "force-release with a body field", e.post("/v1/locks/stuck/force-release", `{"token":"x"}`, ops...), http.StatusBadRequest)
 }
 
+// openStreamAs is openStream with a bearer token.
+func openStreamAs(t *testing.T, e *env, token string) *stream {
+	ctx, cancel := context.WithCancel(t.Context())
+	t.Cleanup(cancel)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, e.ts.URL+"/v1/events", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := e.ts.Client().Do(req)
+	if err != nil {
+		t.Fatalf("GET /v1/events: %v", err)
+	}
+	t.Cleanup(func() { resp.Body.Close() })
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /v1/events: status %d", resp.StatusCode)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	return &stream{t, sc}
+}
+
 // TestReplicasMaxHoldOnStore is part 4 of issue 38 on two `dlock serve`
-// replicas over one redis-server: an extend through the replica that did
+// replicas over one store (a real redis-server, and the memory store): an extend through the replica that did
 // not grant the lease is capped by the max hold recorded with the hold on
 // the store, exactly as on the granting one, and once the max hold is
 // reached both refuse with 410. (Before, replica B extended to the full
 // ttlMs asked, and A, told the lease was served elsewhere, forgot its max
 // hold: A then accepted extends up to twice the max hold.)
 func TestReplicasMaxHoldOnStore(t *testing.T) {
-	srv := testredis.Start(t)
-	a, b := newEnv(t, dialValkey(t, srv.URL()), Config{}), newEnv(t, dialValkey(t, srv.URL()), Config{})
+	for _, p := range pairs {
+		if p.name != "memory" && p.name != "valkey" {
+			continue
+		}
+		t.Run(p.name, func(t *testing.T) {
+			sa, sb := p.new(t)
+			testReplicasMaxHold(t, newEnv(t, sa, Config{}), newEnv(t, sb, Config{}))
+		})
+	}
+}
+
+func testReplicasMaxHold(t *testing.T, a, b *env) {
 	const maxHold = 3 * time.Second
 	r := a.post("/v1/locks/bounded/acquire", `{"ttlMs":60000,"maxHoldMs":3000}`)
 	granted := time.Now() // after the grant: its max hold ends by granted + maxHold
