@@ -31,7 +31,9 @@ type forceReply struct {
 // at most one more node timeout, and returns the holds the nodes that
 // answered ended, combined as [Store.State] combines the nodes' holds (a
 // hold that only a minority had, such as an acquisition being undone, is
-// not among them, as State does not show it). It returns a [*QuorumError]
+// not among them, as State does not show it), with the grant time and
+// fence that State showed for them just before (ForceRelease asks it
+// first: one more read of every node). It returns a [*QuorumError]
 // when too many nodes failed for a majority to end them (or ctx ended
 // first), an [*store.InvalidError] for a bad name, and an error wrapping
 // [store.ErrNotSupported] when a node is not a [store.ForceReleaser].
@@ -47,6 +49,9 @@ func (s *Store) ForceRelease(ctx context.Context, name string) ([]store.Holder, 
 		}
 		frs[i] = fr
 	}
+	// The holds as State shows them, to report the ended holds alike (see
+	// shownAs); a failure here only leaves them as the nodes report them.
+	shown, serr := s.State(ctx, name)
 	if err := s.enter(); err != nil {
 		return nil, err
 	}
@@ -65,7 +70,30 @@ func (s *Store) ForceRelease(ctx context.Context, name string) ([]store.Holder, 
 	if err != nil {
 		return nil, err
 	}
-	return combineOwners(lists, s.quorum), nil
+	ended := combineOwners(lists, s.quorum)
+	if serr == nil {
+		shownAs(ended, shown.Owners)
+	}
+	return ended, nil
+}
+
+// shownAs replaces each hold of ended by the hold of shown (State's Owners
+// read just before the force-release) with the same holder and data, if
+// any: State caps an exclusive hold's fence by the nodes' counters, which
+// the nodes' answers to ForceRelease do not carry (a node that granted the
+// hold late may have issued a higher fence than the one it settled on).
+// A hold granted after State answered keeps the nodes' values.
+func shownAs(ended, shown []store.Holder) {
+	used := make([]bool, len(shown))
+	for i, h := range ended {
+		for j, sh := range shown {
+			if !used[j] && sh.Owner == h.Owner && sh.Data == h.Data {
+				used[j] = true
+				ended[i] = sh
+				break
+			}
+		}
+	}
 }
 
 // forceAnswers reads the nodes' answers to a force-release of name until

@@ -86,10 +86,12 @@ type acquisition struct {
 //     [store.Elector]s), or whatever request error (invalid name, ...) the
 //     nodes return.
 //
-// A grant of the write side of a read-write lock, an election, and a
+// A grant of either side of a read-write lock, an election, and a
 // repeated Acquire by the token that holds, wait for every node to answer
 // (or its node timeout) before settling the fence, so that readers, the
-// repeat and [Store.Leader] find it (see settleNodes and election.go).
+// repeat and [Store.Leader] find it (see settleNodes and election.go), and
+// a reader's fence is the highest any of its nodes issued, as State's
+// Owners show it.
 // An election's leadership becomes visible to [Store.Leader] only once
 // validity is known to remain: Acquire then marks it settled on the nodes
 // (see announce) and returns the grant whatever that marking does, so
@@ -187,8 +189,8 @@ func (s *Store) startAcquire(ctx context.Context, req store.Request) *acquisitio
 // collect reads the nodes' answers, counting grants, refusals and failures
 // (the quorum count), until a grant is possible (a majority granted) or
 // ruled out by the refusals or the failures alone, or every node answered.
-// A write grant, an election and a repeat by the holder read on to the last
-// node (or its node timeout).
+// A read or write grant, an election and a repeat by the holder read on to
+// the last node (or its node timeout).
 func (s *Store) collect(a *acquisition) {
 	n, q := len(s.nodes), s.quorum
 	// A write grant, an election, and a repeated Acquire by the holder,
@@ -196,8 +198,12 @@ func (s *Store) collect(a *acquisition) {
 	// counter of their nodes and must find the writer's fence there, a
 	// leader's term is settled on every node that granted it (and Leader
 	// reads it there), and a repeat must find the nodes that gave the
-	// first fence.
-	all := a.req.Mode == store.ModeWrite || a.req.Mode == store.ModeElection || a.prev > 0
+	// first fence. A read grant waits too, so that its fence is the
+	// highest of every node that granted it: the nodes record each
+	// reader's fence as they issued it (they may differ: a node that
+	// missed grants issues from its own slot mark), and State's Owners
+	// show the highest, whichever nodes answered first.
+	all := a.req.Mode != store.ModeMutex || a.prev > 0
 	// Once refusals and failures together deny a majority, no grant is
 	// possible, but what to report is not decided until the refusals alone
 	// deny a majority (the lock is held: a refusal) or the failures do (no
