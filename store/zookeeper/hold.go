@@ -296,7 +296,8 @@ func (s *Store) heldLimit(dir string, es []entry) int {
 }
 
 // owners describes each live hold among es (one for a reentrant hold, its
-// first node's record; one for each reader and permit) and returns the
+// first node's record; one for each reader and permit, a reader with the
+// name's current fence) and returns the
 // paths of every holding node. Since is the grant's time by the ensemble's
 // clock: the node's mtime (the grant's write: its fence, or a reader's
 // creation), or the time recorded when that no longer is (see nodeData).
@@ -316,7 +317,11 @@ func (s *Store) owners(dir string, es []entry, limit int) ([]store.Holder, []str
 			reentrant = true
 			e = es[ownerFirst(es, e.owner)]
 		}
-		hs = append(hs, s.holderOf(dir, e))
+		h := s.holderOf(dir, e)
+		if h.Fence == 0 && e.mode == 'r' {
+			h.Fence = s.currentFence(dir) // the fence readers share
+		}
+		hs = append(hs, h)
 	}
 	return hs, paths
 }

@@ -38,11 +38,6 @@ func (s *Store) state(kind, name string, es []entry) store.State {
 	if kind == "w" {
 		// The current fence: the writer's, or the one its readers share.
 		st.Fence = s.currentFence(dir)
-		for i := range st.Owners {
-			if st.Owners[i].Fence == 0 {
-				st.Owners[i].Fence = st.Fence
-			}
-		}
 	}
 	if kind == "r" && st.Holders > 0 {
 		st.Holders = 1

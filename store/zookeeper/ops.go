@@ -80,23 +80,7 @@ func (s *Store) acquire(kind string, req store.Request) (store.Grant, error) {
 		qttl = req.TTL
 	}
 	if i := find(es, req.Token); i >= 0 {
-		if req.Mode == store.ModeWrite && es[i].mode == 'r' {
-			return store.Grant{}, store.ErrUpgrade // a reader's own token
-		}
-		path := dir + "/" + es[i].name
-		if s.lapsed(path) {
-			return s.refusal(kind, dir, es, -1, req.Limit), nil
-		}
-		if !holds(kind, es, i, req.Limit) {
-			if req.Queue { // else the place runs out, as on every store
-				s.track(path, qttl, 0)
-			}
-			return s.refusal(kind, dir, es, i, req.Limit), nil
-		}
-		if kind != "r" && !s.tracked(path) {
-			return s.repeatElsewhere(kind, dir, req, es)
-		}
-		return s.grant(kind, req, dir, path, es, i, nil)
+		return s.acquireAgain(kind, req, dir, es, i, qttl)
 	}
 	if req.Mode == store.ModeWrite && req.Owner != "" {
 		for i, e := range es {
@@ -150,6 +134,28 @@ func (s *Store) acquire(kind string, req store.Request) (store.Grant, error) {
 	}
 	es = append(es[:i], es[i+1:]...)
 	return s.refusal(kind, dir, es, -1, req.Limit), nil
+}
+
+// acquireAgain answers an Acquire by a token that has node i of es: a
+// repeat by the holder, or a queued caller asking again.
+func (s *Store) acquireAgain(kind string, req store.Request, dir string, es []entry, i int, qttl time.Duration) (store.Grant, error) {
+	if req.Mode == store.ModeWrite && es[i].mode == 'r' {
+		return store.Grant{}, store.ErrUpgrade // a reader's own token
+	}
+	path := dir + "/" + es[i].name
+	if s.lapsed(path) {
+		return s.refusal(kind, dir, es, -1, req.Limit), nil
+	}
+	if !holds(kind, es, i, req.Limit) {
+		if req.Queue { // else the place runs out, as on every store
+			s.track(path, qttl, 0)
+		}
+		return s.refusal(kind, dir, es, i, req.Limit), nil
+	}
+	if kind != "r" && !s.tracked(path) {
+		return s.repeatElsewhere(kind, dir, req, es)
+	}
+	return s.grant(kind, req, dir, path, es, i, nil)
 }
 
 // acquireBeside creates req's node beside the hold of node a (its owner's:
