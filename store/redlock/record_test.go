@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/dlock-dev/dlock/store"
@@ -264,4 +265,32 @@ func TestForceReleaseQuorum(t *testing.T) {
 	if _, err := s.ForceRelease(ctx, "forced"); !errors.As(err, &qe) {
 		t.Errorf("ForceRelease with two nodes of three down = %v, want a *QuorumError", err)
 	}
+}
+
+// TestMaxHoldBoundsValidity: a grant's validity counts from its MaxHold
+// when that is shorter than its TTL (the nodes cap the hold there): replies
+// after 995ms leave none of a 1s MaxHold, though a 10s TTL would have.
+func TestMaxHoldBoundsValidity(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ms := memoryNodes(3)
+		nodes := make([]store.Store, len(ms))
+		for i, m := range ms {
+			nodes[i] = slowStore{m, 995 * time.Millisecond}
+		}
+		s, err := redlock.New(nodes, redlock.WithNodeTimeout(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		req := store.Request{Name: "v", Token: "a", TTL: 10 * time.Second, MaxHold: time.Second, Mode: store.ModeMutex}
+		g, err := s.Acquire(t.Context(), req)
+		var se *store.StoreError
+		if g.Acquired || !errors.As(err, &se) {
+			t.Fatalf("Acquire with replies after 995ms, TTL 10s, MaxHold 1s = %+v, %v; want a *StoreError (no validity left)", g, err)
+		}
+		req.MaxHold, req.Token = 0, "b"
+		if g, err := s.Acquire(t.Context(), req); err != nil || !g.Acquired {
+			t.Errorf("Acquire with replies after 995ms, TTL 10s, no MaxHold = %+v, %v; want a grant", g, err)
+		}
+	})
 }

@@ -41,8 +41,8 @@
 // granted it before Acquire returns; [Store.Leader] reports the leader a
 // majority of nodes agrees on, and only once Acquire has decided to return
 // its grant (never a term that Acquire refused for lack of validity). An
-// election waits for every node (or its node timeout), as a write lock
-// does. The fair queue, the semaphore and the reentrant lock cannot be
+// election waits for every node (or its node timeout), as both sides of a
+// read-write lock do; only a mutex grant returns at its majority. The fair queue, the semaphore and the reentrant lock cannot be
 // kept consistent over a quorum (a lost reply leaves a count or a queue
 // place that a retry cannot reconcile), so they return an error wrapping
 // [store.ErrNotSupported].
