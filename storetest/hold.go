@@ -54,6 +54,7 @@ var holdTests = []holdTest{
 	{"RepeatKeepsRecord", 0, holdRepeatKeepsRecord},
 	{"FairHandoffRecord", 0, holdFairHandoffRecord},
 	{"MinHold", 0, holdMinHoldKeeps},
+	{"MinHoldLateRequests", 0, holdMinHoldLateRequests},
 	{"MinHoldPassed", 0, holdMinHoldPassed},
 	{"MinHoldShared", 0, holdMinHoldShared},
 	{"MinHoldMulti", 0, holdMinHoldMulti},

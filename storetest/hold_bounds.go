@@ -110,6 +110,32 @@ func holdMinHoldKeeps(t *testing.T, h Harness, s store.Store, _ []store.Mode) {
 	}
 }
 
+// holdMinHoldLateRequests: once a hold released early is kept by its
+// MinHold, a late request of its token (an Extend delayed past the
+// release, asking for less) does not end it sooner: the name stays
+// refused until grant + MinHold, and is granted after it.
+func holdMinHoldLateRequests(t *testing.T, h Harness, s store.Store, _ []store.Mode) {
+	var ks []kept
+	for _, m := range minHoldModes {
+		if h.supports(m) {
+			ks = append(ks, takeKept(t, s, lockName(t), m, holdMinHold))
+		}
+	}
+	start := time.Now()
+	for _, k := range ks {
+		short := k.req
+		short.TTL = holdShort
+		s.Extend(testContext(t), []store.Request{short}) // the answer is not the point: the end is
+	}
+	sleepUntil(start.Add(holdShort + clockSlack))
+	for _, k := range ks {
+		checkKept(t, s, k, crossReq(k.req.Name, k.req.Mode, longTTL), k.req.Mode)
+	}
+	for _, k := range ks {
+		grantedAfter(t, s, k, crossReq(k.req.Name, k.req.Mode, longTTL))
+	}
+}
+
 // holdMinHoldPassed: a release after grant + MinHold frees the name at
 // once.
 func holdMinHoldPassed(t *testing.T, h Harness, s store.Store, _ []store.Mode) {

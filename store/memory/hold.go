@@ -53,12 +53,15 @@ func (h *holder) extendTo(t time.Time) { h.expires = h.capped(t) }
 
 // keptByMinHold reports whether a Release of h now leaves it held: its
 // MinHold has not run out. It then makes the hold end when the MinHold
-// does (the fence is unchanged).
+// does (the fence and record are unchanged) and takes it from its token
+// (which no request carries: see check), so that the token's late
+// requests, a delayed Extend, Acquire or Resume, move that end no more.
 func (h *holder) keptByMinHold(now time.Time) bool {
 	if h.minUntil.IsZero() || !now.Before(h.minUntil) {
 		return false
 	}
 	h.expires = h.minUntil
+	h.token = ""
 	return true
 }
 
