@@ -472,11 +472,17 @@ func (a *Advisory) Ping(ctx context.Context) error {
 }
 
 // State implements [store.Inspector] for the locks this store holds.
-// (Advisory locks of other sessions appear in pg_locks, by key only.)
+// (Advisory locks of other sessions appear in pg_locks, by key only.) A
+// hold whose lease has run out is unlocked first, as by any operation on
+// its name, so it is not shown.
 func (a *Advisory) State(ctx context.Context, name string) (store.State, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.stateLocked(name, time.Now()), nil
+	now := time.Now()
+	if err := a.pruneLocked(ctx, name, now); err != nil {
+		return store.State{}, err
+	}
+	return a.stateLocked(name, now), nil
 }
 
 func (a *Advisory) stateLocked(name string, now time.Time) store.State {
@@ -496,14 +502,20 @@ func (a *Advisory) stateLocked(name string, now time.Time) store.State {
 	return st
 }
 
-// List implements [store.Inspector]: the locks this store holds, by name.
+// List implements [store.Inspector]: the locks this store holds, by name,
+// those whose leases have run out unlocked first (as State does).
 func (a *Advisory) List(ctx context.Context) ([]store.State, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	now := time.Now()
 	names := make([]string, 0, len(a.locks))
 	for n := range a.locks {
-		names = append(names, n)
+		if err := a.pruneLocked(ctx, n, now); err != nil {
+			return nil, err
+		}
+		if a.locks[n] != nil {
+			names = append(names, n)
+		}
 	}
 	sort.Strings(names)
 	out := make([]store.State, 0, len(names))
