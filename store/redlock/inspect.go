@@ -31,9 +31,12 @@ type listReply struct {
 // State implements [store.Inspector]. It asks every node at once and
 // combines the answers of the nodes that gave one, as Redlock sees the
 // lock: it has as many holders as a majority of nodes report (the
-// quorum-th highest count), for as long as a majority still holds it (the
+// quorum-th highest count, or more when Owners tells apart holds on
+// different majorities), for as long as a majority still holds it (the
 // quorum-th longest remaining hold); Mode is the mode most holding nodes
-// report. Fence is the highest fence a majority of nodes has issued or
+// report. Owners are the holds a majority of nodes record alike (see the
+// package doc, "A hold's record and bounds"), one Owner "" for each hold
+// the nodes do not agree on by holder and data. Fence is the highest fence a majority of nodes has issued or
 // accepted (the quorum-th highest counter): the holder's fence while it
 // holds, and below every fence a later grant gets. Queue and Limit are the
 // highest any node reports. A hold on a minority of nodes (a partial
