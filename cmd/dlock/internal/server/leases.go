@@ -598,15 +598,18 @@ func (s *Server) handleExtend(w http.ResponseWriter, r *http.Request) {
 // not know: a resume (store.Resumer), which confirms the token holds the
 // name in req.Mode and caps the TTL by the max hold recorded with the hold,
 // so every instance caps and refuses alike; the Grant says the hold's fence
-// and the TTL it got. On a store without it, a plain Extend (TTL as asked,
-// fence 0).
+// and the TTL it got. On a store without it (or one that reports it
+// cannot, such as Redlock over nodes without it), a plain Extend (TTL as
+// asked, fence 0).
 func (s *Server) resumeHold(ctx context.Context, req dlock.Request) (store.Grant, error) {
 	if rs, ok := s.locker.Store().(store.Resumer); ok {
 		g, err := rs.Resume(ctx, req)
 		if err == nil && g.TTL <= 0 {
 			g.TTL = req.TTL
 		}
-		return g, err
+		if !errors.Is(err, dlock.ErrNotSupported) { // a quorum over nodes that cannot: extend
+			return g, err
+		}
 	}
 	return store.Grant{TTL: req.TTL}, s.locker.Store().Extend(ctx, []dlock.Request{req})[0]
 }
