@@ -25,6 +25,26 @@
 // that recorded a fence from Valkey would reject every PostgreSQL fence after
 // a switch of backend; with the floor, switching never goes back.
 //
+// A hold's record lives in its row, written by the statement that grants
+// it and deleted with it: the holder and data the caller gave
+// ([store.Request.Holder], [store.Request.Data]), the grant time by the
+// database's clock (recorded on every grant), the MinHold and the MaxHold.
+// [Store.State] and [Store.List] show it as [store.State.Owners]. A MaxHold
+// caps every expiry a grant, extend or resume sets, whichever process sends
+// it. A MinHold keeps an exclusive hold (mutex, fair, election) released
+// before grant + MinHold: the release sets the row's expiry to that instant
+// and clears its token, so the database's clock ends it and no process
+// keeps a timer. [Store.Resume] takes a hold back by its token, from any
+// process; [Store.ForceRelease] ends every hold of a name without tokens,
+// keeping queue places and the fence counter.
+//
+// Schema 6 added the record: [New] migrates a database of an earlier
+// schema in place (columns with constant defaults, so no table rewrite;
+// holds taken before show an unknown holder), and keeps the functions
+// earlier versions call, so processes of an earlier dlock keep working
+// beside upgraded ones (their holds have no record, and they ignore
+// MinHold and MaxHold, which they never send).
+//
 // Waiters are woken by LISTEN/NOTIFY: a release notifies channel "dlock"
 // (delivered at commit) and the store's one listening connection wakes the
 // local waiters of that lock. Expiry is not notified; waiters fall back to
@@ -40,7 +60,9 @@
 // [NewAdvisory] takes PostgreSQL's own session-level advisory locks
 // (pg_try_advisory_lock(hashtext(name))), so dlock interoperates with code
 // that already uses pg_advisory_lock on the same key. See [Advisory] for the
-// connection-pooling pitfall and how the store avoids it.
+// connection-pooling pitfall and how the store avoids it, and for what
+// it keeps of a hold's record and bounds (no MinHold on a mutex: a
+// released advisory lock is free at once).
 //
 // # Fencing the protected resource
 //

@@ -27,7 +27,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func newStore(t *testing.T, url string, opts ...postgres.Option) *postgres.Store {
+func newStore(t testing.TB, url string, opts ...postgres.Option) *postgres.Store {
 	t.Helper()
 	s, err := postgres.New(t.Context(), url, opts...)
 	if err != nil {
