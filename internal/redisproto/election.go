@@ -11,7 +11,8 @@ import (
 // The election (store.ModeElection): an exclusive hold of the name that
 // keeps the leader's value beside it, the term being the grant's fence.
 //
-//	election   lock:<name> marker "dlock:election", {t}:election (hash: token, value, term), {t}:election:gate
+//	election   lock:<name> marker "dlock:election", {t}:election (hash: token, value, term), {t}:election:gate,
+//	           {t}:hold (the hold's record)
 //
 // The gate, a string that expires with the hold, is the key that waiting
 // candidates and observers watch: a grant writes it, a resignation deletes
@@ -23,6 +24,8 @@ func init() {
 		Extend:  joined("scripts/election_extend.lua"),
 		Release: joined("scripts/election_release.lua"),
 		Raise:   joined("scripts/election_raise_fence.lua"),
+		Resume:  joined("scripts/election_resume.lua"),
+		Force:   joined("scripts/election_force.lua"),
 		keys:    electionKeys,
 		args:    electionArgs,
 		watch:   "election:gate",
@@ -30,7 +33,7 @@ func init() {
 }
 
 func electionKeys(l *Layout, name string) []string {
-	return withMain(l, name, l.KeySet(false, name, "election", "fence", "election:gate"))
+	return withMain(l, name, l.KeySet(false, name, "election", "fence", "election:gate", "hold"))
 }
 
 // electionArgs is ARGV = {token, TTL ms, value, "", "", "", fence retention

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/dlock-dev/dlock/store"
 )
@@ -34,6 +35,14 @@ type Ops struct {
 	ShortRelease *Script
 	// Raise is the fence write-back script (store.FenceRaiser), or nil.
 	Raise *Script
+	// Resume takes a hold back by its token (store.Resumer): called with
+	// ExtendKeys and Args, it replies {fence, ttl ms, max hold left ms,
+	// [count]} or 0 (see scripts/hold_lib.lua).
+	Resume *Script
+	// Force ends every hold of the mode on a name (store.ForceReleaser),
+	// called with Keys and no ARGV; it replies the owners it ended, four
+	// values each (see scripts/hold_lib.lua).
+	Force *Script
 	// ReadsWatchKey declares that the acquire script reads the watch key
 	// with a read command (GET, HGET, EXISTS, PTTL, ...; not SET ... GET,
 	// which the server does not track) on every path that refuses, so that
@@ -41,9 +50,11 @@ type Ops struct {
 	ReadsWatchKey bool
 
 	keys func(l *Layout, name string) []string
-	// fewKeys, if set, are the keys an extend, and an acquire that does
-	// not queue, read: a prefix of keys.
+	// fewKeys, if set, are the keys an acquire that neither queues nor
+	// records (see HasRecord) reads.
 	fewKeys func(l *Layout, name string) []string
+	// extendKeys, if set, are the keys of the extend and resume scripts.
+	extendKeys func(l *Layout, name string) []string
 	// shortRelease, if set, are the keys of the release script's short
 	// form (see ReleaseCall).
 	shortRelease func(l *Layout, name string) []string
@@ -78,21 +89,27 @@ var modes = func() map[store.Mode]*Ops {
 		Acquire: joined("scripts/rw_lib.lua", "scripts/rw_read_acquire.lua"),
 		Extend:  joined("scripts/rw_lib.lua", "scripts/rw_extend.lua"),
 		Release: joined("scripts/rw_lib.lua", "scripts/rw_release.lua"),
+		Resume:  joined("scripts/rw_lib.lua", "scripts/rw_side_read.lua", "scripts/rw_resume.lua"),
+		Force:   joined("scripts/rw_lib.lua", "scripts/rw_force.lua"),
 		keys:    rwKeys,
 		watch:   "rw:gate",
 	}
 	write := rw
 	write.Acquire = joined("scripts/rw_lib.lua", "scripts/rw_write_acquire.lua")
 	write.Raise = withClock("scripts/rw_raise_fence.lua")
+	write.Resume = joined("scripts/rw_lib.lua", "scripts/rw_side_write.lua", "scripts/rw_resume.lua")
 	return map[store.Mode]*Ops{
 		store.ModeMutex: {
-			Acquire:      withClock("scripts/mutex_acquire.lua"),
-			Extend:       withClock("scripts/mutex_extend.lua"),
-			Release:      withClock("scripts/mutex_release.lua"),
+			Acquire:      withHold("scripts/mutex_acquire.lua"),
+			Extend:       withHold("scripts/mutex_extend.lua"),
+			Release:      withHold("scripts/mutex_release.lua"),
 			ShortRelease: load("scripts/mutex_release_short.lua"),
 			Raise:        withClock("scripts/mutex_raise_fence.lua"),
+			Resume:       withHold("scripts/mutex_resume.lua"),
+			Force:        withHold("scripts/mutex_force.lua"),
 			keys:         mutexKeys,
 			fewKeys:      mutexFewKeys,
+			extendKeys:   mutexExtendKeys,
 			shortRelease: mutexShortReleaseKeys,
 			args:         mutexArgs,
 			// Every refusal reads KEYS[1], the watch key, with PTTL.
@@ -102,6 +119,8 @@ var modes = func() map[store.Mode]*Ops {
 			Acquire: joined("scripts/reentrant_acquire.lua"),
 			Extend:  joined("scripts/reentrant_extend.lua"),
 			Release: joined("scripts/reentrant_release.lua"),
+			Resume:  joined("scripts/reentrant_resume.lua"),
+			Force:   joined("scripts/reentrant_force.lua"),
 			keys:    reentrantKeys,
 			watch:   "reentrant:gate",
 		},
@@ -111,6 +130,8 @@ var modes = func() map[store.Mode]*Ops {
 			Acquire: joined("scripts/fair_lib.lua", "scripts/fair_acquire.lua"),
 			Extend:  joined("scripts/fair_lib.lua", "scripts/fair_extend.lua"),
 			Release: joined("scripts/fair_lib.lua", "scripts/fair_release.lua"),
+			Resume:  joined("scripts/fair_lib.lua", "scripts/fair_resume.lua"),
+			Force:   joined("scripts/fair_lib.lua", "scripts/fair_force.lua"),
 			keys:    fairKeys,
 			watch:   "fair",
 		},
@@ -118,6 +139,8 @@ var modes = func() map[store.Mode]*Ops {
 			Acquire: joined("scripts/semaphore_lib.lua", "scripts/semaphore_acquire.lua"),
 			Extend:  joined("scripts/semaphore_lib.lua", "scripts/semaphore_extend.lua"),
 			Release: joined("scripts/semaphore_lib.lua", "scripts/semaphore_release.lua"),
+			Resume:  joined("scripts/semaphore_lib.lua", "scripts/semaphore_resume.lua"),
+			Force:   joined("scripts/semaphore_lib.lua", "scripts/semaphore_force.lua"),
 			keys:    semaphoreKeys,
 			watch:   "semaphore:gate",
 		},
@@ -140,21 +163,48 @@ func Supports(m store.Mode) bool { return modes[m] != nil }
 func (o *Ops) Keys(l *Layout, name string) []string { return o.keys(l, name) }
 
 // AcquireKeys returns KEYS for o.Acquire for req: Keys, or fewer for a
-// mutex request that does not queue.
+// mutex request that neither queues nor records.
 func (o *Ops) AcquireKeys(l *Layout, req store.Request) []string {
-	if o.fewKeys != nil && !req.Queue {
+	if o.fewKeys != nil && !req.Queue && !HasRecord(req) {
 		return o.fewKeys(l, req.Name)
 	}
 	return o.keys(l, req.Name)
 }
 
-// ExtendKeys returns KEYS for o.Extend on lock name: Keys, or fewer for the
-// mutex.
+// ExtendKeys returns KEYS for o.Extend and o.Resume on lock name: Keys, or
+// fewer for the mutex.
 func (o *Ops) ExtendKeys(l *Layout, name string) []string {
-	if o.fewKeys != nil {
-		return o.fewKeys(l, name)
+	if o.extendKeys != nil {
+		return o.extendKeys(l, name)
 	}
 	return o.keys(l, name)
+}
+
+// HasRecord reports whether req carries a hold's record: a Holder, Data, a
+// MinHold or a MaxHold. Without one the acquire scripts write and read
+// nothing for records (the mutex's fast path keeps its cost).
+func HasRecord(req store.Request) bool {
+	return req.Holder != "" || req.Data != "" || req.MinHold > 0 || req.MaxHold > 0
+}
+
+// recordArgs appends the record of req to args: min hold ms, max hold ms,
+// holder, data (see scripts/hold_lib.lua). A min hold is sent for the
+// modes that keep one (the mutex, and each name of a multi-lock, the fair
+// lock, the election) and dropped for the others.
+func recordArgs(args []string, req store.Request) []string {
+	minHold := req.MinHold
+	if req.Mode != store.ModeMutex && req.Mode != store.ModeFair && req.Mode != store.ModeElection {
+		minHold = 0
+	}
+	return append(args, Millis(minHold), Millis(req.MaxHold), req.Holder, req.Data)
+}
+
+// acquireTTL is req's TTL for a grant: at most its MaxHold.
+func acquireTTL(req store.Request) time.Duration {
+	if req.MaxHold > 0 && req.MaxHold < req.TTL {
+		return req.MaxHold
+	}
+	return req.TTL
 }
 
 // ReleaseWaiters is the reply of a release script's short form that found
@@ -189,19 +239,32 @@ func (o *Ops) Args(l *Layout, req store.Request) []string {
 // patterns' scripts take the proposed floor, if any, as ARGV[8] (see fence
 // in clock_lib.lua).
 func (o *Ops) AcquireArgs(ctx context.Context, l *Layout, req store.Request) []string {
+	record := HasRecord(req)
+	if record {
+		req.TTL = acquireTTL(req)
+	}
 	args := o.Args(l, req)
 	var floor string
 	if f, ok := store.FenceFloor(ctx); ok {
 		floor = strconv.FormatInt(f, 10)
 	}
 	if req.Mode != store.ModeMutex {
-		if floor != "" {
+		if floor != "" || record {
 			args = append(args, floor)
+		}
+		if record {
+			args = recordArgs(args, req)
 		}
 		return args
 	}
 	args = append(args, "")
 	switch {
+	case record:
+		queue := ""
+		if req.Queue {
+			queue = "1"
+		}
+		args = recordArgs(append(args, floor, queue, Millis(req.QueueTTL)), req)
 	case req.Queue:
 		args = append(args, floor, "1", Millis(req.QueueTTL))
 	case floor != "":
@@ -238,13 +301,21 @@ func (o *Ops) WatchKey(l *Layout, name string) string {
 const MaxFence = 1 << 53
 
 // mutexKeys is KEYS = {main key, fence key, waiters, the store's handoff
-// channel, waiters flag, the slot's fence mark (Layout.Mark)}. The channel
+// channel, waiters flag, the hold's record, the slot's fence mark
+// (Layout.Mark)}. The channel
 // is a channel, not a key, declared among the keys so that it routes to the
 // lock's slot. The flag, a string that outlives the waiters set, lets the
 // release script learn whether there may be waiters from the MGET that
 // reads the main key.
 func mutexKeys(l *Layout, name string) []string {
-	keys := l.KeySet(true, name, "fence", "waiters", l.mutexSuffix, "waiters:flag")
+	keys := l.KeySet(true, name, "fence", "waiters", l.mutexSuffix, "waiters:flag", "hold")
+	return append(keys, markOf(Slot(keys[0])))
+}
+
+// mutexExtendKeys is the main key, the fence key, the hold's record, the
+// waiters flag and the slot's fence mark.
+func mutexExtendKeys(l *Layout, name string) []string {
+	keys := l.KeySet(true, name, "fence", "hold", "waiters:flag")
 	return append(keys, markOf(Slot(keys[0])))
 }
 
@@ -288,22 +359,22 @@ func withMain(l *Layout, name string, keys []string) []string {
 }
 
 func reentrantKeys(l *Layout, name string) []string {
-	return withMain(l, name, l.KeySet(false, name, "reentrant", "fence", "reentrant:gate"))
+	return withMain(l, name, l.KeySet(false, name, "reentrant", "fence", "reentrant:gate", "hold"))
 }
 
 func rwKeys(l *Layout, name string) []string {
-	return withMain(l, name, l.KeySet(false, name, "rw", "fence", "rw:meta", "rw:intents", "rw:deadlines", "rw:gate"))
+	return withMain(l, name, l.KeySet(false, name, "rw", "fence", "rw:meta", "rw:intents", "rw:deadlines", "rw:gate", "holds"))
 }
 
 // fairKeys ends with the channel on which the store hears of handoffs to its
 // waiters; it is a channel, not a key, declared among the keys so that it
 // routes to the lock's slot.
 func fairKeys(l *Layout, name string) []string {
-	return withMain(l, name, l.KeySet(false, name, "fair", "fence", "fair:queue", "fair:deadlines", "fair:handoffs", "fair:audit", l.fairSuffix))
+	return withMain(l, name, l.KeySet(false, name, "fair", "fence", "fair:queue", "fair:deadlines", "fair:handoffs", "fair:audit", l.fairSuffix, "hold"))
 }
 
 func semaphoreKeys(l *Layout, name string) []string {
-	return withMain(l, name, l.KeySet(false, name, "semaphore", "fence", "semaphore:meta", "semaphore:gate"))
+	return withMain(l, name, l.KeySet(false, name, "semaphore", "fence", "semaphore:meta", "semaphore:gate", "holds"))
 }
 
 // AuditKey returns the key of the fair lock's audit stream of lock name.
@@ -311,19 +382,19 @@ func (l *Layout) AuditKey(name string) string { return l.Aux(name, "fair:audit")
 
 // StateScript describes one lock for the Inspector; call it with
 // [Layout.StateKeys] and no ARGV, and decode with [DecodeState].
-var StateScript = load("scripts/state.lua")
+var StateScript = withHold("scripts/state.lua")
 
 // PatternStateScript describes the reentrant, read-write, fair or semaphore
 // state of a name whose main key holds no mutex; call it with
 // [Layout.PatternStateKeys] and decode with [DecodePatternState].
-var PatternStateScript = load("scripts/patterns_state.lua")
+var PatternStateScript = newScript("scripts/patterns_state.lua", load("scripts/hold_lib.lua").Src+"\n"+load("scripts/patterns_state.lua").Src)
 
 // StateKeys is KEYS of StateScript.
 func (l *Layout) StateKeys(name string) []string {
-	return l.KeySet(true, name, "fence", "waiters")
+	return l.KeySet(true, name, "fence", "waiters", "hold")
 }
 
 // PatternStateKeys is KEYS of PatternStateScript.
 func (l *Layout) PatternStateKeys(name string) []string {
-	return l.KeySet(false, name, "reentrant", "rw", "rw:meta", "rw:deadlines", "fair", "fair:deadlines", "semaphore", "semaphore:meta", "election")
+	return l.KeySet(false, name, "reentrant", "rw", "rw:meta", "rw:deadlines", "fair", "fair:deadlines", "semaphore", "semaphore:meta", "election", "hold", "holds")
 }

@@ -22,16 +22,28 @@ func TestMutexCallsCarryWhatTheScriptsRead(t *testing.T) {
 	}
 	l := NewLayout("lock:", 24*time.Hour)
 	all := o.Keys(l, "a")
-	if len(all) != 6 || all[5] != l.Mark("a") {
-		t.Fatalf("Keys = %q, want 6, the slot's fence mark last", all)
+	if len(all) != 7 || all[6] != l.Mark("a") || all[5] != l.Aux("a", "hold") {
+		t.Fatalf("Keys = %q, want 7, the hold's record and the slot's fence mark last", all)
 	}
-	few := []string{all[0], all[1], all[5]}
+	few := []string{all[0], all[1], all[6]}
 	req := store.Request{Name: "a", Token: "t", TTL: time.Second, Mode: store.ModeMutex}
 	if k := o.AcquireKeys(l, req); !slices.Equal(k, few) {
 		t.Errorf("AcquireKeys without queue = %q, want %q", k, few)
 	}
-	if k := o.ExtendKeys(l, "a"); !slices.Equal(k, few) {
-		t.Errorf("ExtendKeys = %q, want %q", k, few)
+	// Extend reads the hold's record in the MGET that compares the token
+	// (one command, as GET was), and keeps the waiters flag with it.
+	if k, want := o.ExtendKeys(l, "a"), []string{all[0], all[1], all[5], all[4], all[6]}; !slices.Equal(k, want) {
+		t.Errorf("ExtendKeys = %q, want %q", k, want)
+	}
+	// A request with a record sends the full form, the record after the
+	// queue arguments, and its TTL capped at its max hold.
+	rec := req
+	rec.Holder, rec.MinHold, rec.MaxHold = "me", 2*time.Second, 500*time.Millisecond
+	if k := o.AcquireKeys(l, rec); !slices.Equal(k, all) {
+		t.Errorf("AcquireKeys with a record = %q, want %q", k, all)
+	}
+	if got, want := o.AcquireArgs(context.Background(), l, rec), []string{"t", "500", l.Retention, "", "", "", "0", "2000", "500", "me", ""}; !slices.Equal(got, want) {
+		t.Errorf("AcquireArgs with a record = %q, want %q", got, want)
 	}
 	ctx := context.Background()
 	keep := l.Retention

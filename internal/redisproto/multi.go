@@ -13,30 +13,23 @@ import (
 // other client; the keys of all names must be on one node (on a cluster: in
 // one hash slot, which names sharing a hash tag are).
 var (
-	MultiAcquireScript = withClock("scripts/multi_acquire.lua")
-	MultiExtendScript  = withClock("scripts/multi_extend.lua")
-	MultiReleaseScript = withClock("scripts/multi_release.lua")
+	MultiAcquireScript = withHold("scripts/multi_acquire.lua")
+	MultiExtendScript  = withHold("scripts/multi_extend.lua")
+	MultiReleaseScript = withHold("scripts/multi_release.lua")
 )
 
-// MultiKeys returns KEYS of MultiAcquireScript and MultiExtendScript: each
-// name's main key, fence key and slot's fence mark.
+// MultiKeys returns KEYS of the multi scripts: each name's main key, fence
+// key, waiters, waiters flag, hold's record and slot's fence mark.
 func (l *Layout) MultiKeys(names []string) []string {
-	keys := make([]string, 0, 3*len(names))
+	keys := make([]string, 0, 6*len(names))
 	for _, n := range names {
-		keys = append(append(keys, l.KeySet(true, n, "fence")...), l.Mark(n))
+		keys = append(append(keys, l.KeySet(true, n, "fence", "waiters", "waiters:flag", "hold")...), l.Mark(n))
 	}
 	return keys
 }
 
-// MultiReleaseKeys returns KEYS of MultiReleaseScript: each name's main
-// key, fence key, waiters, waiters flag and slot's fence mark.
-func (l *Layout) MultiReleaseKeys(names []string) []string {
-	keys := make([]string, 0, 5*len(names))
-	for _, n := range names {
-		keys = append(append(keys, l.KeySet(true, n, "fence", "waiters", "waiters:flag")...), l.Mark(n))
-	}
-	return keys
-}
+// MultiReleaseKeys returns KEYS of MultiReleaseScript: MultiKeys.
+func (l *Layout) MultiReleaseKeys(names []string) []string { return l.MultiKeys(names) }
 
 // MultiArgs returns ARGV of the multi scripts: {token, fence retention ms,
 // TTL ms of each request} (the release script reads the first two).
@@ -47,6 +40,24 @@ func (l *Layout) MultiArgs(reqs []store.Request) []string {
 		args = append(args, Millis(r.TTL))
 	}
 	return args
+}
+
+// MultiAcquireArgs returns ARGV of MultiAcquireScript: MultiArgs, and with
+// a record (the first request's: one holder takes every name), each TTL at
+// most its max hold and the record after them.
+func (l *Layout) MultiAcquireArgs(reqs []store.Request) []string {
+	if !HasRecord(reqs[0]) {
+		return l.MultiArgs(reqs)
+	}
+	capped := make([]store.Request, len(reqs))
+	for i, r := range reqs {
+		r.MaxHold = reqs[0].MaxHold
+		r.TTL = acquireTTL(r)
+		capped[i] = r
+	}
+	rec := reqs[0]
+	rec.Mode = store.ModeMutex
+	return recordArgs(l.MultiArgs(capped), rec)
 }
 
 // CheckMulti validates the requests of an atomic multi-lock operation:

@@ -84,19 +84,35 @@ func DecodeState(st store.State, typ string, holders, pttl, fence, waiters int64
 	return st, false
 }
 
-// DecodePatternState fills st from the reply of PatternStateScript.
-func DecodePatternState(st store.State, v []int64) store.State {
-	if len(v) < 5 || v[0] == 0 {
-		return st
+// DecodePatternState fills st from the reply of PatternStateScript:
+// {mode, holders, pttl, queue, limit, owners...} (see [DecodeOwners]).
+func DecodePatternState(st store.State, v []Reply) (store.State, error) {
+	if len(v) < 5 {
+		return st, nil
 	}
-	st.Mode = store.Mode(v[0])
-	st.Holders = int(v[1])
-	if v[2] > 0 {
-		st.TTL = time.Duration(v[2]) * time.Millisecond
+	var n [5]int64
+	for i := range n {
+		x, err := v[i].Int64()
+		if err != nil {
+			return st, err
+		}
+		n[i] = x
 	}
-	st.Queue = int(v[3])
-	st.Limit = int(v[4])
-	return st
+	if n[0] == 0 {
+		return st, nil
+	}
+	st.Mode = store.Mode(n[0])
+	st.Holders = int(n[1])
+	if n[2] > 0 {
+		st.TTL = time.Duration(n[2]) * time.Millisecond
+	}
+	st.Queue = int(n[3])
+	st.Limit = int(n[4])
+	owners, err := DecodeOwners(v[5:])
+	if err != nil {
+		return st, err
+	}
+	return withOwners(st, owners), nil
 }
 
 // TokenID is what a handoff message names a waiter by: the hex SHA-1 of its

@@ -45,11 +45,11 @@ func newScript(name, src string) *Script {
 	return &Script{Name: name, Src: src, SHA: hex.EncodeToString(sum[:])}
 }
 
-// joined returns the script made of the shared functions in clock_lib.lua
-// and name_lib.lua, then those of libs, then the operation (the last path):
+// joined returns the script made of the shared functions in clock_lib.lua,
+// name_lib.lua and hold_lib.lua, then those of libs, then the operation (the last path):
 // one script, one round trip.
 func joined(paths ...string) *Script {
-	src := load("scripts/clock_lib.lua").Src + "\n" + load("scripts/name_lib.lua").Src
+	src := load("scripts/clock_lib.lua").Src + "\n" + load("scripts/name_lib.lua").Src + "\n" + load("scripts/hold_lib.lua").Src
 	for _, p := range paths {
 		src += "\n" + load(p).Src
 	}
@@ -61,6 +61,12 @@ func joined(paths ...string) *Script {
 // read no main key as the last key but one).
 func withClock(path string) *Script {
 	return newScript(path, load("scripts/clock_lib.lua").Src+"\n"+load(path).Src)
+}
+
+// withHold returns the script made of clock_lib.lua, hold_lib.lua (a
+// hold's record) and then the operation at path: the mutex's scripts.
+func withHold(path string) *Script {
+	return newScript(path, load("scripts/clock_lib.lua").Src+"\n"+load("scripts/hold_lib.lua").Src+"\n"+load(path).Src)
 }
 
 // LeastFencedAcquire is the least a fenced acquire on a new name can do with

@@ -2,6 +2,7 @@ package redisproto
 
 import (
 	"context"
+	"fmt"
 	"sort"
 	"strings"
 
@@ -30,13 +31,36 @@ func (s *Store) State(ctx context.Context, name string) (store.State, error) {
 	}
 	st, pattern := DecodeState(st, v[0].Str(), ints[0], ints[1], ints[2], ints[3])
 	if !pattern {
-		return st, nil
+		owners, err := DecodeOwners(v[min(5, len(v)):])
+		if err != nil {
+			return store.State{}, fmt.Errorf("dlock: %s state: %w", s.name, err)
+		}
+		return withOwners(st, owners), nil
 	}
-	p, err := s.eval(ctx, PatternStateScript, s.l.PatternStateKeys(name), nil).Int64s()
+	p, err := s.eval(ctx, PatternStateScript, s.l.PatternStateKeys(name), nil).Values()
 	if err != nil {
 		return store.State{}, s.fail("state", err)
 	}
-	return DecodePatternState(st, p), nil
+	st, err = DecodePatternState(st, p)
+	if err != nil {
+		return store.State{}, fmt.Errorf("dlock: %s state: %w", s.name, err)
+	}
+	return st, nil
+}
+
+// withOwners sets st.Owners: owners, then unknown owners up to st.Holders
+// (the holders of a key no script of dlock wrote, a foreign hash or set).
+func withOwners(st store.State, owners []store.Holder) store.State {
+	if len(owners) > st.Holders {
+		owners = owners[:st.Holders]
+	}
+	for len(owners) < st.Holders {
+		owners = append(owners, store.Holder{})
+	}
+	if st.Holders > 0 {
+		st.Owners = owners
+	}
+	return st
 }
 
 // List implements [store.Inspector]: it SCANs every primary for main keys

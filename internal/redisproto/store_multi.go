@@ -41,10 +41,15 @@ func (s *Store) AcquireMulti(ctx context.Context, reqs []store.Request) (store.M
 	if err != nil {
 		return store.MultiGrant{}, err
 	}
+	for _, r := range reqs {
+		if err := store.ValidHold(r); err != nil {
+			return store.MultiGrant{}, err
+		}
+	}
 	if err := ctx.Err(); err != nil {
 		return store.MultiGrant{}, err
 	}
-	v, err := s.eval(ctx, MultiAcquireScript, s.l.MultiKeys(names), s.l.MultiArgs(reqs)).Int64s()
+	v, err := s.eval(ctx, MultiAcquireScript, s.l.MultiKeys(names), s.l.MultiAcquireArgs(reqs)).Int64s()
 	if err != nil {
 		return store.MultiGrant{}, s.fail("acquire", err)
 	}

@@ -25,15 +25,24 @@ func (s *Store) Acquire(ctx context.Context, req store.Request) (store.Grant, er
 	if err := s.l.CheckRequest(req); err != nil {
 		return store.Grant{}, err
 	}
+	if err := store.ValidHold(req); err != nil {
+		return store.Grant{}, err
+	}
 	if err := ctx.Err(); err != nil {
 		return store.Grant{}, err
 	}
 	if s.closed.Load() {
 		return store.Grant{}, s.errClosed("acquire")
 	}
-	if req.Mode == store.ModeMutex && req.Queue && !s.watching(req.Name, req.Mode, req.Token) {
-		// Register only a waiter that listens for its handoff (WatchGrant).
+	record := HasRecord(req)
+	if req.Mode == store.ModeMutex && req.Queue && (record || !s.watching(req.Name, req.Mode, req.Token)) {
+		// Register only a waiter that listens for its handoff (WatchGrant),
+		// and that has no record: a handoff grants without one.
 		req.Queue = false
+	}
+	if record && req.Mode == store.ModeMutex {
+		// A grant with a record sets the waiters flag: release in full.
+		s.l.Contend(req.Name)
 	}
 	r, unconfirmed, read := s.attempt(ctx, o, req)
 	if err := r.Err(); err != nil {

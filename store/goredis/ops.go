@@ -11,16 +11,49 @@ import (
 // does not guarantee, is documented there too.
 
 var (
-	_ store.Store        = (*Store)(nil)
-	_ store.Inspector    = (*Store)(nil)
-	_ store.Pinger       = (*Store)(nil)
-	_ store.GrantWatcher = (*Store)(nil)
-	_ store.FenceRaiser  = (*Store)(nil)
-	_ store.MultiStore   = (*Store)(nil)
-	_ store.Elector      = (*Store)(nil)
-	_ store.LockDelayer  = (*Store)(nil)
-	_ store.Broadcaster  = (*Store)(nil)
+	_ store.Store         = (*Store)(nil)
+	_ store.Inspector     = (*Store)(nil)
+	_ store.Pinger        = (*Store)(nil)
+	_ store.GrantWatcher  = (*Store)(nil)
+	_ store.FenceRaiser   = (*Store)(nil)
+	_ store.MultiStore    = (*Store)(nil)
+	_ store.Elector       = (*Store)(nil)
+	_ store.LockDelayer   = (*Store)(nil)
+	_ store.Broadcaster   = (*Store)(nil)
+	_ store.Resumer       = (*Store)(nil)
+	_ store.ForceReleaser = (*Store)(nil)
 )
+
+// A hold's record (store.Request's Holder, Data, MinHold, MaxHold) is kept
+// on the server beside the hold, atomically with its grant, and goes with
+// it: the string "{<key>}:hold" for an exclusive hold (expiring with it,
+// naming its token), the hash "{<key>}:holds" (token -> record) for
+// readers and permits. The lock key still holds exactly the token. A
+// request without a record writes and reads nothing for one: the mutex's
+// acquire and release cost what they did before. A release before the
+// record's min end answers nil and leaves the lock key (and the record) to
+// expire at the min end; every grant, Extend and Resume sets the hold's
+// expiry to at most the record's max end, and after it Extend answers
+// [store.ErrNotHeld]. Records need Redis 7.0 or later (PEXPIRE GT).
+
+// Resume implements [store.Resumer] in one script, one round trip: while
+// req.Token holds req.Name in req.Mode, its hold is extended to req.TTL
+// (capped at its max hold) and its fence returned. It returns
+// [store.ErrNotHeld] when the token holds nothing in that mode, the hold
+// passed its max hold, or a release left it to its min hold.
+func (s *Store) Resume(ctx context.Context, req store.Request) (store.Grant, error) {
+	return s.core.Resume(ctx, req)
+}
+
+// ForceRelease implements [store.ForceReleaser]: it ends every hold of name
+// whatever its mode and token (a foreign library's key in the lock key
+// too), in two round trips (the state, then one script). The fence key and
+// the slot's fence mark stay, so the next grant's fence is higher; queue
+// places stay, and a mutex's registered waiter or a fair lock's head is
+// handed the lock as by a release. It returns the holds it ended.
+func (s *Store) ForceRelease(ctx context.Context, name string) ([]store.Holder, error) {
+	return s.core.ForceRelease(ctx, name)
+}
 
 // Acquire implements [store.Store] in one script, one round trip. Errors:
 // [store.ErrNotSupported] or [store.ErrInvalid] (wrapped) for the request,

@@ -52,14 +52,27 @@ func benchServerCPU(b *testing.B, kind string) {
 	cpu.reportN(b, n)
 }
 
-// BenchmarkServerCPUSideBySide measures the least fenced lock ("fenced")
-// and dlock's mutex on new names ("fresh") and on names taken again
-// ("same") side by side: each on a server of its own, their batches sent
-// in turn, so that a machine loaded by other work weighs on all three
-// alike. It reports each one's server CPU per acquire+release and dlock's
-// over the least fenced lock's (issue 41; docs/benchmarks.md).
-func BenchmarkServerCPUSideBySide(b *testing.B) {
-	kinds := []string{"fenced", "fresh", "same"}
+// BenchmarkServerCPUHolder measures what a hold's record costs the server
+// (issue 38): dlock's mutex on new names and on names taken again, each
+// without a record and with a Holder set (the record's key and the waiters
+// flag written with the grant, and the release in its full form, which
+// reads and deletes them), side by side as in BenchmarkServerCPUSideBySide.
+// It reports each one's server CPU per acquire+release and the ratios with
+// a Holder over without.
+func BenchmarkServerCPUHolder(b *testing.B) {
+	kinds := []string{"fresh", "fresh-holder", "same", "same-holder"}
+	cpu, n := sideBySide(b, kinds)
+	per := func(i int) float64 { return float64(cpu[i].Microseconds()) / float64(n) }
+	for i, k := range kinds {
+		b.ReportMetric(per(i), k+"-server-µs/op")
+	}
+	b.ReportMetric(per(1)/per(0), "fresh-holder/fresh")
+	b.ReportMetric(per(3)/per(2), "same-holder/same")
+}
+
+// sideBySide runs the kinds' batches in turn, each on a server of its own,
+// and returns each one's server CPU and the number of acquire+release.
+func sideBySide(b *testing.B, kinds []string) ([]time.Duration, int) {
 	srvs := make([]*testredis.Server, len(kinds))
 	rounds := make([]func(int), len(kinds))
 	for i, k := range kinds {
@@ -78,6 +91,18 @@ func BenchmarkServerCPUSideBySide(b *testing.B) {
 		n += serverCPUBatch
 	}
 	b.StopTimer()
+	return cpu, n
+}
+
+// BenchmarkServerCPUSideBySide measures the least fenced lock ("fenced")
+// and dlock's mutex on new names ("fresh") and on names taken again
+// ("same") side by side: each on a server of its own, their batches sent
+// in turn, so that a machine loaded by other work weighs on all three
+// alike. It reports each one's server CPU per acquire+release and dlock's
+// over the least fenced lock's (issue 41; docs/benchmarks.md).
+func BenchmarkServerCPUSideBySide(b *testing.B) {
+	kinds := []string{"fenced", "fresh", "same"}
+	cpu, n := sideBySide(b, kinds)
 	per := func(i int) float64 { return float64(cpu[i].Microseconds()) / float64(n) }
 	for i, k := range kinds {
 		b.ReportMetric(per(i), k+"-server-µs/op")
@@ -125,7 +150,7 @@ func serverCPUKind(b *testing.B, kind string) (*testredis.Server, func(first int
 		var acqs, rels vk.Commands
 		for j := range serverCPUBatch {
 			name := "n" + strconv.Itoa(first+j)
-			if kind == "same" {
+			if kind == "same" || kind == "same-holder" {
 				name = "n" + strconv.Itoa(j)
 			}
 			switch kind {
@@ -143,12 +168,16 @@ func serverCPUKind(b *testing.B, kind string) (*testredis.Server, func(first int
 				continue
 			}
 			req := store.Request{Name: name, Token: "token", TTL: 30 * time.Second, Mode: store.ModeMutex}
+			holder := kind == "fresh-holder" || kind == "same-holder"
+			if holder {
+				req.Holder = "host.example/12345" // as dlock.DefaultHolder makes it
+			}
 			acqs = append(acqs, evalsha(acq, ops.AcquireKeys(l, req), ops.AcquireArgs(ctx, l, req)))
-			if kind == "fresh-full" {
+			if kind == "fresh-full" || holder {
 				l.Contend(name) // the release's full form
 			}
 			rk, ra, short := ops.ReleaseCall(l, req)
-			if short == (kind == "fresh-full") {
+			if short == (kind == "fresh-full" || holder) {
 				b.Fatalf("%s: release short form %v", kind, short)
 			}
 			if short {

@@ -47,6 +47,10 @@ func Run(t *testing.T, srv *testredis.Server, open func(*testing.T) store.Store)
 	t.Run("MultiOneScript", func(t *testing.T) { multiOneScript(t, srv, s) })
 	t.Run("MultiForeignHolder", func(t *testing.T) { multiForeignHolder(t, srv, s) })
 	t.Run("MutexShortRelease", func(t *testing.T) { mutexShortRelease(t, srv, open) })
+	t.Run("HoldKeys", func(t *testing.T) { holdKeys(t, srv, s) })
+	t.Run("HoldStaleRecord", func(t *testing.T) { holdStaleRecord(t, srv, s) })
+	t.Run("HoldMinHoldKeys", func(t *testing.T) { holdMinHoldKeys(t, srv, s) })
+	t.Run("HoldMaxHoldKeys", func(t *testing.T) { holdMaxHoldKeys(t, srv, s) })
 }
 
 var layout = redisproto.NewLayout("lock:", 24*time.Hour)

@@ -78,8 +78,8 @@ func mutexShortRelease(t *testing.T, srv *testredis.Server, open func(*testing.T
 	if err := a.Release(ctx, hold); err != nil {
 		t.Fatal(err)
 	}
-	if got := evalshaKeyCounts(t, srv); !slices.Equal(got, []string{"2", "6"}) {
-		t.Errorf("release with a waiter of another Store sent %v keys, want [2 6] (short, then full)", got)
+	if got := evalshaKeyCounts(t, srv); !slices.Equal(got, []string{"2", "7"}) {
+		t.Errorf("release with a waiter of another Store sent %v keys, want [2 7] (short, then full)", got)
 	}
 	if g := <-grants; !g.Acquired {
 		t.Fatalf("pushed grant = %+v", g)
@@ -92,8 +92,8 @@ func mutexShortRelease(t *testing.T, srv *testredis.Server, open func(*testing.T
 	}
 	evalshaKeyCounts(t, srv)
 	cycle()
-	if got := evalshaKeyCounts(t, srv); !slices.Equal(got, []string{"3", "6"}) {
-		t.Errorf("a release on a name that had waiters sent %v keys, want [3 6] (the full form at once)", got)
+	if got := evalshaKeyCounts(t, srv); !slices.Equal(got, []string{"3", "7"}) {
+		t.Errorf("a release on a name that had waiters sent %v keys, want [3 7] (the full form at once)", got)
 	}
 	// A Store refused on a name sends the full form for it.
 	if err := a.Release(ctx, hold); !errors.Is(err, store.ErrNotHeld) {
@@ -118,7 +118,7 @@ func mutexShortRelease(t *testing.T, srv *testredis.Server, open func(*testing.T
 	if err := b.Release(ctx, other); err != nil {
 		t.Fatal(err)
 	}
-	if got := evalshaKeyCounts(t, srv); !slices.Equal(got, []string{"6"}) {
-		t.Errorf("release by a Store refused on the name sent %v keys, want [6]", got)
+	if got := evalshaKeyCounts(t, srv); !slices.Equal(got, []string{"7"}) {
+		t.Errorf("release by a Store refused on the name sent %v keys, want [7]", got)
 	}
 }

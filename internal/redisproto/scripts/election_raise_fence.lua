@@ -8,8 +8,9 @@
 -- KEYS[2]  fence key (see clock_lib)
 -- KEYS[3]  gate (see election_acquire): written again, which wakes
 --          observers to read the settled leadership
--- KEYS[4]  main key (see name_lib)
--- KEYS[5]  the fence mark of the lock's hash slot (see clock_lib)
+-- KEYS[4]  the hold's record (unused; see election_acquire)
+-- KEYS[5]  main key (see name_lib)
+-- KEYS[6]  the fence mark of the lock's hash slot (see clock_lib)
 -- ARGV[1]  token
 -- ARGV[2]  fence F (a positive integer below 2^53)
 -- ARGV[3]  fence retention in milliseconds (see election_acquire)

@@ -24,6 +24,14 @@ if tok == me then
   if held then
     return {0, 0, left, 0, 0, held}
   end
+  local r = record(me)
+  if r then
+    if r.released then
+      return {0, 0, math.max(redis.call('PTTL', H), 1), 0, 0, 4}
+    end
+    ttl = math.max(rec_ttl(r, ttl), 1)
+    redis.call('PEXPIRE', REC, ttl)
+  end
   redis.call('PEXPIRE', H, ttl)
   mark('dlock:fair', ttl, own)
   keep_fence(ttl)
@@ -34,7 +42,11 @@ if not tok then
   held, left = blocker(own)
   if not held then
     -- Free, and (after promote) nobody queued.
-    return {1, grant(me, ttl), 0, 1, 0}
+    local f = grant(me, ttl)
+    if rec_wanted(9) then
+      redis.call('SET', REC, rec_new(me, f, rec_argv(9)), 'PX', ttl)
+    end
+    return {1, f, 0, 1, 0}
   end
 end
 local pos
@@ -45,6 +57,9 @@ if ARGV[5] == '1' then
   redis.call('ZADD', Q, 'NX', redis.call('HINCRBY', W, 'seq', 1), me)
   redis.call('ZADD', QX, now() + qttl, me)
   redis.call('HSET', W, 't:' .. me, ARGV[2] .. ' ' .. KEYS[7])
+  if rec_wanted(9) then
+    redis.call('HSET', W, 'r:' .. me, ARGV[9] .. ' ' .. ARGV[10] .. ' ' .. #ARGV[11] .. ' ' .. ARGV[11] .. ARGV[12])
+  end
   -- The queue's keys outlive every live entry: their TTL, set to the queue
   -- TTL plus a minute, is topped up once it falls below plus half a minute.
   if redis.call('PTTL', Q) < qttl + 30000 then

@@ -15,9 +15,12 @@
 -- KEYS[7]  the caller's wake-up channel: a shard channel in this slot on
 --          which the caller's store listens for the handoffs to its waiters
 --          (a channel name, declared as a key so that it routes like one)
--- KEYS[8]  main key "lock:<name>": "dlock:fair" while the lock is held
+-- KEYS[8]  the hold's record (see hold_lib), expiring with the hold; a
+--          waiter's record waits in KEYS[5], "r:"..token -> "<min hold ms>
+--          <max hold ms> <#holder> <holder><data>", for its handoff
+-- KEYS[9]  main key "lock:<name>": "dlock:fair" while the lock is held
 --          (see name_lib)
--- KEYS[9]  the fence mark of the lock's hash slot (see clock_lib)
+-- KEYS[10] the fence mark of the lock's hash slot (see clock_lib)
 -- ARGV[1]  token
 -- ARGV[2]  TTL in milliseconds
 -- ARGV[3..4] owner, limit (unused)
@@ -25,12 +28,16 @@
 -- ARGV[6]  queue TTL in milliseconds: a waiter not refreshed by then is
 --          dropped, judged by this server's clock
 -- ARGV[7]  fence retention in milliseconds (see clock_lib)
+-- ARGV[8]  optional: a proposed fence floor (see clock_lib), or ""
+-- ARGV[9..12] optional: the request's record (see hold_lib), written with
+--          a grant to the caller, or kept with its queue place for a
+--          handoff; ARGV[2] is then at most its max hold
 --
 -- A handoff publishes "<sha1hex(token)> <fence>" on the channel the waiter
 -- queued with (SPUBLISH; PUBLISH on servers before Redis 7), so only the
 -- waiter's store receives it, and the waiter learns its grant from the
 -- message; the token itself never travels.
-local H, F, Q, QX, W, LOG = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local H, F, Q, QX, W, LOG, REC = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[8]
 
 -- holder returns the holding token and its fence, or nil.
 local function holder()
@@ -45,7 +52,31 @@ end
 local function unqueue(tok)
   redis.call('ZREM', Q, tok)
   redis.call('ZREM', QX, tok)
-  redis.call('HDEL', W, 't:' .. tok)
+  redis.call('HDEL', W, 't:' .. tok, 'r:' .. tok)
+end
+
+-- record returns the hold's record when it names tok.
+local function record(tok)
+  local r = rec_parse(redis.call('GET', REC))
+  if r and r.tok == tok then
+    return r
+  end
+  return nil
+end
+
+-- queued_record returns the record a waiter queued with, as ARGV[9..12]
+-- would carry it, or nil.
+local function queued_record(tok)
+  local v = redis.call('HGET', W, 'r:' .. tok)
+  if not v then
+    return nil
+  end
+  local mn, mx, hl, rest = string.match(v, '^(%d+) (%d+) (%d+) (.*)$')
+  if not mn then
+    return nil
+  end
+  hl = tonumber(hl)
+  return {mn, mx, string.sub(rest, 1, hl), string.sub(rest, hl + 1)}
 end
 
 -- audit appends an event to the audit stream, which it keeps for a day
@@ -103,8 +134,15 @@ local function promote()
   if not ttl or ttl < 1 or ttl > window then
     ttl = window
   end
+  local qr = queued_record(head)
+  if qr and tonumber(qr[2]) > 0 then
+    ttl = math.min(ttl, tonumber(qr[2]))
+  end
   unqueue(head)
   local f = grant(head, ttl)
+  if qr then
+    redis.call('SET', REC, rec_new(head, f, qr), 'PX', ttl)
+  end
   if ch and ch ~= '' then
     local msg = redis.sha1hex(head) .. ' ' .. string.format('%.0f', f)
     local r = redis.pcall('SPUBLISH', ch, msg)

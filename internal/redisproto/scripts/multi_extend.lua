@@ -1,23 +1,37 @@
 -- multi_extend: compare-and-pexpire the plain mutex keys of N names held by
 -- one token (dlock.Multi), as mutex_extend does for each.
 --
--- KEYS[3i-2]  lock key of name i (i = 1..N)
--- KEYS[3i-1]  fence key of name i
--- KEYS[3i]    the fence mark of name i's slot (unused; multi_acquire's keys)
--- ARGV[1]     token
--- ARGV[2]     fence retention in milliseconds (see mutex_acquire)
--- ARGV[2+i]   TTL in milliseconds of name i
+-- KEYS      as multi_acquire's
+-- ARGV[1]   token
+-- ARGV[2]   fence retention in milliseconds (see mutex_acquire)
+-- ARGV[2+i] TTL in milliseconds of name i
 --
 -- Reply: {r_1, ..., r_N}: r_i is 1 when ARGV[1] holds name i and its TTL is
--- now ARGV[2+i]; 0 when it does not hold it (that name is left unchanged).
+-- now ARGV[2+i], capped at its record's max end; 0 when it does not hold
+-- it, the max end passed, or a release left it to its min end (that name
+-- is left unchanged).
 local reply = {}
-for i = 1, #KEYS / 3 do
+for i = 1, #KEYS / 6 do
   reply[i] = 0
-  if redis.call('GET', KEYS[3 * i - 2]) == ARGV[1] then
+  local v = redis.call('MGET', KEYS[6 * i - 5], KEYS[6 * i - 1])
+  if v[1] == ARGV[1] then
     local ttl = tonumber(ARGV[2 + i])
-    redis.call('PEXPIRE', KEYS[3 * i - 2], ARGV[2 + i])
-    keep(KEYS[3 * i - 1], ttl, tonumber(ARGV[2]))
-    reply[i] = 1
+    local r = rec_parse(v[2])
+    if r and r.tok == ARGV[1] then
+      ttl = rec_ttl(r, ttl)
+      if r.released then
+        ttl = 0
+      end
+      if ttl > 0 then
+        redis.call('PEXPIRE', KEYS[6 * i - 1], ttl)
+        keep(KEYS[6 * i - 2], ttl, 0)
+      end
+    end
+    if ttl > 0 then
+      redis.call('PEXPIRE', KEYS[6 * i - 5], ttl)
+      keep(KEYS[6 * i - 4], ttl, tonumber(ARGV[2]))
+      reply[i] = 1
+    end
   end
 end
 return reply

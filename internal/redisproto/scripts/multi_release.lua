@@ -3,22 +3,20 @@
 -- hand the name over to a live registered waiter of that name, with a new
 -- fence and a publish on the waiter's channel.
 --
--- KEYS[5i-4]  lock key of name i (i = 1..N)
--- KEYS[5i-3]  fence key of name i
--- KEYS[5i-2]  waiters of name i (see mutex_acquire)
--- KEYS[5i-1]  waiters flag of name i (see mutex_acquire)
--- KEYS[5i]    the fence mark of name i's hash slot (see clock_lib)
--- ARGV[1]     token
--- ARGV[2]     fence retention in milliseconds (see mutex_acquire)
+-- KEYS      as multi_acquire's
+-- ARGV[1]   token
+-- ARGV[2]   fence retention in milliseconds (see mutex_acquire)
 --
 -- Reply: {r_1, ..., r_N}: r_i is 1 when ARGV[1] held name i (now released,
--- or handed to a waiter); 0 when it did not (that name is left unchanged).
+-- or handed to a waiter, or, before its record's min end, left to expire
+-- there, the record marked released); 0 when it did not (that name is left
+-- unchanged).
 local me = ARGV[1]
 
 -- handoff gives name i to its first live registered waiter, as
 -- mutex_release does; it returns false when no waiter is left.
 local function handoff(i)
-  local key, fk, waiters, flag, mk = KEYS[5 * i - 4], KEYS[5 * i - 3], KEYS[5 * i - 2], KEYS[5 * i - 1], KEYS[5 * i]
+  local key, fk, waiters, flag, mk = KEYS[6 * i - 5], KEYS[6 * i - 4], KEYS[6 * i - 3], KEYS[6 * i - 2], KEYS[6 * i]
   while true do
     local e = redis.call('ZPOPMIN', waiters)
     if #e == 0 then
@@ -43,14 +41,36 @@ local function handoff(i)
   end
 end
 
+-- kept leaves name i to expire at its record's min end, and reports
+-- whether it did (or had).
+local function kept(i, v)
+  local r = rec_parse(v)
+  if not (r and r.tok == me) then
+    return false
+  end
+  if r.released then
+    return true
+  end
+  if not rec_kept(r) then
+    redis.call('DEL', KEYS[6 * i - 1])
+    return false
+  end
+  local at = dec(r.min)
+  redis.call('PEXPIREAT', KEYS[6 * i - 5], at)
+  redis.call('SET', KEYS[6 * i - 1], rec_released(r), 'PXAT', at)
+  redis.call('PEXPIREAT', KEYS[6 * i - 2], at, 'GT')
+  keep(KEYS[6 * i - 4], r.min - now(), tonumber(ARGV[2]))
+  return true
+end
+
 local reply = {}
-for i = 1, #KEYS / 5 do
+for i = 1, #KEYS / 6 do
   reply[i] = 0
-  local v = redis.call('MGET', KEYS[5 * i - 4], KEYS[5 * i - 1])
+  local v = redis.call('MGET', KEYS[6 * i - 5], KEYS[6 * i - 2], KEYS[6 * i - 1])
   if v[1] == me then
     reply[i] = 1
-    if not (v[2] and handoff(i)) then
-      redis.call('DEL', KEYS[5 * i - 4])
+    if not (v[3] and kept(i, v[3])) and not (v[2] and handoff(i)) then
+      redis.call('DEL', KEYS[6 * i - 5])
     end
   end
 end

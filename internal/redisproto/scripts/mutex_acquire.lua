@@ -14,7 +14,8 @@
 -- KEYS[5]  waiters flag: a string that outlives the waiters set, so that a
 --          release learns from the read it makes anyway whether there may
 --          be waiters to hand over to
--- KEYS[6]  the fence mark of the lock's hash slot (see clock_lib); the last
+-- KEYS[6]  the hold's record (see hold_lib), in the full form (7 keys)
+-- KEYS[7]  the fence mark of the lock's hash slot (see clock_lib); the last
 --          key in either form
 -- ARGV[1]  token
 -- ARGV[2]  TTL in milliseconds
@@ -27,8 +28,15 @@
 --          when refused
 -- ARGV[7]  with ARGV[6]: queue TTL in milliseconds: a registration not
 --          refreshed by then is skipped, judged by this server's clock
+-- ARGV[8..11] optional, full form: the request's record (see hold_lib):
+--          a new grant records it in KEYS[6], with the hold's TTL, and sets
+--          the waiters flag to outlive it, so that every release takes the
+--          full form, which reads the record (a release before its min
+--          end leaves the key to expire there). ARGV[2] is then at most
+--          the max hold. A repeat by the holder is capped at its record's
+--          max end.
 --
--- A caller that does not queue may pass KEYS[1], KEYS[2] and the mark alone
+-- A caller that does not queue nor record may pass KEYS[1], KEYS[2] and the mark alone
 -- and ARGV[1] to ARGV[4] (or ARGV[5]): the script reads nothing else then,
 -- and each key and argument costs the server time on every call.
 --
@@ -60,11 +68,29 @@ if type(cur) == 'table' and cur.err then
     redis.call('SET', KEYS[1], me, 'PX', ARGV[2])
   end
 end
+local HOLD = #KEYS == 7 and KEYS[6]
+local rec
 if cur == me then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  local ttl = ARGV[2]
+  if HOLD then
+    rec = rec_parse(redis.call('GET', HOLD))
+    if rec and rec.tok ~= me then
+      rec = nil
+    end
+    if rec then
+      if rec.released then
+        -- Released, kept to its min end: not the caller's any more.
+        return {0, 0, math.max(redis.call('PTTL', KEYS[1]), 1), 0, 0, 0}
+      end
+      ttl = dec(math.max(rec_ttl(rec, tonumber(ttl)), 1))
+      redis.call('PEXPIRE', HOLD, ttl)
+      keep(KEYS[5], tonumber(ttl), 0)
+    end
+  end
+  redis.call('PEXPIRE', KEYS[1], ttl)
   local f = tonumber(redis.call('GET', KEYS[2]))
   if f then
-    keep(KEYS[2], tonumber(ARGV[2]), tonumber(ARGV[3]))
+    keep(KEYS[2], tonumber(ttl), tonumber(ARGV[3]))
     return f
   end
   -- The fence key is gone (deleted by hand): issue a fresh fence below (the
@@ -78,7 +104,10 @@ elseif cur then
     -- The set outlives every live registration, and the flag the set.
     if redis.call('PTTL', KEYS[3]) < qttl + 30000 then
       redis.call('PEXPIRE', KEYS[3], qttl + 60000)
-      redis.call('SET', KEYS[5], '1', 'PX', qttl + 61000)
+      -- Never shortened: it outlives a record too (see ARGV[8]).
+      if not redis.call('SET', KEYS[5], '1', 'NX', 'PX', qttl + 61000) then
+        keep(KEYS[5], qttl + 61000, 0)
+      end
     end
   end
   -- PTTL is 0 in the last millisecond of a hold: report at least 1.
@@ -113,5 +142,12 @@ if not ok then
     f = {err = tostring(f)}
   end
   return f
+end
+if HOLD and not rec and rec_wanted(8) then
+  -- The record, and the flag that sends every release to the full form.
+  redis.call('SET', HOLD, rec_new(me, f, rec_argv(8)), 'PX', ARGV[2])
+  if not redis.call('SET', KEYS[5], '1', 'NX', 'PX', ARGV[2]) then
+    keep(KEYS[5], tonumber(ARGV[2]), 0)
+  end
 end
 return f

@@ -7,7 +7,12 @@
 -- KEYS[3]  waiters (see mutex_acquire)
 -- KEYS[4]  the caller's wake-up channel (see mutex_acquire)
 -- KEYS[5]  waiters flag (see mutex_acquire): absent, there is no waiter
--- KEYS[6]  the fence mark of the lock's hash slot (see clock_lib)
+--          and no record
+-- KEYS[6]  the hold's record (see hold_lib): deleted with the hold; or,
+--          before its min end, the hold is left to expire there (the lock
+--          key and the record then expire at the min end, the record marked
+--          released, and nobody is handed the lock)
+-- KEYS[7]  the fence mark of the lock's hash slot (see clock_lib)
 -- ARGV[1]  token
 -- ARGV[2]  TTL in milliseconds (names the caller's registration)
 -- ARGV[3]  fence retention in milliseconds (see mutex_acquire)
@@ -27,16 +32,33 @@
 -- servers before Redis 7), so only the waiter's store hears of it and the
 -- token itself never travels.
 --
--- Without waiters this costs two calls: MGET of the lock key and the flag
--- (the compare, and whether there may be waiters), then DEL.
+-- Without waiters this costs two calls: MGET of the lock key, the flag and
+-- the record (the compare, and whether there may be waiters), then DEL.
 local me = ARGV[1]
 local flag = KEYS[5]
-local v = redis.call('MGET', KEYS[1], flag)
+local v = redis.call('MGET', KEYS[1], flag, KEYS[6])
 if v[1] ~= me then
   if not v[2] then
     return 0
   end
   return redis.call('ZREM', KEYS[3], ARGV[2] .. ' ' .. #KEYS[4] .. ' ' .. KEYS[4] .. me)
+end
+if v[3] then
+  local r = rec_parse(v[3])
+  if r and r.tok == me then
+    if r.released then
+      return 1 -- released already, kept to its min end
+    end
+    if rec_kept(r) then
+      local at = dec(r.min)
+      redis.call('PEXPIREAT', KEYS[1], at)
+      redis.call('SET', KEYS[6], rec_released(r), 'PXAT', at)
+      redis.call('PEXPIREAT', flag, at, 'GT')
+      keep(KEYS[2], r.min - now(), tonumber(ARGV[3]))
+      return 1
+    end
+    redis.call('DEL', KEYS[6])
+  end
 end
 while v[2] do
   local e = redis.call('ZPOPMIN', KEYS[3])
@@ -51,7 +73,7 @@ while v[2] do
     if ttl and n and #rest > n then
       local ch, tok = string.sub(rest, 1, n), string.sub(rest, n + 1)
       -- The fence as in mutex_acquire.
-      local fs = dec(issue(KEYS[2], KEYS[6], tonumber(ttl), tonumber(ARGV[3])))
+      local fs = dec(issue(KEYS[2], KEYS[7], tonumber(ttl), tonumber(ARGV[3])))
       redis.call('SET', KEYS[1], tok, 'PX', ttl)
       local msg = redis.sha1hex(tok) .. ' ' .. fs
       local r = redis.pcall('SPUBLISH', ch, msg)

@@ -11,9 +11,13 @@
 -- KEYS[7]  semaphore holders (sorted set, token -> expiry ms)
 -- KEYS[8]  semaphore meta (hash, "limit")
 -- KEYS[9]  election leadership (hash)
+-- KEYS[10] an exclusive hold's record (string, see hold_lib)
+-- KEYS[11] shared holds' records (hash, token -> record)
 --
--- Reply: {mode, holders, pttl, queue, limit} of the first pattern in this
--- order that has a holder or a waiter; mode is the dlock.Mode number
+-- Reply: {mode, holders, pttl, queue, limit, owners...} of the first
+-- pattern in this order that has a holder or a waiter, owners being four
+-- values per live hold: holder, since, data, fence (see rec_owner; a
+-- record that names no live hold is not shown); mode is the dlock.Mode number
 -- (1 reentrant, 2 read, 3 write, 4 fair, 5 semaphore, 6 election), 0 when
 -- none has.
 local t = redis.call('TIME')
@@ -31,8 +35,43 @@ local function longest(key)
   return math.max(tonumber(last[2]) - now, 0)
 end
 
+-- exclusive returns the owner of an exclusive hold with fence f and token
+-- tok (nil: the reentrant's, known by its fence).
+local function exclusive(f, tok)
+  local r = rec_parse(redis.call('GET', KEYS[10]))
+  if r and (r.fence ~= f or (tok and r.tok ~= tok)) then
+    r = nil
+  end
+  return rec_owner(r, f)
+end
+
+-- shared returns the owners of the live members of sorted set key, with
+-- their fences in hash meta.
+local function shared(key, meta)
+  local out = {}
+  for _, tok in ipairs(redis.call('ZRANGEBYSCORE', key, '(' .. now, '+inf')) do
+    local f = tonumber(redis.call('HGET', meta, 'f:' .. tok)) or 0
+    local r = rec_parse(redis.call('HGET', KEYS[11], tok))
+    if r and r.tok ~= tok then
+      r = nil
+    end
+    for _, x in ipairs(rec_owner(r, f)) do
+      out[#out + 1] = x
+    end
+  end
+  return out
+end
+
+local function with(reply, owners)
+  for _, x in ipairs(owners) do
+    reply[#reply + 1] = x
+  end
+  return reply
+end
+
 if redis.call('EXISTS', KEYS[1]) == 1 then
-  return {1, 1, redis.call('PTTL', KEYS[1]), 0, 0}
+  local f = tonumber(redis.call('HGET', KEYS[1], 'f')) or 0
+  return with({1, 1, redis.call('PTTL', KEYS[1]), 0, 0}, exclusive(f))
 end
 local readers, intents = live(KEYS[2]), live(KEYS[4])
 if readers > 0 or intents > 0 then
@@ -44,17 +83,25 @@ if readers > 0 or intents > 0 then
       mode = 3
     end
   end
-  return {mode, readers, longest(KEYS[2]), intents, 0}
+  return with({mode, readers, longest(KEYS[2]), intents, 0}, shared(KEYS[2], KEYS[3]))
 end
 local waiting = live(KEYS[6])
-if redis.call('EXISTS', KEYS[5]) == 1 or waiting > 0 then
-  return {4, redis.call('EXISTS', KEYS[5]), redis.call('PTTL', KEYS[5]), waiting, 0}
+local fair = redis.call('GET', KEYS[5])
+if fair or waiting > 0 then
+  local reply = {4, fair and 1 or 0, redis.call('PTTL', KEYS[5]), waiting, 0}
+  if fair then
+    local f, tok = string.match(fair, '^(%d+)|(.*)$')
+    with(reply, exclusive(tonumber(f), tok))
+  end
+  return reply
 end
 local permits = live(KEYS[7])
 if permits > 0 then
-  return {5, permits, longest(KEYS[7]), 0, tonumber(redis.call('HGET', KEYS[8], 'limit')) or 0}
+  return with({5, permits, longest(KEYS[7]), 0, tonumber(redis.call('HGET', KEYS[8], 'limit')) or 0}, shared(KEYS[7], KEYS[8]))
 end
 if redis.call('EXISTS', KEYS[9]) == 1 then
-  return {6, 1, redis.call('PTTL', KEYS[9]), 0, 0}
+  local e = redis.call('HMGET', KEYS[9], 't', 'f')
+  local f = tonumber(e[2]) or 0
+  return with({6, 1, redis.call('PTTL', KEYS[9]), 0, 0}, exclusive(f, e[1]))
 end
 return {0, 0, 0, 0, 0}

@@ -15,9 +15,11 @@
 --          Scripts write it when waiters may get in: deleted when the last
 --          holder leaves, rewritten when a writer leaves readers behind or a
 --          writer intent is withdrawn.
--- KEYS[7]  main key "lock:<name>": "dlock:write" while a writer holds,
+-- KEYS[7]  the holds' records (see hold_lib): hash, token -> record,
+--          an entry dropped with its holder
+-- KEYS[8]  main key "lock:<name>": "dlock:write" while a writer holds,
 --          "dlock:read" while only readers do (see name_lib)
--- KEYS[8]  the fence mark of the lock's hash slot (see clock_lib)
+-- KEYS[9]  the fence mark of the lock's hash slot (see clock_lib)
 -- ARGV[1]  token
 -- ARGV[2]  TTL in milliseconds
 -- ARGV[3]  owner: for a reader, the token of the writer it enters beside
@@ -28,11 +30,16 @@
 -- ARGV[6]  queue TTL in milliseconds: an intent not refreshed by then is
 --          dropped, judged by this server's clock
 -- ARGV[7]  fence retention in milliseconds (see clock_lib)
-local R, F, M, Q, QX, G = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+-- ARGV[8]  optional: a proposed fence floor (see clock_lib), or ""
+-- ARGV[9..12] optional: the request's record (see hold_lib), written with
+--          a new grant; ARGV[2] is then at most its max hold, and every
+--          refresh is capped at the record's max end
+local R, F, M, Q, QX, G, HS = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 
 local function drop(tok)
   redis.call('ZREM', R, tok)
   redis.call('HDEL', M, 'f:' .. tok)
+  redis.call('HDEL', HS, tok)
   if redis.call('HGET', M, 'w') == tok then
     redis.call('HDEL', M, 'w')
   end
@@ -81,17 +88,35 @@ local function hold(tok, ttl, f)
   ensure(M, ttl + 60000)
 end
 
--- refresh renews the hold of tok, returning its fence, or nil when tok
--- holds nothing.
+-- record makes tok's record, when the request carries one, for a grant
+-- with fence f and TTL ttl.
+local function record(tok, f, ttl)
+  if rec_wanted(9) then
+    redis.call('HSET', HS, tok, rec_new(tok, f, rec_argv(9)))
+    ensure(HS, ttl + 60000)
+  end
+end
+
+-- refresh renews the hold of tok, capped at its record's max end,
+-- returning its fence and the TTL set, or nil when tok holds nothing (or
+-- its max end passed).
 local function refresh(tok, ttl)
   local exp = redis.call('ZSCORE', R, tok)
   if not exp or tonumber(exp) <= now() then
     return nil
   end
+  local r = rec_parse(redis.call('HGET', HS, tok))
+  if r then
+    ttl = rec_ttl(r, ttl)
+    if ttl <= 0 then
+      return nil
+    end
+    ensure(HS, ttl + 60000)
+  end
   local f = tonumber(redis.call('HGET', M, 'f:' .. tok))
   hold(tok, ttl, f)
   keep_fence(ttl)
-  return f
+  return f, ttl, rec_left(r)
 end
 
 local function own(v)

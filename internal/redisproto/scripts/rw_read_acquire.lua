@@ -42,5 +42,6 @@ else
   f = fence(ttl)
 end
 hold(me, ttl, f)
+record(me, f, ttl)
 sync()
 return {1, f, 0}

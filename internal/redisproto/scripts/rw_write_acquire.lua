@@ -55,5 +55,6 @@ unqueue(me)
 f = fence(ttl)
 redis.call('HSET', M, 'w', me)
 hold(me, ttl, f)
+record(me, f, ttl)
 sync()
 return {1, f, 0}

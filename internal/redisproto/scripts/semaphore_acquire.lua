@@ -19,6 +19,7 @@ if held then
 end
 local exp = redis.call('ZSCORE', R, me)
 if exp then
+  ttl = math.max(capped(me, ttl), 1)
   redis.call('ZADD', R, now() + ttl, me)
   ensure(R, ttl + 60000)
   ensure(M, ttl + 60000)
@@ -42,6 +43,10 @@ redis.call('ZADD', R, now() + ttl, me)
 redis.call('HSET', M, 'f:' .. me, string.format('%.0f', f), 'limit', limit)
 ensure(R, ttl + 60000)
 ensure(M, ttl + 60000)
+if rec_wanted(9) then
+  redis.call('HSET', HS, me, rec_new(me, f, rec_argv(9)))
+  ensure(HS, ttl + 60000)
+end
 if redis.call('ZCARD', R) >= limit then
   redis.call('SET', G, '1', 'PX', soonest(), 'NX')
 end

@@ -11,7 +11,10 @@ end
 if blocker(own) then
   return 0 -- another holder has the name: this permit is not the lock's
 end
-local ttl = tonumber(ARGV[2])
+local ttl = capped(ARGV[1], tonumber(ARGV[2]))
+if ttl <= 0 then
+  return 0 -- past its record's max end
+end
 redis.call('ZADD', R, now() + ttl, ARGV[1])
 ensure(R, ttl + 60000)
 ensure(M, ttl + 60000)

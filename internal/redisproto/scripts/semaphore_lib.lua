@@ -11,19 +11,40 @@
 -- KEYS[4]  gate: string that exists while every permit is taken, expiring
 --          when the first permit's lease runs out; the key waiters watch
 --          (CLIENT TRACKING). Deleted when a permit is released.
--- KEYS[5]  main key "lock:<name>": "dlock:semaphore:<limit>" while any
+-- KEYS[5]  the permits' records (see hold_lib): hash, token -> record,
+--          an entry dropped with its permit
+-- KEYS[6]  main key "lock:<name>": "dlock:semaphore:<limit>" while any
 --          permit is held (see name_lib)
--- KEYS[6]  the fence mark of the lock's hash slot (see clock_lib)
+-- KEYS[7]  the fence mark of the lock's hash slot (see clock_lib)
 -- ARGV[1]  token
 -- ARGV[2]  TTL in milliseconds
 -- ARGV[3]  owner (unused)
 -- ARGV[4]  limit: the number of permits, at least 1
 -- ARGV[7]  fence retention in milliseconds (see clock_lib)
-local R, F, M, G = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+-- ARGV[8]  optional: a proposed fence floor (see clock_lib), or ""
+-- ARGV[9..12] optional: the request's record (see hold_lib), written with
+--          a new permit; ARGV[2] is then at most its max hold, and every
+--          renewal is capped at the record's max end
+local R, F, M, G, HS = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 
 local function drop(tok)
   redis.call('ZREM', R, tok)
   redis.call('HDEL', M, 'f:' .. tok)
+  redis.call('HDEL', HS, tok)
+end
+
+-- capped returns ttl capped at tok's record's max end, and the record's
+-- max hold left, keeping the records while the permit lives.
+local function capped(tok, ttl)
+  local r = rec_parse(redis.call('HGET', HS, tok))
+  if not r then
+    return ttl, 0
+  end
+  ttl = rec_ttl(r, ttl)
+  if ttl > 0 and redis.call('PTTL', HS) < ttl + 60000 then
+    redis.call('PEXPIRE', HS, ttl + 60000)
+  end
+  return ttl, rec_left(r)
 end
 
 -- prune drops the permits whose lease ran out.

@@ -11,6 +11,6 @@ redis.call('DEL', G)
 sync()
 if redis.call('EXISTS', R) == 0 then
   -- The last permit: the limit is kept for no one.
-  redis.call('DEL', M)
+  redis.call('DEL', M, HS)
 end
 return 1

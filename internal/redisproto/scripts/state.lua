@@ -3,8 +3,12 @@
 -- KEYS[1]  lock key
 -- KEYS[2]  fence key
 -- KEYS[3]  the mutex's registered waiters (see mutex_acquire)
+-- KEYS[4]  the hold's record (see hold_lib)
 --
--- Reply: {type, holders, pttl, fence, waiters}: type is the Redis type of
+-- Reply: {type, holders, pttl, fence, waiters, [holder, since, data,
+-- hold fence]}: the last four describe a mutex's holder from its record
+-- (one naming another token, a stale one, is not shown: "", 0, "" and the
+-- last fence). type is the Redis type of
 -- the lock key ("none" when free, "pattern" when it holds the marker of a
 -- pattern other than the mutex); holders counts its holders by type (a
 -- string is one holder, a hash/set/sorted set has one per field/member);
@@ -28,4 +32,15 @@ elseif t == 'set' then
 elseif t == 'zset' then
   holders = redis.call('ZCARD', KEYS[1])
 end
-return {t, holders, redis.call('PTTL', KEYS[1]), tonumber(redis.call('GET', KEYS[2])) or 0, waiters}
+local fence = tonumber(redis.call('GET', KEYS[2])) or 0
+local reply = {t, holders, redis.call('PTTL', KEYS[1]), fence, waiters}
+if t == 'string' then
+  local r = rec_parse(redis.call('GET', KEYS[4]))
+  if r and r.tok ~= redis.call('GET', KEYS[1]) then
+    r = nil
+  end
+  for _, x in ipairs(rec_owner(r, fence)) do
+    reply[#reply + 1] = x
+  end
+end
+return reply
