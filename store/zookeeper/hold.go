@@ -98,10 +98,13 @@ func (s *Store) readData(path string) (nodeData, *zk.Stat, error) {
 // before its MinHold ran out (exclusive modes only): the node is marked
 // released in its data (with its grant time, as its mtime changes) and
 // left to this store's reaper, which deletes it at grant + MinHold (capped
-// by its MaxHold end). A node of another session (granted by another
-// process) is first taken into this store's session (see move), since only
-// this process's reaper would end it at that instant. It reports whether
-// it kept the hold; err is then the Release's answer.
+// by its MaxHold end). A node of another session (granted through another
+// Store) is marked the same way and left to the granting process's reaper,
+// which reads the mark when the hold's TTL runs out (endOrKeep) and then
+// keeps it until grant + MinHold: the hold ends at the later of its TTL's
+// end and grant + MinHold. With WithTakeOver it is instead moved into this
+// store's session (see move) and ends at grant + MinHold. It reports
+// whether it kept the hold; err is then the Release's answer.
 func (s *Store) keepMin(kind, dir string, e entry) (bool, error) {
 	if !exclusive(kindMode[kind]) {
 		return false, nil
@@ -125,11 +128,18 @@ func (s *Store) keepMin(kind, dir string, e entry) (bool, error) {
 		return true, nil // a repeat by the releaser
 	}
 	d.Released = true
-	if l != nil {
+	if l != nil || !s.takeOver {
+		// Marked in the node's data: this store's reaper (or the
+		// granting process's, see endOrKeep) keeps the node until
+		// grant + MinHold.
 		if d.Since == 0 {
 			d.Since = st.Mtime
 		}
-		s.keepUntil(path, l.minUntil) // before the write: the reaper must not end it at its TTL
+		if l != nil {
+			s.keepUntil(path, l.minUntil) // before the write: the reaper must not end it at its TTL
+		} else {
+			s.untrack(path) // a deadline this store kept for it must not end it
+		}
 		data, _ := json.Marshal(d)
 		if _, err := s.conn.Set(path, data, st.Version); err != nil {
 			if errors.Is(err, zk.ErrNoNode) || errors.Is(err, zk.ErrBadVersion) {
@@ -152,6 +162,31 @@ func (s *Store) keepMin(kind, dir string, e entry) (bool, error) {
 	s.trackHold(a.path, time.Until(a.b.min), d.Fence, &a.b)
 	s.keepUntil(a.path, a.b.min)
 	return true, nil
+}
+
+// releasedElsewhere answers [store.ErrNotHeld] for an exclusive hold at
+// path released through another process before its MinHold ran out (its
+// node's data says so; see keepMin), nil otherwise. It reads the node
+// only when that can be: for a hold of this store with a MinHold, or a
+// hold of another session.
+func (s *Store) releasedElsewhere(kind, path string) error {
+	if !exclusive(kindMode[kind]) {
+		return nil
+	}
+	if l := s.owned(path); l != nil && l.minUntil.IsZero() {
+		return nil
+	}
+	d, _, err := s.readData(path)
+	if errors.Is(err, errMoved) {
+		return store.ErrNotHeld
+	}
+	if err != nil {
+		return err
+	}
+	if d.Released {
+		return store.ErrNotHeld
+	}
+	return nil
 }
 
 func ignoreNoNode(err error) error {
@@ -246,6 +281,8 @@ func (s *Store) resumeOnce(kind, dir string, req store.Request) (store.Grant, er
 		if _, ok := s.trackHold(path, req.TTL, a.d.Fence, &a.b); !ok {
 			return store.Grant{}, store.ErrNotHeld // past its MaxHold: the reaper ends it
 		}
+	} else if err := s.releasedElsewhere(kind, path); err != nil {
+		return store.Grant{}, err
 	} else if !s.push(path, req.TTL) {
 		return store.Grant{}, store.ErrNotHeld
 	}

@@ -72,9 +72,10 @@ func openStore(t *testing.T, addr string) *zookeeper.Store {
 }
 
 // TestHoldMovesToAnotherSession: a hold granted through Store a and then
-// resumed, extended or acquired again by its token through Store b moves
-// into b's session, with its fence and record (Since too): it outlives a's
-// session, b's Extend keeps it, and a third Store sees it held.
+// resumed through Store b, or extended or acquired again by its token
+// through a Store b made WithTakeOver, moves into b's session, with its
+// fence and record (Since too): it outlives a's session, b's Extend keeps
+// it, and a third Store sees it held.
 func TestHoldMovesToAnotherSession(t *testing.T) {
 	srv := zktest.Start(t)
 	c := newStore(t, srv.Addr())
@@ -95,7 +96,7 @@ func TestHoldMovesToAnotherSession(t *testing.T) {
 		for _, mode := range []store.Mode{store.ModeMutex, store.ModeFair, store.ModeElection, store.ModeWrite, store.ModeSemaphore} {
 			t.Run(tc.name+"/"+mode.String(), func(t *testing.T) {
 				ctx := t.Context()
-				a, b := openStore(t, srv.Addr()), newStore(t, srv.Addr())
+				a, b := openStore(t, srv.Addr()), newStore(t, srv.Addr(), zookeeper.WithTakeOver())
 				name := "moves-" + tc.name + "-" + mode.String()
 				req := store.Request{Name: name, Token: "tok", TTL: 20 * time.Second, Mode: mode, Limit: 1,
 					Holder: "host-a/1", Data: `{"job":1}`, MaxHold: 30 * time.Second}
@@ -134,33 +135,61 @@ func TestHoldMovesToAnotherSession(t *testing.T) {
 	}
 }
 
-// TestReleaseElsewhereKeepsMinHold: a hold with a MinHold released early
-// through another Store stays until grant + MinHold: it moves into that
-// Store's session (the granting session may end meanwhile), its token
-// holds nothing, and it ends by itself no earlier than grant + MinHold.
+// TestReleaseElsewhereKeepsMinHold: a hold with a MinHold (and a shorter
+// TTL) released early through another Store stays until grant + MinHold,
+// its token holding nothing, and ends by itself no earlier. Without
+// WithTakeOver the release is marked in the node, which stays in the
+// granting session, whose reaper reads the mark when the TTL runs out;
+// with it the hold moves into the releasing Store's session, so the
+// granting session may end meanwhile.
 func TestReleaseElsewhereKeepsMinHold(t *testing.T) {
 	srv := zktest.Start(t)
+	for _, takeOver := range []bool{false, true} {
+		name := "Marked"
+		if takeOver {
+			name = "TakenOver"
+		}
+		t.Run(name, func(t *testing.T) { releaseElsewhere(t, srv, takeOver) })
+	}
+}
+
+func releaseElsewhere(t *testing.T, srv *zktest.Server, takeOver bool) {
 	ctx := t.Context()
-	a, b, c := openStore(t, srv.Addr()), newStore(t, srv.Addr()), newStore(t, srv.Addr())
+	var opts []zookeeper.Option
+	if takeOver {
+		opts = append(opts, zookeeper.WithTakeOver())
+	}
+	a, b, c := openStore(t, srv.Addr()), newStore(t, srv.Addr(), opts...), newStore(t, srv.Addr())
 	const minHold = 4 * time.Second
-	req := store.Request{Name: "min-elsewhere", Token: "tok", TTL: time.Second, MinHold: minHold, Holder: "job/1"}
+	req := store.Request{Name: "min-elsewhere-" + t.Name()[len(t.Name())-6:], Token: "tok", TTL: time.Second, MinHold: minHold, Holder: "job/1"}
 	start := time.Now()
 	mustGrant(t, a, req)
 	if err := b.Release(ctx, req); err != nil {
 		t.Fatalf("Release through another store = %v, want nil", err)
 	}
-	a.Close()
+	if takeOver {
+		a.Close()
+	}
 	if time.Since(start) < minHold-time.Second {
-		refused(t, c, req.Name, "within its MinHold, after the granting session closed")
-		if err := b.Extend(ctx, []store.Request{req})[0]; !errors.Is(err, store.ErrNotHeld) {
-			t.Errorf("Extend of a released hold = %v, want ErrNotHeld", err)
-		}
-		if g, err := b.Resume(ctx, req); !errors.Is(err, store.ErrNotHeld) {
-			t.Errorf("Resume of a released hold = %+v, %v; want ErrNotHeld", g, err)
+		refused(t, c, req.Name, "within its MinHold")
+		for name, s := range map[string]*zookeeper.Store{"the releasing store": b, "the granting store": a} {
+			if takeOver && s == a {
+				continue
+			}
+			if err := s.Extend(ctx, []store.Request{req})[0]; !errors.Is(err, store.ErrNotHeld) {
+				t.Errorf("Extend of a released hold through %s = %v, want ErrNotHeld", name, err)
+			}
+			if g, err := s.Resume(ctx, req); !errors.Is(err, store.ErrNotHeld) {
+				t.Errorf("Resume of a released hold through %s = %+v, %v; want ErrNotHeld", name, g, err)
+			}
 		}
 		if err := b.Release(ctx, req); err != nil {
 			t.Errorf("a repeated Release = %v, want nil", err)
 		}
+	}
+	if time.Since(start) < minHold-time.Second {
+		// The TTL (1s) has run out: the granting store's reaper kept it.
+		refused(t, c, req.Name, "within its MinHold, past its TTL")
 	}
 	grantedWhenFree(t, c, req.Name, minHold+20*time.Second)
 	if d := time.Since(start); d < minHold {
@@ -174,7 +203,7 @@ func TestReleaseElsewhereKeepsMinHold(t *testing.T) {
 func TestExtendElsewhereKeepsMaxHold(t *testing.T) {
 	srv := zktest.Start(t)
 	ctx := t.Context()
-	a, b, c := openStore(t, srv.Addr()), newStore(t, srv.Addr()), newStore(t, srv.Addr())
+	a, b, c := openStore(t, srv.Addr()), newStore(t, srv.Addr(), zookeeper.WithTakeOver()), newStore(t, srv.Addr())
 	const maxHold = 6 * time.Second
 	req := store.Request{Name: "max-elsewhere", Token: "tok", TTL: 30 * time.Second, MaxHold: maxHold}
 	start := time.Now()
@@ -192,6 +221,28 @@ func TestExtendElsewhereKeepsMaxHold(t *testing.T) {
 	}
 	if err := b.Extend(ctx, []store.Request{req})[0]; !errors.Is(err, store.ErrNotHeld) {
 		t.Errorf("Extend past the MaxHold = %v, want ErrNotHeld", err)
+	}
+}
+
+// TestExtendElsewhereStaysInItsSession: without WithTakeOver, an Extend
+// through another Store (a short-lived CLI command inside `dlock run`)
+// leaves the hold in its granting session: it outlives the other Store.
+func TestExtendElsewhereStaysInItsSession(t *testing.T) {
+	srv := zktest.Start(t)
+	ctx := t.Context()
+	a, b, c := newStore(t, srv.Addr()), openStore(t, srv.Addr()), newStore(t, srv.Addr())
+	req := store.Request{Name: "stays", Token: "tok", TTL: 20 * time.Second}
+	g := mustGrant(t, a, req)
+	if err := b.Extend(ctx, []store.Request{req})[0]; err != nil {
+		t.Fatalf("Extend through another store = %v, want nil", err)
+	}
+	if g2, err := b.Acquire(ctx, req); err != nil || !g2.Acquired || g2.Fence != g.Fence {
+		t.Fatalf("a repeated Acquire through another store = %+v, %v; want the grant, fence %d", g2, err, g.Fence)
+	}
+	b.Close()
+	refused(t, c, req.Name, "after the other store closed")
+	if err := a.Extend(ctx, []store.Request{req})[0]; err != nil {
+		t.Errorf("Extend through the granting store = %v, want nil", err)
 	}
 }
 

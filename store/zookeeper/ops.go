@@ -153,7 +153,17 @@ func (s *Store) acquireAgain(kind string, req store.Request, dir string, es []en
 		return s.refusal(kind, dir, es, i, req.Limit), nil
 	}
 	if kind != "r" && !s.tracked(path) {
-		return s.repeatElsewhere(kind, dir, req, es)
+		// A hold of another session: see WithTakeOver.
+		if s.takeOver {
+			return s.repeatElsewhere(kind, dir, req, es)
+		}
+		d, _, err := s.readData(path)
+		if err != nil && !errors.Is(err, errMoved) {
+			return store.Grant{}, err
+		}
+		if err != nil || d.Released {
+			return s.refusal(kind, dir, es, -1, req.Limit), nil
+		}
 	}
 	return s.grant(kind, req, dir, path, es, i, nil)
 }
@@ -385,14 +395,21 @@ func (s *Store) Extend(ctx context.Context, reqs []store.Request) []error {
 			errs[i] = store.ErrNotHeld
 			continue
 		}
-		if kind != "r" && s.owned(path) == nil {
+		if kind != "r" && (s.owned(path) == nil && s.takeOver) {
 			// Another session's node: this store takes it over with
-			// its bounds, as Resume does.
+			// its bounds, as Resume does (WithTakeOver).
 			if _, err := s.resume(kind, j.dir, req); err != nil && !errors.Is(err, store.ErrNotHeld) {
 				errs[i] = storeErr("extend", err)
 			} else {
 				errs[i] = err
 			}
+			continue
+		}
+		if err := s.releasedElsewhere(kind, path); err != nil {
+			if !errors.Is(err, store.ErrNotHeld) {
+				err = storeErr("extend", err)
+			}
+			errs[i] = err
 			continue
 		}
 		if !s.push(path, req.TTL) {

@@ -166,7 +166,13 @@ func (s *Store) lapsed(path string) bool {
 		return true // its deletion is on its way
 	}
 	l := s.local[path]
-	gone := l != nil && !time.Now().Before(l.deadline)
+	now := time.Now()
+	gone := l != nil && !now.Before(l.deadline)
+	if gone && minRunning(l, now) {
+		until := l.minUntil
+		s.mu.Unlock()
+		return !s.endOrKeep(path, until)
+	}
 	if gone {
 		s.lapseLocked(path)
 	}
@@ -175,6 +181,45 @@ func (s *Store) lapsed(path string) bool {
 		_ = s.remove(path)
 	}
 	return gone
+}
+
+// minRunning reports whether l is a hold not released through this store
+// whose MinHold is still running: at its deadline it may have been
+// released through another process (see endOrKeep).
+func minRunning(l *local, now time.Time) bool {
+	return !l.released && l.minUntil.After(now)
+}
+
+// endOrKeep ends the hold at path, whose TTL ran out while its MinHold
+// (until) is still running, unless its node's data says it was released
+// (through another process, see keepMin): it is then kept until until.
+// The delete is conditional on the data read, so a release marked
+// meanwhile is seen. It reports whether the hold was kept.
+func (s *Store) endOrKeep(path string, until time.Time) bool {
+	for range 3 {
+		d, st, err := s.readData(path)
+		if err != nil {
+			break // gone, or the store fails: as any lapsed node
+		}
+		if d.Released {
+			return s.keepUntil(path, until)
+		}
+		err = s.conn.Delete(path, st.Version)
+		if err == nil || errors.Is(err, zk.ErrNoNode) {
+			s.mu.Lock()
+			s.lapseLocked(path)
+			s.mu.Unlock()
+			return false
+		}
+		if !errors.Is(err, zk.ErrBadVersion) {
+			break
+		}
+	}
+	s.mu.Lock()
+	s.lapseLocked(path)
+	s.mu.Unlock()
+	_ = s.remove(path)
+	return false
 }
 
 // orphanRetry is how often the reaper retries the delete of an orphan.
@@ -222,8 +267,11 @@ func (s *Store) reap() {
 		now := time.Now()
 		next := now.Add(time.Hour)
 		var due []string
+		check := map[string]time.Time{}
 		for p, l := range s.local {
-			if !now.Before(l.deadline) {
+			if !now.Before(l.deadline) && minRunning(l, now) {
+				check[p] = l.minUntil
+			} else if !now.Before(l.deadline) {
 				due = append(due, p)
 				s.lapseLocked(p)
 			} else if l.deadline.Before(next) {
@@ -247,6 +295,9 @@ func (s *Store) reap() {
 		s.mu.Unlock()
 		for _, p := range append(due, orphans...) {
 			_ = s.remove(p)
+		}
+		for p, until := range check {
+			s.endOrKeep(p, until)
 		}
 		timer.Reset(time.Until(next))
 		select {

@@ -26,6 +26,7 @@ type Store struct {
 	root       string
 	askTimeout time.Duration
 	acl        []zk.ACL
+	takeOver   bool // WithTakeOver
 
 	mu      sync.Mutex
 	timeout time.Duration     // negotiated session timeout
