@@ -19,6 +19,13 @@ type call struct {
 	// after ctx ended, after the lease would have run out, or after Close):
 	// the token holds the lock until the call releases it.
 	late bool
+	// floor, when set, is a time before which the store cannot have
+	// granted the call's hold, earlier than the request that gets its
+	// grant: the send of a request whose grant came too late to be used
+	// (asked again, the store repeats that grant), or a queued wait's last
+	// refused round, after which the store may hand the lock over before
+	// the claim. The lease's max hold counts from it (see lowerFloor).
+	floor time.Time
 }
 
 // attemptLog is what one acquire call keeps of its requests.
@@ -73,12 +80,20 @@ func (cl *call) try(ctx context.Context) (*Lease, store.Grant, error) {
 	if !g.Acquired {
 		return nil, g, nil
 	}
-	ls, err := cl.l.newLease(ctx, cl.c, cl.req, g, sent, cl.log.unknownSince)
+	ls, err := cl.l.newLease(ctx, cl.c, cl.req, g, sent, cl.log.unknownSince, cl.floor)
 	if err != nil {
 		cl.late = true
+		cl.lowerFloor(sent)
 		return nil, store.Grant{}, err
 	}
 	return ls, g, nil
+}
+
+// lowerFloor moves the call's floor back to t, when t is earlier.
+func (cl *call) lowerFloor(t time.Time) {
+	if cl.floor.IsZero() || t.Before(cl.floor) {
+		cl.floor = t
+	}
 }
 
 // ask sends one request of the call with send, unless ctx has ended, and

@@ -147,7 +147,11 @@ func (l *Locker) holdFields(c *config, req *Request) error {
 // With [WithAutoRenew] it is renewed; otherwise extend it in time. It
 // follows every rule of a lease: one extension in flight, validity from
 // the request sent, and a request whose outcome stayed unknown capping
-// what later extensions count.
+// what later extensions count. Requests that the lease's earlier life left
+// in flight (a process that died mid-call) may still land and set the
+// hold back to their TTL: the resumed lease counts no extension beyond the
+// TTL it was resumed with, so resume with a TTL no longer than the
+// earlier process asked for (its TTL and its extensions').
 //
 // It returns [ErrNotHeld] when the token no longer holds the name in that
 // mode (nothing changed on the store), an error wrapping [ErrNotSupported]
@@ -256,7 +260,14 @@ func (l *Locker) resume(ctx context.Context, c *config, rs store.Resumer, req Re
 	if rc.maxHold < 0 || req.TTL <= c.lockDelay || rc.maxHold > 0 && rc.maxHold <= l.driftFor(c.driftFactor, rc.maxHold) {
 		return nil, &maxHoldError{c.maxHold}
 	}
-	return l.newLease(ctx, &rc, req, g, sent, cl.log.unknownSince)
+	// Requests of the lease's earlier life may still be in flight and
+	// set the hold back to their TTL when they land: as for a request of
+	// unknown outcome, no extension counts beyond the resumed TTL.
+	unknown := cl.log.unknownSince
+	if unknown.IsZero() {
+		unknown = sent
+	}
+	return l.newLease(ctx, &rc, req, g, sent, unknown, time.Time{})
 }
 
 // ForceRelease ends every hold of name, whatever its mode and token (a

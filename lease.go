@@ -542,10 +542,12 @@ func (ls *Lease) notifyLoss(fn func(error)) {
 // newLease turns grant g of req, asked for at sent, into a held Lease and
 // hands it to the scheduler. When a request of the call got no answer
 // (unknownSince, its send; zero: none), the lease is capped as by an
-// unanswered extension, and its max hold counts from that request's send. A grant that came too late, after ctx ended or
+// unanswered extension, and its max hold counts from that request's send;
+// it counts from floor too when that is earlier (zero: none; see
+// call.floor). A grant that came too late, after ctx ended or
 // after Close is refused with an error, and the caller must release it (or
 // ask again with the same token).
-func (l *Locker) newLease(ctx context.Context, c *config, req Request, g store.Grant, sent, unknownSince time.Time) (*Lease, error) {
+func (l *Locker) newLease(ctx context.Context, c *config, req Request, g store.Grant, sent, unknownSince, floor time.Time) (*Lease, error) {
 	ttl := req.TTL - c.lockDelay
 	validUntil := sent.Add(ttl - l.driftFor(c.driftFactor, ttl))
 	first := sent // the first send that may have made the hold
@@ -580,6 +582,9 @@ func (l *Locker) newLease(ctx context.Context, c *config, req Request, g store.G
 		// counts beyond ttl, and the max hold counts from its send.
 		ls.capTTL = ttl
 		first = unknownSince
+	}
+	if !floor.IsZero() && floor.Before(first) {
+		first = floor
 	}
 	if c.maxHold > 0 {
 		ls.holdEnd = first.Add(c.maxHold)

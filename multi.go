@@ -225,7 +225,7 @@ func (m *Multi) attemptAtomic(ctx context.Context, ms store.MultiStore, token st
 	took := time.Since(sent)
 	leases := make([]*Lease, 0, len(reqs))
 	for i, req := range reqs {
-		ls, err := l.newLease(ctx, c, req, store.Grant{Acquired: true, Fence: mg.Fences[i]}, sent, cl.log.unknownSince)
+		ls, err := l.newLease(ctx, c, req, store.Grant{Acquired: true, Fence: mg.Fences[i]}, sent, cl.log.unknownSince, time.Time{})
 		if err != nil {
 			// Give up every name.
 			rest := make([]Request, 0, len(reqs))

@@ -223,7 +223,13 @@ func WithLockDelay(d time.Duration) Option {
 // process, another replica of the lock service, a resumed lease) is capped
 // alike: the store ends the hold at most d after its grant by the store's
 // clock, plus the lock-delay and the drift margin of d (so the store never
-// ends a hold its lease still counts valid). On a [Reentrant] lock, whose
+// ends a hold its lease still counts valid). A lock handed to a waiter
+// (a fair lock, a mutex on a store that hands it over) is granted at the
+// handover, which may come before the request that claims it: its lease
+// counts d from the send of the last request the store refused before
+// the handover. A lease taken with a caller's token ([Locker.Acquire]'s
+// req.Token) that held the name already counts d from this call, while
+// the store counts from its first grant and ends it there. On a [Reentrant] lock, whose
 // re-entries share one hold, the bound is kept by each lease alone.
 // Default 0 (none); from 100ms to 365 days, or 0 to turn off a Locker's
 // default.

@@ -181,7 +181,7 @@ func (p *lockWait) handOver(ctx context.Context, w *waiter) bool {
 func (p *lockWait) attempt(ctx context.Context, pushed store.Grant) (bool, store.Grant, string, error) {
 	if pushed.Acquired {
 		// Handed over after the last refused round, sent at q.since.
-		ls, err := p.l.newLease(ctx, p.c, p.req, pushed, p.q.since, p.log.unknownSince)
+		ls, err := p.l.newLease(ctx, p.c, p.req, pushed, p.q.since, p.log.unknownSince, p.floor)
 		if err == nil {
 			p.ls = ls
 			return true, pushed, p.req.Name, nil
@@ -190,6 +190,10 @@ func (p *lockWait) attempt(ctx context.Context, pushed store.Grant) (bool, store
 		// with the same token, which renews what is still held, or finds
 		// the wait over and sends nothing.
 		p.late, p.q.doubt = true, true
+		p.lowerFloor(p.q.since)
+	}
+	if p.q != nil && !p.q.since.IsZero() {
+		p.lowerFloor(p.q.since) // a handover since then is claimed by this try
 	}
 	ls, g, err := p.try(ctx)
 	p.ls = ls
