@@ -213,6 +213,7 @@ func (s *Store) acquireWrite(k key, lk *lock, req store.Request, now time.Time) 
 func (s *Store) acquireFair(k key, lk *lock, req store.Request, now time.Time) store.Grant {
 	if lk != nil {
 		if h := lk.find(req.Token); h != nil {
+			h.claim(now)
 			h.extendTo(now.Add(req.TTL))
 			return store.Grant{Acquired: true, Fence: h.fence, Count: 1}
 		}

@@ -65,6 +65,26 @@ func (h *holder) keptByMinHold(now time.Time) bool {
 	return true
 }
 
+// claim is the Acquire by which a fair lock's waiter learns that it was
+// handed the lock: its MinHold, counted from the handoff, is counted from
+// now if that ends later (within its MaxHold), so that the job it guards
+// starts no more often than once per MinHold however late the waiter
+// learned of its grant.
+func (h *holder) claim(now time.Time) {
+	if h.unclaimed == 0 {
+		return
+	}
+	h.minUntil = h.capped(later(h.minUntil, now.Add(h.unclaimed)))
+	h.unclaimed = 0
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
 // shown is the hold as store.State shows it: never its token.
 func (h *holder) shown() store.Holder {
 	return store.Holder{Owner: h.owner, Data: h.data, Since: h.since.Truncate(time.Millisecond), Fence: h.fence}

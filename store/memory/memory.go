@@ -75,6 +75,9 @@ type holder struct {
 	write   bool   // read-write lock: the writer
 	value   string // election: the leader's value
 	record         // who holds, since when, and the hold's bounds
+	// unclaimed is, for a fair lock handed to its queued head, the MinHold
+	// to count again from the Acquire by which the waiter learns of it.
+	unclaimed time.Duration
 }
 
 // record is what a grant keeps with a hold besides its token: the

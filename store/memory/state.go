@@ -39,6 +39,7 @@ func (s *Store) settle(k key, lk *lock, now time.Time) *lock {
 			until = now.Add(time.Millisecond) // a place that ran out this instant: passed over
 		}
 		h := &holder{token: w.token, fence: f, record: newRecord(k.mode, w.holder, w.data, w.minHold, w.maxHold, now)}
+		h.unclaimed = w.minHold // see claim
 		h.extendTo(until)
 		lk.holders = append(lk.holders, h)
 		g := store.Grant{Acquired: true, Fence: f, Count: 1}
