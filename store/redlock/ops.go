@@ -86,12 +86,12 @@ type acquisition struct {
 //     [store.Elector]s), or whatever request error (invalid name, ...) the
 //     nodes return.
 //
-// A grant of either side of a read-write lock, an election, and a
-// repeated Acquire by the token that holds, wait for every node to answer
-// (or its node timeout) before settling the fence, so that readers, the
-// repeat and [Store.Leader] find it (see settleNodes and election.go), and
-// a reader's fence is the highest any of its nodes issued, as State's
-// Owners show it.
+// A grant of the write side of a read-write lock, an election, a repeated
+// Acquire by the token that holds, and a read grant with a Holder or Data,
+// wait for every node to answer (or its node timeout) before settling the
+// fence, so that readers, the repeat and [Store.Leader] find it (see
+// settleNodes and election.go), and a recorded reader's fence is the
+// highest any of its nodes issued, as State's Owners show it.
 // An election's leadership becomes visible to [Store.Leader] only once
 // validity is known to remain: Acquire then marks it settled on the nodes
 // (see announce) and returns the grant whatever that marking does, so
@@ -189,8 +189,8 @@ func (s *Store) startAcquire(ctx context.Context, req store.Request) *acquisitio
 // collect reads the nodes' answers, counting grants, refusals and failures
 // (the quorum count), until a grant is possible (a majority granted) or
 // ruled out by the refusals or the failures alone, or every node answered.
-// A read or write grant, an election and a repeat by the holder read on to
-// the last node (or its node timeout).
+// A write grant, a read grant with a record, an election and a repeat by
+// the holder read on to the last node (or its node timeout).
 func (s *Store) collect(a *acquisition) {
 	n, q := len(s.nodes), s.quorum
 	// A write grant, an election, and a repeated Acquire by the holder,
@@ -198,12 +198,15 @@ func (s *Store) collect(a *acquisition) {
 	// counter of their nodes and must find the writer's fence there, a
 	// leader's term is settled on every node that granted it (and Leader
 	// reads it there), and a repeat must find the nodes that gave the
-	// first fence. A read grant waits too, so that its fence is the
-	// highest of every node that granted it: the nodes record each
-	// reader's fence as they issued it (they may differ: a node that
-	// missed grants issues from its own slot mark), and State's Owners
-	// show the highest, whichever nodes answered first.
-	all := a.req.Mode != store.ModeMutex || a.prev > 0
+	// first fence. A read grant with a record (Holder or Data) waits too,
+	// so that its fence is the highest of every node that granted it: the
+	// nodes record each reader's fence as they issued it (they may differ:
+	// a node that missed grants issues from its own slot mark), and
+	// State's Owners show the highest, whichever nodes answered first. A
+	// read without one keeps its fast path (the cost rule of
+	// store.Request's record): its Owner "" may show a higher fence.
+	recorded := a.req.Holder != "" || a.req.Data != ""
+	all := a.req.Mode == store.ModeWrite || a.req.Mode == store.ModeElection || (a.req.Mode == store.ModeRead && recorded) || a.prev > 0
 	// Once refusals and failures together deny a majority, no grant is
 	// possible, but what to report is not decided until the refusals alone
 	// deny a majority (the lock is held: a refusal) or the failures do (no

@@ -41,8 +41,8 @@
 // granted it before Acquire returns; [Store.Leader] reports the leader a
 // majority of nodes agrees on, and only once Acquire has decided to return
 // its grant (never a term that Acquire refused for lack of validity). An
-// election waits for every node (or its node timeout), as both sides of a
-// read-write lock do; only a mutex grant returns at its majority. The fair queue, the semaphore and the reentrant lock cannot be
+// election waits for every node (or its node timeout), as a write lock
+// does, and a read lock with a Holder or Data (see below). The fair queue, the semaphore and the reentrant lock cannot be
 // kept consistent over a quorum (a lost reply leaves a count or a queue
 // place that a retry cannot reconcile), so they return an error wrapping
 // [store.ErrNotSupported].
@@ -62,7 +62,11 @@
 // times (when, by the nodes' clocks, a majority had granted it), and its
 // Fence the highest fence its nodes report, for an exclusive hold at most
 // State's Fence (a node that granted late may have issued a higher one).
-// A hold on a minority (an acquisition being undone) is not shown.
+// A reader's nodes may have issued it different fences, so a read Acquire
+// with a Holder or Data waits for every node and returns the highest, as
+// Owners show it (one without either returns at its majority, as before:
+// its Owner "" may show a higher fence than it was given). A hold on a
+// minority (an acquisition being undone) is not shown.
 //
 // MinHold (mutex and election): a Release before the end answers nil once
 // a majority answered, and each node keeps its hold to its own grant +
