@@ -384,7 +384,7 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	asked := time.Now()
-	p.req.MaxHold = p.maxHold // kept with the hold on the store: every instance caps alike
+	p.req.MaxHold = lockerMaxHold(p.maxHold) // kept with the hold on the store: every instance caps alike
 	ls, err := s.v1.Acquire(ctx, p.req, p.wait > 0, dlock.WithLockDelay(p.delay))
 	claim(ls)
 	if err != nil {
@@ -410,6 +410,18 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 		ttl = min(ttl, p.maxHold) // what the store was asked for
 	}
 	writeGrant(w, name, ls, ttl)
+}
+
+// lockerMaxHold is the max hold to ask the /v1 Locker for so that the
+// bound it records with the hold on the store (the lease's max hold plus
+// its drift margin, see dlock.WithMaxHold) is maxHold: every instance then
+// caps a lease at maxHold from its grant, by the store's clock, and the
+// granting instance's own Lease ends a drift margin before. 0 is none.
+func lockerMaxHold(maxHold time.Duration) time.Duration {
+	if maxHold <= 0 {
+		return 0
+	}
+	return max(time.Duration(float64(maxHold-2*time.Millisecond)/(1+leaseDriftFactor)), dlock.MinTTL)
 }
 
 // defaultHolder names the owner of a hold whose acquire names none: the
