@@ -88,6 +88,25 @@ func SupportsLockDelay(s Store) bool {
 	return ok && ld.SupportsLockDelay()
 }
 
+// MinHolder is implemented by a store that may not support
+// [Request.MinHold]: SupportsMinHold reports whether it does. Every store
+// should (a Release before grant + MinHold leaves the hold to the store's
+// own expiry); one that cannot keep a name past a release without a timer
+// in some process (store/postgres's Advisory: a released advisory lock is
+// free at once) returns false, and its Acquire refuses a MinHold on an
+// exclusive mode with an error wrapping [ErrNotSupported], before it
+// touches the backend.
+type MinHolder interface {
+	SupportsMinHold() bool
+}
+
+// SupportsMinHold reports whether s supports [Request.MinHold]: true
+// unless s implements [MinHolder] and says it does not.
+func SupportsMinHold(s Store) bool {
+	mh, ok := s.(MinHolder)
+	return !ok || mh.SupportsMinHold()
+}
+
 // Drifter is implemented by stores whose holds need a larger clock-drift
 // margin than the Locker's own (see WithDriftFactor in store/redlock): the
 // Locker subtracts the larger of the two from every lease's validity.
