@@ -108,3 +108,12 @@ func (a *Advisory) ForceRelease(ctx context.Context, name string) ([]store.Holde
 	return nil, fmt.Errorf("%w: postgres advisory lock %q is held by another session (backend PID %d): only that session can unlock it, and ending the session ends all its locks; an operator can run SELECT pg_terminate_backend(%d)",
 		store.ErrNotSupported, name, pid, pid)
 }
+
+var _ store.MinHolder = (*Advisory)(nil)
+
+// SupportsMinHold implements [store.MinHolder]: false. A released advisory
+// lock is free to every session at once, and the lock has no expiry on the
+// server, so only a timer in this process could keep the name to the
+// min-hold end; Acquire refuses a MinHold on a mutex with an error wrapping
+// [store.ErrNotSupported] (see [Advisory]). Use the lease-table [Store].
+func (a *Advisory) SupportsMinHold() bool { return false }

@@ -51,6 +51,9 @@ func TestAdvisoryHold(t *testing.T) {
 	t.Run("MinHoldNotSupported", func(t *testing.T) {
 		a, b := newAdvisory(t, url), newAdvisory(t, url)
 		ctx := ctxT(t)
+		if store.SupportsMinHold(a) {
+			t.Errorf("store.SupportsMinHold(Advisory) = true; want false")
+		}
 		req := store.Request{Name: "adv-min", Token: "t1", TTL: time.Minute, MinHold: time.Second}
 		if g, err := a.Acquire(ctx, req); !errors.Is(err, store.ErrNotSupported) || g.Acquired {
 			t.Errorf("Acquire(mutex, MinHold) = %+v, %v; want ErrNotSupported", g, err)
