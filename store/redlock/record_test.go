@@ -294,3 +294,34 @@ func TestMaxHoldBoundsValidity(t *testing.T) {
 		}
 	})
 }
+
+// TestForeignHoldValkey: a foreign library's key (redsync, node-redlock:
+// lock:<name> holding its random value) on a majority of valkey nodes shows
+// as one hold of an unknown owner, and ForceRelease ends it on every node,
+// after which the name is granted.
+func TestForeignHoldValkey(t *testing.T) {
+	c := startNodes(t, 3)
+	s := newRedlock(t, c.nodes(), redlock.WithNodeTimeout(2*time.Second))
+	ctx := t.Context()
+	for i := range 2 {
+		if _, err := c.srvs[i].Do("SET", "lock:foreign", "redsync-value", "PX", "60000"); err != nil {
+			t.Fatalf("node %d: SET = %v", i, err)
+		}
+	}
+	st, err := s.State(ctx, "foreign")
+	if err != nil || st.Holders != 1 || len(st.Owners) != 1 || st.Owners[0].Owner != "" || !st.Owners[0].Since.IsZero() {
+		t.Errorf("State of a foreign hold on two nodes of three = %+v, %v; want one holder, its owner unknown", st, err)
+	}
+	ended, err := s.ForceRelease(ctx, "foreign")
+	if err != nil || len(ended) != 1 || ended[0].Owner != "" {
+		t.Errorf("ForceRelease of a foreign hold = %+v, %v; want the one unknown hold", ended, err)
+	}
+	for i := range 2 {
+		if v := c.get(t, i, "lock:foreign"); v != "" {
+			t.Errorf("node %d still has the foreign key (%q) after ForceRelease", i, v)
+		}
+	}
+	if g, err := s.Acquire(ctx, mutexReq("foreign", "a")); err != nil || !g.Acquired {
+		t.Errorf("Acquire after ForceRelease of a foreign hold = %+v, %v; want a grant", g, err)
+	}
+}
