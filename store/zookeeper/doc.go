@@ -88,16 +88,16 @@
 // fence; a reader that shares the name's fence writes nothing, and its
 // node's creation is its grant), kept in the data once the node is written
 // again (an early release kept by MinHold, a node moved into another
-// session, below). Since is exact to the millisecond and as right as the
-// leader's clock; a leader change in between may make it jump by the two
-// servers' clock difference. The record is always written: it is part of
-// the node's data, which every grant writes anyway.
+// session, below). Since is to the millisecond, and as right as the clock
+// of the server that led the ensemble when the grant was committed. The
+// record is always written: it is part of the node's data, which every
+// grant writes anyway, so it costs no round trip.
 //
 // ZooKeeper has no per-node expiry fit for a lease (its TTL nodes are
 // persistent and removed by a container sweep every minute or so, not at
-// their time), so a hold's TTL is kept by this process's reaper (see
-// below), and so are its bounds, on this process's monotonic clock from
-// the grant: MaxHold caps the deadline of every grant, Extend and Resume
+// their time), so a hold's TTL is kept by the granting process's reaper
+// (see Sessions, TTLs and loss), and so are its bounds, on that process's
+// monotonic clock from the grant: MaxHold caps the deadline of every grant, Extend and Resume
 // at grant + MaxHold, after which Extend answers [store.ErrNotHeld]; an
 // exclusive hold (mutex, fair, election) released before grant + MinHold
 // answers nil and stays, marked released in its node's data, until the
@@ -111,12 +111,11 @@
 // # Resume, and holds of other sessions
 //
 // A node lives as long as the session that created it, and only that
-// process's reaper keeps its TTL and bounds. So when a hold is renewed
-// through another Store (another process, another replica of the service,
-// or this process after a restart while its old session has not expired
-// yet), by [Store.Resume], Extend, a repeated Acquire, or a Release before
-// its MinHold ran out, the node is first moved into this Store's session
-// in one multi-op: deleted (only if unchanged since read) and created
+// process's reaper keeps its TTL and bounds. [Store.Resume] (a process
+// taking back its hold after a restart while its old session has not
+// expired yet, or a replica of the service taking a client's lease) first
+// moves a hold of another session into this Store's session, in one
+// multi-op: the node is deleted (only if unchanged since read) and created
 // again as an ephemeral node of this session with the same data and
 // sequence number (so the same place among the name's nodes, and the same
 // fence) under a name of the next generation
@@ -124,10 +123,22 @@
 // its stat gives the ensemble's time. The bounds move with it: grant +
 // MinHold and grant + MaxHold by the ensemble's clock become instants of
 // this process's clock from that time, neither loosened by the round trip.
-// The hold then lives as long as this session. A reentrant hold is one
-// node per acquisition and is not moved: through another Store its TTL is
-// renewed by that Store's reaper as before, while the granting session's
-// reaper may still end it at its own deadline.
+// The hold then lives as long as this session, and ends with it.
+//
+// Extend, a repeated Acquire and an early Release through a Store that did
+// not grant the hold do the same only with [WithTakeOver] (for long-lived
+// processes: a CLI command that took a hold over would end it on exit).
+// Without it, as before these bounds existed, the hold stays in its
+// granting session: an Extend renews this Store's own deadline for the
+// node, not the granting process's, so the hold ends at the earlier of the
+// two (and at its MaxHold end, which the granting process keeps); a
+// Release before its MinHold ran out marks the node released, and the
+// granting process's reaper, which reads the node when the TTL runs out
+// while a MinHold is still running, keeps it until grant + MinHold (so it
+// ends at the later of its TTL's end and grant + MinHold). Extend and
+// Resume of a hold that has a MinHold read its node for that mark (one
+// more read). A reentrant hold is one node per acquisition and is never
+// moved.
 //
 // [Store.ForceRelease] deletes every node that holds the name, of any
 // session, in one multi-op; queued nodes keep their places. The fence
