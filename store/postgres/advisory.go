@@ -130,6 +130,31 @@ func (lk *advLock) expiry(now time.Time, ttl time.Duration) time.Time {
 	return exp
 }
 
+// acquire answers req, from owner, for a name this store's session holds:
+// a repeat by a holder or a re-entry is granted (the hold keeps its
+// record), anything else refused.
+func (lk *advLock) acquire(req store.Request, owner string, now time.Time) store.Grant {
+	exp := lk.expiry(now, req.TTL)
+	if _, ok := lk.holders[req.Token]; ok {
+		if lk.mode == store.ModeReentrant {
+			lk.pushOut(exp) // a retry shortens no acquisition, its own neither
+		} else {
+			lk.holders[req.Token] = exp
+		}
+		return store.Grant{Acquired: true, Fence: lk.fence, Count: len(lk.holders)}
+	}
+	if lk.mode == store.ModeReentrant && req.Mode == store.ModeReentrant && lk.owner == owner {
+		lk.holders[req.Token] = exp
+		lk.pushOut(exp)
+		return store.Grant{Acquired: true, Fence: lk.fence, Count: len(lk.holders)}
+	}
+	var left time.Duration
+	for _, e := range lk.holders {
+		left = max(left, e.Sub(now))
+	}
+	return store.Grant{RetryAfter: left, Held: lk.mode}
+}
+
 // record is the hold's record, as State.Owners shows it.
 func (lk *advLock) record() store.Holder {
 	return store.Holder{Owner: lk.holder, Since: lk.since, Data: lk.data, Fence: lk.fence}
@@ -329,25 +354,7 @@ func (a *Advisory) Acquire(ctx context.Context, req store.Request) (store.Grant,
 		return store.Grant{}, err
 	}
 	if lk := a.locks[req.Name]; lk != nil {
-		exp := lk.expiry(now, req.TTL)
-		if _, ok := lk.holders[req.Token]; ok {
-			if lk.mode == store.ModeReentrant {
-				lk.pushOut(exp) // a retry shortens no acquisition, its own neither
-			} else {
-				lk.holders[req.Token] = exp
-			}
-			return store.Grant{Acquired: true, Fence: lk.fence, Count: len(lk.holders)}, nil
-		}
-		if lk.mode == store.ModeReentrant && req.Mode == store.ModeReentrant && lk.owner == owner {
-			lk.holders[req.Token] = exp
-			lk.pushOut(exp)
-			return store.Grant{Acquired: true, Fence: lk.fence, Count: len(lk.holders)}, nil
-		}
-		var left time.Duration
-		for _, e := range lk.holders {
-			left = max(left, e.Sub(now))
-		}
-		return store.Grant{RetryAfter: left, Held: lk.mode}, nil
+		return lk.acquire(req, owner, now), nil
 	}
 	var (
 		fence int64
