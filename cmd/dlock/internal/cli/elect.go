@@ -92,7 +92,7 @@ func runElect(ctx context.Context, x *cmd, pos, tail []string) int {
 	}
 	code, err := runUnderLease(ctx, x, f.verbose, runner.Config{
 		Name: name, TTL: f.ttl, Wait: f.wait, Grace: f.grace, Command: tail,
-		Elect: true, Value: f.value,
+		Elect: true, Value: f.value, Holder: dlock.DefaultHolder(),
 	})
 	if err != nil {
 		fmt.Fprintln(x.env.Stderr, errorLine(err))

@@ -183,7 +183,7 @@ func runAcquire(ctx context.Context, x *cmd, pos, _ []string) int {
 		return code
 	}
 	defer b.close()
-	req := dlock.Request{Name: pos[0], Token: f.token, TTL: f.ttl, Mode: dlock.ModeMutex}
+	req := dlock.Request{Name: pos[0], Token: f.token, TTL: f.ttl, Mode: dlock.ModeMutex, Holder: dlock.DefaultHolder()}
 	if req.Token == "" {
 		req.Token = newToken()
 	}

@@ -93,7 +93,7 @@ func (s *Server) handleCampaign(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, e)
 		return
 	}
-	req := dlock.Request{Name: name, Mode: dlock.ModeElection, Value: *b.Value, TTL: ttl}
+	req := dlock.Request{Name: name, Mode: dlock.ModeElection, Value: *b.Value, TTL: ttl, Holder: defaultHolder(r)}
 	ls, err := s.v1.Acquire(ctx, req, wait > 0, dlock.WithLockDelay(delay))
 	claim(ls)
 	if err != nil {

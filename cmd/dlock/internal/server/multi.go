@@ -117,7 +117,7 @@ func (s *Server) handleMultiAcquire(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, e)
 		return
 	}
-	m := s.v1.Multi(b.Names, dlock.WithTTL(ttl), dlock.WithLockDelay(delay))
+	m := s.v1.Multi(b.Names, dlock.WithTTL(ttl), dlock.WithLockDelay(delay), dlock.WithHolder(defaultHolder(r)))
 	var ml *dlock.MultiLease
 	var err error
 	if wait > 0 {
