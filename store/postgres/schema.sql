@@ -20,7 +20,9 @@
 -- leader's value in owner.
 --
 -- Upgrading from an earlier schema: version 6 adds columns with constant
--- defaults (no table rewrite; rows of earlier holds show an unknown holder)
+-- defaults (no table rewrite, but ALTER TABLE holds dlock_leases' exclusive
+-- lock until the migration commits, a moment in which operations wait;
+-- rows of earlier holds show an unknown holder)
 -- and new functions (dlock_acquire_v6, dlock_release_v6, dlock_resume,
 -- dlock_force_release). The functions earlier versions call,
 -- dlock_acquire and dlock_release, stay, as wrappers of the new ones with
