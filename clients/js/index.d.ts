@@ -129,8 +129,17 @@ export interface AcquireOptions {
   limit?: number;
   /** Exclusive locks: grant in arrival order. */
   fair?: boolean;
-  /** Reentrant locks: holders with the same owner re-enter. */
+  /**
+   * Who holds, 1-256 bytes: recorded with the hold in every mode and shown in
+   * the lock's state (`owners`). Default (the server's): the credential, else
+   * the client's address. It decides nothing except in a reentrant lock,
+   * where holders with the same owner re-enter: with mode 'exclusive' (the
+   * default) an owner makes the lock reentrant; pass mode 'mutex' for a plain
+   * mutex with an owner.
+   */
   owner?: string;
+  /** The caller's data, at most 1024 bytes: recorded with the hold and shown beside its owner. */
+  data?: string;
   /** 32-128 hex characters; default newToken(). A retried acquire with the same token is idempotent. */
   token?: string;
   /**
@@ -140,6 +149,14 @@ export interface AcquireOptions {
    * then aborts its signal. Default: none.
    */
   maxHoldMs?: number;
+  /**
+   * Min hold, 0-31536000000, mutex and fair locks only: a release before
+   * grant + minHoldMs resolves but leaves the name held until then, by the
+   * store's clock ("at most once per interval"); the fence is unchanged. A
+   * holder that stops extending is still bounded by its ttlMs, and maxHoldMs
+   * bounds the hold from above. Default: none.
+   */
+  minHoldMs?: number;
   /** Aborts the acquire (a wait included); rejects with the signal's reason. */
   signal?: AbortSignal;
 }
@@ -157,6 +174,20 @@ export interface UsingOptions extends Omit<AcquireOptions, 'signal'> {
   onLost?: (err: LeaseLostError) => void;
 }
 
+/** One live hold of a lock (an entry of LockState.owners). Never a token. */
+export interface Holder {
+  /** Who holds, as its acquire recorded it; '' when unknown (no record, or a foreign library's key). */
+  owner: string;
+  /** Its grant, unix ms by the store's clock; absent when unknown. */
+  since?: number;
+  /** How long it had been held when the server answered, by the server's clock; 0 when unknown. */
+  ageMs: number;
+  /** The caller's data, when given. */
+  data?: string;
+  /** The hold's fence, when known. */
+  fence?: number;
+}
+
 export interface LockState {
   name: string;
   mode: HeldMode;
@@ -166,6 +197,17 @@ export interface LockState {
   fence: number;
   queue: number;
   limit?: number;
+  /** One entry per live hold (a reentrant hold is one, each reader and semaphore permit its own), in no set order. */
+  owners: Holder[];
+}
+
+/** The answer to Client.forceRelease. */
+export interface ForceReleased {
+  name: string;
+  /** Who forced it, as the server names the credential (`<tenant>/<name>`, or the client's address). */
+  by: string;
+  /** The holds it ended; [] when nobody held the lock. */
+  ended: Holder[];
 }
 
 export interface Health {
@@ -215,7 +257,21 @@ export declare class Client {
   /** Gives the lease up. Rejects with LeaseLostError when the token no longer held it. */
   release(lease: Lease): Promise<void>;
   state(name: string): Promise<LockState>;
+  /** The live holds of `name` (its state's `owners`); [] when the lock is free. */
+  owners(name: string): Promise<Holder[]>;
   locks(): Promise<LockState[]>;
+  /**
+   * Ends every hold of `name`, in any mode and by any token, even one kept
+   * by minHoldMs: an operator's way out of a name held by a stuck process.
+   * Queue places and the fence counter are kept (the next grant's fence is
+   * above every ended hold's); the forced holders find out at their next
+   * extend (LeaseLostError). With an auth file the credential needs
+   * `"access": "admin"`, else ForbiddenError `not admin`. Never retried (a
+   * second force-release could end a hold granted after the first): a
+   * TransportError leaves the outcome unknown. A store that cannot force a
+   * release rejects with a DlockError of status 501.
+   */
+  forceRelease(name: string): Promise<ForceReleased>;
   health(): Promise<Health>;
   /**
    * Acquires `name`, runs `routine(signal, lease)`, renewing the lease every

@@ -263,13 +263,15 @@ export class Client {
   /**
    * Takes a lease on the lock `name`. See index.d.ts for the options and errors.
    */
-  async acquire(name, { ttlMs = 30_000, waitMs = 0, mode = 'exclusive', limit, fair, owner, token, maxHoldMs, signal } = {}) {
+  async acquire(name, { ttlMs = 30_000, waitMs = 0, mode = 'exclusive', limit, fair, owner, data, token, minHoldMs, maxHoldMs, signal } = {}) {
     checkName(name);
     const tok = token ?? newToken();
     const body = { ttlMs, mode, token: tok };
     if (limit !== undefined) body.limit = limit;
     if (fair) body.fair = true;
     if (owner !== undefined) body.owner = owner;
+    if (data !== undefined) body.data = data;
+    if (minHoldMs !== undefined) body.minHoldMs = minHoldMs;
     if (maxHoldMs !== undefined) body.maxHoldMs = maxHoldMs;
     const path = `/v1/locks/${quoteName(name)}/acquire`;
     const deadline = performance.now() + Math.max(0, Number(waitMs) || 0);
@@ -363,9 +365,26 @@ export class Client {
     return this.#call('GET', `/v1/locks/${quoteName(name)}`);
   }
 
+  /** The live holds of `name` (its state's `owners`): one per hold; [] when free. */
+  async owners(name) {
+    const st = await this.state(name);
+    return Array.isArray(st.owners) ? st.owners : [];
+  }
+
   async locks() {
     const doc = await this.#call('GET', '/v1/locks');
     return Array.isArray(doc.locks) ? doc.locks : [];
+  }
+
+  /**
+   * Ends every hold of `name` (an operator's force-release; admin access with
+   * an auth file). Never sent again: a second one could end a hold granted
+   * after the first.
+   */
+  async forceRelease(name) {
+    checkName(name);
+    const doc = await this.#call('POST', `/v1/locks/${quoteName(name)}/force-release`, {}, { retries: 0 });
+    return { name: doc.name ?? name, by: doc.by ?? '', ended: Array.isArray(doc.ended) ? doc.ended : [] };
   }
 
   async health() {

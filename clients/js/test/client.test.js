@@ -243,7 +243,7 @@ describe('dlock client', () => {
       [{ token: 'not-hex' }, 'token'],
       [{ limit: 3 }, 'limit'],
       [{ mode: 'shared', limit: 0 }, 'limit'],
-      [{ fair: true, owner: 'me' }, 'owner'],
+      [{ fair: true, owner: 'o'.repeat(257) }, 'owner'],
       [{ maxHoldMs: 50 }, 'maxHoldMs'],
     ];
     for (const [opts, field] of cases) {

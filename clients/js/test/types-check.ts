@@ -8,6 +8,8 @@ import {
   TransportError,
   newToken,
   type HeldMode,
+  type ForceReleased,
+  type Holder,
   type Lease,
   type LockState,
 } from '../index.js';
@@ -47,6 +49,15 @@ async function example(): Promise<number> {
     }
   }
   const st: LockState = await client.state('orders');
+  const job: Lease = await client.acquire('jobs/nightly', { mode: 'mutex', owner: 'web-1', data: 'build 7', minHoldMs: 60_000 });
+  void job;
+  const who: Holder[] = await client.owners('orders');
+  const first: string = st.owners[0]?.owner ?? who[0]?.owner ?? '';
+  const since: number | undefined = who[0]?.since;
+  const age: number = who[0]?.ageMs ?? 0;
+  const forced: ForceReleased = await client.forceRelease('orders');
+  const ended: string[] = forced.ended.map((h) => `${h.owner} ${h.data ?? ''} ${h.fence ?? 0}`);
+  void first, since, age, forced.by, ended;
   const n: string = await client.using('orders', { ttlMs: 3000, onLost: (err: LeaseLostError) => void err.status }, async (signal, l) => {
     signal.throwIfAborted();
     return `${l.fence}`;

@@ -132,13 +132,14 @@ def auth_server(dlock_bin: str) -> Iterator[Server]:
 TEAM_A = "py-team-a-" + uuid.uuid4().hex
 READER = "py-reader-" + uuid.uuid4().hex
 SLOW = "py-slow-" + uuid.uuid4().hex
+ADMIN = "py-admin-" + uuid.uuid4().hex
 
 
 @pytest.fixture(scope="session")
 def scoped_server(dlock_bin: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """A server with an auth file (docs/operations.md): team-a may hold two
     locks under py-a/, the reader reads everything, slow may acquire once
-    in 1000 s under py-s/."""
+    in 1000 s under py-s/, ops/alice (admin) may force-release under py-a/."""
 
     def sha(token: str) -> str:
         out = subprocess.run([dlock_bin, "auth", "hash"], input=token, capture_output=True, text=True, check=True)
@@ -148,6 +149,7 @@ def scoped_server(dlock_bin: str, tmp_path_factory: pytest.TempPathFactory) -> I
         {"tenant": "team-a", "sha256": sha(TEAM_A), "prefixes": ["py-a/"], "access": "read-write", "maxHolds": 2},
         {"tenant": "ops", "sha256": sha(READER), "prefixes": [""], "access": "read-only"},
         {"tenant": "slow", "sha256": sha(SLOW), "prefixes": ["py-s/"], "access": "read-write", "acquiresPerSecond": 0.001},
+        {"tenant": "ops", "name": "alice", "sha256": sha(ADMIN), "prefixes": ["py-a/"], "access": "admin"},
     ]
     path = tmp_path_factory.mktemp("auth") / "auth.json"
     path.write_text(json.dumps({"tokens": tokens}))

@@ -13,7 +13,7 @@ from typing import Any, Callable, Dict, List, Tuple
 
 import pytest
 
-from conftest import READER, SLOW, TEAM_A, Server
+from conftest import ADMIN, READER, SLOW, TEAM_A, Server
 from dlock_client import (
     BadRequestError,
     Client,
@@ -158,7 +158,7 @@ def test_bad_input(server: Server, name: str) -> None:
         ({"token": "not-hex"}, "token"),
         ({"limit": 3}, "limit"),
         ({"mode": "shared", "limit": 0}, "limit"),
-        ({"fair": True, "owner": "me"}, "owner"),
+        ({"fair": True, "owner": "o" * 257}, "owner"),
         ({"max_hold": 0.05}, "maxHoldMs"),
     ]
     for kwargs, field in cases:
@@ -537,3 +537,126 @@ def test_bad_client_options() -> None:
     for kwargs in ({"url": "ftp://x"}, {"url": "nohost"}, {"timeout": 0}, {"retries": -1}):
         with pytest.raises(ValueError):
             Client(**kwargs)  # type: ignore[arg-type]
+
+
+# --- who holds it, min hold, force-release (issue 38) --------------------------
+
+
+def test_owner_and_data_in_state_and_list(server: Server, name: str) -> None:
+    c = Client(server.url)
+    lease = c.acquire(name, ttl=30, mode="mutex", owner="web-1/4242", data="build 7")
+    st = c.state(name)
+    assert st["mode"] == "mutex" and len(st["owners"]) == 1, st
+    (h,) = c.owners(name)
+    assert (h.owner, h.data, h.fence) == ("web-1/4242", "build 7", lease.fence), h
+    now_ms = int(time.time() * 1000)
+    assert h.since_ms is not None and abs(h.since_ms - now_ms) < 60_000, (h, now_ms)
+    assert 0 <= h.age_ms < 60_000, h
+    listed = [s for s in c.locks() if s["name"] == name]
+    assert [o["owner"] for o in listed[0]["owners"]] == ["web-1/4242"], listed
+    assert lease.token not in json.dumps(st) + json.dumps(listed)
+    lease.release()
+    assert c.owners(name) == [] and c.state(name)["owners"] == []
+
+
+def test_owner_is_the_credential_by_default(scoped_server: Server) -> None:
+    a = Client(scoped_server.url, auth_token=TEAM_A)
+    lease = a.acquire("py-a/default-owner", ttl=30)
+    try:
+        (h,) = a.owners("py-a/default-owner")
+        assert h.owner.startswith("team-a/127.0.0.1:"), h  # <tenant>/<client address>: the entry has no name
+    finally:
+        lease.release()
+
+
+def test_shared_holds_each_have_an_owner(server: Server, name: str) -> None:
+    c = Client(server.url)
+    r1 = c.acquire(name, ttl=30, mode="read", owner="reader-a", data="a")
+    r2 = c.acquire(name, ttl=30, mode="read", owner="reader-b")
+    got = sorted((h.owner, h.data) for h in c.owners(name))
+    assert got == [("reader-a", "a"), ("reader-b", "")], got
+    assert c.state(name)["holders"] == 2
+    r1.release()
+    assert [h.owner for h in c.owners(name)] == ["reader-b"]
+    r2.release()
+
+
+def test_owner_and_data_refused_by_field(server: Server, name: str) -> None:
+    c = Client(server.url)
+    for kwargs, field in (
+        (dict(data="x" * 1025), "data"),
+        (dict(mode="read", min_hold=1.0), "minHoldMs"),
+        (dict(min_hold=-1.0), "minHoldMs"),
+    ):
+        with pytest.raises(BadRequestError) as ei:
+            c.acquire(name, ttl=10, **kwargs)  # type: ignore[arg-type]
+        assert (ei.value.status, ei.value.field) == (400, field), (kwargs, ei.value)
+    assert c.state(name)["held"] is False  # nothing left behind
+    lease = c.acquire(name, ttl=10, data="x" * 1024)  # the limit itself is fine
+    assert c.owners(name)[0].data == "x" * 1024
+    lease.release()
+
+
+def test_min_hold_keeps_the_name_after_release(server: Server, name: str) -> None:
+    c = Client(server.url)
+    start = time.monotonic()
+    lease = c.acquire(name, ttl=30, min_hold=5.0, owner="job", mode="mutex")
+    lease.release()  # answers normally, but the name stays held until grant + 5 s
+    st = c.state(name)
+    assert st["held"] is True and 0 < st["ttlMs"] <= 5_000, st
+    assert [h.owner for h in c.owners(name)] == ["job"]
+    with pytest.raises(LockedError) as ei:
+        c.acquire(name)
+    assert 0 < ei.value.retry_after_ms <= 5_000
+    # Those checks must have run within the min hold to mean anything.
+    assert time.monotonic() - start < 5.0, "the checks ran after the min hold had passed"
+    # The store's own expiry frees it: a waiting acquire gets it, with a higher fence.
+    nxt = c.acquire(name, ttl=10, wait=DEADLINE)
+    assert nxt.fence > lease.fence
+    nxt.release()
+
+
+def test_with_lock_passes_owner_data_min_hold(server: Server, name: str) -> None:
+    c = Client(server.url)
+    with c.with_lock(name, ttl=10, mode="mutex", owner="cron/nightly", data="run 12", min_hold=30.0) as held:
+        (h,) = c.owners(name)
+        assert (h.owner, h.data, h.fence) == ("cron/nightly", "run 12", held.lease.fence)
+    # Released at the block's end, but kept by its min hold.
+    assert c.state(name)["held"] is True
+    c.force_release(name)
+
+
+def test_force_release(server: Server, name: str) -> None:
+    c = Client(server.url)
+    lease = c.acquire(name, ttl=60, mode="mutex", owner="stuck/1", min_hold=60.0)
+    got = c.force_release(name)
+    assert (got.name, [h.owner for h in got.ended], [h.fence for h in got.ended]) == (name, ["stuck/1"], [lease.fence])
+    assert got.by.startswith("127.0.0.1:"), got  # no auth file: the client's address
+    assert c.state(name)["held"] is False  # even a min hold is ended
+    nxt = c.acquire(name, ttl=10)
+    assert nxt.fence > lease.fence  # the forced holder's late writes are fenced out
+    with pytest.raises(LeaseLostError):
+        lease.extend()  # the forced holder finds out at its next extend
+    nxt.release()
+    assert c.force_release(name).ended == []  # nobody holds it: nothing to end
+
+
+def test_force_release_needs_admin(scoped_server: Server) -> None:
+    a = Client(scoped_server.url, auth_token=TEAM_A)
+    lease = a.acquire("py-a/stuck", ttl=60, mode="read", owner="reader-1")
+    with pytest.raises(ForbiddenError) as ei:
+        a.force_release("py-a/stuck")
+    assert (ei.value.status, ei.value.error) == (403, "not admin")
+    with pytest.raises(ForbiddenError) as ei:
+        Client(scoped_server.url, auth_token=READER).force_release("py-a/stuck")
+    assert ei.value.status == 403  # "read only": the read-only check comes first
+    assert a.state("py-a/stuck")["held"] is True
+    admin = Client(scoped_server.url, auth_token=ADMIN)
+    with pytest.raises(ForbiddenError) as ei:
+        admin.force_release("py-b/x")
+    assert ei.value.error == "out of scope"
+    got = admin.force_release("py-a/stuck")
+    assert (got.by, [h.owner for h in got.ended]) == ("ops/alice", ["reader-1"]), got
+    assert a.state("py-a/stuck")["held"] is False
+    with pytest.raises(LeaseLostError):
+        lease.release()

@@ -3,7 +3,7 @@
 Standard library only. See README.md and docs/http.md of the dlock repository.
 """
 
-from ._client import DEFAULT_URL, Client, HeldLock, Lease, new_token
+from ._client import DEFAULT_URL, Client, ForceReleased, HeldLock, Holder, Lease, new_token
 from ._errors import (
     BadRequestError,
     DlockError,
@@ -23,7 +23,9 @@ __all__ = [
     "Client",
     "DlockError",
     "ForbiddenError",
+    "ForceReleased",
     "HeldLock",
+    "Holder",
     "Lease",
     "LeaseLostError",
     "LockedError",

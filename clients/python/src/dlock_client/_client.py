@@ -13,6 +13,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Callable, Dict, List, Mapping, Optional, Type
 
@@ -29,7 +30,7 @@ from ._errors import (
     UpgradeError,
 )
 
-__all__ = ["Client", "Lease", "HeldLock", "new_token", "DEFAULT_URL"]
+__all__ = ["Client", "Lease", "HeldLock", "Holder", "ForceReleased", "new_token", "DEFAULT_URL"]
 
 DEFAULT_URL = "http://127.0.0.1:3009"
 
@@ -71,6 +72,50 @@ def _tls_context(
     if cert_file is not None and key_file is not None:
         ctx.load_cert_chain(cert_file, key_file)
     return ctx
+
+
+@dataclass(frozen=True)
+class Holder:
+    """One live hold of a lock, as ``GET /v1/locks/{name}`` shows it (``owners``).
+
+    ``owner`` is who holds it, as its acquire recorded it (``""`` when
+    unknown: no record, or a foreign library's key on Valkey/Redis);
+    ``since_ms`` its grant, in unix milliseconds by the store's clock
+    (``None`` when unknown); ``age_ms`` how long it had been held when the
+    server answered, by the server's clock (0 when unknown); ``data`` the
+    caller's data (``""`` when none); ``fence`` the hold's fence (``None``
+    when unknown). Never a token.
+    """
+
+    owner: str
+    since_ms: Optional[int]
+    age_ms: int
+    data: str
+    fence: Optional[int]
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> "Holder":
+        """The Holder of one entry of ``owners`` (or of a force-release's ``ended``)."""
+        since = doc.get("since")
+        fence = doc.get("fence")
+        return cls(
+            owner=str(doc.get("owner", "")),
+            since_ms=int(since) if isinstance(since, int) and since > 0 else None,
+            age_ms=int(doc.get("ageMs", 0)),
+            data=str(doc.get("data", "")),
+            fence=int(fence) if isinstance(fence, int) and fence > 0 else None,
+        )
+
+
+@dataclass(frozen=True)
+class ForceReleased:
+    """The answer to :meth:`Client.force_release`: the lock ``name``, ``by``
+    who forced it (as the server names the credential), and the holds it
+    ``ended`` (empty when nobody held the lock)."""
+
+    name: str
+    by: str
+    ended: List[Holder]
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -263,7 +308,9 @@ class Client:
         limit: Optional[int] = None,
         fair: bool = False,
         owner: Optional[str] = None,
+        data: Optional[str] = None,
         token: Optional[str] = None,
+        min_hold: Optional[float] = None,
         max_hold: Optional[float] = None,
     ) -> Lease:
         """Takes a lease on the lock ``name`` for ``ttl`` seconds.
@@ -273,9 +320,23 @@ class Client:
         seconds. A wait longer than the server's 300 s cap goes on in further
         requests; a 409 that comes back before the server waited what it was
         asked is retried after its Retry-After (capped by the time left).
-        ``mode``, ``limit``, ``fair`` and ``owner`` are those of docs/http.md
-        (``shared`` + ``limit`` is a semaphore, ``fair`` a FIFO lock,
-        ``owner`` a reentrant lock).
+        ``mode``, ``limit`` and ``fair`` are those of docs/http.md
+        (``shared`` + ``limit`` is a semaphore, ``fair`` a FIFO lock).
+
+        ``owner`` (1-256 bytes) names who holds: it is recorded with the hold
+        in every mode and shown by :meth:`state`, :meth:`owners` and
+        :meth:`locks`; the server's default is the credential, else the
+        client's address. It decides nothing except in a reentrant lock,
+        where holders with the same owner re-enter: with the default mode
+        ``exclusive`` an owner makes the lock reentrant, so pass
+        ``mode="mutex"`` for a plain mutex with an owner. ``data`` (at most
+        1024 bytes) is recorded and shown beside the owner.
+
+        ``min_hold`` (seconds; mutex and fair locks only) makes a release
+        before grant + ``min_hold`` leave the name held until then, by the
+        store's clock ("at most once per interval"); the fence is unchanged.
+        A holder that stops extending is still bounded by its ``ttl``, and
+        ``max_hold`` bounds the hold from above.
 
         ``max_hold`` (seconds, 0.1 to 365 days) bounds how long the lease can
         be held from its grant: the grant's TTL is at most that, each extend
@@ -294,8 +355,7 @@ class Client:
         token; not retried), :class:`UnavailableError` or :class:`TransportError` once retries are
         spent (the latter carries the token: the lock may be held with it).
         """
-        if not isinstance(name, str) or name == "":
-            raise BadRequestError(400, "invalid name", "name must be 1 to 256 bytes", field="name")
+        _check_name(name)
         tok = token if token is not None else new_token()
         body: Dict[str, Any] = {"ttlMs": _ms(ttl), "mode": mode, "token": tok}
         if limit is not None:
@@ -304,6 +364,10 @@ class Client:
             body["fair"] = True
         if owner is not None:
             body["owner"] = owner
+        if data is not None:
+            body["data"] = data
+        if min_hold is not None:
+            body["minHoldMs"] = _ms(min_hold)
         if max_hold is not None:
             body["maxHoldMs"] = _ms(max_hold)
         path = f"/v1/locks/{_quote_name(name)}/acquire"
@@ -407,15 +471,49 @@ class Client:
         lease.valid_until = 0.0
 
     def state(self, name: str) -> Dict[str, Any]:
-        """The state of lock ``name`` (``held``, ``mode``, ``holders``, ``ttlMs``, ``fence``, ``queue``; never tokens)."""
-        if not isinstance(name, str) or name == "":
-            raise BadRequestError(400, "invalid name", "name must be 1 to 256 bytes", field="name")
+        """The state of lock ``name`` as docs/http.md gives it (``held``,
+        ``mode``, ``holders``, ``ttlMs``, ``fence``, ``queue``, and
+        ``owners``: one entry per live hold, ``owner``, ``since``, ``ageMs``,
+        ``data``, ``fence``; never tokens). :meth:`owners` gives the owners
+        as :class:`Holder` values."""
+        _check_name(name)
         return self._call("GET", f"/v1/locks/{_quote_name(name)}")
 
+    def owners(self, name: str) -> List[Holder]:
+        """The live holds of lock ``name``: one :class:`Holder` per hold (a
+        reentrant hold is one, each reader and semaphore permit its own), in
+        no set order; empty when the lock is free."""
+        got = self.state(name).get("owners")
+        return [Holder.from_json(o) for o in got if isinstance(o, dict)] if isinstance(got, list) else []
+
     def locks(self) -> List[Dict[str, Any]]:
-        """The states of the held locks (at most 1000)."""
+        """The states of the held locks (at most 1000), each as :meth:`state` gives it, ``owners`` included."""
         got = self._call("GET", "/v1/locks").get("locks")
         return list(got) if isinstance(got, list) else []
+
+    def force_release(self, name: str) -> ForceReleased:
+        """Ends every hold of lock ``name``, in any mode and by any token,
+        even one kept by a min hold: an operator's way out of a name held by
+        a stuck process. Queue places and the fence counter are kept (the
+        next grant's fence is above every ended hold's). The forced holders
+        are not told: each finds out at its next extend
+        (:class:`LeaseLostError`).
+
+        With an auth file the credential needs ``"access": "admin"``, else
+        :class:`ForbiddenError` ``not admin``. Not sent again after a network
+        error or a 503 (a second force-release could end a hold granted
+        after the first): a :class:`TransportError` leaves the outcome
+        unknown; look with :meth:`owners`. A store that cannot force a
+        release answers :class:`DlockError` with status 501.
+        """
+        _check_name(name)
+        doc = self._call("POST", f"/v1/locks/{_quote_name(name)}/force-release", {}, retries=0)
+        ended = doc.get("ended")
+        return ForceReleased(
+            name=str(doc.get("name", name)),
+            by=str(doc.get("by", "")),
+            ended=[Holder.from_json(o) for o in ended if isinstance(o, dict)] if isinstance(ended, list) else [],
+        )
 
     def health(self) -> Dict[str, Any]:
         """GET /health; raises :class:`UnavailableError` when the store is unreachable."""
@@ -433,6 +531,8 @@ class Client:
         owner: Optional[str] = None,
         on_lost: Optional[Callable[[LeaseLostError], None]] = None,
         max_hold: Optional[float] = None,
+        data: Optional[str] = None,
+        min_hold: Optional[float] = None,
     ) -> "HeldLock":
         """A context manager that holds the lock ``name`` while its block runs.
 
@@ -442,9 +542,13 @@ class Client:
         :class:`HeldLock` for what happens when the lease is lost. With
         ``max_hold`` the renewal stops there: the lease is then lost as
         above (a bounded watchdog: a block that hangs does not hold the lock
-        for ever).
+        for ever). ``owner``, ``data`` and ``min_hold`` are those of
+        :meth:`acquire`; with ``min_hold`` the release at the block's end
+        leaves the name held until grant + ``min_hold``.
         """
-        opts = dict(ttl=ttl, wait=wait, mode=mode, limit=limit, fair=fair, owner=owner, max_hold=max_hold)
+        opts = dict(
+            ttl=ttl, wait=wait, mode=mode, limit=limit, fair=fair, owner=owner, data=data, min_hold=min_hold, max_hold=max_hold
+        )
         return HeldLock(self, name, opts, on_lost)
 
 
@@ -580,6 +684,11 @@ class HeldLock:
             # A max hold caps the validity: renew (or find it lost) when it ends.
             delay = min(ttl / 3, max(lease.valid_until - time.monotonic(), 0.0))
         # Stopped by __exit__.
+
+
+def _check_name(name: str) -> None:
+    if not isinstance(name, str) or name == "":
+        raise BadRequestError(400, "invalid name", "name must be 1 to 256 bytes", field="name")
 
 
 def _valid_until(start: float, ttl_ms: int) -> float:
