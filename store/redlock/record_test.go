@@ -325,3 +325,48 @@ func TestForeignHoldValkey(t *testing.T) {
 		t.Errorf("Acquire after ForceRelease of a foreign hold = %+v, %v; want a grant", g, err)
 	}
 }
+
+// slowResumer answers Resume only after delay, having extended at once.
+type slowResumer struct {
+	*memory.Store
+	delay time.Duration
+}
+
+func (s slowResumer) Resume(ctx context.Context, req store.Request) (store.Grant, error) {
+	g, err := s.Store.Resume(ctx, req)
+	time.Sleep(s.delay)
+	return g, err
+}
+
+// TestResumeValidityFromSend: a Resume's validity counts from before its
+// first request was sent, as an Extend's: replies after 995ms of a 1s TTL
+// leave none (a *store.StoreError), replies after 995ms of a 10s TTL a
+// resumed hold.
+func TestResumeValidityFromSend(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ms := memoryNodes(3)
+		nodes := make([]store.Store, len(ms))
+		for i, m := range ms {
+			nodes[i] = slowResumer{m, 995 * time.Millisecond}
+		}
+		s, err := redlock.New(nodes, redlock.WithNodeTimeout(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		req := store.Request{Name: "v", Token: "a", TTL: time.Minute, Mode: store.ModeMutex}
+		if g, err := s.Acquire(t.Context(), req); err != nil || !g.Acquired {
+			t.Fatalf("Acquire = %+v, %v", g, err)
+		}
+		req.TTL = time.Second
+		g, err := s.Resume(t.Context(), req)
+		var se *store.StoreError
+		if g.Acquired || !errors.As(err, &se) {
+			t.Errorf("Resume with replies after 995ms of a 1s TTL = %+v, %v; want a *StoreError (no validity left)", g, err)
+		}
+		req.TTL = 10 * time.Second
+		if g, err := s.Resume(t.Context(), req); err != nil || !g.Acquired || g.TTL != req.TTL {
+			t.Errorf("Resume with replies after 995ms of a 10s TTL = %+v, %v; want the hold, TTL 10s", g, err)
+		}
+	})
+}
