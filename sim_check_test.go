@@ -45,7 +45,18 @@ import (
 //	    goes on and on loses it in time; with (a) and (b), never while
 //	    another holds the name; and no request of its holder asks the
 //	    store to hold it past that (sent at s with TTL t: s+t, less its
-//	    lock-delay).
+//	    lock-delay);
+//	(g) once the store applied the release of a hold with a min hold d
+//	    (WithMinHold) before its grant plus d, nothing that cannot share the
+//	    name with it is granted the name before its grant plus d: judged by
+//	    the min hold the workload asked for, so a Locker that did not send
+//	    it to the store fails.
+//
+// A resumed lease (Locker.Resume after its process "restarts") is a hold
+// of its own for the checker, with its predecessor's token and fence: its
+// fence is not asked to rise, and it is judged by (a), (b), (d) and (f)
+// like every lease (for (f), against the max hold the store keeps: the
+// lease's plus its drift margin).
 //
 // The checker also holds the simulation to its own word (s): a process
 // whose scheduler is stalled (see simNet.stallScheduler) sends no renewal
@@ -88,6 +99,8 @@ type simHeld struct {
 	multi   bool
 	fence   int64
 	reentry bool          // a reentrant re-entry: part of an earlier hold
+	resumed bool          // taken back by Locker.Resume: part of an earlier hold
+	minHold time.Duration // WithMinHold; 0: none
 	delay   time.Duration // lock-delay
 	maxHold time.Duration // WithMaxHold; 0: none
 	extra   time.Duration // the lock-delay the store adds to its TTL (a Multi's too, which (d) leaves out)
@@ -120,9 +133,10 @@ func (h *simHeld) exclusive() bool { return !h.mode.Shared() }
 func (h *simHeld) rewound() bool { return h.epoch < h.net.epoch() }
 
 // sameHold reports whether two leases are one hold: re-entries of a
-// reentrant lock share its fence.
+// reentrant lock share its fence, and a resumed lease is its token's hold.
 func sameHold(x, y *simHeld) bool {
-	return x == y || x.mode == dlock.ModeReentrant && y.mode == dlock.ModeReentrant && x.fence == y.fence
+	return x == y || x.mode == dlock.ModeReentrant && y.mode == dlock.ModeReentrant && x.fence == y.fence ||
+		x.name == y.name && x.lease.Token() == y.lease.Token()
 }
 
 // at formats t as round time; the zero time is "?".
@@ -239,7 +253,7 @@ func (c *simChecker) add(h *simHeld) {
 		// it took the others): it tells the truth, and never holds.
 		return
 	}
-	if !h.reentry && !h.rewound() {
+	if !h.reentry && !h.resumed && !h.rewound() {
 		switch {
 		case h.mode == dlock.ModeRead && h.fence < c.maxExcl[h.name] && c.net.epoch() == 0:
 			c.failf(h.name, "(c) reader %v got fence %d below the exclusive fence %d granted before", h, h.fence, c.maxExcl[h.name])
@@ -260,9 +274,66 @@ func (c *simChecker) add(h *simHeld) {
 			c.failf(h.name, "(d) %v granted at %s, before %v (lock-delay %v, validity ended %s, not released in time) let the name go at %s",
 				h, h.at(h.granted), o, o.delay, o.at(o.validEnd), o.at(o.validEnd.Add(o.delay)))
 		}
+		if o.minHold <= 0 || sameHold(o, h) || o.rewound() || h.rewound() || store.Coexist(o.mode, h.mode) {
+			continue
+		}
+		// The store counts the min hold from its grant, which its fence
+		// dates (to the millisecond; a handover is known to the model
+		// only when it is pushed, later).
+		g := earliestTime(o.granted, simFenceTime(o.fence))
+		if rel := c.net.releasedAt(o.name, o.lease.Token()); !rel.IsZero() && rel.Before(h.granted) && h.granted.Before(g.Add(o.minHold-time.Millisecond)) {
+			c.failf(h.name, "(g) %v granted at %s, before %v (min hold %v, released at %s) let the name go at %s",
+				h, h.at(h.granted), o, o.minHold, o.at(rel), o.at(g.Add(o.minHold)))
+		}
 	}
 	c.held[h.name] = append(c.held[h.name], h)
 	c.checkLocked(h.name)
+}
+
+// forgot records that h's lease was forgotten (its process "died"): its
+// validity ended now, whatever TTL it had left.
+func (c *simChecker) forgot(h *simHeld) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	h.validEnd, h.over = time.Now(), true
+}
+
+// resuming records that h's hold is about to be resumed by a lease whose
+// max hold is maxHold (see simWorker.restart): the requests for the hold
+// are judged by that bound from now on.
+func (c *simChecker) resuming(h *simHeld, maxHold time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if maxHold > 0 {
+		h.maxHold = maxHold
+	}
+}
+
+// resumed records that h's hold goes on as a resumed lease: h's own end
+// is then no loss for (d), the resumed lease answers for the hold.
+func (c *simChecker) resumed(h *simHeld) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	h.clean = true
+}
+
+// simFenceTime is when the store issued fence, by its clock floor: a
+// fence is max(last + 1, its clock in ms * 1000), so it is at most the
+// issue's millisecond.
+func simFenceTime(fence int64) time.Time { return time.UnixMilli(fence / 1000) }
+
+func earliestTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// failed2 reports a failure found outside the checker's own checks.
+func (c *simChecker) failed2(name, msg string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.failf(name, "%s", msg)
 }
 
 // action is a holder's step: every invariant is checked, and a valid
@@ -377,7 +448,7 @@ func (c *simChecker) checkLocked(name string) {
 		if g, reach := c.net.regranted(name, h.lease.Token()); h.maxHold > 0 && !g.IsZero() && reach.After(g.Add(h.maxHold+h.extra)) && !h.rewound() {
 			c.failf(name, "(f) %v asked the store to hold it until %s, past its max hold %v (lock-delay %v) from its grant at %s", h, h.at(reach), h.maxHold, h.extra, h.at(g))
 		}
-		if !h.over || h.delay > 0 && !h.clean && now.Before(h.validEnd.Add(h.delay)) {
+		if !h.over || h.delay > 0 && !h.clean && now.Before(h.validEnd.Add(h.delay)) || h.minHold > 0 && now.Before(h.granted.Add(h.minHold)) {
 			keep = append(keep, h)
 		}
 	}

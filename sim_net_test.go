@@ -98,6 +98,25 @@ type simHold struct {
 	// its TTL (for a handoff, the handoff plus its TTL).
 	reach time.Time
 	fence int64 // of its grant
+	// minUntil and maxUntil are the ends of the hold's MinHold and
+	// MaxHold (zero: none), as its grant's request set them; released is
+	// when the store applied a release that its MinHold kept it through.
+	minUntil, maxUntil time.Time
+	released           time.Time
+}
+
+// newSimHold is the model's hold of a grant of req at now with fence f:
+// its record's bounds as the store keeps them (a MinHold only for the
+// exclusive modes that keep one).
+func newSimHold(req dlock.Request, now time.Time, f int64) *simHold {
+	h := &simHold{mode: req.Mode, granted: now, fence: f}
+	if req.MinHold > 0 && (req.Mode == dlock.ModeMutex || req.Mode == dlock.ModeFair || req.Mode == dlock.ModeElection) {
+		h.minUntil = now.Add(req.MinHold)
+	}
+	if req.MaxHold > 0 {
+		h.maxUntil = now.Add(req.MaxHold)
+	}
+	return h
 }
 
 // simNet is the network and the store's model. Its mutex orders every
@@ -124,8 +143,14 @@ type simNet struct {
 	mu     sync.Mutex
 	holds  map[simKey]*simHold
 	queued map[simKey]time.Duration // a fair waiter's lease TTL, granted on handoff
-	trace  []string                 // ring of the last traceCap events
-	next   int
+	// released is when the store applied a release of each hold while it
+	// held it (whether or not a min hold kept it after).
+	released map[simKey]time.Time
+	// resumes and kept count the resumes the store confirmed and the
+	// releases a min hold kept, for the round's log.
+	resumes, kept int
+	trace         []string // ring of the last traceCap events
+	next          int
 
 	rewinds   int              // how many times the store went back to a snapshot
 	downUntil time.Time        // the store restarts: requests reaching it are lost
@@ -228,6 +253,7 @@ func newSimNet(seed uint64, prof simProfile) *simNet {
 		seed:     seed,
 		holds:    make(map[simKey]*simHold),
 		queued:   make(map[simKey]time.Duration),
+		released: make(map[simKey]time.Time),
 		fences:   make(map[string]int64),
 		everIss:  make(map[string]map[int64]bool),
 		stallSem: make(chan struct{}, 1),
@@ -321,11 +347,15 @@ func (n *simNet) left(name, token string) (time.Duration, time.Time) {
 	return 0, time.Time{}
 }
 
-// setExpiry sets k's expiry to now+ttl; a reentrant hold has one expiry
-// for all of its holders, which only moves out (as store/memory does).
+// setExpiry sets k's expiry to now+ttl, capped by its MaxHold; a
+// reentrant hold has one expiry for all of its holders, which only moves
+// out (as store/memory does).
 func (n *simNet) setExpiry(k simKey, h *simHold, now time.Time, ttl time.Duration) {
 	e := now.Add(ttl)
 	if h.mode != dlock.ModeReentrant {
+		if !h.maxUntil.IsZero() && h.maxUntil.Before(e) {
+			e = h.maxUntil
+		}
 		h.expires = e
 		return
 	}
@@ -366,7 +396,7 @@ func (n *simNet) acquire(from string, req dlock.Request, sent time.Time) (store.
 	case g.Acquired:
 		h := n.live(k, now)
 		if h == nil {
-			h = &simHold{mode: req.Mode, granted: now, fence: g.Fence}
+			h = newSimHold(req, now, g.Fence)
 			n.holds[k] = h
 			if n.newFence(req) {
 				n.issued(req.Name, g.Fence, fmt.Sprintf("%s tok=%s", req.Mode, short(req.Token)), false)
@@ -384,6 +414,46 @@ func (n *simNet) acquire(from string, req dlock.Request, sent time.Time) (store.
 		n.lockedLogf("%s applied acquire %s: refused (held %s, retry %v, pos %d)", from, reqString(req), g.Held, g.RetryAfter, g.Position)
 	}
 	return g, nil
+}
+
+// resume applies a resume of req, sent at sent, to the store and the
+// model: a repeat by the holder, which extends the hold to the TTL the
+// store answers (capped by its MaxHold) and grants nothing.
+func (n *simNet) resume(from string, req dlock.Request, sent time.Time) (store.Grant, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.storeDown(from, "resume", []dlock.Request{req}) {
+		return store.Grant{}, errSimRestart
+	}
+	now := time.Now()
+	g, err := n.inner.Resume(context.Background(), req)
+	k := simKey{req.Name, req.Token}
+	if h := n.live(k, now); h != nil && err == nil {
+		n.resumes++
+		n.setExpiry(k, h, now, g.TTL)
+		h.reach = later(h.reach, sent.Add(g.TTL))
+	}
+	n.lockedLogf("%s applied resume %s: fence=%d ttl=%v maxHoldLeft=%v %v", from, reqString(req), g.Fence, g.TTL, g.MaxHoldLeft, err)
+	return g, err
+}
+
+// fenceOf returns the fence of the live hold of name by token, by the
+// model (0: none).
+func (n *simNet) fenceOf(name, token string) int64 {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if h := n.live(simKey{name, token}, time.Now()); h != nil {
+		return h.fence
+	}
+	return 0
+}
+
+// releasedAt returns when the store first applied a release of name by
+// token while it held it (zero: never), by the model.
+func (n *simNet) releasedAt(name, token string) time.Time {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.released[simKey{name, token}]
 }
 
 // newFence reports whether a new grant of req comes with a new fence: not
@@ -438,6 +508,18 @@ func (n *simNet) release(from string, req dlock.Request) error {
 	err := n.inner.Release(context.Background(), req)
 	if err == nil {
 		k := simKey{req.Name, req.Token}
+		if n.live(k, time.Now()) != nil {
+			if _, ok := n.released[k]; !ok {
+				n.released[k] = time.Now()
+			}
+		}
+		if h := n.live(k, time.Now()); h != nil && time.Now().Before(h.minUntil) {
+			// Kept by its MinHold: it ends when that does.
+			h.expires, h.released = h.minUntil, time.Now()
+			n.kept++
+			n.lockedLogf("%s applied release %s: kept until %.3fs by its min hold", from, reqString(req), h.minUntil.Sub(n.start).Seconds())
+			return nil
+		}
 		delete(n.holds, k)
 		delete(n.queued, k)
 	}
@@ -461,7 +543,10 @@ func (n *simNet) handoff(to *simLink, req dlock.Request, g store.Grant) {
 		// Not the grant of an acquire the model saw.
 		n.issued(req.Name, g.Fence, fmt.Sprintf("%s tok=%s (handed over)", req.Mode, short(req.Token)), true)
 	}
-	n.holds[k] = &simHold{mode: req.Mode, granted: now, expires: now.Add(ttl), regranted: now, reach: now.Add(ttl), fence: g.Fence}
+	h := newSimHold(req, now, g.Fence)
+	h.regranted, h.reach = now, now.Add(ttl)
+	n.holds[k] = h
+	n.setExpiry(k, h, now, ttl)
 	n.lockedLogf("%s handed %s %s tok=%s fence=%d ttl=%v by the store", to, req.Mode, req.Name, short(req.Token), g.Fence, ttl)
 }
 
@@ -496,6 +581,7 @@ var (
 	_ store.LockDelayer  = (*simLink)(nil)
 	_ store.Inspector    = (*simLink)(nil)
 	_ store.Pinger       = (*simLink)(nil)
+	_ store.Resumer      = (*simLink)(nil)
 )
 
 // link returns process id's link, with outages drawn for a round of length
@@ -714,6 +800,17 @@ func (k *simLink) Extend(ctx context.Context, reqs []dlock.Request) []error {
 		return failed
 	}
 	return errs
+}
+
+// Resume implements store.Resumer.
+func (k *simLink) Resume(ctx context.Context, req dlock.Request) (store.Grant, error) {
+	var g store.Grant
+	var err error
+	sent := time.Now()
+	if e := k.call(ctx, simCall{op: "resume", reqs: []dlock.Request{req}}, func(from string) { g, err = k.net.resume(from, req, sent) }); e != nil {
+		return store.Grant{}, e
+	}
+	return g, err
 }
 
 // Release implements store.Store.

@@ -184,6 +184,9 @@ func runSim(t *testing.T, seed uint64) {
 		stopTicks()
 		stopRewinds()
 		ck.stop()
+		net.mu.Lock()
+		t.Logf("seed=%d: the store confirmed %d resumes and kept %d released holds for their min hold", seed, net.resumes, net.kept)
+		net.mu.Unlock()
 		for _, p := range procs {
 			p.l.Close()
 		}

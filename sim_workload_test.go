@@ -15,7 +15,11 @@ import (
 // pattern on a few names with random options (TTL, auto-renew,
 // lock-delay), under ctx deadlines and cancels, and then hold: they write
 // to the fenced register, extend (also twice at once with different TTLs),
-// re-enter, work, stall past their TTL, and release or abandon the lease.
+// re-enter, work, stall past their TTL, "restart" (the Locker lets go of
+// the lease without a word to the store, and the worker takes it back by
+// its token with Locker.Resume), and release or abandon the lease. Some
+// exclusive locks have a min hold, which keeps the name held after their
+// release.
 // When a process reports a lease loss, its Locker's scheduler may stall
 // for up to a second, as under load (see simNet.stallScheduler): it
 // renews nothing and ends no lease meanwhile, while its leases' validity
@@ -197,6 +201,7 @@ type simStep struct {
 	auto   bool          // auto-renewed
 	delay  time.Duration // lock-delay
 	hold   time.Duration // max hold
+	min    time.Duration // min hold
 	opts   []dlock.Option
 	ctx    context.Context
 	ctxEnd time.Time
@@ -224,6 +229,15 @@ func (w *simWorker) step() {
 		// A bounded watchdog: from half a TTL to three.
 		s.hold = s.ttl/2 + time.Duration(r.Int64N(int64(5*s.ttl/2)))
 		s.opts = append(s.opts, dlock.WithMaxHold(s.hold))
+	}
+	if (pattern <= 2 || pattern >= 7) && r.IntN(4) == 0 {
+		// A min hold (mutex, fair, election, multi): from half a TTL to
+		// three, at most the max hold.
+		s.min = s.ttl/2 + time.Duration(r.Int64N(int64(5*s.ttl/2)))
+		if s.hold > 0 {
+			s.min = min(s.min, s.hold)
+		}
+		s.opts = append(s.opts, dlock.WithMinHold(s.min))
 	}
 	var cancel context.CancelFunc
 	s.ctx, s.ctxEnd, cancel = w.callContext()
@@ -260,23 +274,93 @@ func (w *simWorker) step() {
 // it), holds it (re-entering it with re, when set) and releases it with
 // release (nil: Lease.Release).
 func (w *simWorker) one(s *simStep, what string, acquire func(context.Context) (*dlock.Lease, error), release func(context.Context) error, re *dlock.Reentrant) {
-	w.net.logf("%s %s %s ttl=%v auto=%v delay=%v maxHold=%v ctx ends %.3fs", w.who, what, s.name, s.ttl, s.auto, s.delay, s.hold, s.ctxEnd.Sub(w.net.start).Seconds())
+	w.net.logf("%s %s %s ttl=%v auto=%v delay=%v maxHold=%v minHold=%v ctx ends %.3fs", w.who, what, s.name, s.ttl, s.auto, s.delay, s.hold, s.min, s.ctxEnd.Sub(w.net.start).Seconds())
 	epoch := w.net.epoch()
 	ls, err := acquire(s.ctx)
 	w.ck.returned(w.who, s.name, what+" "+s.name, s.ctxEnd, w.p.opTimeout, err)
 	if err != nil {
 		return
 	}
-	h := &simHeld{who: w.who, name: s.name, mode: ls.Mode(), fence: ls.Fence(), delay: s.delay, maxHold: s.hold, extra: s.delay, lease: ls, epoch: epoch}
+	h := &simHeld{who: w.who, name: s.name, mode: ls.Mode(), fence: ls.Fence(), delay: s.delay, maxHold: s.hold, minHold: s.min, extra: s.delay, lease: ls, epoch: epoch}
 	w.ck.add(h)
 	if release == nil {
 		release = ls.Release
 	}
-	w.hold(ls, []*simHeld{h}, s.ttl, s.auto, release, func() {
+	hd := &simHolding{x: ls, hs: []*simHeld{h}, release: release, shortest: s.ttl}
+	if re == nil {
+		hd.restart = func() bool { return w.restart(s, hd) }
+	}
+	w.hold(hd, s.ttl, s.auto, func() {
 		if re != nil {
 			w.reenter(re, ls, h)
 		}
 	})
+}
+
+// simHolding is what a worker holds: the lease, its registered holds, how
+// it releases it, and, for a single lease that can be resumed, how its
+// process "restarts" (see restart).
+type simHolding struct {
+	x       simHoldable
+	hs      []*simHeld
+	release func(context.Context) error
+	restart func() bool
+	// shortest is the shortest TTL any request for the hold asked: a
+	// resume asks no longer (see Locker.Resume).
+	shortest time.Duration
+}
+
+// restart stands for a process that dies holding hd's lease and comes
+// back: the Locker lets go of the lease without a store call (Forget),
+// and after a pause of up to a TTL the worker takes it back by name, token
+// and mode with Locker.Resume. On success hd holds the resumed lease (a
+// hold of its own for the checker, with the same token and fence); it
+// reports whether the worker still holds anything.
+func (w *simWorker) restart(s *simStep, hd *simHolding) bool {
+	ls, h := hd.x.(*dlock.Lease), hd.hs[0]
+	req := dlock.Request{Name: ls.Name(), Token: ls.Token(), Mode: ls.Mode()}
+	if req.Mode == dlock.ModeSemaphore {
+		req.Limit = simLimit
+	}
+	if err := ls.Forget(); err != nil {
+		return false // lost already: the worker has nothing to take back
+	}
+	w.ck.forgot(h)
+	w.net.logf("%s restarts holding %s %s fence=%d tok=%s", w.who, h.kind(), h.name, h.fence, short(req.Token))
+	time.Sleep(time.Duration(w.rng.Int64N(int64(s.ttl))))
+	opts := []dlock.Option{dlock.WithTTL(hd.shortest)}
+	if s.auto {
+		opts = append(opts, dlock.WithAutoRenew())
+	}
+	if s.delay > 0 {
+		opts = append(opts, dlock.WithLockDelay(s.delay))
+	}
+	maxHold := time.Duration(0)
+	if s.hold > 0 {
+		// The store keeps the max hold plus its drift margin (the Lockers'
+		// default factor 0.01): the bound a resumed lease learns.
+		maxHold = s.hold + s.hold/100 + 2*time.Millisecond
+	}
+	w.ck.resuming(h, maxHold)
+	ctx, end, cancel := w.callContext()
+	defer cancel()
+	epoch := w.net.epoch()
+	got, err := w.p.l.Resume(ctx, req, opts...)
+	w.ck.returned(w.who, h.name, "Locker.Resume "+h.name, end, w.p.opTimeout, err)
+	if err != nil {
+		return false
+	}
+	if f := w.net.fenceOf(h.name, req.Token); f != 0 && got.Fence() != f {
+		// The hold's fence, by the model: the token's grant (a late
+		// request of its acquire may have got it a new one).
+		w.ck.failed2(h.name, fmt.Sprintf("(c) %s resumed %v with fence %d, want its hold's %d", w.who, h, got.Fence(), f))
+	}
+	h2 := &simHeld{who: w.who, name: h.name, mode: got.Mode(), fence: got.Fence(), resumed: true, delay: s.delay, maxHold: maxHold,
+		minHold: h.minHold, extra: s.delay, lease: got, epoch: min(epoch, h.epoch)}
+	w.ck.resumed(h)
+	w.ck.add(h2)
+	hd.x, hd.hs, hd.release = got, []*simHeld{h2}, got.Release
+	return true
 }
 
 // multi takes two names with a Multi and holds them.
@@ -298,19 +382,19 @@ func (w *simWorker) multi(s *simStep) {
 	}
 	var hs []*simHeld
 	for _, n := range ml.Names() {
-		h := &simHeld{who: w.who, name: n, mode: dlock.ModeMutex, multi: true, fence: ml.Fence(n), maxHold: s.hold, extra: s.delay, lease: ml, epoch: epoch}
+		h := &simHeld{who: w.who, name: n, mode: dlock.ModeMutex, multi: true, fence: ml.Fence(n), maxHold: s.hold, minHold: s.min, extra: s.delay, lease: ml, epoch: epoch}
 		w.ck.add(h)
 		hs = append(hs, h)
 	}
-	w.hold(ml, hs, s.ttl, s.auto, ml.Release, func() {})
+	w.hold(&simHolding{x: ml, hs: hs, release: ml.Release, shortest: s.ttl}, s.ttl, s.auto, func() {})
 }
 
-// hold runs a few holder steps on x, then releases it with release (or,
-// when it does not renew itself, sometimes abandons it).
-func (w *simWorker) hold(x simHoldable, hs []*simHeld, ttl time.Duration, auto bool, release func(context.Context) error, reenter func()) {
+// hold runs a few holder steps on hd, then releases it (or, when it does
+// not renew itself, sometimes abandons it).
+func (w *simWorker) hold(hd *simHolding, ttl time.Duration, auto bool, reenter func()) {
 	r := w.rng
 	act := func() {
-		for _, h := range hs {
+		for _, h := range hd.hs {
 			w.ck.action(h)
 		}
 	}
@@ -319,14 +403,22 @@ func (w *simWorker) hold(x simHoldable, hs []*simHeld, ttl time.Duration, auto b
 			break
 		}
 		act()
+		x, hs := hd.x, hd.hs
 		switch k := r.IntN(6); {
+		case k == 5 && hd.restart != nil && r.IntN(2) == 0:
+			if !hd.restart() {
+				return
+			}
 		case k < 2 && w.net.prof.extends > 0:
 			if k == 0 || w.net.prof.extends < 2 {
-				w.extend(x, hs[0], w.extendTTL(x), w.extendTimeout())
+				ttl := w.extendTTL(x)
+				hd.shortest = min(hd.shortest, ttl)
+				w.extend(x, hs[0], ttl, w.extendTimeout())
 				break
 			}
 			// Two extensions with different TTLs at once.
 			a, b := w.extendTTL(x), w.extendTTL(x)
+			hd.shortest = min(hd.shortest, a, b)
 			ta, tb := w.extendTimeout(), w.extendTimeout()
 			var wg sync.WaitGroup
 			wg.Go(func() { w.extend(x, hs[0], a, ta) })
@@ -345,6 +437,7 @@ func (w *simWorker) hold(x simHoldable, hs []*simHeld, ttl time.Duration, auto b
 		}
 	}
 	act()
+	hs := hd.hs
 	if !auto && r.IntN(8) == 0 {
 		w.net.logf("%s abandons %s fence=%d", w.who, hs[0].name, hs[0].fence)
 		return
@@ -352,7 +445,7 @@ func (w *simWorker) hold(x simHoldable, hs []*simHeld, ttl time.Duration, auto b
 	for _, h := range hs {
 		w.ck.releasing(h)
 	}
-	err := release(w.bg())
+	err := hd.release(w.bg())
 	w.net.logf("%s released %s fence=%d: %v", w.who, hs[0].name, hs[0].fence, err)
 }
 
