@@ -140,6 +140,16 @@ func (s *Server) lockDelayError(delay time.Duration) *apiError {
 		Message: "the store cannot keep a lock-delay: it does not end holds by its own clock"}
 }
 
+// minHoldError is the 400 for a min hold on a store that cannot keep a
+// name past a release (store.MinHolder), or nil.
+func (s *Server) minHoldError(minHold time.Duration) *apiError {
+	if minHold == 0 || store.SupportsMinHold(s.locker.Store()) {
+		return nil
+	}
+	return &apiError{Status: http.StatusBadRequest, Error: "not supported", Field: "minHoldMs",
+		Message: "the store cannot keep a min hold: a released lock is free at once"}
+}
+
 func validToken(t string) *apiError {
 	if len(t) < 32 || len(t) > 128 {
 		return badField("token", "must be 32 to 128 hexadecimal characters")

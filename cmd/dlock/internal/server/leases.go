@@ -347,6 +347,9 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 	if e == nil {
 		e = s.lockDelayError(p.delay)
 	}
+	if e == nil {
+		e = s.minHoldError(p.req.MinHold)
+	}
 	if e != nil {
 		writeAPIError(w, e)
 		return

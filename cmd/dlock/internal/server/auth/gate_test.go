@@ -39,6 +39,8 @@ func TestAuthFileErrors(t *testing.T) {
 		{`{"tokens":[{"tenant":"a","sha256":"` + h + `","prefixes":[""],"access":"read-only","maxHolds":-1}]}`, "tokens[0].maxHolds"},
 		{`{"tokens":[{"tenant":"a","sha256":"` + h + `","prefixes":[""],"access":"read-only","acquiresPerSecond":-1}]}`, "tokens[0].acquiresPerSecond"},
 		{`{"tokens":[{"tenant":"a","token":"x"}]}`, "unknown field"},
+		{`{"tokens":[{"tenant":"a","sha256":"` + h + `","prefixes":[""],"access":"admin","name":"x\u0007"}]}`, "tokens[0].name"},
+		{`{"tokens":[{"tenant":"a","sha256":"` + h + `","prefixes":[""],"access":"admin","name":"` + strings.Repeat("n", 129) + `"}]}`, "tokens[0].name"},
 	} {
 		_, err := parseAuthFile([]byte(tc.body))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
