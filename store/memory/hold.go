@@ -130,6 +130,7 @@ func (s *Store) Resume(ctx context.Context, req store.Request) (store.Grant, err
 	if h == nil || h.write != (req.Mode == store.ModeWrite) {
 		return store.Grant{}, store.ErrNotHeld
 	}
+	h.claim(now) // a fair waiter may learn of its handoff so
 	g := store.Grant{Acquired: true, Fence: h.fence, Count: 1}
 	if req.Mode == store.ModeReentrant {
 		lk.extendAll(now.Add(req.TTL))
