@@ -161,7 +161,9 @@ func (l *Locker) holdFields(c *config, req *Request) error {
 // with the same token), an error wrapping [ErrMaxHold] when the hold's
 // max hold leaves nothing to resume, or [ErrClosed]. The hold is the
 // caller's: Resume never releases it, whatever it returns. With a ctx
-// without a deadline the call is bounded by [WithOpTimeout].
+// without a deadline the call is bounded by [WithOpTimeout]. Observers
+// get an [EventAcquire] for it, as for any acquire (Result "locked" for
+// ErrNotHeld), so the resumed lease's events are matched like others'.
 func (l *Locker) Resume(ctx context.Context, req Request, opts ...Option) (*Lease, error) {
 	opts = opts[:len(opts):len(opts)]
 	if req.TTL != 0 {
