@@ -343,19 +343,10 @@ var testHookWaiting func(name string)
 
 func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
-	p, e := decodeAcquire(name, r.Body)
-	if e == nil {
-		e = s.lockDelayError(p.delay)
-	}
-	if e == nil {
-		e = s.minHoldError(p.req.MinHold)
-	}
+	p, e := s.acquireParams(r)
 	if e != nil {
 		writeAPIError(w, e)
 		return
-	}
-	if p.req.Holder == "" {
-		p.req.Holder = defaultHolder(r)
 	}
 	if p.wait > 0 {
 		extendWriteDeadline(w, p.wait)
@@ -413,6 +404,22 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 		ttl = min(ttl, p.maxHold) // what the store was asked for
 	}
 	writeGrant(w, name, ls, ttl)
+}
+
+// acquireParams reads the acquire r asks for, with what the store can
+// keep of it and its holder (the caller's by default).
+func (s *Server) acquireParams(r *http.Request) (acquireParams, *apiError) {
+	p, e := decodeAcquire(r.PathValue("name"), r.Body)
+	if e == nil {
+		e = s.lockDelayError(p.delay)
+	}
+	if e == nil {
+		e = s.minHoldError(p.req.MinHold)
+	}
+	if p.req.Holder == "" {
+		p.req.Holder = defaultHolder(r)
+	}
+	return p, e
 }
 
 // lockerMaxHold is the max hold to ask the /v1 Locker for so that the
