@@ -36,10 +36,10 @@ type listReply struct {
 // quorum-th longest remaining hold); Mode is the mode most holding nodes
 // report. Owners are the holds a majority of nodes record alike (see the
 // package doc, "A hold's record and bounds"), one Owner "" for each hold
-// the nodes do not agree on by holder and data. Fence is the highest fence a majority of nodes has issued or
-// accepted (the quorum-th highest counter): the holder's fence while it
-// holds, and below every fence a later grant gets. Queue and Limit are the
-// highest any node reports. A hold on a minority of nodes (a partial
+// the nodes do not agree on by holder and data. Fence is the highest fence
+// a majority of nodes has issued or accepted (the quorum-th highest
+// counter): the holder's fence while it holds, and below every fence a
+// later grant gets. Queue and Limit are the highest any node reports. A hold on a minority of nodes (a partial
 // acquisition that is being undone, or a node that has not expired it yet)
 // does not count. It returns a [*QuorumError] when fewer than a majority
 // answer, and an error wrapping [store.ErrNotSupported] when a majority of
