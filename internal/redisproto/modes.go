@@ -387,7 +387,7 @@ var StateScript = withHold("scripts/state.lua")
 // PatternStateScript describes the reentrant, read-write, fair or semaphore
 // state of a name whose main key holds no mutex; call it with
 // [Layout.PatternStateKeys] and decode with [DecodePatternState].
-var PatternStateScript = newScript("scripts/patterns_state.lua", load("scripts/hold_lib.lua").Src+"\n"+load("scripts/patterns_state.lua").Src)
+var PatternStateScript = newScript("scripts/patterns_state.lua", load("scripts/hold_lib.lua").Src+"\nhold_lib()\n"+load("scripts/patterns_state.lua").Src)
 
 // StateKeys is KEYS of StateScript.
 func (l *Layout) StateKeys(name string) []string {

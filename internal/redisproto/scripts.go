@@ -49,7 +49,7 @@ func newScript(name, src string) *Script {
 // name_lib.lua and hold_lib.lua, then those of libs, then the operation (the last path):
 // one script, one round trip.
 func joined(paths ...string) *Script {
-	src := load("scripts/clock_lib.lua").Src + "\n" + load("scripts/name_lib.lua").Src + "\n" + load("scripts/hold_lib.lua").Src
+	src := load("scripts/clock_lib.lua").Src + "\n" + load("scripts/name_lib.lua").Src + "\n" + load("scripts/hold_lib.lua").Src + "\nhold_lib()"
 	for _, p := range paths {
 		src += "\n" + load(p).Src
 	}
@@ -64,7 +64,8 @@ func withClock(path string) *Script {
 }
 
 // withHold returns the script made of clock_lib.lua, hold_lib.lua (a
-// hold's record) and then the operation at path: the mutex's scripts.
+// hold's record) and then the operation at path: the mutex's and the
+// multi-lock's scripts, which call hold_lib() where they meet a record.
 func withHold(path string) *Script {
 	return newScript(path, load("scripts/clock_lib.lua").Src+"\n"+load("scripts/hold_lib.lua").Src+"\n"+load(path).Src)
 }

@@ -28,6 +28,7 @@
 -- Every key and fence key is read before anything is written, so a key of
 -- the wrong type, or a fence key that holds no integer, fails the call
 -- before any grant.
+hold_lib()
 local me = ARGV[1]
 local n = #KEYS / 6
 local mine, last = {}, {}
@@ -86,7 +87,7 @@ for i = 1, n do
     reply[i + 1] = f
     if wanted then
       redis.call('SET', hold, rec_new(me, f, rec_argv(3 + n)), 'PX', ttl)
-      if not redis.call('SET', flag, '1', 'NX', 'PX', ttl) then
+      if not redis.call('SET', flag, 'r', 'NX', 'PX', ttl) then
         keep(flag, ttl, 0)
       end
     end

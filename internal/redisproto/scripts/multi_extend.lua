@@ -10,6 +10,7 @@
 -- now ARGV[2+i], capped at its record's max end; 0 when it does not hold
 -- it, the max end passed, or a release left it to its min end (that name
 -- is left unchanged).
+hold_lib()
 local reply = {}
 for i = 1, #KEYS / 6 do
   reply[i] = 0

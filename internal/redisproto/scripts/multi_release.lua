@@ -11,6 +11,7 @@
 -- or handed to a waiter, or, before its record's min end, left to expire
 -- there, the record marked released); 0 when it did not (that name is left
 -- unchanged).
+hold_lib()
 local me = ARGV[1]
 
 -- handoff gives name i to its first live registered waiter, as
@@ -69,7 +70,12 @@ for i = 1, #KEYS / 6 do
   local v = redis.call('MGET', KEYS[6 * i - 5], KEYS[6 * i - 2], KEYS[6 * i - 1])
   if v[1] == me then
     reply[i] = 1
-    if not (v[3] and kept(i, v[3])) and not (v[2] and handoff(i)) then
+    if v[2] == 'r' then
+      -- A record and no waiter (see mutex_release).
+      if not kept(i, v[3]) then
+        redis.call('DEL', KEYS[6 * i - 5], KEYS[6 * i - 2])
+      end
+    elseif not (v[3] and kept(i, v[3])) and not (v[2] and handoff(i)) then
       redis.call('DEL', KEYS[6 * i - 5])
     end
   end

@@ -30,8 +30,8 @@
 --          refreshed by then is skipped, judged by this server's clock
 -- ARGV[8..11] optional, full form: the request's record (see hold_lib):
 --          a new grant records it in KEYS[6], with the hold's TTL, and sets
---          the waiters flag to outlive it, so that every release takes the
---          full form, which reads the record (a release before its min
+--          the waiters flag to outlive it ("r" when it was not set: a
+--          record and no waiter), so that every release takes the full form, which reads the record (a release before its min
 --          end leaves the key to expire there). ARGV[2] is then at most
 --          the max hold. A repeat by the holder is capped at its record's
 --          max end.
@@ -69,6 +69,9 @@ if type(cur) == 'table' and cur.err then
   end
 end
 local HOLD = #KEYS == 7 and KEYS[6]
+if HOLD then
+  hold_lib()
+end
 local rec
 if cur == me then
   local ttl = ARGV[2]
@@ -104,9 +107,12 @@ elseif cur then
     -- The set outlives every live registration, and the flag the set.
     if redis.call('PTTL', KEYS[3]) < qttl + 30000 then
       redis.call('PEXPIRE', KEYS[3], qttl + 60000)
-      -- Never shortened: it outlives a record too (see ARGV[8]).
-      if not redis.call('SET', KEYS[5], '1', 'NX', 'PX', qttl + 61000) then
+      -- "1" (a record's "r" says there is no waiter), never shortened:
+      -- it outlives a record too (see ARGV[8]).
+      if redis.call('SET', KEYS[5], '1', 'XX', 'KEEPTTL') then
         keep(KEYS[5], qttl + 61000, 0)
+      else
+        redis.call('SET', KEYS[5], '1', 'PX', qttl + 61000)
       end
     end
   end
@@ -146,7 +152,7 @@ end
 if HOLD and not rec and rec_wanted(8) then
   -- The record, and the flag that sends every release to the full form.
   redis.call('SET', HOLD, rec_new(me, f, rec_argv(8)), 'PX', ARGV[2])
-  if not redis.call('SET', KEYS[5], '1', 'NX', 'PX', ARGV[2]) then
+  if not redis.call('SET', KEYS[5], 'r', 'NX', 'PX', ARGV[2]) then
     keep(KEYS[5], tonumber(ARGV[2]), 0)
   end
 end

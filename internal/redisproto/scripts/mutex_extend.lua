@@ -22,6 +22,7 @@ if v[1] ~= ARGV[1] then
 end
 local ttl = tonumber(ARGV[2])
 if v[2] then
+  hold_lib()
   local r = rec_parse(v[2])
   if r and r.tok == ARGV[1] then
     ttl = rec_ttl(r, ttl)

@@ -12,6 +12,7 @@
 -- Reply: {holder, since, data, fence} of the hold ended (see rec_owner;
 -- "", 0, "" and the last fence for one without a record), or {} when the
 -- lock key is free or holds another pattern's marker (see name_lib).
+hold_lib()
 local v = redis.call('GET', KEYS[1])
 if not v or string.sub(v, 1, 6) == 'dlock:' then
   return {}
@@ -23,7 +24,7 @@ if r and r.tok ~= v then
 end
 redis.call('DEL', KEYS[6])
 local owner = rec_owner(r, f)
-while redis.call('EXISTS', KEYS[5]) == 1 do
+while redis.call('GET', KEYS[5]) == '1' do
   local e = redis.call('ZPOPMIN', KEYS[3])
   if #e == 0 then
     redis.call('DEL', KEYS[5])
@@ -45,5 +46,5 @@ while redis.call('EXISTS', KEYS[5]) == 1 do
     end
   end
 end
-redis.call('DEL', KEYS[1])
+redis.call('DEL', KEYS[1], KEYS[5])
 return owner

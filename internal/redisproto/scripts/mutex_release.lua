@@ -7,7 +7,7 @@
 -- KEYS[3]  waiters (see mutex_acquire)
 -- KEYS[4]  the caller's wake-up channel (see mutex_acquire)
 -- KEYS[5]  waiters flag (see mutex_acquire): absent, there is no waiter
---          and no record
+--          and no record; "r", a record and no waiter
 -- KEYS[6]  the hold's record (see hold_lib): deleted with the hold; or,
 --          before its min end, the hold is left to expire there (the lock
 --          key and the record then expire at the min end, the record marked
@@ -43,7 +43,9 @@ if v[1] ~= me then
   end
   return redis.call('ZREM', KEYS[3], ARGV[2] .. ' ' .. #KEYS[4] .. ' ' .. KEYS[4] .. me)
 end
+local hold -- the record's key, when it is the caller's
 if v[3] then
+  hold_lib()
   local r = rec_parse(v[3])
   if r and r.tok == me then
     if r.released then
@@ -57,8 +59,16 @@ if v[3] then
       keep(KEYS[2], r.min - now(), tonumber(ARGV[3]))
       return 1
     end
-    redis.call('DEL', KEYS[6])
+    hold = KEYS[6]
   end
+end
+if v[2] == 'r' then
+  -- A record and no waiter: the record and the flag go with the key.
+  redis.call('DEL', KEYS[1], flag, hold or flag)
+  return 1
+end
+if hold then
+  redis.call('DEL', hold)
 end
 while v[2] do
   local e = redis.call('ZPOPMIN', KEYS[3])

@@ -10,6 +10,7 @@
 -- end passed, or a release left it to its min end (nothing changed). The
 -- fence is the record's, or the fence key's (the last issued, the holder's
 -- unless raised since), or, both gone, a new one.
+hold_lib()
 local me = ARGV[1]
 local v = redis.call('MGET', KEYS[1], KEYS[3])
 if v[1] ~= me then

@@ -15,6 +15,7 @@
 -- pttl is the lock key's remaining TTL in ms (-2 none, -1 no TTL); fence is
 -- the last fence issued (0 when the counter is gone); waiters counts the
 -- live registrations of mutex waiters (0 unless type is "string").
+hold_lib()
 local t = redis.call('TYPE', KEYS[1])['ok']
 local holders, waiters = 0, 0
 if t == 'string' and string.match(redis.call('GET', KEYS[1]), '^dlock:%a') then
