@@ -395,7 +395,10 @@ func (n *simNet) acquire(from string, req dlock.Request, sent time.Time) (store.
 		return g, err
 	case g.Acquired:
 		h := n.live(k, now)
-		if h == nil {
+		if h == nil || h.fence != g.Fence {
+			// New (another fence: the store's hold of the token ended,
+			// as a handover not claimed within its window does, before
+			// the model's).
 			h = newSimHold(req, now, g.Fence)
 			n.holds[k] = h
 			if n.newFence(req) {
