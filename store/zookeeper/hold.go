@@ -44,7 +44,12 @@ type adopted struct {
 // round trip. errMoved when the node changed or went meanwhile.
 func (s *Store) move(dir string, e entry, d nodeData, st *zk.Stat) (adopted, error) {
 	old := dir + "/" + e.name
-	if d.Since == 0 {
+	// A holding node without a fence is a queue place handed the hold
+	// whose grant has not been written: it is granted now (by the fence
+	// write that follows), not at its creation. A reader sharing the
+	// name's fence writes none: its creation was its grant.
+	granted := d.Fence != 0 || e.mode == 'r'
+	if d.Since == 0 && granted {
 		d.Since = st.Mtime
 	}
 	data, _ := json.Marshal(d)
@@ -67,7 +72,10 @@ func (s *Store) move(dir string, e entry, d nodeData, st *zk.Stat) (adopted, err
 	}
 	s.untrack(old)
 	now := time.UnixMilli(res[2].Stat.Mtime)
-	since := time.UnixMilli(d.Since)
+	since := now
+	if granted {
+		since = time.UnixMilli(d.Since)
+	}
 	a := adopted{path: moved, d: d}
 	// Times in ms: a millisecond of margin each way.
 	if d.MaxHold > 0 {
@@ -124,8 +132,11 @@ func (s *Store) keepMin(kind, dir string, e entry) (bool, error) {
 	if l == nil && d.MinHold == 0 {
 		return false, nil
 	}
-	if d.Released {
-		return true, nil // a repeat by the releaser
+	if d.Released { // released through another Store, or a repeat
+		if l != nil {
+			s.keepUntil(path, l.minUntil)
+		}
+		return true, nil
 	}
 	d.Released = true
 	if l != nil || !s.takeOver {
@@ -265,26 +276,28 @@ func (s *Store) resumeOnce(kind, dir string, req store.Request) (store.Grant, er
 		return store.Grant{}, store.ErrNotHeld
 	}
 	var own *known
-	if kind != "r" && s.owned(path) == nil {
-		d, st, err := s.readData(path)
+	switch {
+	case kind != "r" && s.owned(path) == nil && s.tracked(path):
+		// A queue place of this session that was handed the hold: its
+		// grant, as the waiter's Acquire would make it.
+		g, err := s.grant(kind, req, dir, path, es, i, nil)
+		if err == nil && !g.Acquired {
+			err = store.ErrNotHeld
+		}
 		if err != nil {
 			return store.Grant{}, err
 		}
-		if d.Released {
+	case kind != "r" && s.owned(path) == nil:
+		if path, own, err = s.resumeMoved(dir, es[i], req); err != nil {
+			return store.Grant{}, err
+		}
+	default:
+		if err := s.releasedElsewhere(kind, path); err != nil {
+			return store.Grant{}, err
+		}
+		if !s.push(path, req.TTL) {
 			return store.Grant{}, store.ErrNotHeld
 		}
-		a, err := s.move(dir, es[i], d, st)
-		if err != nil {
-			return store.Grant{}, err
-		}
-		path, own = a.path, &known{d: a.d, ver: 1}
-		if _, ok := s.trackHold(path, req.TTL, a.d.Fence, &a.b); !ok {
-			return store.Grant{}, store.ErrNotHeld // past its MaxHold: the reaper ends it
-		}
-	} else if err := s.releasedElsewhere(kind, path); err != nil {
-		return store.Grant{}, err
-	} else if !s.push(path, req.TTL) {
-		return store.Grant{}, store.ErrNotHeld
 	}
 	g := store.Grant{Acquired: true, Count: 1, TTL: req.TTL}
 	if kind == "r" {
@@ -321,6 +334,27 @@ func (s *Store) repeatElsewhere(kind, dir string, req store.Request, es []entry)
 	}
 	g.TTL, g.MaxHoldLeft = 0, 0
 	return g, err
+}
+
+// resumeMoved moves the hold of node e (another session's) into this
+// store's session for Resume and tracks it for req.TTL, capped by its
+// MaxHold end. It returns the node's new path and its data.
+func (s *Store) resumeMoved(dir string, e entry, req store.Request) (string, *known, error) {
+	d, st, err := s.readData(dir + "/" + e.name)
+	if err != nil {
+		return "", nil, err
+	}
+	if d.Released {
+		return "", nil, store.ErrNotHeld
+	}
+	a, err := s.move(dir, e, d, st)
+	if err != nil {
+		return "", nil, err
+	}
+	if _, ok := s.trackHold(a.path, req.TTL, a.d.Fence, &a.b); !ok {
+		return "", nil, store.ErrNotHeld // past its MaxHold: the reaper ends it
+	}
+	return a.path, &known{d: a.d, ver: 1}, nil
 }
 
 // heldLimit is the limit a semaphore's permits are held with (0 for

@@ -182,6 +182,9 @@ func releaseElsewhere(t *testing.T, srv *zktest.Server, takeOver bool) {
 			if g, err := s.Resume(ctx, req); !errors.Is(err, store.ErrNotHeld) {
 				t.Errorf("Resume of a released hold through %s = %+v, %v; want ErrNotHeld", name, g, err)
 			}
+			if g, err := s.Acquire(ctx, req); err != nil || g.Acquired {
+				t.Errorf("a late repeated Acquire of a released hold through %s = %+v, %v; want refused", name, g, err)
+			}
 		}
 		if err := b.Release(ctx, req); err != nil {
 			t.Errorf("a repeated Release = %v, want nil", err)

@@ -234,6 +234,13 @@ func (s *Store) grant(kind string, req store.Request, dir, path string, es []ent
 	if s.released(path) {
 		return s.refusal(kind, dir, es, -1, req.Limit), nil
 	}
+	if s.owned(path) != nil { // a repeat: released elsewhere? (read only with a MinHold)
+		if err := s.releasedElsewhere(kind, path); errors.Is(err, store.ErrNotHeld) {
+			return s.refusal(kind, dir, es, -1, req.Limit), nil
+		} else if err != nil {
+			return store.Grant{}, err
+		}
+	}
 	start := time.Now()
 	fence, err := s.fenceOf(kind, req.Mode, dir, path, es, i, own)
 	if errors.Is(err, errNodeGone) {
@@ -385,46 +392,43 @@ func (s *Store) Extend(ctx context.Context, reqs []store.Request) []error {
 			errs[i] = storeErr("extend", j.err)
 			continue
 		}
-		k := find(j.es, req.Token)
-		if k < 0 {
-			errs[i] = store.ErrNotHeld
-			continue
-		}
-		path := j.dir + "/" + j.es[k].name
-		if s.lapsed(path) || s.released(path) || !holds(kind, j.es, k, req.Limit) {
-			errs[i] = store.ErrNotHeld
-			continue
-		}
-		if kind != "r" && (s.owned(path) == nil && s.takeOver) {
-			// Another session's node: this store takes it over with
-			// its bounds, as Resume does (WithTakeOver).
-			if _, err := s.resume(kind, j.dir, req); err != nil && !errors.Is(err, store.ErrNotHeld) {
-				errs[i] = storeErr("extend", err)
-			} else {
-				errs[i] = err
-			}
-			continue
-		}
-		if err := s.releasedElsewhere(kind, path); err != nil {
-			if !errors.Is(err, store.ErrNotHeld) {
-				err = storeErr("extend", err)
-			}
-			errs[i] = err
-			continue
-		}
-		if !s.push(path, req.TTL) {
-			errs[i] = store.ErrNotHeld // lapsed meanwhile
-			continue
-		}
-		if kind == "r" {
-			for _, e := range j.es {
-				if e.kind == 'r' && e.owner == j.es[k].owner {
-					s.push(j.dir+"/"+e.name, req.TTL)
-				}
-			}
+		if errs[i] = s.extendOne(kind, j.dir, j.es, req); errs[i] != nil && !errors.Is(errs[i], store.ErrNotHeld) {
+			errs[i] = storeErr("extend", errs[i])
 		}
 	}
 	return errs
+}
+
+// extendOne renews req's hold among es, the listed nodes of dir.
+func (s *Store) extendOne(kind, dir string, es []entry, req store.Request) error {
+	k := find(es, req.Token)
+	if k < 0 {
+		return store.ErrNotHeld
+	}
+	path := dir + "/" + es[k].name
+	if s.lapsed(path) || s.released(path) || !holds(kind, es, k, req.Limit) {
+		return store.ErrNotHeld
+	}
+	if kind != "r" && s.owned(path) == nil && s.takeOver {
+		// Another session's node: this store takes it over with its
+		// bounds, as Resume does (WithTakeOver).
+		_, err := s.resume(kind, dir, req)
+		return err
+	}
+	if err := s.releasedElsewhere(kind, path); err != nil {
+		return err
+	}
+	if !s.push(path, req.TTL) {
+		return store.ErrNotHeld // lapsed meanwhile
+	}
+	if kind == "r" {
+		for _, e := range es {
+			if e.kind == 'r' && e.owner == es[k].owner {
+				s.push(dir+"/"+e.name, req.TTL)
+			}
+		}
+	}
+	return nil
 }
 
 // Release implements [store.Store]: it deletes the token's node. The next
