@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/dlock-dev/dlock/cmd/dlock/internal/runner"
+	"github.com/dlock-dev/dlock/internal/testredis"
 )
 
 // Issue 38 on the command line, through a dlock serve on the memory store:
@@ -131,4 +132,37 @@ func TestRunHoldRecordUsage(t *testing.T) {
 			t.Errorf("dlock run %s = %d (stderr %q), want %d naming %s", args[0], code, stderr, runner.ExitUsage, args[0])
 		}
 	}
+}
+
+// TestForceReleaseOnRedis: on a Redis store, a foreign library's key
+// (SET NX PX) shows as a hold of an unknown owner, and dlock force-release
+// ends it (the way out that was redis-cli del); a dlock run's hold shows
+// its owner.
+func TestForceReleaseOnRedis(t *testing.T) {
+	srv := testredis.Start(t)
+	env := []string{"DLOCK_REDIS_URL=" + srv.URL()}
+	name := uniqueName(t)
+	if _, err := srv.Do("SET", "lock:"+name, "foreign-token", "NX", "PX", "600000"); err != nil {
+		t.Fatal(err)
+	}
+	_, out, _ := runDlock(t, env, "status", name)
+	if !strings.Contains(out, "\n  owner unknown") {
+		t.Errorf("dlock status of a foreign key = %q, want a hold of an unknown owner", out)
+	}
+	code, out, stderr := runDlock(t, env, "force-release", name)
+	if code != 0 || !strings.Contains(out, "force-released 1 hold(s)") || !strings.Contains(out, "owner unknown") {
+		t.Fatalf("dlock force-release of a foreign key = %d, %q (stderr %q)", code, out, stderr)
+	}
+	if v, err := srv.Do("EXISTS", "lock:"+name); err != nil || v != "0" {
+		t.Errorf("EXISTS lock:%s after force-release = %q, %v; want 0", name, v, err)
+	}
+	p := startDlock(t, env, "run", "--owner", "nightly@db-2", name, "--", "sh", "-c", holdScript)
+	if l := p.line(); !strings.HasPrefix(l, "started ") {
+		t.Fatalf("dlock run printed %q, want started", l)
+	}
+	if _, owners := statusJSON(t, env, name); len(owners) != 1 || owners[0].Owner != "nightly@db-2" || owners[0].Since == 0 {
+		t.Errorf("owners on Redis = %+v, want nightly@db-2 with its grant time", owners)
+	}
+	p.stdin.Close()
+	p.wait()
 }
