@@ -304,3 +304,40 @@ func TestForceReleaseOtherSession(t *testing.T) {
 		t.Errorf("Acquire after ForceRelease = %+v, %v; want a grant with a fence > %d", g2, err, g.Fence)
 	}
 }
+
+// TestResumeHandedFairPlace: Resume of a fair waiter's place that was
+// handed the hold (its holder released) before the waiter asked again is
+// its grant: a fence above the last holder's, Since and MinHold counted
+// from then.
+func TestResumeHandedFairPlace(t *testing.T) {
+	srv := zktest.Start(t)
+	ctx := t.Context()
+	s, c := newStore(t, srv.Addr()), newStore(t, srv.Addr())
+	first := store.Request{Name: "handed", Token: "first", TTL: 20 * time.Second, Mode: store.ModeFair}
+	waiter := store.Request{Name: "handed", Token: "waiter", TTL: 20 * time.Second, Mode: store.ModeFair,
+		Queue: true, QueueTTL: 20 * time.Second, Holder: "waiter/1", MinHold: 20 * time.Second}
+	g1 := mustGrant(t, s, first)
+	if g, err := s.Acquire(ctx, waiter); err != nil || g.Acquired {
+		t.Fatalf("Acquire of the waiter = %+v, %v; want a queue place", g, err)
+	}
+	queued := time.Now()
+	for time.Since(queued) < 50*time.Millisecond { // a gap the ensemble's ms clock shows
+		time.Sleep(5 * time.Millisecond)
+	}
+	released := time.Now()
+	if err := s.Release(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	g, err := s.Resume(ctx, waiter)
+	if err != nil || !g.Acquired || g.Fence <= g1.Fence {
+		t.Fatalf("Resume of the handed place = %+v, %v; want a grant with a fence > %d", g, err, g1.Fence)
+	}
+	st, err := c.State(ctx, "handed")
+	if err != nil || len(st.Owners) != 1 || st.Owners[0].Since.Before(released.Truncate(time.Millisecond)) {
+		t.Errorf("State = %+v, %v; want the waiter's hold, Since after the release at %v", st, err, released)
+	}
+	if err := s.Release(ctx, waiter); err != nil {
+		t.Fatal(err)
+	}
+	refused(t, c, "handed", "after an early release of a resumed hold with a MinHold")
+}
