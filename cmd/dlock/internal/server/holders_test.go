@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
@@ -215,7 +216,9 @@ func TestV1ForceRelease(t *testing.T) {
   {"tenant":"ops","name":"alice","sha256":"` + HashToken(admin) + `","prefixes":[""],"access":"admin"},
   {"tenant":"team-a","sha256":"` + HashToken(tokA) + `","prefixes":[""],"access":"read-write"}
 ]}`
-	e := newEnv(t, memory.New(), Config{AuthFile: writeAuthFile(t, t.TempDir(), file), SnapshotInterval: time.Hour})
+	var logged lockedBuf
+	e := newEnv(t, memory.New(), Config{AuthFile: writeAuthFile(t, t.TempDir(), file), SnapshotInterval: time.Hour,
+		Logger: slog.New(slog.NewTextHandler(&logged, nil))})
 	a, ops := bearerOf(tokA), bearerOf(admin)
 	stream := openStreamAs(t, e, admin)
 	r := e.post("/v1/locks/stuck/acquire", `{"ttlMs":60000,"mode":"mutex","owner":"batch-7","minHoldMs":50000}`, a...)
@@ -259,6 +262,9 @@ func TestV1ForceRelease(t *testing.T) {
 		}
 		return true
 	})
+	if line := `msg="dlock: lock force-released" name=stuck by=ops/alice owners=[batch-7]`; !strings.Contains(logged.String(), line) {
+		t.Errorf("log = %q, want a line with %s", logged.String(), line)
+	}
 	if st := e.get("/v1/locks/stuck", a...).json(t); st["held"] != false {
 		t.Errorf("after force-release (a min hold too), state = %v, want free", st)
 	}
