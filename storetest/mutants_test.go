@@ -47,6 +47,8 @@ var mutants = []struct {
 	{"no-since", "Hold/Record"},
 	{"owners-one", "Hold/Record"},
 	{"record-dropped", "Hold/RecordLimits"},
+	{"record-lingers", "Hold/RecordGoneAfterRelease"},
+	{"record-lingers", "Hold/RecordGoneAfterExpiry"},
 	{"invalid-accepted", "Hold/Invalid"},
 	{"minhold-ignored", "Hold/MinHold"},
 	{"minhold-ignored", "CrossPattern/MinHoldAgainstModes"},
@@ -98,7 +100,7 @@ func TestMutant(t *testing.T) {
 	}
 	storetest.Run(t, storetest.Harness{
 		New: func(t *testing.T) store.Store {
-			return &mutant{Store: memory.New(), kind: name, held: map[string]hold{}, minHold: map[string]bool{}, queued: map[string]string{}}
+			return &mutant{Store: memory.New(), kind: name, held: map[string]hold{}, minHold: map[string]bool{}, queued: map[string]string{}, lastRecord: map[string][2]string{}}
 		},
 	})
 }
@@ -113,6 +115,8 @@ type mutant struct {
 	held    map[string]hold
 	minHold map[string]bool   // tokens acquired with a MinHold
 	queued  map[string]string // a name's last refused queued token
+	// lastRecord is a name's last Holder and Data (record-lingers).
+	lastRecord map[string][2]string
 }
 
 type hold struct {
@@ -137,6 +141,15 @@ func (m *mutant) Watch(ctx context.Context, name string, mode store.Mode) (<-cha
 func (m *mutant) Acquire(ctx context.Context, req store.Request) (store.Grant, error) {
 	req = m.apart(req)
 	req = m.record(req)
+	if m.kind == "record-lingers" {
+		m.mu.Lock()
+		if req.Holder != "" {
+			m.lastRecord[req.Name] = [2]string{req.Holder, req.Data}
+		} else if r, ok := m.lastRecord[req.Name]; ok {
+			req.Holder, req.Data = r[0], r[1] // the last hold's record, left behind
+		}
+		m.mu.Unlock()
+	}
 	m.mu.Lock()
 	h, ok := m.held[req.Name]
 	m.mu.Unlock()

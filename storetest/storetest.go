@@ -74,6 +74,11 @@ type Harness struct {
 	// comes from a writer's intent alone; the checks of that refusal are
 	// skipped.
 	QueuedWriterHolds bool
+	// DefaultsHolder tells that the store records a holder of its own for
+	// a request without one (cmd/dlock's HTTP store: the service records
+	// the caller), so a hold taken without a record need not show Owner
+	// ""; the suite still checks that it shows no earlier hold's record.
+	DefaultsHolder bool
 }
 
 func (h Harness) supports(m store.Mode) bool { return !slices.Contains(h.Unsupported, m) }
