@@ -431,6 +431,19 @@ func (n *simNet) resume(from string, req dlock.Request, sent time.Time) (store.G
 	now := time.Now()
 	g, err := n.inner.Resume(context.Background(), req)
 	k := simKey{req.Name, req.Token}
+	if h := n.live(k, now); err == nil && (h == nil || h.fence != g.Fence) {
+		// A hold the model did not see granted: the store handed a fair
+		// lock to a queue place the token left (a late request of its
+		// acquire), with nobody watching for the push. It was granted
+		// when its fence was issued; its bounds are what the store said.
+		n.issued(req.Name, g.Fence, fmt.Sprintf("%s tok=%s (handed over unwatched)", req.Mode, short(req.Token)), true)
+		h = &simHold{mode: req.Mode, granted: simFenceTime(g.Fence), expires: now.Add(g.TTL), fence: g.Fence}
+		h.regranted = h.granted
+		if g.MaxHoldLeft > 0 {
+			h.maxUntil = now.Add(g.MaxHoldLeft)
+		}
+		n.holds[k] = h
+	}
 	if h := n.live(k, now); h != nil && err == nil {
 		n.resumes++
 		n.setExpiry(k, h, now, g.TTL)
