@@ -30,6 +30,10 @@ import (
 // holds returns the same fence and refreshes the TTL.
 type Ops struct {
 	Acquire, Extend, Release *Script
+	// FullAcquire, if set, is the acquire script of the requests that
+	// AcquireKeys gives every key to (see AcquireScript): the mutex's, the
+	// same operation with hold_lib.lua, which its fast path never runs.
+	FullAcquire *Script
 	// ShortRelease, if set, is the script of the release's short form
 	// (see ReleaseCall): the mutex's, which needs no clock_lib.
 	ShortRelease *Script
@@ -100,7 +104,8 @@ var modes = func() map[store.Mode]*Ops {
 	write.Resume = joined("scripts/rw_lib.lua", "scripts/rw_side_write.lua", "scripts/rw_resume.lua")
 	return map[store.Mode]*Ops{
 		store.ModeMutex: {
-			Acquire:      withHold("scripts/mutex_acquire.lua"),
+			Acquire:      withClock("scripts/mutex_acquire.lua"),
+			FullAcquire:  withHold("scripts/mutex_acquire.lua"),
 			Extend:       withHold("scripts/mutex_extend.lua"),
 			Release:      withHold("scripts/mutex_release.lua"),
 			ShortRelease: load("scripts/mutex_release_short.lua"),
@@ -169,6 +174,16 @@ func (o *Ops) AcquireKeys(l *Layout, req store.Request) []string {
 		return o.fewKeys(l, req.Name)
 	}
 	return o.keys(l, req.Name)
+}
+
+// AcquireScript returns the acquire script for req: FullAcquire for a
+// request that AcquireKeys gives every key to, if o has one, and Acquire
+// otherwise.
+func (o *Ops) AcquireScript(req store.Request) *Script {
+	if o.FullAcquire != nil && (req.Queue || HasRecord(req)) {
+		return o.FullAcquire
+	}
+	return o.Acquire
 }
 
 // ExtendKeys returns KEYS for o.Extend and o.Resume on lock name: Keys, or

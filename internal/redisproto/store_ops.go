@@ -85,7 +85,7 @@ type trackedRead struct {
 // (with a Tracker), and otherwise confirmed by replicas (with a
 // Confirmer; unconfirmed is its error) or plainly.
 func (s *Store) attempt(ctx context.Context, o *Ops, req store.Request) (r Reply, unconfirmed error, read trackedRead) { //nolint:revive,staticcheck // error-return, ST1008: unconfirmed is a result of the grant, read a value for the caller
-	call := Call{Script: o.Acquire, Keys: o.AcquireKeys(s.l, req), Args: o.AcquireArgs(ctx, s.l, req), Name: req.Name}
+	call := Call{Script: o.AcquireScript(req), Keys: o.AcquireKeys(s.l, req), Args: o.AcquireArgs(ctx, s.l, req), Name: req.Name}
 	if s.track != nil && o.ReadsWatchKey && !s.hub.Idle() {
 		k := o.WatchKey(s.l, req.Name)
 		if gen, ok := s.hub.Tracked(k); ok {

@@ -1,7 +1,9 @@
 package valkey_test
 
 import (
+	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -68,6 +70,22 @@ func BenchmarkServerCPUHolder(b *testing.B) {
 	}
 	b.ReportMetric(per(1)/per(0), "fresh-holder/fresh")
 	b.ReportMetric(per(3)/per(2), "same-holder/same")
+}
+
+// BenchmarkServerCPUBefore38 measures the mutex's fast path (no record)
+// against the acquire script as it was before issue 38's records
+// (testdata/mutex_acquire_before38.lua), side by side, on new names and on
+// names taken again: the records must cost a request without one nothing
+// on the server.
+func BenchmarkServerCPUBefore38(b *testing.B) {
+	kinds := []string{"fresh-before38", "fresh", "same-before38", "same"}
+	cpu, n := sideBySide(b, kinds)
+	per := func(i int) float64 { return float64(cpu[i].Microseconds()) / float64(n) }
+	for i, k := range kinds {
+		b.ReportMetric(per(i), k+"-server-µs/op")
+	}
+	b.ReportMetric(per(1)/per(0), "fresh/before38")
+	b.ReportMetric(per(3)/per(2), "same/before38")
 }
 
 // sideBySide runs the kinds' batches in turn, each on a server of its own,
@@ -140,6 +158,14 @@ func serverCPUKind(b *testing.B, kind string) (*testredis.Server, func(first int
 		return sha
 	}
 	acq, rel, shortRel, rawRel := load(ops.Acquire.Src), load(ops.Release.Src), load(ops.ShortRelease.Src), load(rawRelease)
+	fullAcq := load(ops.FullAcquire.Src)
+	if strings.HasSuffix(kind, "-before38") {
+		src, err := os.ReadFile("testdata/mutex_acquire_before38.lua")
+		if err != nil {
+			b.Fatal(err)
+		}
+		acq, kind = load(string(src)), strings.TrimSuffix(kind, "-before38")
+	}
 	setScript := load(`return redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])`)
 	fencedScript := load(redisproto.LeastFencedAcquire.Src)
 	hwmScript := load(redisproto.LeastHWMAcquire.Src)
@@ -172,7 +198,11 @@ func serverCPUKind(b *testing.B, kind string) (*testredis.Server, func(first int
 			if holder {
 				req.Holder = "host.example/12345" // as dlock.DefaultHolder makes it
 			}
-			acqs = append(acqs, evalsha(acq, ops.AcquireKeys(l, req), ops.AcquireArgs(ctx, l, req)))
+			sha := acq
+			if ops.AcquireScript(req) == ops.FullAcquire {
+				sha = fullAcq
+			}
+			acqs = append(acqs, evalsha(sha, ops.AcquireKeys(l, req), ops.AcquireArgs(ctx, l, req)))
 			if kind == "fresh-full" || holder {
 				l.Contend(name) // the release's full form
 			}

@@ -68,6 +68,9 @@ if type(cur) == 'table' and cur.err then
     redis.call('SET', KEYS[1], me, 'PX', ARGV[2])
   end
 end
+-- The fast path's script (3 keys) is this file after clock_lib alone, so
+-- that it makes no closure for hold_lib; the full form's has hold_lib too
+-- (redisproto.Ops.FullAcquire).
 local HOLD = #KEYS == 7 and KEYS[6]
 if HOLD then
   hold_lib()
