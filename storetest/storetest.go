@@ -24,7 +24,11 @@
 // before the store is asked. With [Harness.Restart], fences stay above
 // every earlier fence across a restart that loses all data. Further suites
 // cover the reentrant, read-write, fair and semaphore modes; a store lists
-// the modes it does not support in [Harness.Unsupported].
+// the modes it does not support in [Harness.Unsupported]. The hold suite
+// checks, in every supported mode, a hold's record (Holder, Data, Since in
+// State.Owners and List, gone with the hold, bad records refused), its
+// MinHold and MaxHold kept by the store, [store.Resumer] and
+// [store.ForceReleaser].
 //
 // Safety properties are checked exactly. Timing properties (expiry,
 // wake-ups, RetryAfter) are checked with tolerances generous enough for a
