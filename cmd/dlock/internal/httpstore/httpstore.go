@@ -332,6 +332,9 @@ func (r stateReply) state() store.State {
 // ForceRelease implements [store.ForceReleaser]: the server's
 // force-release, which needs an admin credential with an auth file.
 func (s *Store) ForceRelease(ctx context.Context, name string) ([]store.Holder, error) {
+	if err := store.ValidName(name); err != nil {
+		return nil, err
+	}
 	var r struct {
 		Ended []struct {
 			Owner string `json:"owner"`
