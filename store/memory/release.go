@@ -54,7 +54,7 @@ func (s *Store) Release(ctx context.Context, req store.Request) error {
 	if lk == nil {
 		return store.ErrNotHeld
 	}
-	if i := slices.IndexFunc(lk.holders, func(h *holder) bool { return h.token == req.Token }); i >= 0 {
+	if i := slices.IndexFunc(lk.holders, func(h *holder) bool { return h.token == req.Token && h.token != "" }); i >= 0 {
 		if lk.holders[i].keptByMinHold(now) {
 			return nil // held until its MinHold ends, by its expiry
 		}

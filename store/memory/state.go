@@ -97,7 +97,12 @@ func (s *Store) heldByOther(k key, now time.Time) bool {
 	return held
 }
 
+// find returns token's hold, or nil (a hold kept by its MinHold after its
+// release has no token: it is nobody's).
 func (lk *lock) find(token string) *holder {
+	if token == "" {
+		return nil
+	}
 	for _, h := range lk.holders {
 		if h.token == token {
 			return h
