@@ -67,6 +67,7 @@ func TestConformance(t *testing.T) {
 		New: func(t *testing.T) store.Store { return newStore(t, url, httpstore.WithAuthToken("tok")) },
 		Unsupported: []store.Mode{store.ModeReentrant, store.ModeRead, store.ModeWrite,
 			store.ModeFair, store.ModeSemaphore, store.ModeElection},
+		DefaultsHolder: true, // the service records the caller as the holder of a request without one
 	})
 }
 
