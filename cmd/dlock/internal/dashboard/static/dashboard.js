@@ -1,14 +1,15 @@
 // dlock dashboard: live locks and activity from /v1/events (server-sent
 // events, read with fetch so that a bearer token can be sent). No
-// dependencies, no build step. Lock names are user input: they are only
-// ever set as textContent.
+// dependencies, no build step. Lock names, owners and their data are user
+// input: they are only ever set as textContent.
 "use strict";
 
 (function () {
   const N = 300; // seconds of history in the charts
   const $ = (id) => document.getElementById(id);
   const series = { acquired: zeros(), locked: zeros(), lost: zeros(), held: nulls() };
-  const locks = new Map(); // name -> {row, cells, deadline, ttlMax, fence}
+  const locks = new Map(); // name -> {row, cells, deadline, ttlMax, fence, holdersKey, ages}
+  const MAX_HOLDERS = 4; // holders listed per lock; more are counted
   let totals = null;
   let token = sessionStorage.getItem("dlock.token") || "";
   let backoff = 500;
@@ -32,6 +33,15 @@
     if (ms < 60000) return (ms / 1000).toFixed(1) + "s";
     if (ms < 3600000) return Math.floor(ms / 60000) + "m " + String(Math.floor(ms / 1000) % 60).padStart(2, "0") + "s";
     return Math.floor(ms / 3600000) + "h " + String(Math.floor(ms / 60000) % 60).padStart(2, "0") + "m";
+  }
+  // How long a hold has been held: 12s, 4m 05s, 2h 03m, 3d 04h.
+  function fmtAge(ms) {
+    const s = Math.max(0, Math.floor(ms / 1000));
+    const two = (n) => String(n).padStart(2, "0");
+    if (s < 60) return s + "s";
+    if (s < 3600) return Math.floor(s / 60) + "m " + two(s % 60) + "s";
+    if (s < 86400) return Math.floor(s / 3600) + "h " + two(Math.floor(s / 60) % 60) + "m";
+    return Math.floor(s / 86400) + "d " + two(Math.floor(s / 3600) % 24) + "h";
   }
   function fmtDur(ms) {
     if (ms < 1) return "<1ms";
@@ -104,7 +114,7 @@
     try { msg = JSON.parse(data); } catch (e) { return; }
     switch (event) {
       case "snapshot": onSnapshot(msg); break;
-      case "acquire": case "release": case "lost": case "renew": onEvent(msg); break;
+      case "acquire": case "release": case "lost": case "renew": case "forced": onEvent(msg); break;
       case "shutdown": setConn("down", "server stopping"); break;
     }
   }
@@ -176,6 +186,7 @@
       e.cells.queue.className = "num" + (l.queue ? "" : " queue0");
       // An election's fence is its leader's term.
       e.cells.fence.textContent = l.mode === "election" && l.held ? "term " + l.fence : l.fence;
+      renderHolders(e, Array.isArray(l.owners) ? l.owners : []);
       const want = prev ? prev.nextSibling : body.firstChild;
       if (want !== e.row) body.insertBefore(e.row, want);
       prev = e.row;
@@ -208,8 +219,40 @@
     ttlTd.appendChild(box);
     const queue = el("td", "num");
     const fence = el("td", "num fence");
-    row.append(n, modeTd, holders, ttlTd, queue, fence);
-    return { row, cells: { mode, holders, fill, text, queue, fence }, deadline: 0, ttlMax: 1, fence: -1 };
+    const owners = el("td", "owners");
+    row.append(n, modeTd, holders, owners, ttlTd, queue, fence);
+    return { row, cells: { mode, holders, owners, fill, text, queue, fence }, deadline: 0, ttlMax: 1, fence: -1, holdersKey: "", ages: [] };
+  }
+
+  // renderHolders lists who holds the lock of row e, oldest hold first: one
+  // line per hold (each reader and semaphore permit its own) with its owner,
+  // its data and its age. The lines are rebuilt only when the holds change.
+  function renderHolders(e, owners) {
+    const list = owners.slice().sort((a, b) => (a.since || Infinity) - (b.since || Infinity) ||
+      (a.owner < b.owner ? -1 : a.owner > b.owner ? 1 : 0) || (a.fence || 0) - (b.fence || 0));
+    const shown = list.slice(0, MAX_HOLDERS);
+    const key = JSON.stringify(shown.map((o) => [o.owner, o.since || 0, o.data || "", o.fence || 0])) + list.length;
+    if (key !== e.holdersKey) {
+      e.holdersKey = key;
+      e.ages = [];
+      const cell = e.cells.owners;
+      cell.replaceChildren();
+      for (const o of shown) {
+        const line = el("div", "holder");
+        line.appendChild(el("span", o.owner ? "owner" : "owner unknown", o.owner || "unknown"));
+        if (o.data) line.appendChild(el("span", "data", o.data));
+        const age = el("span", "age");
+        line.appendChild(age);
+        line.title = (o.owner || "owner unknown") + (o.data ? " · " + o.data : "") +
+          (o.since ? " · held since " + clock(o.since) : "") + (o.fence ? " · fence " + o.fence : "");
+        cell.appendChild(line);
+        e.ages.push(age);
+      }
+      if (list.length > MAX_HOLDERS) cell.appendChild(el("div", "more", "+" + (list.length - MAX_HOLDERS) + " more"));
+    }
+    // The server's ageMs, refreshed by every snapshot (each second): as
+    // fine as the age is shown.
+    shown.forEach((o, i) => { e.ages[i].textContent = o.since ? fmtAge(o.ageMs || 0) : ""; });
   }
 
   function tickTTL() {
@@ -236,10 +279,14 @@
       else { cls = "error"; verb = "error"; }
     } else if (ev.type === "release") { verb = "released"; detail = "held " + fmtDur(ev.durationMs); }
     else if (ev.type === "lost") { verb = "LOST"; detail = "held " + fmtDur(ev.durationMs); }
+    else if (ev.type === "forced") {
+      verb = "force-released"; detail = "by " + ev.by;
+      if (ev.owners && ev.owners.length) detail += " · held by " + ev.owners.map((o) => o || "unknown").join(", ");
+    }
     else if (ev.type === "renew") { cls = "error"; verb = "renew " + ev.result; }
     const li = el("li", cls);
     li.append(el("span", "t", clock(ev.time)), el("span", "i"), el("span", "n", ev.name), el("span", "d", verb + (detail ? " · " + detail : "")));
-    li.title = ev.mode + " · " + verb;
+    li.title = ev.name + " · " + ev.mode + " · " + verb + (detail ? " · " + detail : "");
     const list = $("events");
     const none = list.querySelector(".none");
     if (none) none.remove();
