@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/dlock-dev/dlock/store"
 )
@@ -38,8 +37,9 @@ const (
 // hold's owner as unknown. A bad value is an [*InvalidError] for "holder".
 func WithHolder(owner string) Option {
 	return func(c *config) {
-		if len(owner) > MaxHolderLen || !utf8.ValidString(owner) {
-			c.fail("holder", fmt.Sprintf("must be at most %d bytes of valid UTF-8", MaxHolderLen))
+		var ie *InvalidError
+		if errors.As(store.ValidHold(Request{Holder: owner}), &ie) {
+			c.fail(ie.Field, ie.Reason)
 			return
 		}
 		c.holder = owner
@@ -48,12 +48,13 @@ func WithHolder(owner string) Option {
 
 // WithHolderData keeps data with each hold, shown beside its holder
 // ([Holder.Data]) to whoever may read the lock's state: at most
-// [MaxHolderData] bytes, recorded as [WithHolder] is. Default "" (none).
+// [MaxHolderData] bytes of valid UTF-8 without NUL bytes, recorded as [WithHolder] is. Default "" (none).
 // A larger value is an [*InvalidError] for "data", and nothing is sent.
 func WithHolderData(data string) Option {
 	return func(c *config) {
-		if len(data) > MaxHolderData {
-			c.fail("data", fmt.Sprintf("must be at most %d bytes", MaxHolderData))
+		var ie *InvalidError
+		if errors.As(store.ValidHold(Request{Data: data}), &ie) {
+			c.fail(ie.Field, ie.Reason)
 			return
 		}
 		c.holderData = data

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 	"unicode/utf8"
 )
@@ -60,11 +61,13 @@ type Request struct {
 	// what it did before them.
 
 	// Holder names who holds, as [Inspector] shows it ([Holder.Owner]):
-	// at most [MaxHolderLen] bytes of valid UTF-8, "" for none. It is not
+	// at most [MaxHolderLen] bytes of valid UTF-8 without NUL bytes, ""
+	// for none. It is not
 	// the reentrant Owner above: it decides nothing, it is only shown.
 	Holder string
 	// Data is the caller's data kept with the hold and shown with the
-	// holder ([Holder.Data]): at most [MaxDataLen] bytes, "" for none.
+	// holder ([Holder.Data]): at most [MaxDataLen] bytes of valid UTF-8
+	// without NUL bytes, "" for none.
 	Data string
 	// MinHold keeps an exclusive hold (ModeMutex, ModeFair, ModeElection,
 	// and each name of a multi-lock) at least this long from its grant by
@@ -97,11 +100,16 @@ func ValidHold(req Request) error {
 	if len(req.Holder) > MaxHolderLen {
 		return invalid("holder", fmt.Sprintf("must be at most %d bytes", MaxHolderLen))
 	}
-	if !utf8.ValidString(req.Holder) {
-		return invalid("holder", "must be valid UTF-8")
+	if !utf8.ValidString(req.Holder) || strings.IndexByte(req.Holder, 0) >= 0 {
+		return invalid("holder", "must be valid UTF-8 without NUL bytes")
 	}
 	if len(req.Data) > MaxDataLen {
 		return invalid("data", fmt.Sprintf("must be at most %d bytes", MaxDataLen))
+	}
+	// Data is text: every store keeps it as a string (JSON on etcd and the
+	// HTTP service, a text column on PostgreSQL).
+	if !utf8.ValidString(req.Data) || strings.IndexByte(req.Data, 0) >= 0 {
+		return invalid("data", "must be valid UTF-8 without NUL bytes")
 	}
 	if req.MinHold < 0 {
 		return invalid("minHold", "must not be negative")

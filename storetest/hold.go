@@ -43,6 +43,10 @@ type holdNeeds int
 const (
 	needsResumer holdNeeds = 1 << iota
 	needsForceReleaser
+	// needsMinHold: the test keeps a name past a release by its MinHold,
+	// which a store may refuse (store.SupportsMinHold, the PostgreSQL
+	// advisory store): there the test checks the refusal instead.
+	needsMinHold
 )
 
 var holdTests = []holdTest{
@@ -53,18 +57,18 @@ var holdTests = []holdTest{
 	{"Invalid", 0, holdInvalid},
 	{"RepeatKeepsRecord", 0, holdRepeatKeepsRecord},
 	{"FairHandoffRecord", 0, holdFairHandoffRecord},
-	{"MinHold", 0, holdMinHoldKeeps},
-	{"MinHoldLateRequests", 0, holdMinHoldLateRequests},
-	{"MinHoldPassed", 0, holdMinHoldPassed},
+	{"MinHold", needsMinHold, holdMinHoldKeeps},
+	{"MinHoldLateRequests", needsMinHold, holdMinHoldLateRequests},
+	{"MinHoldPassed", needsMinHold, holdMinHoldPassed},
 	{"MinHoldShared", 0, holdMinHoldShared},
-	{"MinHoldMulti", 0, holdMinHoldMulti},
+	{"MinHoldMulti", needsMinHold, holdMinHoldMulti},
 	{"MaxHold", 0, holdMaxHoldCaps},
 	{"Resume", needsResumer, holdResume},
 	{"ResumeMaxHold", needsResumer, holdResumeMaxHold},
 	{"ResumeRefused", needsResumer, holdResumeRefused},
 	{"ResumeExpired", needsResumer, holdResumeExpired},
 	{"ForceRelease", needsForceReleaser, holdForceRelease},
-	{"ForceReleaseMinHold", needsForceReleaser, holdForceReleaseMinHold},
+	{"ForceReleaseMinHold", needsForceReleaser | needsMinHold, holdForceReleaseMinHold},
 	{"ForceReleaseQueue", needsForceReleaser, holdForceReleaseQueue},
 }
 
@@ -114,6 +118,29 @@ func needHolds(t *testing.T, s store.Store, needs holdNeeds) {
 	if (needs&needsResumer != 0 && !rok) || (needs&needsForceReleaser != 0 && !fok) {
 		t.Skipf("%T: store.Resumer %v, store.ForceReleaser %v: this test is skipped until it implements both (every store must)", s, rok, fok)
 	}
+	if needs&needsMinHold != 0 && !store.SupportsMinHold(s) {
+		checkMinHoldRefused(t, s)
+		t.Skipf("%T keeps no MinHold (store.SupportsMinHold false): its refusal is checked, the rest skipped", s)
+	}
+}
+
+// checkMinHoldRefused checks that a store which says it keeps no MinHold
+// refuses an Acquire with one by an error wrapping store.ErrNotSupported,
+// and takes nothing: the same name is then granted to another token.
+func checkMinHoldRefused(t *testing.T, s store.Store) {
+	t.Helper()
+	req := crossReq(lockName(t), store.ModeMutex, longTTL)
+	req.MinHold = holdMinHold
+	g, err := s.Acquire(testContext(t), req)
+	if !errors.Is(err, store.ErrNotSupported) {
+		if err == nil && g.Acquired {
+			mustRelease(t, s, req)
+		}
+		t.Fatalf("Acquire with a MinHold on a store without MinHold = %+v, %v; want an error wrapping store.ErrNotSupported", g, err)
+	}
+	other := crossReq(req.Name, store.ModeMutex, longTTL)
+	mustAcquire(t, s, other)
+	mustRelease(t, s, other)
 }
 
 // holdsOf is how many holds the suite takes in mode m to see one record
@@ -341,6 +368,9 @@ var badRecords = []struct {
 	{"holder", func(r *store.Request) { r.Holder = strings.Repeat("h", store.MaxHolderLen+1) }},
 	{"holder", func(r *store.Request) { r.Holder = "host\xff/1" }},
 	{"data", func(r *store.Request) { r.Data = strings.Repeat("d", store.MaxDataLen+1) }},
+	{"data", func(r *store.Request) { r.Data = "bytes \xff\xfe" }},
+	{"data", func(r *store.Request) { r.Data = "a\x00b" }},
+	{"holder", func(r *store.Request) { r.Holder = "host\x00/1" }},
 	{"minHold", func(r *store.Request) { r.MinHold = -time.Second }},
 	{"maxHold", func(r *store.Request) { r.MaxHold = -time.Second }},
 	{"minHold", func(r *store.Request) { r.MinHold, r.MaxHold = 2*time.Second, time.Second }},
