@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-dev/dlock/internal/testredis"
 	"github.com/dlock-dev/dlock/store/memory"
 )
 
@@ -284,12 +285,16 @@ func TestV1ForceRelease(t *testing.T) {
 	wantCode(t, "force-release with a body field", e.post("/v1/locks/stuck/force-release", `{"token":"x"}`, ops...), http.StatusBadRequest)
 }
 
-// openStreamAs is openStream with a bearer token.
+// openStreamAs is openStream with a bearer token (none: ""), for at most
+// 30 s: a stream that never sends what the test waits for then ends, and
+// the test fails instead of hanging.
 func openStreamAs(t *testing.T, e *env, token string) *stream {
-	ctx, cancel := context.WithCancel(t.Context())
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	t.Cleanup(cancel)
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, e.ts.URL+"/v1/events", nil)
-	req.Header.Set("Authorization", "Bearer "+token)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
 	resp, err := e.ts.Client().Do(req)
 	if err != nil {
 		t.Fatalf("GET /v1/events: %v", err)
@@ -377,4 +382,30 @@ func testReplicasMaxHold(t *testing.T, a, b *env) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// TestReplicasForcedEvent: a force-release through one replica is sent
+// through the store to the other replicas' event streams, naming who
+// forced it and who held.
+func TestReplicasForcedEvent(t *testing.T) {
+	srv := testredis.Start(t)
+	a, b := newEnv(t, dialValkey(t, srv.URL()), Config{}), newEnv(t, dialValkey(t, srv.URL()), Config{})
+	stream := openStreamAs(t, b, "")
+	wantCode(t, "acquire on a", a.post("/v1/locks/shared-job/acquire", `{"mode":"mutex","owner":"worker-3"}`), http.StatusOK)
+	r := a.post("/v1/locks/shared-job/force-release", ``)
+	wantCode(t, "force-release on a", r, http.StatusOK)
+	by := r.json(t)["by"].(string)
+	stream.until("a's forced event on b's stream", func(event string, data []byte) bool {
+		if event != "forced" {
+			return false
+		}
+		var ev eventBody
+		if err := json.Unmarshal(data, &ev); err != nil {
+			t.Fatal(err)
+		}
+		if ev.Name != "shared-job" || ev.By != by || len(ev.Owners) != 1 || ev.Owners[0] != "worker-3" || ev.Replica != a.srv.rep.ID() {
+			t.Errorf("forced event on b = %s, want shared-job by %s, owners [worker-3], from replica %s", data, by, a.srv.rep.ID())
+		}
+		return true
+	})
 }
