@@ -137,8 +137,8 @@ func (p *acquireParams) setMode(b *acquireBody) *apiError {
 	return nil
 }
 
-// minHoldModes are the modes a minimum hold applies to (store.Request.MinHold):
-// the exclusive ones of /v1 acquire.
+// minHoldMode reports whether a minimum hold (store.Request.MinHold)
+// applies to m: the exclusive modes of /v1 acquire but the reentrant one.
 func minHoldMode(m dlock.Mode) bool { return m == dlock.ModeMutex || m == dlock.ModeFair }
 
 // setRecord sets what p's hold records besides its owner: data, and the
