@@ -29,6 +29,6 @@ func BenchmarkMutexCallArgs(b *testing.B) {
 		req := store.Request{Name: names[i%len(names)], Token: "0123456789abcdef0123456789abcdef", TTL: 30 * time.Second, Mode: store.ModeMutex}
 		_ = o.AcquireKeys(l, req)
 		_ = o.AcquireArgs(ctx, l, req)
-		_, _, _ = o.ReleaseCall(l, req)
+		_, _, _, _ = o.ReleaseCall(l, req)
 	}
 }

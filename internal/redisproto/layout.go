@@ -32,6 +32,24 @@ type Layout struct {
 	// contended is a lossy set of the names a mutex may have waiters on
 	// (see Contended).
 	contended [contendedSize]atomic.Uint64
+	// recorded is a lossy set of the names the Store granted a mutex with
+	// a record on (see Record).
+	recorded [contendedSize]atomic.Uint64
+}
+
+// Record remembers that a mutex on lock name was granted with a hold's
+// record: its release takes the record's short form (see
+// [Ops.ReleaseCall]).
+func (l *Layout) Record(name string) {
+	h := maphash.String(l.seed, name)
+	l.recorded[h>>(64-contendedBits)].Store(h | 1)
+}
+
+// Recorded reports whether Record was called for lock name, the last of
+// the names that share its entry: a hint, as Contended is.
+func (l *Layout) Recorded(name string) bool {
+	h := maphash.String(l.seed, name)
+	return l.recorded[h>>(64-contendedBits)].Load() == h|1
 }
 
 const (

@@ -37,6 +37,9 @@ type Ops struct {
 	// ShortRelease, if set, is the script of the release's short form
 	// (see ReleaseCall): the mutex's, which needs no clock_lib.
 	ShortRelease *Script
+	// RecordRelease, if set, is the short form of the release of a hold
+	// granted with a record (see ReleaseCall): the mutex's.
+	RecordRelease *Script
 	// Raise is the fence write-back script (store.FenceRaiser), or nil.
 	Raise *Script
 	// Resume takes a hold back by its token (store.Resumer): called with
@@ -104,19 +107,20 @@ var modes = func() map[store.Mode]*Ops {
 	write.Resume = joined("scripts/rw_lib.lua", "scripts/rw_side_write.lua", "scripts/rw_resume.lua")
 	return map[store.Mode]*Ops{
 		store.ModeMutex: {
-			Acquire:      withClock("scripts/mutex_acquire.lua"),
-			FullAcquire:  withHold("scripts/mutex_acquire.lua"),
-			Extend:       withHold("scripts/mutex_extend.lua"),
-			Release:      withHold("scripts/mutex_release.lua"),
-			ShortRelease: load("scripts/mutex_release_short.lua"),
-			Raise:        withClock("scripts/mutex_raise_fence.lua"),
-			Resume:       withHold("scripts/mutex_resume.lua"),
-			Force:        withHold("scripts/mutex_force.lua"),
-			keys:         mutexKeys,
-			fewKeys:      mutexFewKeys,
-			extendKeys:   mutexExtendKeys,
-			shortRelease: mutexShortReleaseKeys,
-			args:         mutexArgs,
+			Acquire:       withClock("scripts/mutex_acquire.lua"),
+			FullAcquire:   withHold("scripts/mutex_acquire.lua"),
+			Extend:        withHold("scripts/mutex_extend.lua"),
+			Release:       withHold("scripts/mutex_release.lua"),
+			ShortRelease:  load("scripts/mutex_release_short.lua"),
+			RecordRelease: load("scripts/mutex_release_record.lua"),
+			Raise:         withClock("scripts/mutex_raise_fence.lua"),
+			Resume:        withHold("scripts/mutex_resume.lua"),
+			Force:         withHold("scripts/mutex_force.lua"),
+			keys:          mutexKeys,
+			fewKeys:       mutexFewKeys,
+			extendKeys:    mutexExtendKeys,
+			shortRelease:  mutexShortReleaseKeys,
+			args:          mutexArgs,
 			// Every refusal reads KEYS[1], the watch key, with PTTL.
 			ReadsWatchKey: true,
 		},
@@ -232,11 +236,19 @@ const ReleaseWaiters = -1
 // that finds the flag set replies ReleaseWaiters and changes nothing; the
 // caller then marks the name (Layout.Contend) and sends the full form,
 // Keys and Args, to o.Release.
-func (o *Ops) ReleaseCall(l *Layout, req store.Request) (keys, args []string, short bool) {
+//
+// A name the Store granted with a record (Layout.Record) and has not seen
+// waiters on takes the short form of o.RecordRelease instead, recorded set
+// (the lock key, the waiters flag, the record and the token): it replies
+// ReleaseWaiters as the other does when the full form must decide.
+func (o *Ops) ReleaseCall(l *Layout, req store.Request) (keys, args []string, short, recorded bool) {
 	if o.shortRelease != nil && !l.Contended(req.Name) {
-		return o.shortRelease(l, req.Name), []string{req.Token}, true
+		if o.RecordRelease != nil && l.Recorded(req.Name) {
+			return l.KeySet(true, req.Name, "waiters:flag", "hold"), []string{req.Token}, true, true
+		}
+		return o.shortRelease(l, req.Name), []string{req.Token}, true, false
 	}
-	return o.keys(l, req.Name), o.Args(l, req), false
+	return o.keys(l, req.Name), o.Args(l, req), false, false
 }
 
 // Args returns ARGV for the scripts of o for req.

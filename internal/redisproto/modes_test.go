@@ -10,11 +10,12 @@ import (
 )
 
 // TestMutexCallsCarryWhatTheScriptsRead: each key and argument of a script
-// call costs the server time, so a mutex acquire that does not queue, and
-// every extend, send the lock key, the fence key and the slot's fence mark
-// alone, and an
-// acquire sends the floor and queue arguments only when it has them; a
-// release on a name without known waiters sends the short form.
+// call costs the server time, so a mutex acquire that neither queues nor
+// records sends the lock key, the fence key and the slot's fence mark
+// alone, and the floor and queue arguments only when it has them; an
+// extend adds the hold's record and the waiters flag (read in the MGET
+// that compares the token); a release on a name without known waiters
+// sends the short form.
 func TestMutexCallsCarryWhatTheScriptsRead(t *testing.T) {
 	o, err := ModeOps(store.ModeMutex, "test")
 	if err != nil {
@@ -42,6 +43,10 @@ func TestMutexCallsCarryWhatTheScriptsRead(t *testing.T) {
 	if k := o.AcquireKeys(l, rec); !slices.Equal(k, all) {
 		t.Errorf("AcquireKeys with a record = %q, want %q", k, all)
 	}
+	// The fast path runs the script without hold_lib; the full form with it.
+	if o.AcquireScript(req) != o.Acquire || o.AcquireScript(rec) != o.FullAcquire || o.Acquire == o.FullAcquire {
+		t.Errorf("AcquireScript: want Acquire without a record, FullAcquire (another script) with one")
+	}
 	if got, want := o.AcquireArgs(context.Background(), l, rec), []string{"t", "500", l.Retention, "", "", "", "0", "2000", "500", "me", ""}; !slices.Equal(got, want) {
 		t.Errorf("AcquireArgs with a record = %q, want %q", got, want)
 	}
@@ -65,16 +70,23 @@ func TestMutexCallsCarryWhatTheScriptsRead(t *testing.T) {
 		t.Errorf("Args = %q, want %q", got, want)
 	}
 	// A release sends its short form until the name is contended.
-	k, a, short := o.ReleaseCall(l, req)
+	k, a, short, _ := o.ReleaseCall(l, req)
 	if want := o.Keys(l, "a"); !short || !slices.Equal(k, []string{want[0], want[4]}) || !slices.Equal(a, []string{"t"}) {
 		t.Errorf("ReleaseCall = %q, %q, %v; want the lock key and flag, the token, short", k, a, short)
 	}
 	l.Contend("a")
-	if k, a, short := o.ReleaseCall(l, req); short || !slices.Equal(k, all) || !slices.Equal(a, o.Args(l, req)) {
+	if k, a, short, _ := o.ReleaseCall(l, req); short || !slices.Equal(k, all) || !slices.Equal(a, o.Args(l, req)) {
 		t.Errorf("ReleaseCall when contended = %q, %q, %v; want Keys, Args", k, a, short)
 	}
-	if _, _, short := o.ReleaseCall(l, store.Request{Name: "b", Token: "t", Mode: store.ModeMutex}); !short {
+	if _, _, short, _ := o.ReleaseCall(l, store.Request{Name: "b", Token: "t", Mode: store.ModeMutex}); !short {
 		t.Error("ReleaseCall of another name: not short")
+	}
+	// A name granted with a record takes the record's short form: the lock
+	// key, the waiters flag and the record.
+	l.Record("b")
+	if k, a, short, rec := o.ReleaseCall(l, store.Request{Name: "b", Token: "t", Mode: store.ModeMutex}); !short || !rec ||
+		!slices.Equal(k, []string{"lock:b", l.Aux("b", "waiters:flag"), l.Aux("b", "hold")}) || !slices.Equal(a, []string{"t"}) {
+		t.Errorf("ReleaseCall of a recorded name = %q, %q, %v, %v; want the record's short form", k, a, short, rec)
 	}
 	// The other modes' scripts read every key on every call.
 	rw, _ := ModeOps(store.ModeRead, "test")
@@ -82,7 +94,7 @@ func TestMutexCallsCarryWhatTheScriptsRead(t *testing.T) {
 	if k := rw.AcquireKeys(l, r); !slices.Equal(k, rw.Keys(l, "c")) {
 		t.Errorf("read AcquireKeys = %q, want Keys", k)
 	}
-	if k, _, short := rw.ReleaseCall(l, r); short || !slices.Equal(k, rw.Keys(l, "c")) {
+	if k, _, short, _ := rw.ReleaseCall(l, r); short || !slices.Equal(k, rw.Keys(l, "c")) {
 		t.Errorf("read ReleaseCall = %q, %v; want Keys", k, short)
 	}
 }

@@ -41,8 +41,9 @@ func (s *Store) Acquire(ctx context.Context, req store.Request) (store.Grant, er
 		req.Queue = false
 	}
 	if record && req.Mode == store.ModeMutex {
-		// A grant with a record sets the waiters flag: release in full.
-		s.l.Contend(req.Name)
+		// A grant with a record sets the waiters flag: its release takes
+		// the record's short form.
+		s.l.Record(req.Name)
 	}
 	r, unconfirmed, read := s.attempt(ctx, o, req)
 	if err := r.Err(); err != nil {
@@ -211,9 +212,12 @@ func (s *Store) Release(ctx context.Context, req store.Request) error {
 	if s.closed.Load() {
 		return s.errClosed("release")
 	}
-	keys, args, short := o.ReleaseCall(s.l, req)
+	keys, args, short, recorded := o.ReleaseCall(s.l, req)
 	sc := o.Release
-	if short {
+	switch {
+	case recorded:
+		sc = o.RecordRelease
+	case short:
 		sc = o.ShortRelease
 	}
 	r := s.eval(ctx, sc, keys, args)

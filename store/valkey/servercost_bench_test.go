@@ -57,8 +57,8 @@ func benchServerCPU(b *testing.B, kind string) {
 // BenchmarkServerCPUHolder measures what a hold's record costs the server
 // (issue 38): dlock's mutex on new names and on names taken again, each
 // without a record and with a Holder set (the record's key and the waiters
-// flag written with the grant, and the release in its full form, which
-// reads and deletes them), side by side as in BenchmarkServerCPUSideBySide.
+// flag written with the grant, and the release in the record's short form,
+// which reads and deletes them), side by side as in BenchmarkServerCPUSideBySide.
 // It reports each one's server CPU per acquire+release and the ratios with
 // a Holder over without.
 func BenchmarkServerCPUHolder(b *testing.B) {
@@ -158,7 +158,7 @@ func serverCPUKind(b *testing.B, kind string) (*testredis.Server, func(first int
 		return sha
 	}
 	acq, rel, shortRel, rawRel := load(ops.Acquire.Src), load(ops.Release.Src), load(ops.ShortRelease.Src), load(rawRelease)
-	fullAcq := load(ops.FullAcquire.Src)
+	fullAcq, recRel := load(ops.FullAcquire.Src), load(ops.RecordRelease.Src)
 	if strings.HasSuffix(kind, "-before38") {
 		src, err := os.ReadFile("testdata/mutex_acquire_before38.lua")
 		if err != nil {
@@ -203,16 +203,22 @@ func serverCPUKind(b *testing.B, kind string) (*testredis.Server, func(first int
 				sha = fullAcq
 			}
 			acqs = append(acqs, evalsha(sha, ops.AcquireKeys(l, req), ops.AcquireArgs(ctx, l, req)))
-			if kind == "fresh-full" || holder {
+			if kind == "fresh-full" {
 				l.Contend(name) // the release's full form
 			}
-			rk, ra, short := ops.ReleaseCall(l, req)
-			if short == (kind == "fresh-full" || holder) {
-				b.Fatalf("%s: release short form %v", kind, short)
+			if holder {
+				l.Record(name) // as the Store's Acquire does: the record's short form
 			}
-			if short {
+			rk, ra, short, recorded := ops.ReleaseCall(l, req)
+			if short == (kind == "fresh-full") || recorded != holder {
+				b.Fatalf("%s: release short form %v, record's %v", kind, short, recorded)
+			}
+			switch {
+			case recorded:
+				rels = append(rels, evalsha(recRel, rk, ra))
+			case short:
 				rels = append(rels, evalsha(shortRel, rk, ra))
-			} else {
+			default:
 				rels = append(rels, evalsha(rel, rk, ra))
 			}
 		}
