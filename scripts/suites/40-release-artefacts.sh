@@ -119,7 +119,7 @@ snapshot "$SRC2" second
 DIST=$SRC/dist
 VERSION=$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["version"])' "$DIST/metadata.json")
 log "snapshot version $VERSION"
-(cd "$DIST" && ls -l ./*.tar.gz ./*.zip ./*.deb ./*.sbom.json ./*checksums.txt* 2>/dev/null | awk '{ printf "    %10d  %s\n", $5, $9 }')
+(cd "$DIST" && { ls -l ./*.tar.gz ./*.zip ./*.deb ./*.sbom.json ./*checksums.txt* 2>/dev/null || true; } | awk '{ printf "    %10d  %s\n", $5, $9 }')
 # The binaries GoReleaser built: os arch path, one a line.
 "$PY" - "$DIST/artifacts.json" "$SRC" >"$TMP/binaries" <<'PY'
 import json, os, sys
