@@ -61,6 +61,10 @@ type config struct {
 	queueTTL    time.Duration
 	names       []string
 	clockLib    string
+	minHold     time.Duration
+	tokenFile   string
+	resumeFile  string
+	unconfirmed bool
 	// opts are the -opt key=value pairs, read by the openers of
 	// extraStores (each store's file says which it takes).
 	opts map[string]string
@@ -118,6 +122,10 @@ func main() {
 	c.opts = map[string]string{}
 	flag.Var(optsFlag(c.opts), "opt", "key=value for the store's opener (repeatable)")
 	flag.StringVar(&c.clockLib, "clock-lib", "", "negative control: run the Valkey/Redis scripts with this clock_lib.lua instead of the embedded one")
+	flag.DurationVar(&c.minHold, "min-hold", 0, "WithMinHold: a release before grant+d leaves the name held until then")
+	flag.StringVar(&c.tokenFile, "token-file", "", "persist each grant's name, token, mode and fence in this file before its section")
+	flag.StringVar(&c.resumeFile, "resume-file", "", "iteration 0 resumes (Locker.Resume) the lease persisted in this file by -token-file instead of acquiring")
+	flag.BoolVar(&c.unconfirmed, "resume-unconfirmed", false, "negative control: -resume-file takes the persisted fence as its lease without asking the store")
 	flag.Parse()
 	if c.clockLib != "" {
 		n, err := swapClockLib(c.clockLib)
@@ -308,6 +316,9 @@ func run(c config) error {
 	if c.drift > 0 {
 		opts = append(opts, dlock.WithDriftFactor(c.drift))
 	}
+	if c.minHold > 0 {
+		opts = append(opts, dlock.WithMinHold(c.minHold))
+	}
 	if c.wait > 0 {
 		opts = append(opts, dlock.WithBackoff(5*time.Millisecond, 50*time.Millisecond))
 	}
@@ -337,7 +348,10 @@ func run(c config) error {
 
 	reg := &register{base: c.register, client: &http.Client{Timeout: 30 * time.Second}, lg: lg}
 	lg.log(wire.Event{Kind: wire.KindStart})
-	return loop(ctx, c, lg, st, reg, lk)
+	if c.resumeFile != "" && c.unconfirmed {
+		return unconfirmedResume(c, lg, reg)
+	}
+	return loop(ctx, c, lg, st, reg, lk, locker)
 }
 
 // runMulti takes the multi-lock on c.names -iters times (waiting up to
@@ -366,7 +380,7 @@ func runMulti(ctx context.Context, c config, lg *logger, locker *dlock.Locker) e
 
 // loop is the worker's life with one lock: -iters grants, each with its
 // critical section.
-func loop(ctx context.Context, c config, lg *logger, st store.Store, reg *register, lk acquirer) error {
+func loop(ctx context.Context, c config, lg *logger, st store.Store, reg *register, lk acquirer, locker *dlock.Locker) error {
 	var err error
 	time.Sleep(c.startAfter)
 	deadline := time.Now().Add(c.duration)
@@ -378,7 +392,11 @@ func loop(ctx context.Context, c config, lg *logger, st store.Store, reg *regist
 		}
 		lg.log(wire.Event{Kind: wire.KindInvoke, Iter: i, Mode: c.mode})
 		var lease *dlock.Lease
-		if c.wait > 0 {
+		op := ""
+		if i == 0 && c.resumeFile != "" {
+			op = "resume"
+			lease, err = resumeLease(ctx, c, locker)
+		} else if c.wait > 0 {
 			actx, cancel := context.WithTimeout(ctx, c.wait)
 			lease, err = lk.Lock(actx)
 			cancel()
@@ -386,12 +404,17 @@ func loop(ctx context.Context, c config, lg *logger, st store.Store, reg *regist
 			lease, err = lk.TryLock(ctx)
 		}
 		if err != nil {
-			lg.log(wire.Event{Kind: wire.KindFail, Iter: i, Mode: c.mode, Err: errString(err)})
+			lg.log(wire.Event{Kind: wire.KindFail, Iter: i, Mode: c.mode, Op: op, Err: errString(err)})
 			continue
+		}
+		if c.tokenFile != "" {
+			if err := persistLease(c.tokenFile, lease); err != nil {
+				return err
+			}
 		}
 		// Val: the validity the lease has left (Lease.TTL), counted by the
 		// Locker from when the granting request was sent.
-		lg.log(wire.Event{Kind: wire.KindAcquire, Iter: i, Mode: c.mode, Fence: lease.Fence(), Val: int64(lease.TTL())})
+		lg.log(wire.Event{Kind: wire.KindAcquire, Iter: i, Mode: c.mode, Op: op, Fence: lease.Fence(), Val: int64(lease.TTL())})
 		watchers.Add(1)
 		go func(i int) {
 			defer watchers.Done()
@@ -411,8 +434,15 @@ func loop(ctx context.Context, c config, lg *logger, st store.Store, reg *regist
 	return nil
 }
 
+// held is what a critical section uses of its lease: a *dlock.Lease, or
+// the negative control's unconfirmed resume.
+type held interface {
+	Fence() int64
+	Done() <-chan struct{}
+}
+
 // critical is the critical section of one grant.
-func critical(c config, lg *logger, reg *register, lease *dlock.Lease, i int) {
+func critical(c config, lg *logger, reg *register, lease held, i int) {
 	fence := lease.Fence()
 	lg.log(wire.Event{Kind: wire.KindEnter, Iter: i, Fence: fence, Mode: c.mode})
 	defer lg.log(wire.Event{Kind: wire.KindExit, Iter: i, Fence: fence, Mode: c.mode})
