@@ -93,13 +93,13 @@ func TestMinHoldKeepsTheNameAfterRelease(t *testing.T) {
 				if !errors.As(err, &le) {
 					t.Fatalf("TryLock 30s after the release of a hold with a 1m min hold = %v, want ErrLocked", err)
 				}
-				if left := start.Add(time.Minute).Sub(time.Now()); le.RetryAfter <= 0 || le.RetryAfter > left {
+				if left := time.Until(start.Add(time.Minute)); le.RetryAfter <= 0 || le.RetryAfter > left {
 					t.Errorf("RetryAfter = %v, want the rest of the min hold, at most %v", le.RetryAfter, left)
 				}
 				if st, _ := s.State(ctx, "job"); st.Holders != 1 || len(st.Owners) != 1 || st.Owners[0].Fence != fence {
 					t.Errorf("State during the min hold: %+v, want one hold with fence %d", st, fence)
 				}
-				time.Sleep(start.Add(time.Minute).Sub(time.Now()))
+				time.Sleep(time.Until(start.Add(time.Minute)))
 				ls, err := l.Mutex("job").TryLock(ctx)
 				if err != nil {
 					t.Fatalf("TryLock at grant + min hold = %v, want the name free", err)

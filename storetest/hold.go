@@ -160,11 +160,6 @@ type recorded struct {
 	before, after time.Time
 }
 
-// holder is what State.Owners should show for r.
-func (r recorded) holder() store.Holder {
-	return store.Holder{Owner: r.req.Holder, Data: r.req.Data, Fence: r.fence}
-}
-
 // holdSet is what takeRecorded took: one record per hold, and every
 // request to release (a reentrant hold's re-entry too).
 type holdSet struct {

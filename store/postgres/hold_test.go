@@ -124,9 +124,9 @@ func TestHoldRecord(t *testing.T) {
 	}
 }
 
-// holdMin is the MinHold the tests wait out: long enough that the checks
+// minHoldWait is the MinHold the tests wait out: long enough that the checks
 // made right after a release certainly fall inside it.
-const holdMin = 3 * time.Second
+const minHoldWait = 3 * time.Second
 
 func TestHoldMinHold(t *testing.T) {
 	srv := pgtest.Start(t)
@@ -135,15 +135,15 @@ func TestHoldMinHold(t *testing.T) {
 	for _, m := range []store.Mode{store.ModeMutex, store.ModeFair, store.ModeElection} {
 		t.Run(m.String(), func(t *testing.T) {
 			name := "min-" + m.String()
-			req := store.Request{Name: name, Token: "a", TTL: time.Minute, Mode: m, MinHold: holdMin, Holder: "job"}
+			req := store.Request{Name: name, Token: "a", TTL: time.Minute, Mode: m, MinHold: minHoldWait, Holder: "job"}
 			g := mustGrant(t, s, req)
 			if err := s.Release(ctx, req); err != nil {
 				t.Fatalf("Release before the min hold = %v; want nil", err)
 			}
 			other := store.Request{Name: name, Token: "b", TTL: time.Minute, Mode: m}
 			r := mustRefuse(t, s, other)
-			if r.RetryAfter <= 0 || r.RetryAfter > holdMin {
-				t.Errorf("refusal after the early release: RetryAfter %v; want (0, %v]", r.RetryAfter, holdMin)
+			if r.RetryAfter <= 0 || r.RetryAfter > minHoldWait {
+				t.Errorf("refusal after the early release: RetryAfter %v; want (0, %v]", r.RetryAfter, minHoldWait)
 			}
 			// Nobody holds it: the token can neither extend, resume nor release it.
 			if errs := s.Extend(ctx, []store.Request{req}); !errors.Is(errs[0], store.ErrNotHeld) {
@@ -159,8 +159,8 @@ func TestHoldMinHold(t *testing.T) {
 				t.Errorf("Acquire with an empty token = nil error; want an InvalidError")
 			}
 			st, _ := s.State(ctx, name)
-			if st.Holders != 1 || len(st.Owners) != 1 || st.Owners[0].Owner != "job" || st.TTL > holdMin {
-				t.Errorf("State in the min hold = %+v; want the kept hold, its record, TTL <= %v", st, holdMin)
+			if st.Holders != 1 || len(st.Owners) != 1 || st.Owners[0].Owner != "job" || st.TTL > minHoldWait {
+				t.Errorf("State in the min hold = %+v; want the kept hold, its record, TTL <= %v", st, minHoldWait)
 			}
 			g2 := grantedWithin(t, s, other, 30*time.Second)
 			if g2.Fence <= g.Fence {
@@ -180,7 +180,7 @@ func TestHoldMinHold(t *testing.T) {
 	t.Run("SharedIgnore", func(t *testing.T) {
 		for _, m := range []store.Mode{store.ModeSemaphore, store.ModeRead, store.ModeReentrant, store.ModeWrite} {
 			name := "min-shared-" + m.String()
-			req := store.Request{Name: name, Token: "a", TTL: time.Minute, Mode: m, Limit: 1, MinHold: holdMin}
+			req := store.Request{Name: name, Token: "a", TTL: time.Minute, Mode: m, Limit: 1, MinHold: minHoldWait}
 			mustGrant(t, s, req)
 			if err := s.Release(ctx, req); err != nil {
 				t.Fatal(err)

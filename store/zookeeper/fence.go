@@ -185,19 +185,6 @@ func (s *Store) readNode(path string) (*known, error) {
 	return k, nil
 }
 
-// recordedFence is the fence recorded in the data of the node at path (0:
-// none yet, or the node is gone). It issues nothing.
-func (s *Store) recordedFence(path string) int64 {
-	if f := s.cached(path); f != 0 {
-		return f
-	}
-	k, err := s.readNode(path)
-	if err != nil {
-		return 0
-	}
-	return k.d.Fence
-}
-
 // currentFence is the name's last fence as its fence child records it (0:
 // none).
 func (s *Store) currentFence(dir string) int64 {
