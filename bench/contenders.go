@@ -73,6 +73,7 @@ func diagnostics() []contender {
 	return []contender{
 		{name: "raw-valkeygo-fenced", nodes: 1, open: openRawFenced, note: "diagnostic: the least fenced lock on raw valkey-go, as raw-valkeygo but the acquire is one script that also issues a fence with dlock's guarantees (SET NX PX; TIME; the name's counter created at the clock floor with an expiry, by SET GET; the node's fence mark read when the counter is absent and raised by SET GET; the fence returned): what a fence costs on this server, before anything else dlock does"},
 		{name: "raw-valkeygo-hwm", nodes: 1, open: openRawHWM, note: "diagnostic: as raw-valkeygo-fenced, but the fence comes from one high-water mark per server (INCR of one key without expiry; the clock floor when it is missing), not from a counter per name, so a new name costs no second key: a fence design dlock does not use, measured for what it would save (see docs/benchmarks.md)"},
+		{name: "dlock-holder", nodes: 1, open: openDlock(false, dlock.WithHolder(dlock.DefaultHolder())), note: "diagnostic: dlock with a holder recorded on every grant (dlock.WithHolder(dlock.DefaultHolder()), issue 38): what the hold's record costs the fast path; without one (the dlock row) nothing is written for it"},
 		{name: "raw-valkeygo-pipelined", nodes: 1, open: openRawPipelined, note: "diagnostic: the raw baseline on a valkey-go client that always pipelines (AlwaysPipelining, what a client with an invalidation hook does, as dlock's and valkeylock's do): every round trip goes through valkey-go's writer and reader goroutines"},
 	}
 }
@@ -330,13 +331,13 @@ func openDlockGoredis(ctx context.Context, addrs []string) (locker, error) {
 	return &dlockLocker{l: l, close: func() { st.Close(); rc.Close() }}, nil
 }
 
-func openDlock(fair bool) func(ctx context.Context, addrs []string) (locker, error) {
+func openDlock(fair bool, opts ...dlock.Option) func(ctx context.Context, addrs []string) (locker, error) {
 	return func(ctx context.Context, addrs []string) (locker, error) {
 		st, err := valkey.Dial(ctx, "redis://"+addrs[0])
 		if err != nil {
 			return nil, err
 		}
-		l, err := dlock.New(st, dlock.WithTTL(lockTTL))
+		l, err := dlock.New(st, append([]dlock.Option{dlock.WithTTL(lockTTL)}, opts...)...)
 		if err != nil {
 			st.Close()
 			return nil, err
