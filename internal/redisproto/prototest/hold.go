@@ -2,6 +2,7 @@ package prototest
 
 import (
 	"errors"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -26,7 +27,9 @@ func holdStores(t *testing.T, s store.Store) (store.Inspector, store.ForceReleas
 // lock key, so another library's SET NX is refused and its
 // compare-and-delete would work; the record's key expires no later than
 // the lock key and goes with the release; a grant without a record writes
-// neither the record's key nor the waiters flag.
+// neither the record's key nor the waiters flag, and its release by the
+// Store that granted the record before is one script still (the record's
+// short form, three keys).
 func holdKeys(t *testing.T, srv *testredis.Server, s store.Store) {
 	ctx := Context(t)
 	name := "prototest-hold-keys"
@@ -50,9 +53,21 @@ func holdKeys(t *testing.T, srv *testredis.Server, s store.Store) {
 	}
 	plain := store.Request{Name: name, Token: "tok-p", TTL: 20 * time.Second}
 	grant(t, s, plain)
-	defer s.Release(ctx, plain)
 	if got := do(t, srv, "EXISTS", rec, flag); got != "0" {
 		t.Errorf("EXISTS record and waiters flag after a grant without a record = %s, want 0: nothing written", got)
+	}
+	do(t, srv, "CONFIG", "SET", "slowlog-log-slower-than", "0")
+	do(t, srv, "CONFIG", "SET", "slowlog-max-len", "1000")
+	t.Cleanup(func() { do(t, srv, "CONFIG", "SET", "slowlog-log-slower-than", "10000") })
+	evalshaKeyCounts(t, srv)
+	if err := s.Release(ctx, plain); err != nil {
+		t.Fatalf("Release without a record = %v", err)
+	}
+	if got := evalshaKeyCounts(t, srv); !slices.Equal(got, []string{"3"}) {
+		t.Errorf("release without a record of a name granted with one before sent %v keys, want [3] (one script)", got)
+	}
+	if got := do(t, srv, "EXISTS", layout.Key(name)); got != "0" {
+		t.Errorf("EXISTS %s after Release = %s, want 0", layout.Key(name), got)
 	}
 }
 

@@ -11,13 +11,22 @@
 -- ARGV[1]  token
 --
 -- Reply: 1 when ARGV[1] held the lock (now released, its record and flag
--- deleted); -1 when the full form must decide (waiters, another holder, no
--- record of the caller's, or a min hold to keep), nothing changed.
+-- deleted); without a flag, as mutex_release_short (a later hold of the
+-- name without a record), 1 or 0 (not held, nothing changed); -1 when the
+-- full form must decide (waiters, another holder, no record of the
+-- caller's, or a min hold to keep), nothing changed.
 --
 -- A script of its own, without clock_lib and hold_lib, as
 -- mutex_release_short is: two calls (MGET, DEL), three with a min hold
 -- whose end passed (TIME).
 local v = redis.call('MGET', KEYS[1], KEYS[2], KEYS[3])
+if not v[2] then
+  if v[1] ~= ARGV[1] then
+    return 0
+  end
+  redis.call('DEL', KEYS[1])
+  return 1
+end
 if v[1] ~= ARGV[1] or v[2] ~= 'r' or not v[3] then
   return -1
 end
