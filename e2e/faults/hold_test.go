@@ -103,9 +103,10 @@ const (
 // then one process "resumes" without asking the store and writes with the
 // persisted fence, and another resumes for real.
 func testResume(t *testing.T, e *env, control bool) {
+	t0 := wire.Now()
 	k := uniqueKey(t)
 	tokenFile := filepath.Join(t.TempDir(), "token")
-	loopFor := 20 * time.Second
+	loopFor := 15 * time.Second
 	if long() {
 		loopFor = 60 * time.Second
 	}
@@ -130,7 +131,7 @@ func testResume(t *testing.T, e *env, control bool) {
 	if _, ok := holder.waitEvent(60*time.Second, func(ev wire.Event) bool { return ev.Kind == wire.KindRead && ev.Accepted }); !ok {
 		t.Fatalf("the holder did not read under its grant\n%s", holder.stderrText())
 	}
-	t.Logf("holder granted fence %d, renewed and read; kill -9", acq.Fence)
+	t.Logf("holder granted fence %d at %s, renewed and read; kill -9 at %s", acq.Fence, time.Duration(acq.T-t0), time.Duration(wire.Now()-t0))
 	holder.crash()
 	killed := wire.Now()
 	resumerArgs := []string{"-key", k, "-ttl", resumeTTL.String(), "-autorenew", "-careful", "-wait", "30s", "-resume-file", tokenFile}
@@ -147,8 +148,9 @@ func testResume(t *testing.T, e *env, control bool) {
 	if _, ok := resumer.waitEvent(60*time.Second, isKind(wire.KindWrite)); !ok {
 		t.Fatalf("the resumer never wrote\n%s", resumer.stderrText())
 	}
-	t.Logf("the resumer wrote")
+	t.Logf("the resumer wrote at %s", time.Duration(wire.Now()-t0))
 	e.waitAll(3 * time.Minute)
+	t.Logf("every worker done at %s", time.Duration(wire.Now()-t0))
 	judgeResume(t, e, acq.Fence, killed, control)
 }
 
@@ -235,6 +237,10 @@ func resumeValidOverlaps(gs []grant, evs []wire.Event) int {
 		}
 		return resumeTTL
 	}
+	ends := make([]int64, len(gs))
+	for i, g := range gs {
+		ends[i] = validEnd(g, evs, ttl(g), 0.01)
+	}
 	n := 0
 	for i := range gs {
 		for j := i + 1; j < len(gs); j++ {
@@ -242,7 +248,7 @@ func resumeValidOverlaps(gs []grant, evs []wire.Event) int {
 			if a.W == b.W || a.Fence == b.Fence && (a.W == resumeHolderID || b.W == resumeHolderID) {
 				continue
 			}
-			if a.Enter < validEnd(b, evs, ttl(b), 0.01) && b.Enter < validEnd(a, evs, ttl(a), 0.01) {
+			if a.Enter < ends[j] && b.Enter < ends[i] {
 				n++
 			}
 		}
@@ -357,12 +363,14 @@ func testMinHoldRestart(t *testing.T, srv *testredis.Server, aof bool) {
 	}) {
 		t.Fatalf("no second job released\n%s", ws[0].stderrText())
 	}
-	pttlBefore := mustDo(t, srv, "PTTL", "lock:"+k)
+	// The kept name's value and PTTL: after the restart the same value
+	// (not a new grant's) must be there with what is left of the PTTL.
+	valBefore, pttlBefore := mustDo(t, srv, "GET", "lock:"+k), mustDo(t, srv, "PTTL", "lock:"+k)
 	killed := wire.Now()
 	srv.Kill()
 	srv.Restart(t)
 	restarted := wire.Now()
-	pttlAfter := mustDo(t, srv, "PTTL", "lock:"+k)
+	valAfter, pttlAfter := mustDo(t, srv, "GET", "lock:"+k), mustDo(t, srv, "PTTL", "lock:"+k)
 	mode := "without persistence"
 	if aof {
 		mode = "from AOF always"
@@ -375,10 +383,10 @@ func testMinHoldRestart(t *testing.T, srv *testredis.Server, aof bool) {
 	gs := grants(evs)
 	early, minGap := minHoldViolations(gs)
 	rs := registerStats(e.reg)
-	kept := pttlAfter != "-2"
+	kept := valBefore != "" && valAfter == valBefore
 	before, after := fencesAround(evs, killed)
-	r.Extra = fmt.Sprintf("jobs %d, register writes accepted %d; job starts within one interval %d (shortest grant-to-next %s); name's PTTL before the kill %s ms, after the restart %s ms (down %s); max fence before the kill %d, min after %d",
-		len(gs), rs.accepted, early, time.Duration(minGap).Round(time.Millisecond), pttlBefore, pttlAfter,
+	r.Extra = fmt.Sprintf("jobs %d, register writes accepted %d; job starts within one interval %d (shortest grant-to-next %s); kept name's value back after the restart: %v, its PTTL before the kill %s ms, after %s ms (down %s); max fence before the kill %d, min after %d",
+		len(gs), rs.accepted, early, time.Duration(minGap).Round(time.Millisecond), kept, pttlBefore, pttlAfter,
 		time.Duration(restarted-killed).Round(time.Millisecond), before, after)
 	requireSafe(t, r)
 	if rs.accepted != len(gs) {
@@ -390,7 +398,7 @@ func testMinHoldRestart(t *testing.T, srv *testredis.Server, aof bool) {
 	if aof {
 		r.Promise = "none promised"
 		if !kept {
-			t.Fatalf("the kept name did not come back from AOF always (PTTL %s after the restart)", pttlAfter)
+			t.Fatalf("the kept name did not come back from AOF always (value %q before the kill, %q after the restart, PTTL %s)", valBefore, valAfter, pttlAfter)
 		}
 		if early != 0 {
 			t.Errorf("job starts within one interval = %d, want 0", early)
@@ -398,7 +406,7 @@ func testMinHoldRestart(t *testing.T, srv *testredis.Server, aof bool) {
 	} else {
 		r.Promise = "not promised"
 		if kept {
-			t.Fatalf("the name came back after a restart without persistence (PTTL %s)", pttlAfter)
+			t.Fatalf("the kept name came back after a restart without persistence (value %q)", valAfter)
 		}
 		requireDetected(t, "job starts within one interval after a restart that forgot the min hold", early)
 	}
