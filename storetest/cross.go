@@ -73,7 +73,7 @@ func testCrossPattern(t *testing.T, h Harness) {
 	t.Run("MinHoldAgainstModes", func(t *testing.T) {
 		parallel(t)
 		s := h.New(t)
-		needHolds(t, s, needsMinHold)
+		needHolds(t, h, s, needsMinHold)
 		crossMinHold(t, s, modes)
 	})
 	t.Run("MixedGoroutines", func(t *testing.T) {

@@ -78,7 +78,7 @@ func testHold(t *testing.T, h Harness) {
 		t.Run(ht.name, func(t *testing.T) {
 			parallel(t)
 			s := h.New(t)
-			needHolds(t, s, ht.needs)
+			needHolds(t, h, s, ht.needs)
 			ht.fn(t, h, s, modes)
 		})
 	}
@@ -97,26 +97,27 @@ func supportedModes(h Harness) []store.Mode {
 
 // needHolds checks that s implements what issue 38 asks of every store:
 // store.Inspector (with State.Owners), store.Resumer and
-// store.ForceReleaser; needs names those the calling test uses.
-//
-// TRANSITION GATE: while the stores are being brought to the contract, a
-// store that implements neither Resumer nor ForceReleaser skips the hold
-// suite (and the cross-pattern MinHold test), and a test that needs one
-// the store lacks is skipped, instead of failing. Once every store
-// implements both, the two t.Skipf below become t.Fatalf.
-func needHolds(t *testing.T, s store.Store, needs holdNeeds) {
+// store.ForceReleaser; needs names those the calling test uses. A store
+// without one fails the test, but for Resumer on a harness with NoResume
+// (the HTTP store), whose tests that need it are skipped.
+func needHolds(t *testing.T, h Harness, s store.Store, needs holdNeeds) {
 	t.Helper()
 	_, iok := s.(store.Inspector)
 	_, rok := s.(store.Resumer)
 	_, fok := s.(store.ForceReleaser)
-	if !rok && !fok {
-		t.Skipf("%T implements neither store.Resumer nor store.ForceReleaser: the issue 38 hold suite is skipped until it does (every store must)", s)
-	}
 	if !iok {
 		t.Fatalf("%T does not implement store.Inspector; every store must (State.Owners)", s)
 	}
-	if (needs&needsResumer != 0 && !rok) || (needs&needsForceReleaser != 0 && !fok) {
-		t.Skipf("%T: store.Resumer %v, store.ForceReleaser %v: this test is skipped until it implements both (every store must)", s, rok, fok)
+	if !fok {
+		t.Fatalf("%T does not implement store.ForceReleaser; every store must", s)
+	}
+	switch {
+	case rok && h.NoResume:
+		t.Fatalf("%T implements store.Resumer but its harness says NoResume", s)
+	case !rok && !h.NoResume:
+		t.Fatalf("%T does not implement store.Resumer; every store must", s)
+	case !rok && needs&needsResumer != 0:
+		t.Skipf("%T cannot resume a hold (Harness.NoResume)", s)
 	}
 	if needs&needsMinHold != 0 && !store.SupportsMinHold(s) {
 		checkMinHoldRefused(t, s)

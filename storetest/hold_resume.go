@@ -82,7 +82,12 @@ func otherModeOf(m store.Mode, modes []store.Mode) store.Mode {
 	case m != store.ModeMutex:
 		return store.ModeMutex
 	}
-	return modes[1]
+	for _, o := range modes {
+		if o != m {
+			return o
+		}
+	}
+	return m // the store supports the mutex alone
 }
 
 // holdResumeRefused: Resume by a token that does not hold the name (a

@@ -83,6 +83,11 @@ type Harness struct {
 	// the caller), so a hold taken without a record need not show Owner
 	// ""; the suite still checks that it shows no earlier hold's record.
 	DefaultsHolder bool
+	// NoResume tells that the store cannot take back a hold by its token
+	// (store.Resumer): cmd/dlock's HTTP store, a client of the service, which
+	// resumes on its own an extend of a lease it does not know. The hold
+	// suite's Resume tests are skipped; every other store must resume.
+	NoResume bool
 }
 
 func (h Harness) supports(m store.Mode) bool { return !slices.Contains(h.Unsupported, m) }

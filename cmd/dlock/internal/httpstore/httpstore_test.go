@@ -68,6 +68,7 @@ func TestConformance(t *testing.T) {
 		Unsupported: []store.Mode{store.ModeReentrant, store.ModeRead, store.ModeWrite,
 			store.ModeFair, store.ModeSemaphore, store.ModeElection},
 		DefaultsHolder: true, // the service records the caller as the holder of a request without one
+		NoResume:       true, // the service resumes an extend of a lease it does not know by itself
 	})
 }
 
