@@ -69,7 +69,8 @@
 // unless [WithSessionTimeout] says otherwise, and ZooKeeper grants at most
 // 20 ticks, 40s with the default 2s tick): so a lease the Locker still
 // believes valid is never one the server could have expired. Close ends the
-// session, which frees every hold of the store at once.
+// session, which frees every hold of the store at once, once the holds
+// kept by their MinHold have ended (below).
 //
 // RetryAfter of a refusal is exact for holds of this store and otherwise the
 // TTL the holder asked for (an upper bound). Extend and Release list the
@@ -104,9 +105,16 @@
 // reaper deletes it at grant + MinHold (its fence unchanged; its token
 // then holds nothing: Extend and Resume answer ErrNotHeld, a repeated
 // Acquire is refused). No timer runs for it but the reaper that keeps
-// every TTL: this is a process, not the server. If the process dies or
-// is cut off, the server ends its holds with its session (after the
-// session timeout); Close ends them at once, holds kept by MinHold too.
+// every TTL: this is a process, not the server. So [Store.Close] does
+// not end a hold kept by its MinHold: it waits for the reaper to end
+// every such hold of its session (released through this Store, or
+// marked released through another) at its time, up to the longest
+// remaining MinHold (capped at its MaxHold end), and then ends the
+// session; a short-lived process (`dlock run --min-hold`) thus keeps the
+// name until grant + MinHold, and exits then. Holds not released end at
+// once, as before. If the process dies or is cut off, the server ends
+// its holds with its session (after the session timeout), those kept by
+// MinHold too: a crashed holder is bounded by its session.
 //
 // # Resume, and holds of other sessions
 //

@@ -299,6 +299,10 @@ func (s *Store) reap() {
 		for p, until := range check {
 			s.endOrKeep(p, until)
 		}
+		select {
+		case s.reaped <- struct{}{}:
+		default:
+		}
 		timer.Reset(time.Until(next))
 		select {
 		case <-s.stop:

@@ -35,6 +35,7 @@ type Store struct {
 	closed  bool
 	nets    map[*netConn]struct{} // the client's TCP connections
 	kick    chan struct{}
+	reaped  chan struct{} // a pass of the reaper ended (for Close)
 	stop    chan struct{}
 	wg      sync.WaitGroup // event pump, reaper, watchers
 	// dead are the nodes deleted for a lapsed TTL, for deadFor: an
@@ -106,7 +107,8 @@ func (s *Store) dial(network, addr string, timeout time.Duration) (net.Conn, err
 
 // New connects to the ZooKeeper ensemble at servers (host:port) and returns
 // once it has a session, or when ctx ends. Close ends the session, which
-// deletes every node of the store at once.
+// deletes every node of the store at once, after the holds kept by their
+// MinHold have ended (see [Store.Close]).
 func New(ctx context.Context, servers []string, opts ...Option) (*Store, error) {
 	if len(servers) == 0 {
 		return nil, &store.InvalidError{Field: "zookeeper servers", Reason: "none given"}
@@ -114,7 +116,7 @@ func New(ctx context.Context, servers []string, opts ...Option) (*Store, error) 
 	s := &Store{
 		root: DefaultRoot, askTimeout: DefaultSessionTimeout, acl: zk.WorldACL(zk.PermAll),
 		local: map[string]*local{}, dead: map[string]time.Time{}, dirs: map[string]bool{}, nets: map[*netConn]struct{}{},
-		kick: make(chan struct{}, 1), stop: make(chan struct{}), floor: wallFloor, orphans: map[string]bool{},
+		kick: make(chan struct{}, 1), reaped: make(chan struct{}, 1), stop: make(chan struct{}), floor: wallFloor, orphans: map[string]bool{},
 	}
 	for _, o := range opts {
 		o(s)
@@ -176,8 +178,21 @@ func (s *Store) pump(events <-chan zk.Event, ready chan struct{}) {
 }
 
 // Close ends the store's session (ZooKeeper deletes its nodes at once),
-// stops its goroutines and waits for them.
+// stops its goroutines and waits for them. A hold released before grant +
+// MinHold (through this Store, or through another without WithTakeOver)
+// is kept by this Store's session until then, so Close first waits for
+// the reaper to end every such hold at its time: up to the longest
+// remaining MinHold among them (each capped at its MaxHold end). A hold
+// not released is ended at once, as is every hold if the process dies
+// (then with its session, after the session timeout).
 func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.mu.Unlock()
+	s.waitKept()
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
