@@ -35,7 +35,11 @@ func (s *storeFlags) openCoordination(ctx context.Context, kind, value string, l
 		st, err = postgres.New(ctx, value, postgres.WithLogger(log))
 		desc = redactURL(value)
 	case "zookeeper":
-		st, err = zookeeper.New(ctx, splitList(value))
+		var opts []zookeeper.Option
+		if s.replica {
+			opts = append(opts, zookeeper.WithTakeOver())
+		}
+		st, err = zookeeper.New(ctx, splitList(value), opts...)
 	}
 	if err != nil {
 		return nil, err

@@ -138,6 +138,7 @@ func runServe(ctx context.Context, x *cmd, _, _ []string) int {
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
+	x.store.replica = true // replicas share leases (zookeeper.WithTakeOver)
 	b, err := x.store.open(ctx, log)
 	if err != nil {
 		return x.fail(wrap("opening the "+storeKind(&x.store)+" store", err))

@@ -28,6 +28,12 @@ type storeFlags struct {
 	// fenceRetention: how long a name's last fence is kept after the TTL
 	// of its last hold (Valkey/Redis: its fence key; memory: its entry).
 	fenceRetention time.Duration
+	// replica: the store serves leases that other replicas of dlock serve
+	// share (set by serve): on ZooKeeper a hold another replica took over
+	// moves back into this process's session when extended here
+	// (zookeeper.WithTakeOver), or the other replica's reaper would end it
+	// at its own deadline while this replica's Extend answered nil.
+	replica bool
 }
 
 // register defines the store flags; client adds --server and makes
