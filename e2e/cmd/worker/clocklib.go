@@ -39,7 +39,12 @@ func swapClockLib(path string) (int, error) {
 		if err != nil {
 			return 0, err
 		}
-		scripts = append(scripts, ops.Acquire, ops.Extend, ops.Release, ops.Raise)
+		// Every script of the mode, issue 38's forms too (the mutex's
+		// FullAcquire runs every acquire that waits or keeps a record:
+		// left out, the control ran today's fence rule there and bit no
+		// more); those that do not begin with clock_lib are skipped below.
+		scripts = append(scripts, ops.Acquire, ops.FullAcquire, ops.Extend, ops.Release, ops.ShortRelease,
+			ops.RecordRelease, ops.Raise, ops.Resume, ops.Force)
 	}
 	scripts = append(scripts, redisproto.MultiAcquireScript, redisproto.MultiExtendScript, redisproto.MultiReleaseScript)
 	seen := map[*redisproto.Script]bool{}
