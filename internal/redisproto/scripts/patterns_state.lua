@@ -36,13 +36,20 @@ local function longest(key)
 end
 
 -- exclusive returns the owner of an exclusive hold with fence f and token
--- tok (nil: the reentrant's, known by its fence).
+-- tok (nil: the reentrant's, known by its fence). A leader's record is
+-- known by its token alone, and shown with the fence the hold has now: a
+-- RaiseFence (store/redlock's write-back) raises the hold's f above the
+-- fence its record was issued with.
 local function exclusive(f, tok)
   local r = rec_parse(redis.call('GET', KEYS[10]))
-  if r and (r.fence ~= f or (tok and r.tok ~= tok)) then
+  if r and ((tok and r.tok ~= tok) or (not tok and r.fence ~= f)) then
     r = nil
   end
-  return rec_owner(r, f)
+  local o = rec_owner(r, f)
+  if f and f > 0 then
+    o[4] = f
+  end
+  return o
 end
 
 -- shared returns the owners of the live members of sorted set key, with

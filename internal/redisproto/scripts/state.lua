@@ -40,7 +40,13 @@ if t == 'string' then
   if r and r.tok ~= redis.call('GET', KEYS[1]) then
     r = nil
   end
-  for _, x in ipairs(rec_owner(r, fence)) do
+  local o = rec_owner(r, fence)
+  -- A held mutex's fence is the counter's: a RaiseFence (store/redlock's
+  -- write-back) raises both above the fence the record was issued with.
+  if fence > 0 then
+    o[4] = fence
+  end
+  for _, x in ipairs(o) do
     reply[#reply + 1] = x
   end
 end
