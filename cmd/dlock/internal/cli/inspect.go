@@ -88,8 +88,7 @@ type ownerJSON struct {
 func owners(hs []store.Holder, now time.Time) []ownerJSON {
 	hs = slices.Clone(hs)
 	slices.SortStableFunc(hs, func(a, b store.Holder) int {
-		switch {
-		case a.Since.IsZero() != b.Since.IsZero():
+		if a.Since.IsZero() != b.Since.IsZero() {
 			if a.Since.IsZero() {
 				return 1
 			}

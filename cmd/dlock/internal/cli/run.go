@@ -162,7 +162,13 @@ func runUnderLease(ctx context.Context, x *cmd, verbose bool, cfg runner.Config)
 	if b == nil {
 		return code, nil
 	}
-	defer b.close()
+	defer func() {
+		// Closing may wait (a ZooKeeper store keeps a min hold's session
+		// until it runs out): a signal then takes its default action, as
+		// a kill would, rather than being caught for a command that ended.
+		signal.Stop(sigs)
+		b.close()
+	}()
 	level := slog.LevelWarn
 	if verbose {
 		level = slog.LevelInfo
