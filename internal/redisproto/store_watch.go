@@ -64,6 +64,13 @@ func (s *Store) WatchGrant(ctx context.Context, req store.Request) (<-chan store
 	if req.Mode != store.ModeFair && req.Mode != store.ModeMutex {
 		return nil, nil, fmt.Errorf("%w: %s store grant watch for mode %v", store.ErrNotSupported, s.name, req.Mode)
 	}
+	if req.Mode == store.ModeMutex && HasRecord(req) {
+		// A mutex handoff grants without a record (the registration does
+		// not carry one), so such a waiter is not registered (see Acquire):
+		// refusing its grant watch makes it wait on Watch, woken by the
+		// release, instead of for a handoff that never comes.
+		return nil, nil, fmt.Errorf("%w: %s store mutex handoff with a hold record", store.ErrNotSupported, s.name)
+	}
 	if s.confirm != nil {
 		// A handoff is announced before any WAIT: its waiter would hold a
 		// grant no replica confirmed.
