@@ -24,6 +24,7 @@ import (
 
 	"github.com/dlock-dev/dlock/e2e/faults/wire"
 	"github.com/dlock-dev/dlock/internal/testredis"
+	"github.com/dlock-dev/dlock/store/postgres/pgtest"
 )
 
 var longFlag = flag.Bool("long", false, "run the long profile (several seeds, longer runs); DLOCK_LONG=1 does the same")
@@ -54,6 +55,9 @@ func TestMain(m *testing.M) {
 		os.Exit(2)
 	}
 	code := m.Run()
+	// The template cluster serves every test of the binary that starts a
+	// PostgreSQL server (T33, T34b): removed once, after them all.
+	pgtest.Cleanup()
 	printTable(os.Stdout, false)
 	if path := os.Getenv("DLOCK_FAULTS_TABLE"); path != "" {
 		// go test shows a passing package's output only with -v; the

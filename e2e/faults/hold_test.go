@@ -55,7 +55,6 @@ func TestFaultsHold(t *testing.T) {
 		})
 		t.Run("postgres", func(t *testing.T) {
 			pgtest.Require(t)
-			t.Cleanup(pgtest.Cleanup)
 			srv := pgtest.Start(t)
 			repeat(t, "T34b_resume_after_kill_postgres", func(t *testing.T) {
 				testResume(t, newPGSingleEnv(t, srv), false)

@@ -55,7 +55,6 @@ import (
 
 func TestFaultsPostgres(t *testing.T) {
 	pgtest.Require(t)
-	t.Cleanup(pgtest.Cleanup) // runs after the servers' cleanups
 	primary := pgtest.Start(t)
 	pr := &pgPair{primary: primary, standby: pgtest.StartStandby(t, primary)}
 	repeat(t, "T33a_crash_kill_postmaster", func(t *testing.T) { testPGCrash(t, pr, false, false) })

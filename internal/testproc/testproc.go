@@ -226,6 +226,9 @@ func (p *Proc) killLocked() {
 // StopTimeout for the process to exit, then kills it. It is what a test's
 // cleanup calls.
 func (p *Proc) Stop() {
+	if p == nil {
+		return // never started: a cleanup of a start that failed first
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.cmd == nil {
