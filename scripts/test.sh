@@ -6,10 +6,11 @@
 #   scripts/test.sh -run TestX -v   extra flags go to every `go test`
 #   DLOCK_LONG=1 scripts/test.sh    also run the long fault/soak profiles
 #   CI=true scripts/test.sh         tests fail (never skip) without redis-server
+#   DLOCK_TEST_JOBS=1 scripts/test.sh  one module at a time (default 2)
 #
-# Every directory holding a go.mod is a module (the root first). In each one it
-# runs `go vet ./...` and `go test -race -count=1 -timeout 15m [flags] ./...`
-# (60m with DLOCK_LONG),
+# Every directory holding a go.mod is a module. In each one it runs
+# `go vet ./...` and `go test -race -count=1 -timeout 15m [flags] ./...`
+# (60m with DLOCK_LONG), two modules at a time,
 # carries on after a failure, prints one summary line per module, and exits
 # non-zero if any module failed.
 set -euo pipefail
@@ -94,8 +95,10 @@ fi
 # A suite marked with a line "# beside-modules" (the linters, the release
 # artefacts) builds tools and reads the tree without starting servers: it starts
 # now, in the background, so that its tool builds and compiles overlap the module
-# tests, which spend much of their time waiting on servers and leases. Its log is
-# printed, and its result counted, after the modules.
+# tests, which spend much of their time waiting on servers and leases. It runs
+# at a lower priority (nice 10): the modules' tests come first, and the suite's
+# compiles take the CPU the tests leave idle. Its log is printed, and its result
+# counted, after the modules.
 BG_DIR=$(mktemp -d)
 trap 'rm -rf "$BG_DIR"' EXIT
 bg_suites=()
@@ -106,7 +109,7 @@ for suite in scripts/suites/*.sh; do
 	(
 		start=$SECONDS
 		rc=0
-		APT_UPDATED=$APT_UPDATED bash "$suite" >"$logf.log" 2>&1 || rc=$?
+		APT_UPDATED=$APT_UPDATED nice -n 10 bash "$suite" >"$logf.log" 2>&1 || rc=$?
 		echo $((SECONDS - start)) >"$logf.secs"
 		exit "$rc"
 	) &
@@ -116,39 +119,99 @@ for suite in scripts/suites/*.sh; do
 done
 
 # --- modules --------------------------------------------------------------------
+# DLOCK_TEST_JOBS modules (default 2) are vetted and tested at once: their
+# tests spend much of their time waiting on servers, leases and timeouts, which
+# one module at a time left the cores idle for. Each module's output goes to a
+# log of its own, printed whole when the module ends, so logs never interleave.
+# The modules with the longest tests start first (LONG_FIRST), so that the last
+# one to end is a short one; the rest follow in name order.
+JOBS=${DLOCK_TEST_JOBS:-2}
+if ! [[ "$JOBS" =~ ^[1-9][0-9]*$ ]]; then
+	echo "scripts/test.sh: DLOCK_TEST_JOBS=$JOBS: want a positive integer" >&2
+	exit 2
+fi
+LONG_FIRST=(./e2e . ./store/zookeeper ./bench ./cmd/dlock)
 
-mapfile -t modules < <(
+mapfile -t found < <(
 	find . -name go.mod -not -path './.git/*' -not -path '*/testdata/*' -not -path '*/node_modules/*' |
 		sed 's|/go.mod$||' |
-		LC_ALL=C sort |
-		awk '$0 == "." { print; next } { rest[++n] = $0 } END { for (i = 1; i <= n; i++) print rest[i] }'
+		LC_ALL=C sort
 )
-if [ "${#modules[@]}" -eq 0 ]; then
+if [ "${#found[@]}" -eq 0 ]; then
 	echo "scripts/test.sh: no go.mod found" >&2
 	exit 1
 fi
+modules=()
+for mod in "${LONG_FIRST[@]}"; do
+	for f in "${found[@]}"; do
+		if [ "$f" = "$mod" ]; then modules+=("$mod"); fi
+	done
+done
+for f in "${found[@]}"; do
+	case " ${LONG_FIRST[*]} " in *" $f "*) continue ;; esac
+	modules+=("$f")
+done
 
-summary=()
+# run_module MOD LOG: vet and test MOD, its output in LOG, then "VET TEST SECS"
+# in LOG.res.
+run_module() {
+	local mod=$1 logf=$2 start=$SECONDS vet=ok test=ok
+	shift 2
+	{
+		(cd "$mod" && go vet ./...) || vet=FAILED
+		(cd "$mod" && go test -race -count=1 -timeout "$TEST_TIMEOUT" "$@" ./...) || test=FAILED
+	} >"$logf" 2>&1
+	echo "$vet $test $((SECONDS - start)) $(cpu_secs)" >"$logf.res"
+}
+
+# cpu_secs prints the CPU seconds (user + system) the shell's finished children
+# used: in a module's job, what its vet and tests cost the machine.
+cpu_secs() {
+	local u s
+	{ read -r _; read -r u s; } < <(times)
+	awk -v u="$u" -v s="$s" 'function secs(t,  m) { m = t; sub(/m.*/, "", m); sub(/^[0-9]+m/, "", t); sub(/s$/, "", t); return m * 60 + t }
+		BEGIN { printf "%d\n", secs(u) + secs(s) }'
+}
+
+declare -A mod_pid_of=()
+declare -A mod_line=()
 failed=0
-for mod in "${modules[@]}"; do
+# finish PID: print the log of the module whose job was PID, and its line.
+finish() {
+	local pid=$1 mod i logf vet test secs cpu status
+	mod=${mod_pid_of[$pid]}
+	unset "mod_pid_of[$pid]"
+	for i in "${!modules[@]}"; do [ "${modules[$i]}" = "$mod" ] && break; done
+	logf="$BG_DIR/module-$i.log"
 	echo
 	log "module $mod"
-	start=$SECONDS
-	vet=ok
-	test=ok
-	if ! (cd "$mod" && go vet ./...); then
-		vet=FAILED
-	fi
-	if ! (cd "$mod" && go test -race -count=1 -timeout "$TEST_TIMEOUT" "$@" ./...); then
-		test=FAILED
-	fi
+	cat "$logf"
+	read -r vet test secs cpu <"$logf.res" 2>/dev/null || { vet=FAILED test=FAILED secs=0 cpu=0; }
 	status=PASS
 	if [ "$vet" != ok ] || [ "$test" != ok ]; then
 		status=FAIL
 		failed=$((failed + 1))
 	fi
-	summary+=("$(printf '%-4s  %-24s  vet %-6s  test %-6s  %4ds' "$status" "$mod" "$vet" "$test" $((SECONDS - start)))")
+	mod_line[$mod]=$(printf '%-4s  %-24s  vet %-6s  test %-6s  %4ds  (%ds CPU)' "$status" "$mod" "$vet" "$test" "$secs" "$cpu")
+}
+log "testing ${#modules[@]} modules, $JOBS at a time: ${modules[*]}"
+for i in "${!modules[@]}"; do
+	while [ "${#mod_pid_of[@]}" -ge "$JOBS" ]; do
+		done_pid=
+		wait -n -p done_pid "${!mod_pid_of[@]}" || true
+		finish "$done_pid"
+	done
+	run_module "${modules[$i]}" "$BG_DIR/module-$i.log" "$@" &
+	mod_pid_of[$!]=${modules[$i]}
+	log "module ${modules[$i]}: started"
 done
+while [ "${#mod_pid_of[@]}" -gt 0 ]; do
+	done_pid=
+	wait -n -p done_pid "${!mod_pid_of[@]}" || true
+	finish "$done_pid"
+done
+summary=()
+for mod in "${modules[@]}"; do summary+=("${mod_line[$mod]}"); done
 
 # --- other suites -----------------------------------------------------------------
 # Each scripts/suites/*.sh (clients in other languages, linters) installs what it
