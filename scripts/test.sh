@@ -18,6 +18,15 @@ cd "$(dirname "$0")/.."
 
 log() { printf '==> %s\n' "$*"; }
 
+# cpu_secs prints the CPU seconds (user + system) the shell's finished children
+# used: in a module's job, what its vet and tests cost the machine.
+cpu_secs() {
+	local u s
+	{ read -r _; read -r u s; } < <(times)
+	awk -v u="$u" -v s="$s" 'function secs(t,  m) { m = t; sub(/m.*/, "", m); sub(/^[0-9]+m/, "", t); sub(/s$/, "", t); return m * 60 + t }
+		BEGIN { printf "%d\n", secs(u) + secs(s) }'
+}
+
 # --- system packages ----------------------------------------------------------
 
 SUDO=()
@@ -110,7 +119,7 @@ for suite in scripts/suites/*.sh; do
 		start=$SECONDS
 		rc=0
 		APT_UPDATED=$APT_UPDATED nice -n 10 bash "$suite" >"$logf.log" 2>&1 || rc=$?
-		echo $((SECONDS - start)) >"$logf.secs"
+		echo "$((SECONDS - start)) $(cpu_secs)" >"$logf.secs"
 		exit "$rc"
 	) &
 	bg_suites+=("$suite")
@@ -164,14 +173,6 @@ run_module() {
 	echo "$vet $test $((SECONDS - start)) $(cpu_secs)" >"$logf.res"
 }
 
-# cpu_secs prints the CPU seconds (user + system) the shell's finished children
-# used: in a module's job, what its vet and tests cost the machine.
-cpu_secs() {
-	local u s
-	{ read -r _; read -r u s; } < <(times)
-	awk -v u="$u" -v s="$s" 'function secs(t,  m) { m = t; sub(/m.*/, "", m); sub(/^[0-9]+m/, "", t); sub(/s$/, "", t); return m * 60 + t }
-		BEGIN { printf "%d\n", secs(u) + secs(s) }'
-}
 
 declare -A mod_pid_of=()
 declare -A mod_line=()
@@ -228,7 +229,8 @@ for i in "${!bg_suites[@]}"; do
 	fi
 	logf="$BG_DIR/$(basename "$suite")"
 	cat "$logf.log"
-	summary+=("$(printf '%-4s  %-24s  %-24s  %4ds' "$status" "$suite" "(beside the modules)" "$(cat "$logf.secs" 2>/dev/null || echo 0)")")
+	read -r secs cpu <"$logf.secs" 2>/dev/null || { secs=0 cpu=0; }
+	summary+=("$(printf '%-4s  %-24s  %-24s  %4ds  (%ds CPU)' "$status" "$suite" "(beside the modules)" "$secs" "$cpu")")
 done
 for suite in scripts/suites/*.sh; do
 	[ -e "$suite" ] || continue
