@@ -35,11 +35,12 @@
 // loaded machine, and no speed is asserted; latencies are logged with
 // t.Logf (go test -v shows them).
 //
-// Suites run one after another; the tests of one suite run in parallel on
-// lock names no other test uses (unique across runs too), so a Harness may
-// share one backend between all the stores it makes, and between runs. The
-// restart test, when [Harness.Restart] is set, runs last and alone. Run
-// takes a few seconds.
+// The suites, and the tests of each suite, run in parallel (as many tests at
+// once as go test's -parallel allows) on lock names no other test uses
+// (unique across runs too), so a Harness may share one backend between all
+// the stores it makes, and between runs. The restart test, when
+// [Harness.Restart] is set, runs first and alone: every suite starts after
+// it. Run takes a few seconds.
 package storetest
 
 import (
@@ -144,6 +145,11 @@ func Run(t *testing.T, h Harness) {
 			if !h.supports(s.mode) {
 				t.Skipf("mode %v is unsupported by this store", s.mode)
 			}
+			// The suites run at once, after Restart: a parallel subtest
+			// waits here until Run returns. No more tests run at once for
+			// that than go test's -parallel allows (a suite waiting on its
+			// own tests holds no place), so they overlap only their waits.
+			parallel(t)
 			s.fn(t, h)
 		})
 	}
