@@ -123,19 +123,37 @@ func TestObserverEventsCarryTheCall(t *testing.T) {
 	if err := held.Release(cancelled); err != nil {
 		t.Fatal(err)
 	}
-	rel := e.next(t, dlock.EventRelease)
-	if rel.Lease != acq.Lease || rel.Result != "ok" || rel.Context != cancelled || rel.Start.Before(acq.Start) || rel.Duration <= 0 {
-		t.Errorf("release event: Lease %d (want %d), Result %q, Context %v, Start %v, Duration %v", rel.Lease, acq.Lease, rel.Result, rel.Context, rel.Start, rel.Duration)
-	}
-	waited := e.next(t, dlock.EventAcquire)
-	if waited.Result != "acquired" || waited.Attempts < 2 || !waited.Waited || waited.Lease == acq.Lease {
-		t.Errorf("waited acquire event: Result %q, Attempts %d, Waited %v, Lease %d; want acquired after at least 2 attempts, a new lease", waited.Result, waited.Attempts, waited.Waited, waited.Lease)
-	}
 	if err := <-got; err != nil {
 		t.Fatal(err)
 	}
-	if rel := e.next(t, dlock.EventRelease); rel.Lease != waited.Lease {
-		t.Errorf("second release event: Lease %d, want %d", rel.Lease, waited.Lease)
+	// The waiter may be granted, and release, before the first release's
+	// event is out (the store released first): the three events in any
+	// order, told apart by their leases.
+	var rel, waited, rel2 dlock.Event
+	deadline := time.After(10 * time.Second)
+	for rel.Lease == 0 || waited.Lease == 0 || rel2.Lease == 0 {
+		select {
+		case ev := <-e.ch:
+			switch {
+			case ev.Kind == dlock.EventRelease && ev.Lease == acq.Lease:
+				rel = ev
+			case ev.Kind == dlock.EventAcquire:
+				waited = ev
+			case ev.Kind == dlock.EventRelease:
+				rel2 = ev
+			}
+		case <-deadline:
+			t.Fatalf("within 10s: release event %+v, waited acquire %+v, its release %+v; want all three", rel, waited, rel2)
+		}
+	}
+	if rel.Result != "ok" || rel.Context != cancelled || rel.Start.Before(acq.Start) || rel.Duration <= 0 {
+		t.Errorf("release event: Lease %d (want %d), Result %q, Context %v, Start %v, Duration %v", rel.Lease, acq.Lease, rel.Result, rel.Context, rel.Start, rel.Duration)
+	}
+	if waited.Result != "acquired" || waited.Attempts < 2 || !waited.Waited || waited.Lease == acq.Lease {
+		t.Errorf("waited acquire event: Result %q, Attempts %d, Waited %v, Lease %d; want acquired after at least 2 attempts, a new lease", waited.Result, waited.Attempts, waited.Waited, waited.Lease)
+	}
+	if rel2.Lease != waited.Lease {
+		t.Errorf("second release event: Lease %d, want %d", rel2.Lease, waited.Lease)
 	}
 
 	// A second Extend of a released lease reports lost.
