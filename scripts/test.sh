@@ -18,13 +18,14 @@ cd "$(dirname "$0")/.."
 
 log() { printf '==> %s\n' "$*"; }
 
-# cpu_secs prints the CPU seconds (user + system) the shell's finished children
-# used: in a module's job, what its vet and tests cost the machine.
+# cpu_secs FILE writes to FILE, and prints, the CPU seconds (user + system)
+# that the calling shell's finished children used: in a module's job, what its
+# vet and tests cost the machine. (times runs in the calling shell itself: in a
+# $(...) subshell it would see no children.)
 cpu_secs() {
-	local u s
-	{ read -r _; read -r u s; } < <(times)
-	awk -v u="$u" -v s="$s" 'function secs(t,  m) { m = t; sub(/m.*/, "", m); sub(/^[0-9]+m/, "", t); sub(/s$/, "", t); return m * 60 + t }
-		BEGIN { printf "%d\n", secs(u) + secs(s) }'
+	times >"$1"
+	awk 'function secs(t,  m) { m = t; sub(/m.*/, "", m); sub(/^[0-9]+m/, "", t); sub(/s$/, "", t); return m * 60 + t }
+		NR == 2 { printf "%d\n", secs($1) + secs($2) }' "$1"
 }
 
 # --- system packages ----------------------------------------------------------
@@ -119,7 +120,8 @@ for suite in scripts/suites/*.sh; do
 		start=$SECONDS
 		rc=0
 		APT_UPDATED=$APT_UPDATED nice -n 10 bash "$suite" >"$logf.log" 2>&1 || rc=$?
-		echo "$((SECONDS - start)) $(cpu_secs)" >"$logf.secs"
+		cpu_secs "$logf.times" >"$logf.cpu"
+		echo "$((SECONDS - start)) $(cat "$logf.cpu")" >"$logf.secs"
 		exit "$rc"
 	) &
 	bg_suites+=("$suite")
@@ -170,7 +172,8 @@ run_module() {
 		(cd "$mod" && go vet ./...) || vet=FAILED
 		(cd "$mod" && go test -race -count=1 -timeout "$TEST_TIMEOUT" "$@" ./...) || test=FAILED
 	} >"$logf" 2>&1
-	echo "$vet $test $((SECONDS - start)) $(cpu_secs)" >"$logf.res"
+	cpu_secs "$logf.times" >"$logf.cpu"
+	echo "$vet $test $((SECONDS - start)) $(cat "$logf.cpu")" >"$logf.res"
 }
 
 
