@@ -347,6 +347,13 @@ func millis(d time.Duration) int64 {
 	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }
 
+// fenceTTL returns, in ms, the TTL that a grant of ttl gives its fence key:
+// ttl and the retention (mutex_acquire.lua's ARGV[4]; the server would
+// spend more formatting the sum than on the grant's TIME).
+func (l *Layout) fenceTTL(ttl time.Duration) string {
+	return Millis(ttl + time.Duration(l.retention)*time.Millisecond)
+}
+
 // MarkSuffix ends the key of a hash slot's fence mark (see Mark).
 const MarkSuffix = "fence-mark"
 

@@ -107,7 +107,7 @@ var modes = func() map[store.Mode]*Ops {
 	write.Resume = joined("scripts/rw_lib.lua", "scripts/rw_side_write.lua", "scripts/rw_resume.lua")
 	return map[store.Mode]*Ops{
 		store.ModeMutex: {
-			Acquire:       withClock("scripts/mutex_acquire.lua"),
+			Acquire:       withIssue("scripts/mutex_acquire.lua"),
 			FullAcquire:   withHold("scripts/mutex_acquire.lua"),
 			Extend:        withHold("scripts/mutex_extend.lua"),
 			Release:       withHold("scripts/mutex_release.lua"),
@@ -260,9 +260,10 @@ func (o *Ops) Args(l *Layout, req store.Request) []string {
 }
 
 // AcquireArgs returns ARGV for o.Acquire: Args, and for the mutex more:
-// {"" (unused), the fence floor proposed in ctx (WithFenceFloor) or "",
-// queue (1), queue TTL ms}, ending after the unused argument or the floor
-// when the request does not queue (see mutex_acquire.lua). The other
+// {the fence key's TTL ms (the TTL and the retention), the fence floor
+// proposed in ctx (WithFenceFloor) or "", queue (1), queue TTL ms}, ending
+// after the fence key's TTL or the floor when the request does not queue
+// (see mutex_acquire.lua). The other
 // patterns' scripts take the proposed floor, if any, as ARGV[8] (see fence
 // in clock_lib.lua).
 func (o *Ops) AcquireArgs(ctx context.Context, l *Layout, req store.Request) []string {
@@ -284,7 +285,7 @@ func (o *Ops) AcquireArgs(ctx context.Context, l *Layout, req store.Request) []s
 		}
 		return args
 	}
-	args = append(args, "")
+	args = append(args, l.fenceTTL(req.TTL))
 	switch {
 	case record:
 		queue := ""

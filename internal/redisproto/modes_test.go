@@ -3,6 +3,7 @@ package redisproto
 import (
 	"context"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -22,6 +23,8 @@ func TestMutexCallsCarryWhatTheScriptsRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	l := NewLayout("lock:", 24*time.Hour)
+	// The fence key's TTL: the grant's and the retention's, in ms.
+	fttl := func(ms int64) string { return strconv.FormatInt(ms+24*3600*1000, 10) }
 	all := o.Keys(l, "a")
 	if len(all) != 7 || all[6] != l.Mark("a") || all[5] != l.Aux("a", "hold") {
 		t.Fatalf("Keys = %q, want 7, the hold's record and the slot's fence mark last", all)
@@ -47,15 +50,15 @@ func TestMutexCallsCarryWhatTheScriptsRead(t *testing.T) {
 	if o.AcquireScript(req) != o.Acquire || o.AcquireScript(rec) != o.FullAcquire || o.Acquire == o.FullAcquire {
 		t.Errorf("AcquireScript: want Acquire without a record, FullAcquire (another script) with one")
 	}
-	if got, want := o.AcquireArgs(context.Background(), l, rec), []string{"t", "500", l.Retention, "", "", "", "0", "2000", "500", "me", ""}; !slices.Equal(got, want) {
+	if got, want := o.AcquireArgs(context.Background(), l, rec), []string{"t", "500", l.Retention, fttl(500), "", "", "0", "2000", "500", "me", ""}; !slices.Equal(got, want) {
 		t.Errorf("AcquireArgs with a record = %q, want %q", got, want)
 	}
 	ctx := context.Background()
 	keep := l.Retention
-	if got, want := o.AcquireArgs(ctx, l, req), []string{"t", "1000", keep, ""}; !slices.Equal(got, want) {
+	if got, want := o.AcquireArgs(ctx, l, req), []string{"t", "1000", keep, fttl(1000)}; !slices.Equal(got, want) {
 		t.Errorf("AcquireArgs = %q, want %q", got, want)
 	}
-	if got, want := o.AcquireArgs(WithFenceFloor(ctx, 42), l, req), []string{"t", "1000", keep, "", "42"}; !slices.Equal(got, want) {
+	if got, want := o.AcquireArgs(WithFenceFloor(ctx, 42), l, req), []string{"t", "1000", keep, fttl(1000), "42"}; !slices.Equal(got, want) {
 		t.Errorf("AcquireArgs with a floor = %q, want %q", got, want)
 	}
 	q := req
@@ -63,7 +66,7 @@ func TestMutexCallsCarryWhatTheScriptsRead(t *testing.T) {
 	if k := o.AcquireKeys(l, q); !slices.Equal(k, all) {
 		t.Errorf("AcquireKeys with queue = %q, want all of %q", k, all)
 	}
-	if got, want := o.AcquireArgs(ctx, l, q), []string{"t", "1000", keep, "", "", "1", "3000"}; !slices.Equal(got, want) {
+	if got, want := o.AcquireArgs(ctx, l, q), []string{"t", "1000", keep, fttl(1000), "", "1", "3000"}; !slices.Equal(got, want) {
 		t.Errorf("AcquireArgs with queue = %q, want %q", got, want)
 	}
 	if got, want := o.Args(l, q), []string{"t", "1000", keep}; !slices.Equal(got, want) {

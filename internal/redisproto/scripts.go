@@ -46,28 +46,44 @@ func newScript(name, src string) *Script {
 }
 
 // joined returns the script made of the shared functions in clock_lib.lua,
-// name_lib.lua and hold_lib.lua, then those of libs, then the operation (the last path):
+// fence_lib.lua, name_lib.lua and hold_lib.lua, then those of libs, then the operation (the last path):
 // one script, one round trip.
 func joined(paths ...string) *Script {
-	src := load("scripts/clock_lib.lua").Src + "\n" + load("scripts/name_lib.lua").Src + "\n" + load("scripts/hold_lib.lua").Src + "\nhold_lib()"
+	src := clockLibs() + "\n" + load("scripts/name_lib.lua").Src + "\n" + load("scripts/hold_lib.lua").Src + "\nhold_lib()"
 	for _, p := range paths {
 		src += "\n" + load(p).Src
 	}
 	return newScript(paths[len(paths)-1], src)
 }
 
-// withClock returns the script made of the shared functions in clock_lib.lua
-// and then the operation at path (the mutex's and the raises' scripts, which
-// read no main key as the last key but one).
-func withClock(path string) *Script {
+// clockLibs is clock_lib.lua and fence_lib.lua, the functions of every
+// script that issues, keeps or raises fences but the mutex's fast-path
+// acquire (withIssue).
+func clockLibs() string {
+	return load("scripts/clock_lib.lua").Src + "\n" + load("scripts/fence_lib.lua").Src
+}
+
+// withIssue returns the script made of clock_lib.lua alone and then the
+// operation at path: the mutex's fast-path acquire, which calls issue and
+// no function of fence_lib.lua (each function a script defines is made on
+// every call; see clock_lib.lua).
+func withIssue(path string) *Script {
 	return newScript(path, load("scripts/clock_lib.lua").Src+"\n"+load(path).Src)
 }
 
-// withHold returns the script made of clock_lib.lua, hold_lib.lua (a
-// hold's record) and then the operation at path: the mutex's and the
-// multi-lock's scripts, which call hold_lib() where they meet a record.
+// withClock returns the script made of the shared functions in clock_lib.lua
+// and fence_lib.lua, then the operation at path (the raises' scripts, which
+// read no main key as the last key but one).
+func withClock(path string) *Script {
+	return newScript(path, clockLibs()+"\n"+load(path).Src)
+}
+
+// withHold returns the script made of clock_lib.lua, fence_lib.lua,
+// hold_lib.lua (a hold's record) and then the operation at path: the
+// mutex's and the multi-lock's scripts, which call hold_lib() where they
+// meet a record.
 func withHold(path string) *Script {
-	return newScript(path, load("scripts/clock_lib.lua").Src+"\n"+load("scripts/hold_lib.lua").Src+"\n"+load(path).Src)
+	return newScript(path, clockLibs()+"\n"+load("scripts/hold_lib.lua").Src+"\n"+load(path).Src)
 }
 
 // LeastFencedAcquire is the least a fenced acquire on a new name can do with

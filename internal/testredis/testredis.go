@@ -66,6 +66,7 @@ type options struct {
 	persistence bool
 	cluster     bool
 	clockShim   bool
+	callgrind   bool
 	args        []string
 	// sentinelConf, when set, makes the process a Sentinel (sentinel.go)
 	// reading and rewriting this config file.
@@ -104,7 +105,9 @@ type Server struct {
 	busPort int // cluster bus port, 0 unless WithCluster
 	opts    options
 	clock   *clock // the wall clock's shim, nil unless WithClockShim
-	proc    *testproc.Proc
+	// valgrind is valgrind's path WithCallgrind, else "".
+	valgrind string
+	proc     *testproc.Proc
 }
 
 // Start starts a redis-server on a free port of 127.0.0.1 and returns once it
@@ -134,6 +137,9 @@ func Start(tb testing.TB, opts ...Option) *Server {
 	s := &Server{path: path, dir: dir, logPath: filepath.Join(dir, "redis.log"), opts: o}
 	if o.clockShim {
 		s.clock = newClock(tb, dir)
+	}
+	if o.callgrind {
+		s.valgrind = requireCallgrind(tb)
 	}
 	nports := 1
 	if o.cluster {
@@ -190,9 +196,13 @@ func (s *Server) spec() testproc.Spec {
 	if s.clock != nil {
 		env = s.clock.env()
 	}
+	argv := append([]string{s.path}, s.argv()...)
+	if s.valgrind != "" {
+		argv = s.callgrindArgv(argv)
+	}
 	return testproc.Spec{
 		Name:         "redis-server on " + s.Addr(),
-		Argv:         append([]string{s.path}, s.argv()...),
+		Argv:         argv,
 		Env:          env,
 		Dir:          s.dir,
 		Log:          s.logPath,

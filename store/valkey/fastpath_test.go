@@ -343,3 +343,51 @@ func TestMutexFenceFromAMarkAhead(t *testing.T) {
 		}
 	}
 }
+
+// TestBrokenFenceStateFailsTheGrant: a fence key that holds no integer or
+// is of another type, or a slot mark of another type (written by hand, or
+// by another program under dlock's prefix), fails a mutex acquire with an
+// error that says so, on the fast path and with a record, and leaves no
+// hold: the lock key the script's first call set is deleted, the broken
+// key left as it was. (issue in clock_lib.lua returns the error, and
+// mutex_acquire.lua undoes its grant; until 2026-12 a pcall around issue
+// did.)
+func TestBrokenFenceStateFailsTheGrant(t *testing.T) {
+	srv := testredis.Start(t)
+	s := dial(t, srv.URL())
+	ctx := prototest.Context(t)
+	for _, tt := range []struct {
+		name  string
+		key   func(name string) string
+		write []string // the command writing the broken key, after its name
+		want  string   // in the error
+	}{
+		{"fence-not-integer", func(n string) string { return s.AuxKey(n, "fence") }, []string{"SET", "", "x"}, "holds no integer"},
+		{"fence-hash", func(n string) string { return s.AuxKey(n, "fence") }, []string{"HSET", "", "f", "1"}, "WRONGTYPE"},
+		{"mark-string", s.MarkKey, []string{"SET", "", "x"}, "WRONGTYPE"},
+	} {
+		for _, holder := range []string{"", "me"} {
+			name := tt.name + "-" + holder
+			key := tt.key(name)
+			cmd := append([]string{tt.write[0], key}, tt.write[2:]...)
+			mustDo(t, srv, cmd...)
+			before := mustDo(t, srv, "DUMP", key)
+			req := store.Request{Name: name, Token: "a", TTL: 10 * time.Second, Mode: store.ModeMutex, Holder: holder}
+			g, err := s.Acquire(ctx, req)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("%s: Acquire = %+v, %v; want an error with %q", name, g, err, tt.want)
+			}
+			if n := mustDo(t, srv, "EXISTS", "lock:"+name); n != "0" {
+				t.Errorf("%s: the lock key is left (EXISTS = %s)", name, n)
+			}
+			if after := mustDo(t, srv, "DUMP", key); after != before {
+				t.Errorf("%s: the broken key changed", name)
+			}
+			// Once the key is gone, the name is granted.
+			mustDo(t, srv, "DEL", key)
+			if g, err := s.Acquire(ctx, req); err != nil || !g.Acquired || g.Fence < 1 {
+				t.Errorf("%s: Acquire after the key is gone = %+v, %v", name, g, err)
+			}
+		}
+	}
+}

@@ -129,6 +129,46 @@ func BenchmarkServerCPUSideBySide(b *testing.B) {
 	b.ReportMetric(per(2)/per(0), "same/fenced")
 }
 
+// BenchmarkServerInstructions counts the server's instructions per
+// uncontended acquire+release, as BenchmarkServerCPUSideBySide measures its
+// CPU: the least fenced lock ("fenced"), and dlock's mutex on new names
+// ("fresh") and on names taken again ("same"), each on a redis-server of
+// its own run by callgrind (testredis.WithCallgrind). CPU time on a shared
+// machine moved by ±30 % between runs here; the count moves by under 1 %
+// whatever else the machine does, so it tells a change to a script from
+// noise in one run (issue 41; docs/benchmarks.md):
+//
+//	go test -run '^$' -bench ServerInstructions -benchtime 1000x ./store/valkey/
+//
+// It reports each one's instructions per acquire+release and dlock's over
+// the least fenced lock's. It needs valgrind (skipped without it).
+func BenchmarkServerInstructions(b *testing.B) {
+	kinds := []string{"fenced", "fresh", "same"}
+	per := make([]float64, len(kinds))
+	for i, k := range kinds {
+		srv, round := serverCPUKind(b, k, testredis.WithCallgrind())
+		// What the start and the warm-up took.
+		if _, err := srv.Instructions(); err != nil {
+			b.Fatal(err)
+		}
+		n := 0
+		for n < b.N {
+			round(serverCPUBatch + n)
+			n += serverCPUBatch
+		}
+		ins, err := srv.Instructions()
+		if err != nil {
+			b.Fatal(err)
+		}
+		per[i] = float64(ins) / float64(n)
+	}
+	for i, k := range kinds {
+		b.ReportMetric(per[i], k+"-instr/op")
+	}
+	b.ReportMetric(per[1]/per[0], "fresh/fenced")
+	b.ReportMetric(per[2]/per[0], "same/fenced")
+}
+
 // serverCPUBatch is how many acquires, then releases, BenchmarkServerCPU
 // sends in one batch.
 const serverCPUBatch = 100
@@ -136,8 +176,8 @@ const serverCPUBatch = 100
 // serverCPUKind starts a server for kind (see BenchmarkServerCPU), and
 // returns it and round, which sends serverCPUBatch acquires and then their
 // releases, on names from first on; both rounds of the warm-up are done.
-func serverCPUKind(b *testing.B, kind string) (*testredis.Server, func(first int)) {
-	srv := testredis.Start(b)
+func serverCPUKind(b *testing.B, kind string, opts ...testredis.Option) (*testredis.Server, func(first int)) {
+	srv := testredis.Start(b, opts...)
 	c, err := vk.NewClient(vk.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true})
 	if err != nil {
 		b.Fatal(err)

@@ -1,11 +1,9 @@
 -- clock_lib: the server clock and the fences, prepended to every script
--- that issues, keeps or raises fences. The patterns' scripts (read-write,
--- fair, semaphore, reentrant, election) call fence, keep_fence and
--- raise_fence, for which KEYS[2] is the lock name's fence key, the last key
--- (KEYS[#KEYS], after the main key) its slot's fence mark, ARGV[7] the
--- fence retention in milliseconds and ARGV[8], when given, a fence floor
--- proposed by store/redlock; the mutex and multi-lock scripts call
--- issue, keep and raise with their own keys.
+-- that issues or keeps fences; fence_lib (raise, and the patterns' fence and
+-- keep_fence) follows it in every script but the mutex's fast-path acquire,
+-- which needs only issue (each function a script defines is made anew on
+-- every call: fence_lib's three cost that acquire 2.4 % of its server
+-- instructions, BenchmarkServerInstructions).
 --
 -- Two keys carry the fences (see docs/safety.md, "Fences on Valkey/Redis"):
 --
@@ -29,12 +27,27 @@
 -- clock floor otherwise, so a fleet mixing the two issues increasing fences
 -- on a name (docs/safety.md states the bound on clock steps this takes).
 
-local now_ms
--- now is the server's time in milliseconds, read once per script.
+-- phi is the clock floor, the server's time in milliseconds × 1000, as a
+-- decimal string made from TIME's reply without arithmetic, and now_ms the
+-- time in milliseconds, each made the first time a script needs it from
+-- one read of TIME: a grant on a new name makes only phi (string.format
+-- and tonumber, which print and parse doubles, cost the server more than
+-- the grant's TIME; BenchmarkServerInstructions).
+local now_ms, phi
+
+-- clock_floor returns phi.
+local function clock_floor()
+  if not phi then
+    local t = redis.call('TIME')
+    phi = t[1] .. string.sub('00000' .. t[2], -6, -4) .. '000'
+  end
+  return phi
+end
+
+-- now is the server's time in milliseconds.
 local function now()
   if not now_ms then
-    local t = redis.call('TIME')
-    now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    now_ms = tonumber(string.sub(clock_floor(), 1, -4))
   end
   return now_ms
 end
@@ -43,28 +56,32 @@ local function dec(n) return string.format('%.0f', n) end
 
 -- keep makes fence key fk outlive a hold that now ends ttl ms from now by
 -- rho ms, never shortening it (a key that is gone stays gone, one without
--- an expiry keeps none).
+-- an expiry keeps none). px, if given, is ttl + rho as a decimal string.
 --
 -- PEXPIRE GT does it in one call from Redis 7.0 on (GT leaves a key without
 -- an expiry and a missing key alone); before, PTTL and PEXPIRE.
-local function keep(fk, ttl, rho)
-  local r = redis.pcall('PEXPIRE', fk, dec(ttl + rho), 'GT')
+local function keep(fk, ttl, rho, px)
+  px = px or dec(ttl + rho)
+  local r = redis.pcall('PEXPIRE', fk, px, 'GT')
   if type(r) == 'table' and r.err then
     local left = redis.call('PTTL', fk)
     if left >= 0 and left < ttl + rho then
-      redis.call('PEXPIRE', fk, dec(ttl + rho))
+      redis.call('PEXPIRE', fk, px)
     end
   end
 end
 
 -- issue issues the next fence of the name whose fence key is fk and whose
--- slot's mark is mk, for a grant of ttl ms kept rho ms after its TTL:
--- max(last + 1, clock floor), last the fence key's value, or the mark's
--- when the key is absent. floor, if any, is a floor proposed by
+-- slot's mark is mk, for a grant of ttl ms kept rho ms after its TTL (px,
+-- if given, is ttl + rho as a decimal string, which the mutex's client
+-- sends): max(last + 1, clock floor), last the fence key's value, or the
+-- mark's when the key is absent. floor, if any, is a floor proposed by
 -- store/redlock: taken when it is above that fence by at most 100 ms of
 -- this node's clock floor (so that nodes of one grant issue the same
--- fence). A fence key that holds anything but an integer raises an error,
--- writing nothing.
+-- fence). It returns the fence; or nil and an error reply, having written
+-- nothing, when the fence key holds anything but an integer or the mark is
+-- of another type (a script that granted its hold before the call undoes
+-- it, then returns the error; fence raises it).
 --
 -- The fence key's expiry is only ever raised (SET KEEPTTL, then keep): a
 -- grant of a shared hold must not cut the key of a longer hold beside it,
@@ -82,79 +99,63 @@ end
 -- ahead of the clock) reads the mark and takes mark + 1. A grant on a new
 -- name so costs TIME, SET NX GET and ZADD; on a name whose key exists TIME,
 -- SET NX GET, SET KEEPTTL, PEXPIRE GT and ZADD (TestMutexFastPathCommands;
--- until 2026-12 a new name cost GET, ZSCORE, TIME, SET and ZADD).
-local function issue(fk, mk, ttl, rho, floor)
-  local phi = now() * 1000
-  local c = redis.pcall('SET', fk, dec(phi), 'NX', 'PX', dec(ttl + rho), 'GET')
+-- until 2026-12 a new name cost GET, ZSCORE, TIME, SET and ZADD). On a new
+-- name every number it sends is a string it was given or TIME's: a Lua
+-- number sent to a command, or formatted, costs the server a printf of a
+-- double (BenchmarkServerInstructions).
+local function issue(fk, mk, ttl, rho, floor, px)
+  local fs = clock_floor()
+  local floor_n = tonumber(fs)
+  px = px or dec(ttl + rho)
+  local c = redis.pcall('SET', fk, fs, 'NX', 'PX', px, 'GET')
   if type(c) == 'table' then
     -- Before Redis 7.0 SET cannot combine NX with GET; a key of another
-    -- type fails here too, and the GET raises its error.
-    c = redis.call('GET', fk)
+    -- type fails here too, and the GET returns its error.
+    c = redis.pcall('GET', fk)
+    if type(c) == 'table' then
+      return nil, c
+    end
     if not c then
-      redis.call('SET', fk, dec(phi), 'PX', dec(ttl + rho))
+      redis.call('SET', fk, fs, 'PX', px)
     end
   end
-  local f = phi
+  local f = floor_n
   if c then
     local last = tonumber(c)
     if not last or last ~= math.floor(last) then
-      error({err = 'ERR dlock: fence key ' .. fk .. ' holds no integer'})
+      return nil, {err = 'ERR dlock: fence key ' .. fk .. ' holds no integer'}
     end
-    f = math.max(last + 1, phi)
+    f = math.max(last + 1, floor_n)
   end
-  if floor and floor > f and floor <= phi + 100000 then
+  if floor and floor > f and floor <= floor_n + 100000 then
     f = floor
   end
-  local up = redis.pcall('ZADD', mk, 'GT', 'CH', f, 'm')
+  if f ~= floor_n then
+    fs = dec(f)
+  end
+  local up = redis.pcall('ZADD', mk, 'GT', 'CH', fs, 'm')
   if type(up) == 'table' then
     -- A mark of another type: a key created just now must not stand
     -- without the mark's word.
     if not c then
       redis.call('DEL', fk)
     end
-    error(up)
+    return nil, up
   end
   if up == 0 and not c then
     -- The mark stood at or above the fence: the new key starts above it.
     local m = tonumber(redis.call('ZSCORE', mk, 'm'))
     if m and m >= f then
       f = m + 1
-      redis.call('ZADD', mk, 'GT', f, 'm')
+      fs = dec(f)
+      redis.call('ZADD', mk, 'GT', fs, 'm')
     end
   end
   if c then
-    redis.call('SET', fk, dec(f), 'KEEPTTL')
-    keep(fk, ttl, rho)
-  elseif f ~= phi then
-    redis.call('SET', fk, dec(f), 'PX', dec(ttl + rho))
+    redis.call('SET', fk, fs, 'KEEPTTL')
+    keep(fk, ttl, rho, px)
+  elseif f ~= floor_n then
+    redis.call('SET', fk, fs, 'PX', px)
   end
   return f
-end
-
--- raise makes fence key fk and mark mk at least f, for a hold that ends
--- left ms from now (Redlock's write-back), keeping fk rho ms past it.
-local function raise(fk, mk, f, left, rho)
-  local c = redis.call('GET', fk)
-  if not c then
-    redis.call('SET', fk, dec(f), 'PX', dec(math.max(left, 0) + rho))
-    redis.call('ZADD', mk, 'GT', f, 'm')
-    return
-  end
-  if f > (tonumber(c) or 0) then
-    redis.call('SET', fk, dec(f), 'KEEPTTL')
-  end
-  keep(fk, math.max(left, 0), rho)
-  redis.call('ZADD', mk, 'GT', f, 'm')
-end
-
--- fence issues the name's next fence for a pattern's grant of TTL ttl ms,
--- taking the floor store/redlock proposed in ARGV[8], if any.
-local function fence(ttl)
-  return issue(KEYS[2], KEYS[#KEYS], ttl, tonumber(ARGV[7]), tonumber(ARGV[8]))
-end
-
--- keep_fence keeps the name's fence key for a pattern's hold that now ends
--- ttl ms from now.
-local function keep_fence(ttl)
-  keep(KEYS[2], ttl, tonumber(ARGV[7]))
 end

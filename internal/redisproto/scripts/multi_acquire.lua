@@ -83,7 +83,7 @@ for i = 1, n do
   else
     redis.call('SET', KEYS[6 * i - 5], me, 'PX', ttl)
     -- The fence as in mutex_acquire.
-    local f = issue(KEYS[6 * i - 4], KEYS[6 * i], ttl, tonumber(ARGV[2]))
+    local f = issue_or_fail(KEYS[6 * i - 4], KEYS[6 * i], ttl, tonumber(ARGV[2]))
     reply[i + 1] = f
     if wanted then
       redis.call('SET', hold, rec_new(me, f, rec_argv(3 + n)), 'PX', ttl)

@@ -29,7 +29,7 @@ local function handoff(i)
       n = tonumber(n)
       if ttl and n and #rest > n then
         local ch, tok = string.sub(rest, 1, n), string.sub(rest, n + 1)
-        local f = issue(fk, mk, tonumber(ttl), tonumber(ARGV[2]))
+        local f = issue_or_fail(fk, mk, tonumber(ttl), tonumber(ARGV[2]))
         redis.call('SET', key, tok, 'PX', ttl)
         local msg = redis.sha1hex(tok) .. ' ' .. string.format('%.0f', f)
         local r = redis.pcall('SPUBLISH', ch, msg)

@@ -21,7 +21,10 @@
 -- ARGV[2]  TTL in milliseconds
 -- ARGV[3]  fence retention in ms: the fence key is kept this long past
 --          the hold's TTL
--- ARGV[4]  unused (a hint of the versions before 2026-11); any value
+-- ARGV[4]  the fence key's TTL on a grant, ARGV[2] + ARGV[3], as a
+--          decimal string (the server would format it: see issue in
+--          clock_lib), or "" to have the script add them (until 2026-12
+--          unused: a hint of the versions before 2026-11)
 -- ARGV[5]  optional: a proposed fence floor (redisproto.WithFenceFloor), or
 --          "" for none
 -- ARGV[6]  optional: "1" to register (or refresh) the caller as a waiter
@@ -141,16 +144,18 @@ local floor
 if ARGV[5] and ARGV[5] ~= '' then
   floor = tonumber(ARGV[5])
 end
-local ok, f = pcall(issue, KEYS[2], KEYS[#KEYS], tonumber(ARGV[2]), tonumber(ARGV[3]), floor)
-if not ok then
-  -- The fence key is not an integer: undo a grant made just now, fail.
+local px
+if ARGV[4] ~= '' then
+  px = ARGV[4]
+end
+local f, e = issue(KEYS[2], KEYS[#KEYS], tonumber(ARGV[2]), tonumber(ARGV[3]), floor, px)
+if not f then
+  -- The fence key is not an integer, or the mark not a sorted set: undo a
+  -- grant made just now, fail.
   if not cur then
     redis.call('DEL', KEYS[1])
   end
-  if type(f) ~= 'table' then
-    f = {err = tostring(f)}
-  end
-  return f
+  return e
 end
 if HOLD and not rec and rec_wanted(8) then
   -- The record, and the flag that sends every release to the full form.

@@ -35,7 +35,7 @@ while redis.call('GET', KEYS[5]) == '1' do
     n = tonumber(n)
     if ttl and n and #rest > n then
       local ch, tok = string.sub(rest, 1, n), string.sub(rest, n + 1)
-      local fs = dec(issue(KEYS[2], KEYS[7], tonumber(ttl), tonumber(ARGV[7])))
+      local fs = dec(issue_or_fail(KEYS[2], KEYS[7], tonumber(ttl), tonumber(ARGV[7])))
       redis.call('SET', KEYS[1], tok, 'PX', ttl)
       local msg = redis.sha1hex(tok) .. ' ' .. fs
       local p = redis.pcall('SPUBLISH', ch, msg)

@@ -83,7 +83,7 @@ while v[2] do
     if ttl and n and #rest > n then
       local ch, tok = string.sub(rest, 1, n), string.sub(rest, n + 1)
       -- The fence as in mutex_acquire.
-      local fs = dec(issue(KEYS[2], KEYS[7], tonumber(ttl), tonumber(ARGV[3])))
+      local fs = dec(issue_or_fail(KEYS[2], KEYS[7], tonumber(ttl), tonumber(ARGV[3])))
       redis.call('SET', KEYS[1], tok, 'PX', ttl)
       local msg = redis.sha1hex(tok) .. ' ' .. fs
       local r = redis.pcall('SPUBLISH', ch, msg)

@@ -36,6 +36,6 @@ elseif r then
   f = r.fence
   raise(KEYS[2], KEYS[#KEYS], f, ttl, tonumber(ARGV[3]))
 else
-  f = issue(KEYS[2], KEYS[#KEYS], ttl, tonumber(ARGV[3]))
+  f = issue_or_fail(KEYS[2], KEYS[#KEYS], ttl, tonumber(ARGV[3]))
 end
 return {f, ttl, rec_left(r)}
