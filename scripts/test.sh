@@ -61,6 +61,9 @@ have gcc || apt_install gcc libc6-dev
 # internal/testredis starts real redis-server processes (redis-tools, with
 # redis-cli, comes along as a dependency).
 have redis-server || apt_install redis-server
+# internal/testredis's WithCallgrind (its test, store/valkey's
+# BenchmarkServerInstructions) runs redis-server under valgrind.
+have valgrind || apt_install valgrind
 # e2e/replicas runs three `dlock serve` replicas behind Debian's haproxy.
 have haproxy || apt_install haproxy
 
