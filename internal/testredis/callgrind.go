@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/dlock-dev/dlock/internal/testproc"
 )
 
 // WithCallgrind runs the server under valgrind's callgrind, which counts the
@@ -23,18 +25,15 @@ func WithCallgrind() Option {
 }
 
 // requireCallgrind returns valgrind's path, or skips tb (fails it under
-// CI=true).
+// CI=true), as for a missing redis-server.
 func requireCallgrind(tb testing.TB) string {
 	tb.Helper()
-	p, err := exec.LookPath("valgrind")
+	p, err := testproc.LookPath("valgrind", "/usr/bin")
 	if err == nil {
-		_, err = exec.LookPath("callgrind_control")
+		_, err = testproc.LookPath("callgrind_control", "/usr/bin")
 	}
 	if err != nil {
-		if os.Getenv("CI") == "true" {
-			tb.Fatalf("testredis: WithCallgrind: %v (apt-get install -y valgrind)", err)
-		}
-		tb.Skipf("testredis: WithCallgrind: %v (apt-get install -y valgrind)", err)
+		testproc.Missing(tb, fmt.Errorf("testredis: WithCallgrind: %w", err), "apt-get install -y valgrind")
 	}
 	return p
 }

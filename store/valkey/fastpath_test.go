@@ -391,3 +391,40 @@ func TestBrokenFenceStateFailsTheGrant(t *testing.T) {
 		}
 	}
 }
+
+// TestNewNameFenceIsTheClockFloor: a grant on a new name issues exactly the
+// clock floor, the server's time in ms × 1000, between two TIME reads
+// around the acquire. clock_lib cuts the floor from TIME's reply as a string
+// (seconds, then the microseconds' first three digits, zero-padded to six);
+// 300 grants meet microsecond parts below 100 000, where a padding mistake
+// would be off by a power of ten.
+func TestNewNameFenceIsTheClockFloor(t *testing.T) {
+	srv := testredis.Start(t)
+	s := dial(t, srv.URL())
+	ctx := prototest.Context(t)
+	floor := func() int64 {
+		t.Helper()
+		r := strings.Fields(mustDo(t, srv, "TIME"))
+		if len(r) != 2 {
+			t.Fatalf("TIME = %q", r)
+		}
+		sec, _ := strconv.ParseInt(r[0], 10, 64)
+		usec, _ := strconv.ParseInt(r[1], 10, 64)
+		return (sec*1000 + usec/1000) * 1000
+	}
+	for i := range 300 {
+		req := store.Request{Name: "floor-" + strconv.Itoa(i), Token: "a", TTL: 10 * time.Second, Mode: store.ModeMutex}
+		lo := floor()
+		g, err := s.Acquire(ctx, req)
+		hi := floor()
+		if err != nil || !g.Acquired {
+			t.Fatalf("Acquire = %+v, %v", g, err)
+		}
+		if g.Fence < lo || g.Fence > hi || g.Fence%1000 != 0 {
+			t.Fatalf("%s: fence %d, want a multiple of 1000 in [%d, %d] (server ms × 1000)", req.Name, g.Fence, lo, hi)
+		}
+		if err := s.Release(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

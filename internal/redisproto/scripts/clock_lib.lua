@@ -2,8 +2,8 @@
 -- that issues or keeps fences; fence_lib (raise, and the patterns' fence and
 -- keep_fence) follows it in every script but the mutex's fast-path acquire,
 -- which needs only issue (each function a script defines is made anew on
--- every call: fence_lib's three cost that acquire 2.4 % of its server
--- instructions, BenchmarkServerInstructions).
+-- every call: raise, fence and keep_fence cost that acquire 2.4 % of its
+-- server instructions, BenchmarkServerInstructions).
 --
 -- Two keys carry the fences (see docs/safety.md, "Fences on Valkey/Redis"):
 --
