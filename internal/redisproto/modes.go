@@ -111,7 +111,7 @@ var modes = func() map[store.Mode]*Ops {
 			FullAcquire:   withHold("scripts/mutex_acquire.lua"),
 			Extend:        withHold("scripts/mutex_extend.lua"),
 			Release:       withHold("scripts/mutex_release.lua"),
-			ShortRelease:  load("scripts/mutex_release_short.lua"),
+			ShortRelease:  asFunction(load("scripts/mutex_release_short.lua"), "'allow-oom'"),
 			RecordRelease: load("scripts/mutex_release_record.lua"),
 			Raise:         withClock("scripts/mutex_raise_fence.lua"),
 			Resume:        withHold("scripts/mutex_resume.lua"),

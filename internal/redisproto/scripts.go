@@ -28,6 +28,8 @@ type Script struct {
 	Name string // file name of the operation, for errors
 	Src  string // the whole source sent by EVAL
 	SHA  string // hex SHA-1 of Src, for EVALSHA
+
+	fn *functionForm // nil: no function form (see Function)
 }
 
 // load returns the embedded script at path (e.g. "scripts/mutex_acquire.lua").
@@ -66,10 +68,16 @@ func clockLibs() string {
 // withIssue returns the script made of clock_lib.lua alone and then the
 // operation at path: the mutex's fast-path acquire, which calls issue and
 // no function of fence_lib.lua (each function a script defines is made on
-// every call; see clock_lib.lua).
+// every call; see clock_lib.lua). Its function form (see Function) makes
+// clock_lib's functions once, when the library loads.
 func withIssue(path string) *Script {
-	return newScript(path, load("scripts/clock_lib.lua").Src+"\n"+load(path).Src)
+	op := load(path).Src
+	return newScript(path, load("scripts/clock_lib.lua").Src+"\n"+op).asFunction(len(op), "")
 }
+
+// asFunction gives s, an operation with no libraries, a function form
+// with flags (see Function).
+func asFunction(s *Script, flags string) *Script { return s.asFunction(len(s.Src), flags) }
 
 // withClock returns the script made of the shared functions in clock_lib.lua
 // and fence_lib.lua, then the operation at path (the raises' scripts, which

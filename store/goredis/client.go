@@ -15,18 +15,33 @@ import (
 // redisproto.Store's.
 type driver struct {
 	c redis.UniversalClient
+	// fns is the use of the scripts' function forms (see
+	// redisproto.Function).
+	fns redisproto.Functions
 }
 
 var _ redisproto.Client = (*driver)(nil)
 
-// Eval implements redisproto.Client.
+// Eval implements redisproto.Client: by FCALL when the script has a
+// function form (its library loaded on the first "Function not found"),
+// by EVALSHA and EVAL otherwise.
 func (d *driver) Eval(ctx context.Context, call redisproto.Call) redisproto.Reply {
-	argv := anys(call.Args)
-	cmd := d.c.EvalSha(ctx, call.Script.SHA, call.Keys, argv...)
-	if isNoScript(cmd.Err()) {
-		cmd = d.c.Eval(ctx, call.Script.Src, call.Keys, argv...)
+	for tries := 0; ; tries++ {
+		var cmd *redis.Cmd
+		if fn := d.fns.Of(call.Script); fn != nil {
+			cmd = d.c.FCall(ctx, fn.Name, call.Keys, anys(call.Args)...)
+		} else {
+			argv := anys(call.Args)
+			cmd = d.c.EvalSha(ctx, call.Script.SHA, call.Keys, argv...)
+			if isNoScript(cmd.Err()) {
+				cmd = d.c.Eval(ctx, call.Script.Src, call.Keys, argv...)
+			}
+		}
+		// At most: FCALL, FCALL after the load, EVALSHA.
+		if tries == 2 || !d.functionFailed(ctx, cmd.Err(), tries > 0, call) {
+			return reply(cmd)
+		}
 	}
-	return reply(cmd)
 }
 
 // EvalMulti implements redisproto.Client: one call as Eval, several in a
@@ -41,9 +56,13 @@ func (d *driver) EvalMulti(ctx context.Context, calls []redisproto.Call) []redis
 		p := d.c.Pipeline()
 		for _, i := range which {
 			c := calls[i]
-			if eval {
+			fn := d.fns.Of(c.Script)
+			switch {
+			case fn != nil && !eval:
+				cmds[i] = p.FCall(ctx, fn.Name, c.Keys, anys(c.Args)...)
+			case eval:
 				cmds[i] = p.Eval(ctx, c.Script.Src, c.Keys, anys(c.Args)...)
-			} else {
+			default:
 				cmds[i] = p.EvalSha(ctx, c.Script.SHA, c.Keys, anys(c.Args)...)
 			}
 		}
@@ -54,6 +73,18 @@ func (d *driver) EvalMulti(ctx context.Context, calls []redisproto.Call) []redis
 		all[i] = i
 	}
 	pipe(all, false)
+	for tries := 0; tries < 2; tries++ {
+		var again []int
+		for i, c := range cmds {
+			if d.functionFailed(ctx, c.Err(), tries > 0, calls[i]) {
+				again = append(again, i)
+			}
+		}
+		if len(again) == 0 {
+			break
+		}
+		pipe(again, false)
+	}
 	var again []int
 	for i, c := range cmds {
 		if isNoScript(c.Err()) {
@@ -67,6 +98,29 @@ func (d *driver) EvalMulti(ctx context.Context, calls []redisproto.Call) []redis
 		out[i] = reply(c)
 	}
 	return out
+}
+
+// functionFailed reports whether err, the answer to call, says that the
+// call must be sent again because of its function form, and makes the
+// next try work (see redisproto.Functions.Retry): the library is loaded on
+// every master.
+func (d *driver) functionFailed(ctx context.Context, err error, again bool, call redisproto.Call) bool {
+	msg, ok := d.ServerError(err)
+	return d.fns.Retry(msg, ok, again, call.Script, func(fn *redisproto.Function) bool {
+		var mu sync.Mutex
+		loaded := false
+		_ = d.eachMaster(ctx, func(ctx context.Context, c redis.Cmdable, _ string) error {
+			err := c.FunctionLoad(ctx, fn.Lib).Err()
+			msg, _ := d.ServerError(err)
+			if err == nil || redisproto.LibraryExists(msg) {
+				mu.Lock()
+				loaded = true
+				mu.Unlock()
+			}
+			return nil
+		})
+		return loaded
+	})
 }
 
 // anys returns args as go-redis takes arguments.

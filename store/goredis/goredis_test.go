@@ -221,3 +221,21 @@ func TestBroadcast(t *testing.T) {
 	t.Cleanup(func() { vs.Close() })
 	storetest.Broadcast(t, open(t, srv.Addr()), vs)
 }
+
+// TestFunctionFallback: see prototest.FunctionFallback.
+func TestFunctionFallback(t *testing.T) {
+	prototest.FunctionFallback(t, func(t *testing.T, url string) store.Store {
+		o, err := redis.ParseURL(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := redis.NewClient(o)
+		t.Cleanup(func() { c.Close() })
+		s, err := goredis.New(c)
+		if err != nil {
+			t.Fatalf("goredis.New = %v", err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	})
+}

@@ -31,6 +31,8 @@ type driver struct {
 	// waitReplicas and waitTimeout are WithWaitReplicas's (replicas.go).
 	waitReplicas int
 	waitTimeout  time.Duration
+	// fns is the use of the scripts' function forms (functions.go).
+	fns redisproto.Functions
 }
 
 var _ redisproto.Client = (*driver)(nil)
@@ -53,9 +55,15 @@ func (d *driver) direct(ctx context.Context) vk.Client {
 // Eval implements redisproto.Client by Do, on the client direct picks.
 func (d *driver) Eval(ctx context.Context, call redisproto.Call) redisproto.Reply {
 	c := d.direct(ctx)
-	return reply(send(ctx, func(eval bool) vk.ValkeyResult {
-		return c.Do(ctx, d.cmd(call, eval))
-	}, vk.ValkeyResult.Error, vk.ValkeyResult.Error))
+	for tries := 0; ; tries++ {
+		r := send(ctx, func(eval bool) vk.ValkeyResult {
+			return c.Do(ctx, d.cmd(call, eval))
+		}, vk.ValkeyResult.Error, vk.ValkeyResult.Error)
+		// At most: FCALL, FCALL after the load, EVALSHA.
+		if tries == 2 || !d.functionFailed(ctx, r.Error(), tries > 0, call) {
+			return reply(r)
+		}
+	}
 }
 
 // EvalMulti implements redisproto.Client by DoMulti (one call by Do, which
@@ -71,9 +79,20 @@ func (d *driver) EvalMulti(ctx context.Context, calls []redisproto.Call) []redis
 	return out
 }
 
-// cmd builds the EVALSHA command of call, or the EVAL command when eval is
-// set.
+// cmd builds the command of call: FCALL when its script has a function
+// form and the server has functions (see functions.go), and otherwise
+// EVALSHA, or EVAL when eval is set.
 func (d *driver) cmd(call redisproto.Call, eval bool) vk.Completed {
+	sc, keys, args := call.Script, call.Keys, call.Args
+	if fn := d.fns.Of(sc); fn != nil && !eval {
+		return d.c.B().Fcall().Function(fn.Name).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
+	}
+	return d.evalCmd(call, eval)
+}
+
+// evalCmd builds the EVALSHA command of call, or the EVAL command when
+// eval is set.
+func (d *driver) evalCmd(call redisproto.Call, eval bool) vk.Completed {
 	sc, keys, args := call.Script, call.Keys, call.Args
 	if eval {
 		return d.c.B().Eval().Script(sc.Src).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
@@ -90,7 +109,7 @@ func isNoScript(err error) bool {
 // call in one round trip on c, whose connections track.
 func (d *driver) EvalTracked(ctx context.Context, call redisproto.Call) (redisproto.Reply, bool) {
 	res := send(ctx, func(eval bool) []vk.ValkeyResult {
-		return d.c.DoMulti(ctx, d.c.B().ClientCaching().Yes().Build(), d.cmd(call, eval))
+		return d.c.DoMulti(ctx, d.c.B().ClientCaching().Yes().Build(), d.evalCmd(call, eval))
 	}, firstErr, func(res []vk.ValkeyResult) error { return res[1].Error() })
 	return reply(res[1]), res[0].Error() == nil
 }
@@ -151,6 +170,20 @@ func (d *driver) do(ctx context.Context, c vk.Client, calls []redisproto.Call) [
 		all[i] = i
 	}
 	res := d.doMulti(ctx, c, calls, all, false)
+	for tries := 0; tries < 2; tries++ {
+		var again []int
+		for i, r := range res {
+			if d.functionFailed(ctx, r.Error(), tries > 0, calls[i]) {
+				again = append(again, i)
+			}
+		}
+		if len(again) == 0 {
+			break
+		}
+		for j, r := range d.doMulti(ctx, c, calls, again, false) {
+			res[again[j]] = r
+		}
+	}
 	var again []int
 	for i, r := range res {
 		if isNoScript(r.Error()) {

@@ -58,7 +58,7 @@ func evalConns(t *testing.T, srv *testredis.Server) []bool {
 				flags = v
 			}
 		}
-		if cmd == "evalsha" || cmd == "eval" {
+		if cmd == "evalsha" || cmd == "eval" || cmd == "fcall" {
 			conns = append(conns, strings.Contains(flags, "t"))
 		}
 	}

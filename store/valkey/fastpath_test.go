@@ -37,13 +37,14 @@ func callsByCommand(t *testing.T, srv *testredis.Server) map[string]int64 {
 // without it (SET NX GET; TIME; SET NX GET, which creates the fence key at
 // the clock floor; ZADD GT CH, which says the mark stood below it). Until
 // issue 41 a name without it cost six (GET and ZSCORE read first). The
-// release makes two (MGET, DEL).
+// release makes two (MGET, DEL). Both scripts go by FCALL, as functions
+// (issue 41; until then by EVALSHA).
 func TestMutexFastPathCommands(t *testing.T) {
 	srv := testredis.Start(t)
 	s := dial(t, srv.URL())
 	ctx := prototest.Context(t)
 	req := store.Request{Name: "warm", Token: "a", TTL: 10 * time.Second, Mode: store.ModeMutex}
-	// Load the scripts first: a NOSCRIPT round costs an EVAL.
+	// Load the scripts first: a missing function costs a FUNCTION LOAD.
 	if g, err := s.Acquire(ctx, req); err != nil || !g.Acquired {
 		t.Fatalf("Acquire = %+v, %v", g, err)
 	}
@@ -55,9 +56,9 @@ func TestMutexFastPathCommands(t *testing.T) {
 		dropCounter bool
 		want        map[string]int64
 	}{
-		{"warm", false, map[string]int64{"evalsha": 2, "set": 3, "time": 1, "pexpire": 1, "zadd": 1, "mget": 1, "del": 1}},
-		{"fresh", false, map[string]int64{"evalsha": 2, "set": 2, "time": 1, "zadd": 1, "mget": 1, "del": 1}},
-		{"warm", true, map[string]int64{"evalsha": 2, "set": 2, "time": 1, "zadd": 1, "mget": 1, "del": 1}},
+		{"warm", false, map[string]int64{"fcall": 2, "set": 3, "time": 1, "pexpire": 1, "zadd": 1, "mget": 1, "del": 1}},
+		{"fresh", false, map[string]int64{"fcall": 2, "set": 2, "time": 1, "zadd": 1, "mget": 1, "del": 1}},
+		{"warm", true, map[string]int64{"fcall": 2, "set": 2, "time": 1, "zadd": 1, "mget": 1, "del": 1}},
 	} {
 		if tt.dropCounter {
 			mustDo(t, srv, "DEL", s.AuxKey(tt.name, "fence"))
@@ -77,7 +78,7 @@ func TestMutexFastPathCommands(t *testing.T) {
 				t.Errorf("%s: %s: %d calls, want %d", tt.name, cmd, calls[cmd], n)
 			}
 		}
-		for _, cmd := range []string{"get", "incr", "time", "zpopmin", "zrem", "pexpire", "pttl", "eval"} {
+		for _, cmd := range []string{"get", "incr", "time", "zpopmin", "zrem", "pexpire", "pttl", "eval", "evalsha", "function|load"} {
 			if _, ok := tt.want[cmd]; !ok && calls[cmd] != 0 {
 				t.Errorf("%s: %s: %d calls, want none on the fast path", tt.name, cmd, calls[cmd])
 			}

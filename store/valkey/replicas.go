@@ -82,7 +82,7 @@ func (d *driver) bySlot(calls []redisproto.Call) [][]int {
 // confirmSlot is EvalConfirmed for the calls which, all of one hash slot:
 // it fills their entries of res and errs.
 func (d *driver) confirmSlot(ctx context.Context, c vk.Client, op string, calls []redisproto.Call, which []int, res []redisproto.Reply, errs []error) {
-	for eval := false; len(which) > 0; eval = true {
+	for eval, tries := false, 0; len(which) > 0; tries++ {
 		syncKey := d.l.Aux(calls[which[0]].Name, syncSuffix)
 		out := send(ctx, func(bool) []vk.ValkeyResult {
 			cmds := make(vk.Commands, 0, len(which)+2)
@@ -95,15 +95,24 @@ func (d *driver) confirmSlot(ctx context.Context, c vk.Client, op string, calls 
 			return c.DoMulti(ctx, cmds...)
 		}, firstErr, nil)
 		scratch, ack := out[len(which)], out[len(which)+1]
-		var again []int
+		var again, noScript []int
 		for j, i := range which {
-			if !eval && isNoScript(out[j].Error()) {
+			switch {
+			case tries < 2 && d.functionFailed(ctx, out[j].Error(), tries > 0, calls[i]):
 				again = append(again, i)
-				continue
+			case !eval && isNoScript(out[j].Error()):
+				noScript = append(noScript, i)
+			default:
+				res[i], errs[i] = reply(out[j]), d.replicated(op, calls[i].Name, scratch, ack)
 			}
-			res[i], errs[i] = reply(out[j]), d.replicated(op, calls[i].Name, scratch, ack)
 		}
+		// The function's load first (FCALL again, or EVALSHA), then EVAL.
 		which = again
+		if len(again) == 0 {
+			which, eval = noScript, true
+		} else {
+			which = append(which, noScript...)
+		}
 	}
 }
 

@@ -111,7 +111,7 @@ func TestAmbiguousAcquire(t *testing.T) {
 	s := dial(t, srv.URL())
 	ctx := prototest.Context(t)
 	req := store.Request{Name: "x", Token: "token-a", TTL: time.Minute, Mode: store.ModeMutex}
-	// Warm up: the script is loaded, so the lost call is a single EVALSHA.
+	// Warm up: the function is loaded, so the lost call is a single FCALL.
 	warm := store.Request{Name: "warm", Token: "w", TTL: time.Minute, Mode: store.ModeMutex}
 	if _, err := s.Acquire(ctx, warm); err != nil {
 		t.Fatalf("Acquire(warm) = %v", err)

@@ -143,7 +143,7 @@ func BenchmarkServerCPUSideBySide(b *testing.B) {
 // It reports each one's instructions per acquire+release and dlock's over
 // the least fenced lock's. It needs valgrind (skipped without it).
 func BenchmarkServerInstructions(b *testing.B) {
-	kinds := []string{"fenced", "fresh", "same"}
+	kinds := []string{"fenced", "fresh", "same", "fresh-evalsha", "same-evalsha"}
 	per := make([]float64, len(kinds))
 	for i, k := range kinds {
 		srv, round := serverCPUKind(b, k, testredis.WithCallgrind())
@@ -167,6 +167,8 @@ func BenchmarkServerInstructions(b *testing.B) {
 	}
 	b.ReportMetric(per[1]/per[0], "fresh/fenced")
 	b.ReportMetric(per[2]/per[0], "same/fenced")
+	b.ReportMetric(per[3]/per[0], "fresh-evalsha/fenced")
+	b.ReportMetric(per[4]/per[0], "same-evalsha/fenced")
 }
 
 // serverCPUBatch is how many acquires, then releases, BenchmarkServerCPU
@@ -197,6 +199,17 @@ func serverCPUKind(b *testing.B, kind string, opts ...testredis.Option) (*testre
 		}
 		return sha
 	}
+	// The mutex's calls go as the Store sends them: by FCALL, the scripts
+	// that have a function form, unless kind ends in "-evalsha".
+	byEvalsha := strings.HasSuffix(kind, "-evalsha")
+	kind = strings.TrimSuffix(kind, "-evalsha")
+	for _, sc := range []*redisproto.Script{ops.Acquire, ops.ShortRelease} {
+		if fn := sc.Function(); fn != nil && !byEvalsha {
+			if err := c.Do(ctx, c.B().FunctionLoad().FunctionCode(fn.Lib).Build()).Error(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
 	acq, rel, shortRel, rawRel := load(ops.Acquire.Src), load(ops.Release.Src), load(ops.ShortRelease.Src), load(rawRelease)
 	fullAcq, recRel := load(ops.FullAcquire.Src), load(ops.RecordRelease.Src)
 	if strings.HasSuffix(kind, "-before38") {
@@ -211,6 +224,13 @@ func serverCPUKind(b *testing.B, kind string, opts ...testredis.Option) (*testre
 	hwmScript := load(redisproto.LeastHWMAcquire.Src)
 	evalsha := func(sha string, keys, args []string) vk.Completed {
 		return c.B().Evalsha().Sha1(sha).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
+	}
+	// as sends sc (loaded as sha) the way the Store does.
+	as := func(sc *redisproto.Script, sha string, keys, args []string) vk.Completed {
+		if fn := sc.Function(); fn != nil && !byEvalsha {
+			return c.B().Fcall().Function(fn.Name).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
+		}
+		return evalsha(sha, keys, args)
 	}
 	round := func(first int) {
 		var acqs, rels vk.Commands
@@ -238,11 +258,11 @@ func serverCPUKind(b *testing.B, kind string, opts ...testredis.Option) (*testre
 			if holder {
 				req.Holder = "host.example/12345" // as dlock.DefaultHolder makes it
 			}
-			sha := acq
+			sc, sha := ops.Acquire, acq
 			if ops.AcquireScript(req) == ops.FullAcquire {
-				sha = fullAcq
+				sc, sha = ops.FullAcquire, fullAcq
 			}
-			acqs = append(acqs, evalsha(sha, ops.AcquireKeys(l, req), ops.AcquireArgs(ctx, l, req)))
+			acqs = append(acqs, as(sc, sha, ops.AcquireKeys(l, req), ops.AcquireArgs(ctx, l, req)))
 			if kind == "fresh-full" {
 				l.Contend(name) // the release's full form
 			}
@@ -257,7 +277,7 @@ func serverCPUKind(b *testing.B, kind string, opts ...testredis.Option) (*testre
 			case recorded:
 				rels = append(rels, evalsha(recRel, rk, ra))
 			case short:
-				rels = append(rels, evalsha(shortRel, rk, ra))
+				rels = append(rels, as(ops.ShortRelease, shortRel, rk, ra))
 			default:
 				rels = append(rels, evalsha(rel, rk, ra))
 			}

@@ -75,12 +75,13 @@ func TestRecordWaiterWokenByRelease(t *testing.T) {
 	}
 }
 
-// scriptCalls is how many scripts the server has run (EVALSHA and EVAL).
+// scriptCalls is how many scripts the server has run (EVALSHA, EVAL and
+// FCALL).
 func scriptCalls(t *testing.T, srv *testredis.Server) int {
 	t.Helper()
 	n := 0
 	for _, line := range strings.Split(mustDo(t, srv, "INFO", "commandstats"), "\n") {
-		if strings.HasPrefix(line, "cmdstat_evalsha:") || strings.HasPrefix(line, "cmdstat_eval:") {
+		if strings.HasPrefix(line, "cmdstat_evalsha:") || strings.HasPrefix(line, "cmdstat_eval:") || strings.HasPrefix(line, "cmdstat_fcall:") {
 			rest := line[strings.Index(line, "calls=")+len("calls="):]
 			c, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
 			n += c

@@ -12,14 +12,14 @@ import (
 	"github.com/dlock-dev/dlock/store"
 )
 
-// scriptCalls returns how many EVALSHA and EVAL calls srv has run since its
-// last CONFIG RESETSTAT, from INFO commandstats.
+// scriptCalls returns how many EVALSHA, EVAL and FCALL calls srv has run
+// since its last CONFIG RESETSTAT, from INFO commandstats.
 func scriptCalls(t *testing.T, srv *testredis.Server) int64 {
 	t.Helper()
 	var n int64
 	for _, line := range strings.Split(do(t, srv, "INFO", "commandstats"), "\n") {
 		line = strings.TrimSpace(line)
-		for _, c := range []string{"cmdstat_evalsha:calls=", "cmdstat_eval:calls="} {
+		for _, c := range []string{"cmdstat_evalsha:calls=", "cmdstat_eval:calls=", "cmdstat_fcall:calls="} {
 			if v, ok := strings.CutPrefix(line, c); ok {
 				v, _, _ = strings.Cut(v, ",")
 				k, err := strconv.ParseInt(v, 10, 64)

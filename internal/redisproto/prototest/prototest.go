@@ -51,6 +51,7 @@ func Run(t *testing.T, srv *testredis.Server, open func(*testing.T) store.Store)
 	t.Run("HoldStaleRecord", func(t *testing.T) { holdStaleRecord(t, srv, s) })
 	t.Run("HoldMinHoldKeys", func(t *testing.T) { holdMinHoldKeys(t, srv, s) })
 	t.Run("HoldMaxHoldKeys", func(t *testing.T) { holdMaxHoldKeys(t, srv, s) })
+	t.Run("FunctionsLoadWhereMissing", func(t *testing.T) { functionsLoadWhereMissing(t, srv, open) })
 }
 
 var layout = redisproto.NewLayout("lock:", 24*time.Hour)

@@ -11,17 +11,18 @@ import (
 	"github.com/dlock-dev/dlock/store"
 )
 
-// evalshaKeyCounts returns the number of keys of each EVALSHA srv ran since
-// the last call, oldest first, from a SLOWLOG that logs every command, and
-// resets the log. [testredis.Server.Do] renders the nested reply as lines:
-// an EVALSHA entry's arguments are "evalsha", the SHA and the key count.
+// evalshaKeyCounts returns the number of keys of each EVALSHA or FCALL srv
+// ran since the last call, oldest first, from a SLOWLOG that logs every
+// command, and resets the log. [testredis.Server.Do] renders the nested
+// reply as lines: an EVALSHA entry's arguments are "evalsha", the SHA and
+// the key count; an FCALL's "fcall", the function and the key count.
 func evalshaKeyCounts(t *testing.T, srv *testredis.Server) []string {
 	t.Helper()
 	lines := strings.Split(do(t, srv, "SLOWLOG", "GET", "-1"), "\n")
 	do(t, srv, "SLOWLOG", "RESET")
 	var out []string
 	for i := len(lines) - 3; i >= 0; i-- {
-		if strings.EqualFold(lines[i], "evalsha") {
+		if strings.EqualFold(lines[i], "evalsha") || strings.EqualFold(lines[i], "fcall") {
 			out = append(out, lines[i+2])
 		}
 	}

@@ -1,0 +1,83 @@
+package redisproto
+
+import (
+	"crypto/sha1" //nolint:gosec // G505: EVALSHA's digest, as the package computes it
+	"encoding/hex"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/dlock-dev/dlock/store"
+)
+
+// TestFunctionForms: the mutex's fast-path acquire and short release have a
+// function form (issue 41), the other scripts none; a form's library is the
+// script's libraries, then one function that sets their per-call state back
+// to nil and runs the operation; its name follows its source, so a change to
+// the libraries (the fault suite's control swaps clock_lib in) names a
+// library of its own.
+func TestFunctionForms(t *testing.T) {
+	ops, err := ModeOps(store.ModeMutex, "valkey")
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := regexp.MustCompile(`^dlock_[0-9a-f]{24}$`)
+	op, err := Source("scripts/mutex_acquire.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fn := ops.Acquire.Function()
+	if fn == nil || !name.MatchString(fn.Name) || !strings.HasPrefix(fn.Lib, "#!lua name="+fn.Name+"\n") {
+		t.Fatalf("Acquire's function form = %+v", fn)
+	}
+	call := "callback = function(KEYS, ARGV)\nnow_ms = nil\nphi = nil\n" + string(op) + "\nend}\n"
+	if !strings.HasSuffix(fn.Lib, call) || !strings.Contains(fn.Lib, "function_name = '"+fn.Name+"', flags = {}") {
+		t.Errorf("Acquire's library does not end in its function, the state reset and the operation:\n%s", fn.Lib[max(len(fn.Lib)-len(call)-200, 0):])
+	}
+	if rel := ops.ShortRelease.Function(); rel == nil || !strings.Contains(rel.Lib, "flags = {'allow-oom'}") || rel.Name == fn.Name {
+		t.Errorf("ShortRelease's function form = %+v; want its own, allow-oom (a release frees memory)", rel)
+	}
+	for _, sc := range []*Script{ops.FullAcquire, ops.Extend, ops.Release, ops.RecordRelease, ops.Raise, ops.Resume, ops.Force} {
+		if sc.Function() != nil {
+			t.Errorf("%s: a function form; want none", sc.Name)
+		}
+	}
+
+	// Another clock_lib in front of the same operation, as the fault
+	// suite's control makes it.
+	swapped := *ops.Acquire
+	lib := "local now_ms\nlocal a, b -- state\nlocal function issue() end\n"
+	swapped.Src = lib + swapped.Src[strings.Index(swapped.Src, string(op)):]
+	sum := sha1.Sum([]byte(swapped.Src)) //nolint:gosec // G401: as newScript
+	swapped.SHA = hex.EncodeToString(sum[:])
+	other := swapped.Function()
+	if other == nil || other.Name == fn.Name || !strings.HasSuffix(other.Lib, "callback = function(KEYS, ARGV)\nnow_ms = nil\na = nil\nb = nil\n"+string(op)+"\nend}\n") {
+		t.Errorf("function form after the swap = %+v", other)
+	}
+	if again := ops.Acquire.Function(); again.Name != fn.Name {
+		t.Errorf("the embedded script's form changed: %s, then %s", fn.Name, again.Name)
+	}
+}
+
+// TestFunctionErrors reads the error replies Redis 7.0 gives, with and
+// without the "ERR " code that valkey-go drops.
+func TestFunctionErrors(t *testing.T) {
+	for _, tt := range []struct {
+		msg                    string
+		missing, exists, nofns bool
+	}{
+		{"ERR Function not found", true, false, false},
+		{"Function not found", true, false, false},
+		{"ERR Library 'dlock_0123' already exists", false, true, false},
+		{"Library 'dlock_0123' already exists", false, true, false},
+		{"ERR unknown command 'FCALL', with args beginning with: 'dlock_01' '3' ", false, false, true},
+		{"unknown subcommand 'LOAD'. Try FUNCTION HELP.", false, false, true},
+		{"NOPERM User nofn has no permissions to run the 'function|load' command", false, false, false},
+		{"NOSCRIPT No matching script. Please use EVAL.", false, false, false},
+	} {
+		if FunctionMissing(tt.msg) != tt.missing || LibraryExists(tt.msg) != tt.exists || NoFunctions(tt.msg) != tt.nofns {
+			t.Errorf("%q: missing %v, exists %v, no functions %v; want %v, %v, %v", tt.msg,
+				FunctionMissing(tt.msg), LibraryExists(tt.msg), NoFunctions(tt.msg), tt.missing, tt.exists, tt.nofns)
+		}
+	}
+}
