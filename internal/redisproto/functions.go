@@ -145,25 +145,39 @@ func (f *Functions) Of(sc *Script) *Function {
 	return sc.Function()
 }
 
-// Retry reports whether a call of sc must be sent again because of its
-// function form, given msg, the server's error reply to it (ok false: the
-// call met no error reply), and makes the next try work: when the function
-// is not loaded, it calls load (which loads the library where the call
-// goes and reports whether it is there now); when the server has no
-// functions, will not load one, or misses the function again after a load
-// (again: a retry of this call), every call goes by EVALSHA from then on.
-func (f *Functions) Retry(msg string, ok, again bool, sc *Script, load func(*Function) bool) bool {
-	fn := sc.Function()
-	if !ok || fn == nil {
-		return false
+// Off sends every call by EVALSHA from now on: the server would not load a
+// library, or missed a function right after its library loaded.
+func (f *Functions) Off() { f.off.Store(true) }
+
+// A FunctionStep is what a call that met an error reply needs next.
+type FunctionStep int
+
+const (
+	// NoStep: the error is the call's answer.
+	NoStep FunctionStep = iota
+	// CallAgain: send the call again (by EVALSHA: the server has no
+	// functions, and Of says so from now on).
+	CallAgain
+	// LoadAndCall: load the function's library where the call went, then
+	// send it again; call Off when the load fails, or when the call
+	// misses the function again.
+	LoadAndCall
+)
+
+// Step returns what a call of sc needs after msg, the server's error reply
+// to it (ok false: the call met no error reply).
+func (f *Functions) Step(msg string, ok bool, sc *Script) FunctionStep {
+	if !ok || sc.Function() == nil {
+		return NoStep
 	}
 	switch {
 	case NoFunctions(msg):
-		f.off.Store(true)
-	case !FunctionMissing(msg):
-		return false
-	case again || !load(fn):
-		f.off.Store(true)
+		f.Off()
+		return CallAgain
+	case FunctionMissing(msg) && !f.off.Load():
+		return LoadAndCall
+	case FunctionMissing(msg):
+		return CallAgain // turned off meanwhile
 	}
-	return true
+	return NoStep
 }

@@ -23,25 +23,59 @@ type driver struct {
 var _ redisproto.Client = (*driver)(nil)
 
 // Eval implements redisproto.Client: by FCALL when the script has a
-// function form (its library loaded on the first "Function not found"),
-// by EVALSHA and EVAL otherwise.
+// function form (its library loaded, with the call again, on the first
+// "Function not found"), by EVALSHA and EVAL otherwise.
 func (d *driver) Eval(ctx context.Context, call redisproto.Call) redisproto.Reply {
-	for tries := 0; ; tries++ {
-		var cmd *redis.Cmd
+	try := func() *redis.Cmd {
 		if fn := d.fns.Of(call.Script); fn != nil {
-			cmd = d.c.FCall(ctx, fn.Name, call.Keys, anys(call.Args)...)
-		} else {
-			argv := anys(call.Args)
-			cmd = d.c.EvalSha(ctx, call.Script.SHA, call.Keys, argv...)
-			if isNoScript(cmd.Err()) {
-				cmd = d.c.Eval(ctx, call.Script.Src, call.Keys, argv...)
-			}
+			return d.c.FCall(ctx, fn.Name, call.Keys, anys(call.Args)...)
 		}
-		// At most: FCALL, FCALL after the load, EVALSHA.
-		if tries == 2 || !d.functionFailed(ctx, cmd.Err(), tries > 0, call) {
+		argv := anys(call.Args)
+		cmd := d.c.EvalSha(ctx, call.Script.SHA, call.Keys, argv...)
+		if isNoScript(cmd.Err()) {
+			cmd = d.c.Eval(ctx, call.Script.Src, call.Keys, argv...)
+		}
+		return cmd
+	}
+	cmd := try()
+	msg, ok := d.ServerError(cmd.Err())
+	switch d.fns.Step(msg, ok, call.Script) {
+	case redisproto.NoStep:
+		return reply(cmd)
+	case redisproto.LoadAndCall:
+		cmd = d.loadAndCall(ctx, call, try)
+		msg, ok = d.ServerError(cmd.Err())
+		if d.fns.Step(msg, ok, call.Script) == redisproto.NoStep {
 			return reply(cmd)
 		}
+		d.fns.Off()
 	}
+	return reply(try())
+}
+
+// loadAndCall loads call's library and sends call again by FCALL (by try):
+// in one pipeline off a cluster or ring (one connection, in order); on
+// every master first otherwise (FUNCTION LOAD has no key to route by). A
+// library that will not load turns functions off (the call then goes by
+// EVALSHA).
+func (d *driver) loadAndCall(ctx context.Context, call redisproto.Call, try func() *redis.Cmd) *redis.Cmd {
+	fn := call.Script.Function()
+	c, ok := d.c.(*redis.Client)
+	if !ok {
+		if !d.loadFunction(ctx, fn) {
+			d.fns.Off()
+		}
+		return try()
+	}
+	p := c.Pipeline()
+	load := p.FunctionLoad(ctx, fn.Lib)
+	cmd := p.FCall(ctx, fn.Name, call.Keys, anys(call.Args)...)
+	_, _ = p.Exec(ctx) // errors are per command
+	if !d.loaded(load.Err()) {
+		d.fns.Off()
+		return try()
+	}
+	return cmd
 }
 
 // EvalMulti implements redisproto.Client: one call as Eval, several in a
@@ -100,27 +134,46 @@ func (d *driver) EvalMulti(ctx context.Context, calls []redisproto.Call) []redis
 	return out
 }
 
-// functionFailed reports whether err, the answer to call, says that the
-// call must be sent again because of its function form, and makes the
-// next try work (see redisproto.Functions.Retry): the library is loaded on
-// every master.
+// functionFailed reports whether err, the answer to call in a pipeline,
+// says that the call must be sent again because of its function form, and
+// makes the next try work: the library loaded on every master (again: this
+// call was sent again for its function before, and turns to EVALSHA
+// instead).
 func (d *driver) functionFailed(ctx context.Context, err error, again bool, call redisproto.Call) bool {
 	msg, ok := d.ServerError(err)
-	return d.fns.Retry(msg, ok, again, call.Script, func(fn *redisproto.Function) bool {
-		var mu sync.Mutex
-		loaded := false
-		_ = d.eachMaster(ctx, func(ctx context.Context, c redis.Cmdable, _ string) error {
-			err := c.FunctionLoad(ctx, fn.Lib).Err()
-			msg, _ := d.ServerError(err)
-			if err == nil || redisproto.LibraryExists(msg) {
-				mu.Lock()
-				loaded = true
-				mu.Unlock()
-			}
-			return nil
-		})
-		return loaded
+	switch d.fns.Step(msg, ok, call.Script) {
+	case redisproto.CallAgain:
+		return true
+	case redisproto.LoadAndCall:
+		if again || !d.loadFunction(ctx, call.Script.Function()) {
+			d.fns.Off()
+		}
+		return true
+	}
+	return false
+}
+
+// loadFunction loads fn's library on every master. It reports whether one
+// has it now.
+func (d *driver) loadFunction(ctx context.Context, fn *redisproto.Function) bool {
+	var mu sync.Mutex
+	loaded := false
+	_ = d.eachMaster(ctx, func(ctx context.Context, c redis.Cmdable, _ string) error {
+		if d.loaded(c.FunctionLoad(ctx, fn.Lib).Err()) {
+			mu.Lock()
+			loaded = true
+			mu.Unlock()
+		}
+		return nil
 	})
+	return loaded
+}
+
+// loaded reports whether err, FUNCTION LOAD's answer, leaves the library
+// on the node: no error, or the library there already.
+func (d *driver) loaded(err error) bool {
+	msg, _ := d.ServerError(err)
+	return err == nil || redisproto.LibraryExists(msg)
 }
 
 // anys returns args as go-redis takes arguments.

@@ -55,15 +55,9 @@ func (d *driver) direct(ctx context.Context) vk.Client {
 // Eval implements redisproto.Client by Do, on the client direct picks.
 func (d *driver) Eval(ctx context.Context, call redisproto.Call) redisproto.Reply {
 	c := d.direct(ctx)
-	for tries := 0; ; tries++ {
-		r := send(ctx, func(eval bool) vk.ValkeyResult {
-			return c.Do(ctx, d.cmd(call, eval))
-		}, vk.ValkeyResult.Error, vk.ValkeyResult.Error)
-		// At most: FCALL, FCALL after the load, EVALSHA.
-		if tries == 2 || !d.functionFailed(ctx, r.Error(), tries > 0, call) {
-			return reply(r)
-		}
-	}
+	try := func(eval bool) vk.ValkeyResult { return c.Do(ctx, d.cmd(call, eval)) }
+	r := send(ctx, try, vk.ValkeyResult.Error, vk.ValkeyResult.Error)
+	return reply(d.evalFunction(ctx, c, call, try, r))
 }
 
 // EvalMulti implements redisproto.Client by DoMulti (one call by Do, which

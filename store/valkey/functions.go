@@ -3,20 +3,73 @@ package valkey
 import (
 	"context"
 
+	vk "github.com/valkey-io/valkey-go"
+
 	"github.com/dlock-dev/dlock/internal/redisproto"
 )
 
-// The hot scripts go by FCALL (see redisproto.Function).
+// The hot scripts go by FCALL (see redisproto.Function). A call that finds
+// its function missing costs one more round trip, as one that found its
+// script missing did: the library's load and the call again, together.
 
-// functionFailed reports whether err, the answer to call, says that the
-// call must be sent again because of its function form, and makes the
-// next try work (see redisproto.Functions.Retry; again: this call was
-// sent again for its function before).
+// evalFunction is Eval's answer to call after r, the answer of its first
+// try on c (by try): r itself, or the answer of the call sent again as r's
+// error asks (see redisproto.Functions.Step).
+func (d *driver) evalFunction(ctx context.Context, c vk.Client, call redisproto.Call, try func(bool) vk.ValkeyResult, r vk.ValkeyResult) vk.ValkeyResult {
+	msg, ok := d.ServerError(r.Error())
+	switch d.fns.Step(msg, ok, call.Script) {
+	case redisproto.NoStep:
+		return r
+	case redisproto.LoadAndCall:
+		r = d.loadAndCall(ctx, c, call, try)
+		msg, ok = d.ServerError(r.Error())
+		if d.fns.Step(msg, ok, call.Script) == redisproto.NoStep {
+			return r
+		}
+		d.fns.Off()
+	}
+	return send(ctx, try, vk.ValkeyResult.Error, vk.ValkeyResult.Error)
+}
+
+// loadAndCall loads call's library and sends call again by FCALL: in one
+// round trip on c, off a cluster (one connection, in order); on a cluster,
+// on every master first (FUNCTION LOAD has no key to route by), then the
+// call. A library that will not load turns functions off (the call then
+// goes by EVALSHA).
+func (d *driver) loadAndCall(ctx context.Context, c vk.Client, call redisproto.Call, try func(bool) vk.ValkeyResult) vk.ValkeyResult {
+	fn := call.Script.Function()
+	if d.c.Mode() == vk.ClientModeCluster {
+		if !d.loadFunction(ctx, fn) {
+			d.fns.Off()
+		}
+		return send(ctx, try, vk.ValkeyResult.Error, vk.ValkeyResult.Error)
+	}
+	res := send(ctx, func(bool) []vk.ValkeyResult {
+		return c.DoMulti(ctx, c.B().FunctionLoad().FunctionCode(fn.Lib).Build(), d.cmd(call, false))
+	}, firstErr, nil)
+	if !d.loaded(res[0].Error()) {
+		d.fns.Off()
+		return send(ctx, try, vk.ValkeyResult.Error, vk.ValkeyResult.Error)
+	}
+	return res[1]
+}
+
+// functionFailed reports whether err, the answer to call in a batch, says
+// that the call must be sent again because of its function form, and makes
+// the next try work: the library loaded on every node (again: this call was
+// sent again for its function before, and turns to EVALSHA instead).
 func (d *driver) functionFailed(ctx context.Context, err error, again bool, call redisproto.Call) bool {
 	msg, ok := d.ServerError(err)
-	return d.fns.Retry(msg, ok, again, call.Script, func(fn *redisproto.Function) bool {
-		return d.loadFunction(ctx, fn)
-	})
+	switch d.fns.Step(msg, ok, call.Script) {
+	case redisproto.CallAgain:
+		return true
+	case redisproto.LoadAndCall:
+		if again || !d.loadFunction(ctx, call.Script.Function()) {
+			d.fns.Off()
+		}
+		return true
+	}
+	return false
 }
 
 // loadFunction loads fn's library on every node valkey-go knows (a
@@ -25,11 +78,16 @@ func (d *driver) functionFailed(ctx context.Context, err error, again bool, call
 func (d *driver) loadFunction(ctx context.Context, fn *redisproto.Function) bool {
 	loaded := false
 	for _, n := range d.c.Nodes() {
-		err := n.Do(ctx, n.B().FunctionLoad().FunctionCode(fn.Lib).Build()).Error()
-		msg, _ := d.ServerError(err)
-		if err == nil || redisproto.LibraryExists(msg) {
+		if d.loaded(n.Do(ctx, n.B().FunctionLoad().FunctionCode(fn.Lib).Build()).Error()) {
 			loaded = true
 		}
 	}
 	return loaded
+}
+
+// loaded reports whether err, FUNCTION LOAD's answer, leaves the library
+// on the node: no error, or the library there already.
+func (d *driver) loaded(err error) bool {
+	msg, _ := d.ServerError(err)
+	return err == nil || redisproto.LibraryExists(msg)
 }
