@@ -25,6 +25,8 @@ import (
 //	fenced     as raw, but the acquire a script that also issues a fence
 //	           with dlock's guarantees (redisproto.LeastFencedAcquire): the
 //	           floor of a fenced acquire
+//	fenced-slot as fenced, but one mark per hash slot (Layout.Mark, as
+//	           dlock's), not one per server
 //	hwm        as fenced, but the fence from one mark per server, not a
 //	           counter per name (redisproto.LeastHWMAcquire): a design
 //	           dlock does not use, measured for what it would save
@@ -33,6 +35,9 @@ import (
 //	fresh-full as fresh, but every release in the script's full form, as
 //	           for a name with waiters (Layout.Contend): what the short
 //	           form of a release without waiters saves (docs/design.md)
+//
+// A dlock kind ending in "-evalsha" sends the mutex's scripts by EVALSHA
+// instead of FCALL, as before they were functions.
 //
 // server-µs/op is the figure; ns/op includes the client.
 func BenchmarkServerCPU(b *testing.B) {
@@ -115,18 +120,25 @@ func sideBySide(b *testing.B, kinds []string) ([]time.Duration, int) {
 // BenchmarkServerCPUSideBySide measures the least fenced lock ("fenced")
 // and dlock's mutex on new names ("fresh") and on names taken again
 // ("same") side by side: each on a server of its own, their batches sent
-// in turn, so that a machine loaded by other work weighs on all three
-// alike. It reports each one's server CPU per acquire+release and dlock's
-// over the least fenced lock's (issue 41; docs/benchmarks.md).
+// in turn, so that a machine loaded by other work weighs on all alike. It
+// reports each one's server CPU per acquire+release and its ratio to the
+// least fenced lock's (issue 41; docs/benchmarks.md). Two diagnostics
+// beside them: "fresh-evalsha", dlock's mutex by EVALSHA as before its
+// scripts were functions, and "fenced-slot", the least fenced lock with
+// one mark per hash slot (as dlock keeps them, so that one script serves a
+// cluster) instead of one per server: on new names each op then touches
+// one of 16384 marks, which costs the server CPU that no instruction count
+// shows.
 func BenchmarkServerCPUSideBySide(b *testing.B) {
-	kinds := []string{"fenced", "fresh", "same"}
+	kinds := []string{"fenced", "fresh", "same", "fresh-evalsha", "fenced-slot"}
 	cpu, n := sideBySide(b, kinds)
 	per := func(i int) float64 { return float64(cpu[i].Microseconds()) / float64(n) }
 	for i, k := range kinds {
 		b.ReportMetric(per(i), k+"-server-µs/op")
+		if i > 0 {
+			b.ReportMetric(per(i)/per(0), k+"/fenced")
+		}
 	}
-	b.ReportMetric(per(1)/per(0), "fresh/fenced")
-	b.ReportMetric(per(2)/per(0), "same/fenced")
 }
 
 // BenchmarkServerInstructions counts the server's instructions per
@@ -246,10 +258,12 @@ func serverCPUKind(b *testing.B, kind string, opts ...testredis.Option) (*testre
 				acqs = append(acqs, evalsha(setScript, []string{l.Key(name)}, []string{"token", "30000"}))
 			case "fenced":
 				acqs = append(acqs, evalsha(fencedScript, []string{l.Key(name), l.Key(name) + ":f", "lock:fenced-mark"}, []string{"token", "30000", "90000"}))
+			case "fenced-slot":
+				acqs = append(acqs, evalsha(fencedScript, []string{l.Key(name), l.Key(name) + ":f", l.Mark(name) + "-s"}, []string{"token", "30000", "90000"}))
 			case "hwm":
 				acqs = append(acqs, evalsha(hwmScript, []string{l.Key(name), "lock:fence-mark"}, []string{"token", "30000"}))
 			}
-			if kind == "raw" || kind == "setscript" || kind == "fenced" || kind == "hwm" {
+			if kind == "raw" || kind == "setscript" || kind == "fenced" || kind == "fenced-slot" || kind == "hwm" {
 				rels = append(rels, evalsha(rawRel, []string{l.Key(name)}, []string{"token"}))
 				continue
 			}
@@ -290,7 +304,7 @@ func serverCPUKind(b *testing.B, kind string, opts ...testredis.Option) (*testre
 			}
 		}
 		for _, r := range c.DoMulti(ctx, acqs...) {
-			if kind == "fenced" || kind == "hwm" {
+			if kind == "fenced" || kind == "fenced-slot" || kind == "hwm" {
 				if _, err := r.ToInt64(); err != nil {
 					b.Fatalf("fenced acquire: %v", err)
 				}
