@@ -11,7 +11,10 @@
 // compare-and-delete (redsync, bsm/redislock, node-redlock). Every pattern,
 // fencing (monotonic across a restart of a node that kept nothing, see
 // [WithFenceRetention]), and retries idempotent per token work as that
-// package documents them.
+// package documents them, and so do the functions: on Redis 7 and Valkey
+// the mutex's uncontended acquire and release go by FCALL, their library
+// loaded where a server lacks it, and by EVALSHA where the server or the
+// user's ACL has no functions.
 //
 // # Wake-ups
 //

@@ -100,7 +100,9 @@ func isNoScript(err error) bool {
 }
 
 // EvalTracked implements redisproto.Tracker: CLIENT CACHING YES and the
-// call in one round trip on c, whose connections track.
+// call in one round trip on c, whose connections track. The call goes by
+// EVALSHA, as every tracked read did before the function forms (a waiter's
+// attempt, off the uncontended path they are for).
 func (d *driver) EvalTracked(ctx context.Context, call redisproto.Call) (redisproto.Reply, bool) {
 	res := send(ctx, func(eval bool) []vk.ValkeyResult {
 		return d.c.DoMulti(ctx, d.c.B().ClientCaching().Yes().Build(), d.evalCmd(call, eval))

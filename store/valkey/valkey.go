@@ -11,6 +11,21 @@
 // key, "{lock:<name>}:fence") share the main key's cluster hash slot, so
 // every operation is one Lua script, one round trip.
 //
+// # Scripts and functions
+//
+// The scripts go by EVALSHA (by EVAL once, when the server does not know
+// one). On Redis 7 and Valkey the mutex's uncontended acquire and release,
+// the hot path, go by FCALL as functions: their shared Lua functions are
+// made once when the library loads instead of on every call (about 8 % of
+// the server's instructions per acquire and release). The Store loads a
+// library (FUNCTION LOAD, with the call, in one round trip; on every
+// master of a cluster) the first time a server answers that it does not
+// have it, and goes by EVALSHA for good from the first answer that shows
+// no functions: a server before 7.0, a proxy without FCALL, or a user whose
+// ACL does not allow FUNCTION LOAD. Library names are "dlock_" and a digest
+// of the source, so each dlock version loads its own (a few KB each;
+// FUNCTION FLUSH or FUNCTION DELETE drops those no running version uses).
+//
 // # Fences
 //
 // Every grant issues its fence atomically with the grant from two keys: the
