@@ -13,14 +13,14 @@ import (
 // made anew, and dropped for the collector, every time. The same source
 // loaded as a function library (FUNCTION LOAD) runs its libraries once, at
 // load, and each call (FCALL) runs the operation alone: the mutex's
-// fast-path acquire so costs the server about 6 % fewer instructions per
-// new-name acquire and release (BenchmarkServerInstructions, docs/
-// benchmarks.md). The hot scripts have a function form (see
-// [Script.Function]); a store sends them by FCALL, loads the library on
-// the node that answers "Function not found" (first use, a restart that
-// lost it, FUNCTION FLUSH), and sends every call by EVALSHA when the server
-// has no functions (before 7.0, or a proxy without FCALL) or will not load
-// one (an ACL without FUNCTION).
+// fast-path acquire and short release so cost the server about 8 % fewer
+// instructions per new-name acquire and release (BenchmarkServerInstructions,
+// docs/benchmarks.md). The hot scripts have a function form (see
+// [Script.Function]); a store sends them by FCALL, loads the library where
+// a server answers "Function not found" (first use, a restart that lost
+// it, FUNCTION FLUSH) and calls again, and sends every call by EVALSHA
+// when the server has no functions (before 7.0, or a proxy without FCALL)
+// or will not load one (an ACL without FUNCTION).
 
 // A Function is the function form of a [Script]: the library that defines
 // it (FUNCTION LOAD's argument) and the function's name (FCALL's).
