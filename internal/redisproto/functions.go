@@ -181,3 +181,22 @@ func (f *Functions) Step(msg string, ok bool, sc *Script) FunctionStep {
 	}
 	return NoStep
 }
+
+// Retry is Step for a call sent among others (a pipeline, a batch): it
+// reports whether the call must be sent again, having made the next try
+// work. A function missing is loaded by load (which reports whether a
+// node has the library now); one missing again after a load (again: this
+// call was sent again for its function before), or a library that will not
+// load, turns functions off.
+func (f *Functions) Retry(msg string, ok, again bool, sc *Script, load func(*Function) bool) bool {
+	switch f.Step(msg, ok, sc) {
+	case CallAgain:
+		return true
+	case LoadAndCall:
+		if again || !load(sc.Function()) {
+			f.Off()
+		}
+		return true
+	}
+	return false
+}

@@ -81,3 +81,49 @@ func TestFunctionErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestFunctionSteps: what a call of a script with a function form does
+// after each answer, and when the function forms are turned off for good.
+func TestFunctionSteps(t *testing.T) {
+	ops, err := ModeOps(store.ModeMutex, "valkey")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := ops.Acquire
+	var f Functions
+	if f.Of(sc) == nil || f.Of(ops.Extend) != nil {
+		t.Fatalf("Of: the acquire's form %v, the extend's %v; want one, none", f.Of(sc), f.Of(ops.Extend))
+	}
+	if f.Step("", false, sc) != NoStep || f.Step("WRONGTYPE Operation against a key", true, sc) != NoStep ||
+		f.Step("Function not found", true, ops.Extend) != NoStep {
+		t.Error("Step: not a function's error, or no function form; want NoStep")
+	}
+	loads := 0
+	load := func(ok bool) func(*Function) bool {
+		return func(fn *Function) bool {
+			if fn != sc.Function() {
+				t.Errorf("load of %v, want the acquire's form", fn)
+			}
+			loads++
+			return ok
+		}
+	}
+	if !f.Retry("Function not found", true, false, sc, load(true)) || loads != 1 || f.Of(sc) == nil {
+		t.Fatalf("Retry after a miss: loads %d, form %v; want one load, functions on", loads, f.Of(sc))
+	}
+	if again := f.Retry("Function not found", true, true, sc, load(true)); !again || loads != 1 || f.Of(sc) != nil {
+		t.Fatalf("Retry after a miss following a load = %v: loads %d, form %v; want a retry, no load, functions off", again, loads, f.Of(sc))
+	}
+	if f.Step("Function not found", true, sc) != CallAgain {
+		t.Error("Step after functions went off: want CallAgain (by EVALSHA)")
+	}
+
+	var g Functions
+	if !g.Retry("ERR Function not found", true, false, sc, load(false)) || g.Of(sc) != nil {
+		t.Error("Retry with a load that failed: want a retry, functions off")
+	}
+	var h Functions
+	if h.Step("ERR unknown command 'FCALL', with args beginning with: ", true, sc) != CallAgain || h.Of(sc) != nil {
+		t.Error("Step on a server without FCALL: want CallAgain, functions off")
+	}
+}

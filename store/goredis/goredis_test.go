@@ -38,6 +38,12 @@ func open(t *testing.T, addrs ...string) *goredis.Store {
 	} else {
 		c = redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
 	}
+	return newStore(t, c)
+}
+
+// newStore returns a Store on c, both closed when the test ends.
+func newStore(t *testing.T, c redis.UniversalClient) *goredis.Store {
+	t.Helper()
 	t.Cleanup(func() { c.Close() })
 	s, err := goredis.New(c)
 	if err != nil {
@@ -229,13 +235,6 @@ func TestFunctionFallback(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c := redis.NewClient(o)
-		t.Cleanup(func() { c.Close() })
-		s, err := goredis.New(c)
-		if err != nil {
-			t.Fatalf("goredis.New = %v", err)
-		}
-		t.Cleanup(func() { s.Close() })
-		return s
+		return newStore(t, redis.NewClient(o))
 	})
 }

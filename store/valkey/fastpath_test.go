@@ -2,7 +2,6 @@ package valkey_test
 
 import (
 	"errors"
-	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -13,19 +12,6 @@ import (
 	"github.com/dlock-dev/dlock/internal/testredis"
 	"github.com/dlock-dev/dlock/store"
 )
-
-// callsByCommand returns the calls per command (lower case) from INFO
-// commandstats.
-func callsByCommand(t *testing.T, srv *testredis.Server) map[string]int64 {
-	t.Helper()
-	re := regexp.MustCompile(`(?m)^cmdstat_([a-z|]+):calls=(\d+)`)
-	out := make(map[string]int64)
-	for _, m := range re.FindAllStringSubmatch(mustDo(t, srv, "INFO", "commandstats"), -1) {
-		n, _ := strconv.ParseInt(m[2], 10, 64)
-		out[m[1]] = n
-	}
-	return out
-}
 
 // TestMutexFastPathCommands pins the cost of an uncontended mutex on the
 // server. Every grant takes the clock floor (issue 35: a fence key that came
@@ -72,7 +58,7 @@ func TestMutexFastPathCommands(t *testing.T) {
 		if err := s.Release(ctx, req); err != nil {
 			t.Fatal(err)
 		}
-		calls := callsByCommand(t, srv)
+		calls := prototest.CallsByCommand(t, srv)
 		for cmd, n := range tt.want {
 			if calls[cmd] != n {
 				t.Errorf("%s: %s: %d calls, want %d", tt.name, cmd, calls[cmd], n)
@@ -222,7 +208,7 @@ func TestFairQueueExpiryToppedUpRarely(t *testing.T) {
 			t.Fatalf("Acquire(waiter) again = %+v, %v; want refused", g, err)
 		}
 	}
-	if n := callsByCommand(t, srv)["pexpire"]; n != 0 {
+	if n := prototest.CallsByCommand(t, srv)["pexpire"]; n != 0 {
 		t.Errorf("%d PEXPIRE calls for 3 refreshes within seconds of the first, want none", n)
 	}
 	// Below queue TTL plus half a minute, a refresh tops it up.

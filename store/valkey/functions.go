@@ -56,20 +56,12 @@ func (d *driver) loadAndCall(ctx context.Context, c vk.Client, call redisproto.C
 
 // functionFailed reports whether err, the answer to call in a batch, says
 // that the call must be sent again because of its function form, and makes
-// the next try work: the library loaded on every node (again: this call was
-// sent again for its function before, and turns to EVALSHA instead).
+// the next try work: the library loaded on every node (see
+// redisproto.Functions.Retry; again: this call was sent again for its
+// function before).
 func (d *driver) functionFailed(ctx context.Context, err error, again bool, call redisproto.Call) bool {
 	msg, ok := d.ServerError(err)
-	switch d.fns.Step(msg, ok, call.Script) {
-	case redisproto.CallAgain:
-		return true
-	case redisproto.LoadAndCall:
-		if again || !d.loadFunction(ctx, call.Script.Function()) {
-			d.fns.Off()
-		}
-		return true
-	}
-	return false
+	return d.fns.Retry(msg, ok, again, call.Script, func(fn *redisproto.Function) bool { return d.loadFunction(ctx, fn) })
 }
 
 // loadFunction loads fn's library on every node valkey-go knows (a

@@ -12,9 +12,9 @@ import (
 	"github.com/dlock-dev/dlock/store"
 )
 
-// callsByCommand returns the calls per command (lower case) from INFO
-// commandstats.
-func callsByCommand(t *testing.T, srv *testredis.Server) map[string]int64 {
+// CallsByCommand returns the calls per command (lower case, subcommands
+// as "function|load") from srv's INFO commandstats.
+func CallsByCommand(t *testing.T, srv *testredis.Server) map[string]int64 {
 	t.Helper()
 	re := regexp.MustCompile(`(?m)^cmdstat_([a-z|]+):calls=(\d+)`)
 	out := make(map[string]int64)
@@ -60,7 +60,7 @@ func functionsLoadWhereMissing(t *testing.T, srv *testredis.Server, open func(*t
 		}
 		do(t, srv, "CONFIG", "RESETSTAT")
 		cycle(t, s, req, &last)
-		calls := callsByCommand(t, srv)
+		calls := CallsByCommand(t, srv)
 		loads := int64(0)
 		if i == 0 || flush {
 			loads = 2 // the acquire's library and the release's
@@ -94,7 +94,7 @@ func functionsLoadWhereMissing(t *testing.T, srv *testredis.Server, open func(*t
 	}
 	cycle(t, b, other, &last)
 	// b, refused on the name, releases it by the full form (EVALSHA).
-	if calls := callsByCommand(t, srv); calls["function|load"] != 0 || calls["fcall"] != 4 || calls["evalsha"] != 1 {
+	if calls := CallsByCommand(t, srv); calls["function|load"] != 0 || calls["fcall"] != 4 || calls["evalsha"] != 1 {
 		t.Errorf("function|load %d, fcall %d, evalsha %d; want 0, 4, 1 (%v)", calls["function|load"], calls["fcall"], calls["evalsha"], calls)
 	}
 }
@@ -145,7 +145,7 @@ func FunctionFallback(t *testing.T, open func(t *testing.T, url string) store.St
 			}
 			// 13 calls; the release's full form, sent from the first
 			// refusal on, is new to the server once (EVAL).
-			calls := callsByCommand(t, srv)
+			calls := CallsByCommand(t, srv)
 			if calls["evalsha"] != 13 || calls["eval"] != 1 || calls["fcall"] != 0 || calls["function|load"] != 0 {
 				t.Errorf("evalsha %d, eval %d, fcall %d, function|load %d; want 13, 1, 0, 0 (%v)",
 					calls["evalsha"], calls["eval"], calls["fcall"], calls["function|load"], calls)
