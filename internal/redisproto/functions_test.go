@@ -1,7 +1,7 @@
 package redisproto
 
 import (
-	"crypto/sha1" //nolint:gosec // G505: EVALSHA's digest, as the package computes it
+	"crypto/sha1"
 	"encoding/hex"
 	"regexp"
 	"strings"
@@ -47,8 +47,12 @@ func TestFunctionForms(t *testing.T) {
 	// suite's control makes it.
 	swapped := *ops.Acquire
 	lib := "local now_ms\nlocal a, b -- state\nlocal function issue() end\n"
-	swapped.Src = lib + swapped.Src[strings.Index(swapped.Src, string(op)):]
-	sum := sha1.Sum([]byte(swapped.Src)) //nolint:gosec // G401: as newScript
+	at := strings.Index(swapped.Src, string(op))
+	if at < 0 {
+		t.Fatal("the acquire's source does not hold mutex_acquire.lua")
+	}
+	swapped.Src = lib + swapped.Src[at:]
+	sum := sha1.Sum([]byte(swapped.Src)) // as newScript
 	swapped.SHA = hex.EncodeToString(sum[:])
 	other := swapped.Function()
 	if other == nil || other.Name == fn.Name || !strings.HasSuffix(other.Lib, "callback = function(KEYS, ARGV)\nnow_ms = nil\na = nil\nb = nil\n"+string(op)+"\nend}\n") {
