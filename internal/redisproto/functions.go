@@ -182,6 +182,28 @@ func (f *Functions) Step(msg string, ok bool, sc *Script) FunctionStep {
 	return NoStep
 }
 
+// Settle returns r, the answer to a call of sc sent alone, or the answer
+// to the call sent again as r's error asks (see Step): by loadAndCall,
+// which loads the library and sends the call again by FCALL; by again
+// when the server has no functions, the load failed or the call missed
+// the function once more (functions are off then, and Of says so). errOf
+// reads an answer's server error reply (ok false: none).
+func Settle[R any](f *Functions, sc *Script, r R, errOf func(R) (msg string, ok bool), loadAndCall, again func() R) R {
+	msg, ok := errOf(r)
+	switch f.Step(msg, ok, sc) {
+	case NoStep:
+		return r
+	case LoadAndCall:
+		r = loadAndCall()
+		msg, ok = errOf(r)
+		if f.Step(msg, ok, sc) == NoStep {
+			return r
+		}
+		f.Off()
+	}
+	return again()
+}
+
 // Retry is Step for a call sent among others (a pipeline, a batch): it
 // reports whether the call must be sent again, having made the next try
 // work. A function missing is loaded by load (which reports whether a

@@ -131,3 +131,34 @@ func TestFunctionSteps(t *testing.T) {
 		t.Error("Step on a server without FCALL: want CallAgain, functions off")
 	}
 }
+
+// TestSettle: a lone call's answer after an error, for each answer the
+// load and the call again may get.
+func TestSettle(t *testing.T) {
+	ops, err := ModeOps(store.ModeMutex, "valkey")
+	if err != nil {
+		t.Fatal(err)
+	}
+	errOf := func(r string) (string, bool) { return r, r != "ok" }
+	for _, tt := range []struct {
+		first, loaded string // the first answer; the answer after the load
+		want          string
+		loads         int
+		off           bool
+	}{
+		{"WRONGTYPE", "", "WRONGTYPE", 0, false},
+		{"Function not found", "ok", "ok", 1, false},
+		{"Function not found", "Function not found", "again", 1, true},
+		{"unknown command 'FCALL'", "", "again", 0, true},
+	} {
+		var f Functions
+		loads := 0
+		got := Settle(&f, ops.Acquire, tt.first, errOf,
+			func() string { loads++; return tt.loaded },
+			func() string { return "again" })
+		if got != tt.want || loads != tt.loads || (f.Of(ops.Acquire) == nil) != tt.off {
+			t.Errorf("after %q then %q: %q, %d loads, off %v; want %q, %d, %v",
+				tt.first, tt.loaded, got, loads, f.Of(ops.Acquire) == nil, tt.want, tt.loads, tt.off)
+		}
+	}
+}

@@ -26,31 +26,29 @@ var _ redisproto.Client = (*driver)(nil)
 // function form (its library loaded, with the call again, on the first
 // "Function not found"), by EVALSHA and EVAL otherwise.
 func (d *driver) Eval(ctx context.Context, call redisproto.Call) redisproto.Reply {
-	try := func() *redis.Cmd {
-		if fn := d.fns.Of(call.Script); fn != nil {
-			return d.c.FCall(ctx, fn.Name, call.Keys, anys(call.Args)...)
-		}
-		argv := anys(call.Args)
-		cmd := d.c.EvalSha(ctx, call.Script.SHA, call.Keys, argv...)
-		if isNoScript(cmd.Err()) {
-			cmd = d.c.Eval(ctx, call.Script.Src, call.Keys, argv...)
-		}
-		return cmd
+	cmd := d.eval(ctx, call)
+	if cmd.Err() != nil {
+		try := func() *redis.Cmd { return d.eval(ctx, call) }
+		cmd = redisproto.Settle(&d.fns, call.Script, cmd,
+			func(c *redis.Cmd) (string, bool) { return d.ServerError(c.Err()) },
+			func() *redis.Cmd { return d.loadAndCall(ctx, call, try) }, try)
 	}
-	cmd := try()
-	msg, ok := d.ServerError(cmd.Err())
-	switch d.fns.Step(msg, ok, call.Script) {
-	case redisproto.NoStep:
-		return reply(cmd)
-	case redisproto.LoadAndCall:
-		cmd = d.loadAndCall(ctx, call, try)
-		msg, ok = d.ServerError(cmd.Err())
-		if d.fns.Step(msg, ok, call.Script) == redisproto.NoStep {
-			return reply(cmd)
-		}
-		d.fns.Off()
+	return reply(cmd)
+}
+
+// eval sends call once: by FCALL when it has a function form and the
+// server has functions, otherwise by EVALSHA, and by EVAL when the server
+// does not know the script.
+func (d *driver) eval(ctx context.Context, call redisproto.Call) *redis.Cmd {
+	if fn := d.fns.Of(call.Script); fn != nil {
+		return d.c.FCall(ctx, fn.Name, call.Keys, anys(call.Args)...)
 	}
-	return reply(try())
+	argv := anys(call.Args)
+	cmd := d.c.EvalSha(ctx, call.Script.SHA, call.Keys, argv...)
+	if isNoScript(cmd.Err()) {
+		cmd = d.c.Eval(ctx, call.Script.Src, call.Keys, argv...)
+	}
+	return cmd
 }
 
 // loadAndCall loads call's library and sends call again by FCALL (by try):

@@ -57,7 +57,10 @@ func (d *driver) Eval(ctx context.Context, call redisproto.Call) redisproto.Repl
 	c := d.direct(ctx)
 	try := func(eval bool) vk.ValkeyResult { return c.Do(ctx, d.cmd(call, eval)) }
 	r := send(ctx, try, vk.ValkeyResult.Error, vk.ValkeyResult.Error)
-	return reply(d.evalFunction(ctx, c, call, try, r))
+	if r.Error() != nil {
+		r = d.settle(ctx, c, call, try, r)
+	}
+	return reply(r)
 }
 
 // EvalMulti implements redisproto.Client by DoMulti (one call by Do, which

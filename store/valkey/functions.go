@@ -12,23 +12,14 @@ import (
 // its function missing costs one more round trip, as one that found its
 // script missing did: the library's load and the call again, together.
 
-// evalFunction is Eval's answer to call after r, the answer of its first
-// try on c (by try): r itself, or the answer of the call sent again as r's
-// error asks (see redisproto.Functions.Step).
-func (d *driver) evalFunction(ctx context.Context, c vk.Client, call redisproto.Call, try func(bool) vk.ValkeyResult, r vk.ValkeyResult) vk.ValkeyResult {
-	msg, ok := d.ServerError(r.Error())
-	switch d.fns.Step(msg, ok, call.Script) {
-	case redisproto.NoStep:
-		return r
-	case redisproto.LoadAndCall:
-		r = d.loadAndCall(ctx, c, call, try)
-		msg, ok = d.ServerError(r.Error())
-		if d.fns.Step(msg, ok, call.Script) == redisproto.NoStep {
-			return r
-		}
-		d.fns.Off()
-	}
-	return send(ctx, try, vk.ValkeyResult.Error, vk.ValkeyResult.Error)
+// settle is Eval's answer to call after r, the error its first try on c
+// (by try) met: r, or the call's answer once sent again as r asks (see
+// redisproto.Settle).
+func (d *driver) settle(ctx context.Context, c vk.Client, call redisproto.Call, try func(bool) vk.ValkeyResult, r vk.ValkeyResult) vk.ValkeyResult {
+	return redisproto.Settle(&d.fns, call.Script, r,
+		func(r vk.ValkeyResult) (string, bool) { return d.ServerError(r.Error()) },
+		func() vk.ValkeyResult { return d.loadAndCall(ctx, c, call, try) },
+		func() vk.ValkeyResult { return send(ctx, try, vk.ValkeyResult.Error, vk.ValkeyResult.Error) })
 }
 
 // loadAndCall loads call's library and sends call again by FCALL: in one
